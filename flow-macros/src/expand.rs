@@ -1,0 +1,416 @@
+//! Checked DAG -> Rust.
+//!
+//! The generated code is small per node: a closure that binds the node's inputs and builds its
+//! future from the user's expression. Everything else is constant tables (the `GRAPH`) and one
+//! call into the runtime's scheduler, which is ordinary code compiled once. Generated code names
+//! the runtime only through `::flow::__private`.
+
+use std::collections::HashSet;
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{Expr, Ident};
+
+use crate::ctxt::Ctxt;
+use crate::graph::{self, Kind, edge};
+use crate::names;
+use crate::parse::{self, Workflow};
+use crate::validate::{self, Checked};
+
+/// Expands one `workflow!` invocation: generated code, or every error found, beside a
+/// best-effort skeleton of the workflow type so that one mistake does not cascade.
+pub fn workflow(input: TokenStream) -> TokenStream {
+    let mut cx = Ctxt::default();
+    let workflow = match parse::workflow(input, &mut cx) {
+        Ok(workflow) => workflow,
+        Err(error) => {
+            cx.push(error);
+            return errors(cx);
+        }
+    };
+    match (workflow.output_ty.as_ref(), workflow.output.as_ref()) {
+        (Some(ty), None) => cx.error(
+            ty.span(),
+            "the workflow declares an output type but no output; end the body with `=> expression`",
+        ),
+        (None, Some(expr)) => cx.error(
+            expr.span(),
+            "the workflow has an output but no output type; declare it after the parameters, as in `Name(..) -> Type`",
+        ),
+        _ => {}
+    }
+    let dag = graph::build(&workflow, &mut cx);
+    let checked = validate::check(&workflow, dag, &mut cx);
+    match (checked, cx.has_errors()) {
+        (Some(checked), false) => generate(&workflow, &checked),
+        _ => {
+            let mut out = errors(cx);
+            out.extend(skeleton(&workflow));
+            out
+        }
+    }
+}
+
+fn errors(cx: Ctxt) -> TokenStream {
+    match cx.into_error() {
+        Some(error) => error.to_compile_error(),
+        None => quote!(::core::compile_error!("flow: the workflow could not be expanded");),
+    }
+}
+
+struct Names<'a> {
+    workflow: &'a Workflow,
+    checked: &'a Checked,
+    /// Position of each node id in execution order: the node's runtime index.
+    pos: Vec<usize>,
+}
+
+impl Names<'_> {
+    fn slot(&self, id: usize) -> Ident {
+        format_ident!("__flow_slot_{}", self.pos[id], span = Span::mixed_site())
+    }
+
+    fn params(&self) -> HashSet<String> {
+        self.workflow.params.iter().map(|p| p.name.to_string()).collect()
+    }
+
+    /// Rewrites an expression so that every parameter and every node it reads is a place
+    /// `(*name)` over a binding `name: &T`.
+    fn rewrite(&self, expr: &Expr, uses: &[(Ident, usize)]) -> Expr {
+        let mut readable = self.params();
+        readable.extend(uses.iter().map(|(ident, _)| ident.to_string()));
+        let mut expr = expr.clone();
+        names::rewrite(&mut expr, &readable);
+        expr
+    }
+}
+
+fn generate(workflow: &Workflow, checked: &Checked) -> TokenStream {
+    let mut pos = vec![0; checked.order.len()];
+    for (p, &id) in checked.order.iter().enumerate() {
+        pos[id] = p;
+    }
+    let names = Names {
+        workflow,
+        checked,
+        pos,
+    };
+    let dag = &checked.dag;
+    let name = &workflow.name;
+    let vis = &workflow.vis;
+    let attrs = &workflow.attrs;
+    let output_ty = match &workflow.output_ty {
+        Some(ty) => quote!(#ty),
+        None => quote!(()),
+    };
+    let param_names: Vec<&Ident> = workflow.params.iter().map(|p| &p.name).collect();
+    let param_types: Vec<&syn::Type> = workflow.params.iter().map(|p| &p.ty).collect();
+
+    let slots = checked.order.iter().filter(|&&id| {
+        dag.nodes[id].kind == Kind::Operation && dag.nodes[id].name.is_some()
+    }).map(|&id| {
+        let slot = names.slot(id);
+        quote!(let #slot = &::flow::__private::Slot::new();)
+    });
+
+    let leaves: Vec<TokenStream> = checked.order.iter().map(|&id| leaf(&names, id)).collect();
+    let tree = balanced(&leaves);
+    let graph = graph_const(&names);
+    let output = output(&names);
+    let name_str = name.to_string();
+    let run_doc = format!("Runs `{name_str}` with default options and returns its output, or a [`WorkflowError`](::flow::WorkflowError) that lists every failed and aborted node.");
+
+    quote! {
+        #(#attrs)*
+        #vis struct #name {
+            options: ::flow::__private::RunOptions,
+        }
+
+        #[allow(unused_variables, unused_braces, unused_parens, clippy::all)]
+        impl #name {
+            /// The static graph of this workflow, built at compile time: nodes, edges and
+            /// scheduling tables. Draw it with `to_dot()` or `to_mermaid()`.
+            #vis const GRAPH: ::flow::__private::Graph = #graph;
+
+            #[doc = #run_doc]
+            #vis async fn run(#(#param_names: #param_types),*) -> ::flow::__private::Result<#output_ty, ::flow::__private::WorkflowError> {
+                Self::runner().execute(#(#param_names),*).await.result
+            }
+
+            /// A runner with default options: configure it, then call `execute`.
+            #vis fn runner() -> Self {
+                #name { options: ::flow::__private::RunOptions::default() }
+            }
+
+            /// Limits how many operations of one run may be in flight at once.
+            #vis fn max_concurrency(mut self, limit: ::core::num::NonZeroUsize) -> Self {
+                self.options.max_concurrency(limit);
+                self
+            }
+
+            /// Runs the workflow and returns its result together with a report of every node.
+            ///
+            /// Dropping the returned future cancels the run and drops every running operation.
+            #vis async fn execute(self, #(#param_names: #param_types),*) -> ::flow::__private::Outcome<#output_ty> {
+                #(let #param_names = &#param_names;)*
+                #(#slots)*
+                let __flow_finished = ::flow::__private::execute(&Self::GRAPH, self.options, #tree).await;
+                __flow_finished.output(move || #output)
+            }
+        }
+    }
+}
+
+fn balanced(leaves: &[TokenStream]) -> TokenStream {
+    match leaves {
+        [] => quote!(::core::compile_error!("flow: a workflow needs at least one step")),
+        [leaf] => leaf.clone(),
+        _ => {
+            let (left, right) = leaves.split_at(leaves.len() / 2);
+            let left = balanced(left);
+            let right = balanced(right);
+            quote!(::flow::__private::Pair::new(#left, #right))
+        }
+    }
+}
+
+fn leaf(names: &Names<'_>, id: usize) -> TokenStream {
+    let checked = names.checked;
+    let node = &checked.dag.nodes[id];
+    let uses = &checked.uses[id];
+    let expr = names.rewrite(&node.expr, uses);
+    let span = node.expr.span();
+    match node.kind {
+        Kind::Operation => {
+            let inputs = uses.iter().map(|(ident, source)| {
+                let slot = names.slot(*source);
+                let cause = &checked.dag.nodes[*source].display;
+                quote! {
+                    let #ident = match #slot.get() {
+                        ::flow::__private::Option::Some(value) => value,
+                        ::flow::__private::Option::None => {
+                            return ::flow::__private::Result::Err(::flow::__private::NodeError::Aborted { cause: #cause });
+                        }
+                    };
+                }
+            });
+            let awaited = quote_spanned!(span=> (#expr).await);
+            let finish = if node.name.is_some() {
+                let slot = names.slot(id);
+                quote_spanned!(span=> ::flow::__private::complete(#slot, #awaited))
+            } else {
+                quote_spanned!(span=> ::flow::__private::discard(#awaited))
+            };
+            quote! {
+                ::flow::__private::Op::new(move || async move {
+                    #(#inputs)*
+                    #finish
+                })
+            }
+        }
+        Kind::Decision => {
+            let state = Ident::new("__flow_state", Span::mixed_site());
+            let inputs = uses.iter().map(|(ident, source)| {
+                let slot = names.slot(*source);
+                let index = names.pos[*source];
+                quote!(let #ident = &#state.outcome(#slot, #index);)
+            });
+            let test = quote_spanned!(span=> { let __flow_test: bool = #expr; __flow_test });
+            quote! {
+                ::flow::__private::Decide::new(move |#state: &::flow::__private::RunState| -> bool {
+                    #(#inputs)*
+                    #test
+                })
+            }
+        }
+    }
+}
+
+fn output(names: &Names<'_>) -> TokenStream {
+    let checked = names.checked;
+    let Some(expr) = &names.workflow.output else {
+        return quote!(::flow::__private::Result::Ok(()));
+    };
+    let inputs = checked.output_uses.iter().map(|(ident, source)| {
+        let slot = names.slot(*source);
+        if checked.sure[*source] {
+            let display = &checked.dag.nodes[*source].display;
+            quote!(let #ident = ::flow::__private::require(#slot, #display)?;)
+        } else {
+            quote!(let #ident = &#slot.get();)
+        }
+    });
+    let expr = names.rewrite(expr, &checked.output_uses);
+    let output_ty = match &names.workflow.output_ty {
+        Some(ty) => quote!(#ty),
+        None => quote!(()),
+    };
+    let span = expr.span();
+    let value = quote_spanned!(span=> { let __flow_output: #output_ty = #expr; __flow_output });
+    quote!({
+        #(#inputs)*
+        ::flow::__private::Result::Ok(#value)
+    })
+}
+
+fn graph_const(names: &Names<'_>) -> TokenStream {
+    let checked = names.checked;
+    let dag = &checked.dag;
+    let pos = &names.pos;
+    let n = checked.order.len();
+    let workflow_name = names.workflow.name.to_string();
+
+    let nodes = checked.order.iter().map(|&id| {
+        let node = &dag.nodes[id];
+        let display = &node.display;
+        let label = graph::source_text(&node.expr);
+        let kind = match node.kind {
+            Kind::Operation => quote!(::flow::__private::NodeKind::Operation),
+            Kind::Decision => quote!(::flow::__private::NodeKind::Decision),
+        };
+        let start = node.keyword.span().start();
+        let line = start.line as u32;
+        let column = start.column as u32 + 1;
+        quote! {
+            ::flow::__private::NodeInfo { name: #display, kind: #kind, label: #label, line: #line, column: #column }
+        }
+    });
+
+    let mut edges: Vec<(usize, usize, u8)> = dag.edges.iter().map(|(&(from, to), &why)| (pos[from], pos[to], why)).collect();
+    edges.sort_unstable();
+    let edge_tokens = edges.iter().map(|&(from, to, why)| {
+        let kind = if why & edge::THEN != 0 {
+            quote!(Then)
+        } else if why & edge::ELSE != 0 {
+            quote!(Else)
+        } else if why & edge::DATA != 0 {
+            quote!(Data)
+        } else if why & edge::AFTER != 0 {
+            quote!(After)
+        } else {
+            quote!(Sequence)
+        };
+        let (from, to) = (from as u32, to as u32);
+        quote!(::flow::__private::Edge { from: #from, to: #to, kind: ::flow::__private::EdgeKind::#kind })
+    });
+
+    let mut pred_count = vec![0u32; n];
+    let mut succ_start = Vec::with_capacity(n + 1);
+    let mut succ = Vec::with_capacity(edges.len());
+    let data_flag: u32 = 1 << 31;
+    let caught_flag: u32 = 1 << 30;
+    let mut cursor = 0;
+    for from in 0..n {
+        succ_start.push(succ.len() as u32);
+        while cursor < edges.len() && edges[cursor].0 == from {
+            let (_, to, why) = edges[cursor];
+            pred_count[to] += 1;
+            let mut entry = to as u32;
+            if why & edge::DATA != 0 {
+                entry |= data_flag;
+                if dag.nodes[checked.order[to]].kind == Kind::Decision {
+                    entry |= caught_flag;
+                }
+            }
+            succ.push(entry);
+            cursor += 1;
+        }
+    }
+    succ_start.push(succ.len() as u32);
+    let roots: Vec<u32> = (0..n).filter(|&p| pred_count[p] == 0).map(|p| p as u32).collect();
+
+    let branch = |select: fn(&graph::Node) -> &Vec<usize>| {
+        let lists = checked.order.iter().map(move |&id| {
+            let mut members: Vec<u32> = select(&dag.nodes[id]).iter().map(|&m| pos[m] as u32).collect();
+            members.sort_unstable();
+            quote!(&[#(#members),*])
+        });
+        quote!(&[#(#lists),*])
+    };
+    let then_nodes = branch(|node| &node.then_nodes);
+    let else_nodes = branch(|node| &node.else_nodes);
+
+    let group_limits = &dag.group_limits;
+    let node_groups = if group_limits.is_empty() {
+        quote!(&[])
+    } else {
+        let lists = checked.order.iter().map(|&id| {
+            let groups = dag.nodes[id].groups.iter().map(|&g| g as u32);
+            quote!(&[#(#groups),*])
+        });
+        quote!(&[#(#lists),*])
+    };
+    let timeouts: Vec<u64> = checked.order.iter().map(|&id| dag.nodes[id].timeout_ms).collect();
+    let timeout_ms = if timeouts.iter().all(|&t| t == 0) {
+        quote!(&[])
+    } else {
+        quote!(&[#(#timeouts),*])
+    };
+
+    quote! {
+        ::flow::__private::Graph {
+            name: #workflow_name,
+            nodes: &[#(#nodes),*],
+            edges: &[#(#edge_tokens),*],
+            plan: ::flow::__private::Plan {
+                pred_count: &[#(#pred_count),*],
+                succ_start: &[#(#succ_start),*],
+                succ: &[#(#succ),*],
+                roots: &[#(#roots),*],
+                then_nodes: #then_nodes,
+                else_nodes: #else_nodes,
+                group_limits: &[#(#group_limits),*],
+                node_groups: #node_groups,
+                timeout_ms: #timeout_ms,
+            },
+        }
+    }
+}
+
+/// The workflow type with its methods, but no body: emitted beside errors so that code using
+/// the workflow still type-checks and only the real mistakes are reported.
+fn skeleton(workflow: &Workflow) -> TokenStream {
+    let name = &workflow.name;
+    let vis = &workflow.vis;
+    let attrs = &workflow.attrs;
+    let output_ty = match &workflow.output_ty {
+        Some(ty) => quote!(#ty),
+        None => quote!(()),
+    };
+    let param_names: Vec<&Ident> = workflow.params.iter().map(|p| &p.name).collect();
+    let param_types: Vec<&syn::Type> = workflow.params.iter().map(|p| &p.ty).collect();
+    quote! {
+        #(#attrs)*
+        #vis struct #name {
+            options: ::flow::__private::RunOptions,
+        }
+
+        #[allow(unused_variables, dead_code, clippy::all)]
+        impl #name {
+            /// The static graph of this workflow (empty: the workflow has errors).
+            #vis const GRAPH: ::flow::__private::Graph = ::flow::__private::Graph {
+                name: ::core::stringify!(#name),
+                nodes: &[],
+                edges: &[],
+                plan: ::flow::__private::Plan::EMPTY,
+            };
+            /// Runs the workflow (not available: the workflow has errors).
+            #vis async fn run(#(#param_names: #param_types),*) -> ::flow::__private::Result<#output_ty, ::flow::__private::WorkflowError> {
+                ::core::panic!("the workflow has compile errors")
+            }
+            /// A runner (not available: the workflow has errors).
+            #vis fn runner() -> Self {
+                #name { options: ::flow::__private::RunOptions::default() }
+            }
+            /// Limits concurrency (not available: the workflow has errors).
+            #vis fn max_concurrency(self, limit: ::core::num::NonZeroUsize) -> Self {
+                self
+            }
+            /// Runs the workflow (not available: the workflow has errors).
+            #vis async fn execute(self, #(#param_names: #param_types),*) -> ::flow::__private::Outcome<#output_ty> {
+                ::core::panic!("the workflow has compile errors")
+            }
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! AST -> DAG.
+//!
+//! Containers are transparent: one node per `Operation`, one decision node per `Conditional`.
+//! In a `Sequential`, every entry of a step depends on every exit of the step before; `Parallel`
+//! children are independent; a decision's branches depend on the decision. Every node keeps the
+//! user's tokens, so later stages can put errors and generated code on them.
+
+use std::collections::BTreeMap;
+
+use proc_macro2::Span;
+use syn::spanned::Spanned;
+use syn::{Expr, Ident};
+
+use crate::ctxt::Ctxt;
+use crate::options;
+use crate::parse::{BlockStep, CondStep, OpStep, Step, Workflow};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kind {
+    Operation,
+    Decision,
+}
+
+/// Why an edge exists; one pair of nodes may have several reasons.
+pub mod edge {
+    pub const SEQUENCE: u8 = 1;
+    pub const DATA: u8 = 2;
+    pub const AFTER: u8 = 4;
+    pub const THEN: u8 = 8;
+    pub const ELSE: u8 = 16;
+}
+
+pub struct Node {
+    pub kind: Kind,
+    /// The binding, for a named operation.
+    pub name: Option<Ident>,
+    /// The name shown in the graph and in reports; unique within the workflow.
+    pub display: String,
+    /// `Operation` or `Conditional`, as the user wrote it.
+    pub keyword: Ident,
+    /// The call of an operation, or the test of a decision.
+    pub expr: Expr,
+    pub after: Vec<Ident>,
+    pub timeout_ms: u64,
+    /// The enclosing branches, outermost first: (decision, is the `then` branch).
+    pub branches: Vec<(usize, bool)>,
+    /// The limited `Parallel` blocks the node sits in.
+    pub groups: Vec<usize>,
+    /// For a decision: the nodes of each branch, at all depths.
+    pub then_nodes: Vec<usize>,
+    pub else_nodes: Vec<usize>,
+}
+
+impl Node {
+    /// The span that stands for the node in errors: its name, or its keyword.
+    pub fn span(&self) -> Span {
+        self.name.as_ref().map_or(self.keyword.span(), Ident::span)
+    }
+}
+
+pub struct Dag {
+    pub nodes: Vec<Node>,
+    /// Edges keyed by (from, to), with the reasons they exist.
+    pub edges: BTreeMap<(usize, usize), u8>,
+    /// The limit of each limited `Parallel` block.
+    pub group_limits: Vec<u32>,
+}
+
+impl Dag {
+    pub fn add_edge(&mut self, from: usize, to: usize, why: u8) {
+        *self.edges.entry((from, to)).or_insert(0) |= why;
+    }
+}
+
+struct Builder<'a> {
+    dag: Dag,
+    cx: &'a mut Ctxt,
+    branches: Vec<(usize, bool)>,
+    groups: Vec<usize>,
+}
+
+/// Builds the DAG of a workflow. Structural problems (empty blocks, bad options) go to `cx`.
+pub fn build(workflow: &Workflow, cx: &mut Ctxt) -> Dag {
+    let mut builder = Builder {
+        dag: Dag {
+            nodes: Vec::new(),
+            edges: BTreeMap::new(),
+            group_limits: Vec::new(),
+        },
+        cx,
+        branches: Vec::new(),
+        groups: Vec::new(),
+    };
+    if workflow.body.is_empty() {
+        builder.cx.error(
+            workflow.body_span,
+            "a workflow needs at least one step, as in `{ Operation(work()) }`",
+        );
+    }
+    builder.sequence(&workflow.body);
+    let mut dag = builder.dag;
+    name_nodes(&mut dag);
+    dag
+}
+
+impl Builder<'_> {
+    /// Builds steps in sequence; returns (entries, exits).
+    fn sequence(&mut self, steps: &[Step]) -> (Vec<usize>, Vec<usize>) {
+        let mut entries = Vec::new();
+        let mut exits: Vec<usize> = Vec::new();
+        for (i, step) in steps.iter().enumerate() {
+            let (step_entries, step_exits) = self.step(step);
+            if step_entries.is_empty() {
+                continue;
+            }
+            for &from in &exits {
+                for &to in &step_entries {
+                    self.dag.add_edge(from, to, edge::SEQUENCE);
+                }
+            }
+            if i == 0 || entries.is_empty() {
+                entries = step_entries;
+            }
+            exits = step_exits;
+        }
+        (entries, exits)
+    }
+
+    fn step(&mut self, step: &Step) -> (Vec<usize>, Vec<usize>) {
+        match step {
+            Step::Operation(op) => {
+                let id = self.operation(op);
+                (vec![id], vec![id])
+            }
+            Step::Sequential(block) => {
+                options::sequential(&block.options, self.cx);
+                self.non_empty(block, "Sequential");
+                self.sequence(&block.steps)
+            }
+            Step::Parallel(block) => self.parallel(block),
+            Step::Conditional(cond) => self.conditional(cond),
+        }
+    }
+
+    fn non_empty(&mut self, block: &BlockStep, kind: &str) {
+        if block.steps.is_empty() {
+            self.cx.error(
+                block.brace,
+                format!("empty `{kind}` block: give it at least one step, or remove it"),
+            );
+        }
+    }
+
+    fn operation(&mut self, op: &OpStep) -> usize {
+        let options = options::operation(&op.options, self.cx);
+        self.dag.nodes.push(Node {
+            kind: Kind::Operation,
+            name: op.name.clone(),
+            display: String::new(),
+            keyword: op.keyword.clone(),
+            expr: op.call.clone(),
+            after: options.after,
+            timeout_ms: options.timeout_ms.unwrap_or(0),
+            branches: self.branches.clone(),
+            groups: self.groups.clone(),
+            then_nodes: Vec::new(),
+            else_nodes: Vec::new(),
+        });
+        self.dag.nodes.len() - 1
+    }
+
+    fn parallel(&mut self, block: &BlockStep) -> (Vec<usize>, Vec<usize>) {
+        let options = options::parallel(&block.options, self.cx);
+        self.non_empty(block, "Parallel");
+        let depth = self.groups.len();
+        if let Some(limit) = options.max_concurrency {
+            self.dag.group_limits.push(limit);
+            self.groups.push(self.dag.group_limits.len() - 1);
+        }
+        let mut entries = Vec::new();
+        let mut exits = Vec::new();
+        for step in &block.steps {
+            let (e, x) = self.step(step);
+            entries.extend(e);
+            exits.extend(x);
+        }
+        self.groups.truncate(depth);
+        (entries, exits)
+    }
+
+    fn conditional(&mut self, cond: &CondStep) -> (Vec<usize>, Vec<usize>) {
+        self.dag.nodes.push(Node {
+            kind: Kind::Decision,
+            name: None,
+            display: String::new(),
+            keyword: cond.keyword.clone(),
+            expr: cond.test.clone(),
+            after: Vec::new(),
+            timeout_ms: 0,
+            branches: self.branches.clone(),
+            groups: Vec::new(),
+            then_nodes: Vec::new(),
+            else_nodes: Vec::new(),
+        });
+        let decision = self.dag.nodes.len() - 1;
+        if cond.then.is_empty() {
+            self.cx.error(
+                cond.then_brace,
+                "empty `Conditional` branch: give it at least one step",
+            );
+        }
+        let (then_entries, then_exits, then_nodes) = self.branch(decision, true, &cond.then);
+        for &to in &then_entries {
+            self.dag.add_edge(decision, to, edge::THEN);
+        }
+        let mut exits = then_exits;
+        match &cond.otherwise {
+            Some((else_span, steps)) => {
+                if steps.is_empty() {
+                    self.cx.error(
+                        *else_span,
+                        "empty `else` branch: give it at least one step, or remove the `else`",
+                    );
+                }
+                let (else_entries, else_exits, else_nodes) = self.branch(decision, false, steps);
+                for &to in &else_entries {
+                    self.dag.add_edge(decision, to, edge::ELSE);
+                }
+                exits.extend(else_exits);
+                self.dag.nodes[decision].else_nodes = else_nodes;
+            }
+            None => exits.push(decision),
+        }
+        self.dag.nodes[decision].then_nodes = then_nodes;
+        if exits.is_empty() {
+            exits.push(decision);
+        }
+        (vec![decision], exits)
+    }
+
+    fn branch(&mut self, decision: usize, then: bool, steps: &[Step]) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
+        self.branches.push((decision, then));
+        let first = self.dag.nodes.len();
+        let (entries, exits) = self.sequence(steps);
+        let last = self.dag.nodes.len();
+        self.branches.pop();
+        (entries, exits, (first..last).collect())
+    }
+}
+
+/// Gives every node a unique display name: its binding, or for an unnamed operation the name of
+/// the function it calls (`reject`, or `reject#2` when several steps call `reject`), or
+/// `decision#N` for the N-th `Conditional`.
+fn name_nodes(dag: &mut Dag) {
+    let bases: Vec<String> = dag
+        .nodes
+        .iter()
+        .map(|node| match (&node.name, node.kind) {
+            (Some(name), _) => name.to_string(),
+            (None, Kind::Decision) => "decision".to_string(),
+            (None, Kind::Operation) => callee(&node.expr).unwrap_or_else(|| "operation".to_string()),
+        })
+        .collect();
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut names = Vec::with_capacity(bases.len());
+    for (node, base) in dag.nodes.iter().zip(&bases) {
+        if node.name.is_some() {
+            names.push(base.clone());
+            continue;
+        }
+        let count = bases.iter().filter(|b| *b == base).count();
+        let index = seen.entry(base).or_insert(0);
+        *index += 1;
+        let unique = count == 1 && node.kind == Kind::Operation;
+        names.push(if unique { base.clone() } else { format!("{base}#{index}") });
+    }
+    for (node, name) in dag.nodes.iter_mut().zip(names) {
+        node.display = name;
+    }
+}
+
+/// The name of the function or method an operation calls, if it is a plain call.
+fn callee(expr: &Expr) -> Option<String> {
+    match expr {
+        Expr::Call(call) => match &*call.func {
+            Expr::Path(path) => path.path.segments.last().map(|s| s.ident.to_string()),
+            _ => None,
+        },
+        Expr::MethodCall(call) => Some(call.method.to_string()),
+        Expr::Paren(inner) => callee(&inner.expr),
+        Expr::Async(_) => Some("async".to_string()),
+        _ => None,
+    }
+}
+
+/// The source text of an expression, for labels.
+pub fn source_text(expr: &Expr) -> String {
+    expr.span()
+        .source_text()
+        .unwrap_or_else(|| quote::ToTokens::to_token_stream(expr).to_string())
+}

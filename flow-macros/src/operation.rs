@@ -1,0 +1,84 @@
+//! `#[operation(...)]`: marks an `async fn` as a workflow operation.
+//!
+//! The function keeps its signature and stays callable as ordinary Rust. Its body is wrapped in
+//! a scope that, on its first poll inside a running workflow node, hands the node the
+//! operation's defaults (display name, timeout). A step may also call an un-annotated async fn:
+//! it simply has no defaults.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+use syn::parse::Parser;
+use syn::punctuated::Punctuated;
+use syn::{ItemFn, Token};
+
+use crate::ctxt::Ctxt;
+use crate::options::parse_duration_ms;
+use crate::parse::{Opt, OptValue};
+
+pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
+    let mut cx = Ctxt::default();
+    let options = match Punctuated::<Opt, Token![,]>::parse_terminated.parse2(args) {
+        Ok(options) => options.into_iter().collect::<Vec<_>>(),
+        Err(error) => {
+            cx.push(error);
+            Vec::new()
+        }
+    };
+    let mut function: ItemFn = match syn::parse2(item.clone()) {
+        Ok(function) => function,
+        Err(_) => {
+            cx.error(
+                proc_macro2::Span::call_site(),
+                "`#[operation]` goes on an `async fn`, as in `#[operation] async fn fetch(id: u64) -> Result<T, E>`",
+            );
+            let mut out = cx.into_error().map(|e| e.to_compile_error()).unwrap_or_default();
+            out.extend(item);
+            return out;
+        }
+    };
+    if function.sig.asyncness.is_none() {
+        cx.error(
+            function.sig.fn_token.span,
+            format!("`#[operation]` goes on an `async fn`; write `async fn {}`", function.sig.ident),
+        );
+    }
+
+    let mut display = function.sig.ident.to_string();
+    let mut timeout_ms: u64 = 0;
+    for (i, opt) in options.iter().enumerate() {
+        if options[..i].iter().any(|o| o.key == opt.key) {
+            cx.error(opt.key.span(), format!("duplicate option `{}`", opt.key));
+            continue;
+        }
+        match (opt.key.to_string().as_str(), &opt.value) {
+            ("name", OptValue::Str(lit)) => display = lit.value(),
+            ("name", other) => cx.error(other.span(), "`name` takes a string, as in `name = \"charge card\"`"),
+            ("timeout", OptValue::Str(lit)) => match parse_duration_ms(&lit.value()) {
+                Ok(0) => cx.error(lit.span(), "`timeout` must be longer than zero; remove the option for no limit"),
+                Ok(ms) => timeout_ms = ms,
+                Err(why) => cx.error(lit.span(), format!("invalid duration {:?} for `timeout`: {why}", lit.value())),
+            },
+            ("timeout", other) => cx.error(other.span(), "`timeout` takes a duration in quotes, as in `timeout = \"2s\"`"),
+            (other, _) => cx.error(
+                opt.key.span(),
+                format!("unknown option `{other}` for `#[operation]`: expected `name = \"..\"` or `timeout = \"2s\"`"),
+            ),
+        }
+    }
+
+    if let Some(error) = cx.into_error() {
+        let mut out = error.to_compile_error();
+        out.extend(quote!(#function));
+        return out;
+    }
+
+    let body = &function.block;
+    function.block = Box::new(syn::parse_quote!({
+        ::flow::__private::OperationScope::new(
+            &::flow::__private::OperationSpec { name: #display, timeout_ms: #timeout_ms },
+            async move #body,
+        )
+        .await
+    }));
+    quote!(#function)
+}

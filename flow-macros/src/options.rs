@@ -1,0 +1,168 @@
+//! Typed step options: each value is checked and kept with its span; duplicates are rejected.
+
+use syn::Ident;
+
+use crate::ctxt::Ctxt;
+use crate::parse::{Opt, OptValue};
+
+/// Options of an `Operation`.
+#[derive(Default)]
+pub struct OpOptions {
+    pub after: Vec<Ident>,
+    pub timeout_ms: Option<u64>,
+}
+
+/// Options of a `Parallel` block.
+#[derive(Default)]
+pub struct ParallelOptions {
+    pub max_concurrency: Option<u32>,
+}
+
+const OPERATION_OPTIONS: &str = "`after = [name, ..]` or `timeout = \"2s\"`";
+
+fn check_duplicates(options: &[Opt], cx: &mut Ctxt) {
+    for (i, opt) in options.iter().enumerate() {
+        if let Some(first) = options[..i].iter().find(|o| o.key == opt.key) {
+            cx.error(opt.key.span(), format!("duplicate option `{}`", opt.key));
+            cx.error(first.key.span(), format!("`{}` is first given here", first.key));
+        }
+    }
+}
+
+pub fn operation(options: &[Opt], cx: &mut Ctxt) -> OpOptions {
+    check_duplicates(options, cx);
+    let mut out = OpOptions::default();
+    for opt in options {
+        match opt.key.to_string().as_str() {
+            "after" => match &opt.value {
+                OptValue::Names(names, span) => {
+                    if names.is_empty() {
+                        cx.error(*span, "`after` needs at least one node name, as in `after = [fetch]`");
+                    }
+                    out.after.extend(names.iter().cloned());
+                }
+                other => cx.error(
+                    other.span(),
+                    "`after` takes a list of node names in brackets, as in `after = [one, two]`",
+                ),
+            },
+            "timeout" => out.timeout_ms = duration(&opt.key, &opt.value, cx),
+            other => cx.error(
+                opt.key.span(),
+                format!("unknown option `{other}` for an `Operation`: expected {OPERATION_OPTIONS}"),
+            ),
+        }
+    }
+    out
+}
+
+pub fn parallel(options: &[Opt], cx: &mut Ctxt) -> ParallelOptions {
+    check_duplicates(options, cx);
+    let mut out = ParallelOptions::default();
+    for opt in options {
+        match opt.key.to_string().as_str() {
+            "max_concurrency" => match &opt.value {
+                OptValue::Int(lit) => match lit.base10_parse::<u32>() {
+                    Ok(0) => cx.error(
+                        lit.span(),
+                        "`max_concurrency` must be at least 1; remove the option for no limit",
+                    ),
+                    Ok(n) => out.max_concurrency = Some(n),
+                    Err(_) => cx.error(
+                        lit.span(),
+                        "`max_concurrency` must be a whole number from 1 to 4294967295",
+                    ),
+                },
+                other => cx.error(
+                    other.span(),
+                    "`max_concurrency` takes a whole number, as in `max_concurrency = 4`",
+                ),
+            },
+            other => cx.error(
+                opt.key.span(),
+                format!("unknown option `{other}` for `Parallel`: expected `max_concurrency = N`"),
+            ),
+        }
+    }
+    out
+}
+
+pub fn sequential(options: &[Opt], cx: &mut Ctxt) {
+    for opt in options {
+        cx.error(opt.key.span(), format!("`Sequential` takes no options, found `{}`", opt.key));
+    }
+}
+
+fn duration(key: &Ident, value: &OptValue, cx: &mut Ctxt) -> Option<u64> {
+    let OptValue::Str(lit) = value else {
+        cx.error(
+            value.span(),
+            format!("`{key}` takes a duration in quotes, as in `{key} = \"250ms\"`"),
+        );
+        return None;
+    };
+    match parse_duration_ms(&lit.value()) {
+        Ok(0) => {
+            cx.error(lit.span(), format!("`{key}` must be longer than zero; remove the option for no limit"));
+            None
+        }
+        Ok(ms) => Some(ms),
+        Err(why) => {
+            cx.error(lit.span(), format!("invalid duration {:?} for `{key}`: {why}", lit.value()));
+            None
+        }
+    }
+}
+
+/// Parses `"250ms"`, `"2s"`, `"1m"`, `"1h"` or a sum such as `"1m30s"` into milliseconds.
+pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
+    const EXPECTED: &str = "expected whole numbers with units `ms`, `s`, `m` or `h`, like \"250ms\", \"2s\" or \"1m30s\"";
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(EXPECTED.to_string());
+    }
+    let mut total: u64 = 0;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits == 0 {
+            return Err(EXPECTED.to_string());
+        }
+        let number: u64 = rest[..digits].parse().map_err(|_| "the number is too large".to_string())?;
+        rest = &rest[digits..];
+        let unit_len = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_alphabetic()).len();
+        let unit = &rest[..unit_len];
+        rest = &rest[unit_len..];
+        let factor = match unit {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "" => return Err(format!("missing unit after {number}; {EXPECTED}")),
+            other => return Err(format!("unknown unit `{other}`; {EXPECTED}")),
+        };
+        total = number
+            .checked_mul(factor)
+            .and_then(|ms| total.checked_add(ms))
+            .ok_or_else(|| "the duration is too long".to_string())?;
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration_ms;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration_ms("250ms"), Ok(250));
+        assert_eq!(parse_duration_ms("2s"), Ok(2000));
+        assert_eq!(parse_duration_ms("1m30s"), Ok(90_000));
+        assert_eq!(parse_duration_ms("1h"), Ok(3_600_000));
+        assert!(parse_duration_ms("5 parsecs").is_err());
+        assert!(parse_duration_ms("5").is_err());
+        assert!(parse_duration_ms("ms").is_err());
+        assert!(parse_duration_ms("").is_err());
+        assert!(parse_duration_ms("99999999999999999999s").is_err());
+    }
+}

@@ -1,0 +1,421 @@
+//! DSL syntax -> AST.
+//!
+//! The body of a block is split at its top-level commas before parsing, so one malformed step
+//! does not hide the errors of the others: every error of the invocation is reported at once.
+
+use proc_macro2::{Delimiter, Span, TokenStream, TokenTree};
+use syn::parse::{Parse, ParseStream, Parser};
+use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
+use syn::{Attribute, Expr, Ident, LitInt, LitStr, Token, Type, Visibility, bracketed};
+
+use crate::ctxt::Ctxt;
+
+/// A whole `workflow!` invocation.
+pub struct Workflow {
+    pub attrs: Vec<Attribute>,
+    pub vis: Visibility,
+    pub name: Ident,
+    pub params: Vec<Param>,
+    pub output_ty: Option<Type>,
+    /// The steps of the body, run in sequence.
+    pub body: Vec<Step>,
+    pub body_span: Span,
+    pub output: Option<Expr>,
+}
+
+/// A workflow parameter `name: Type`.
+pub struct Param {
+    pub name: Ident,
+    pub ty: Type,
+}
+
+/// One step of a block.
+pub enum Step {
+    Operation(OpStep),
+    Sequential(BlockStep),
+    Parallel(BlockStep),
+    Conditional(CondStep),
+}
+
+pub struct OpStep {
+    pub name: Option<Ident>,
+    pub keyword: Ident,
+    pub call: Expr,
+    pub options: Vec<Opt>,
+}
+
+pub struct BlockStep {
+    pub options: Vec<Opt>,
+    pub steps: Vec<Step>,
+    pub brace: Span,
+}
+
+pub struct CondStep {
+    pub keyword: Ident,
+    pub test: Expr,
+    pub then: Vec<Step>,
+    pub then_brace: Span,
+    pub otherwise: Option<(Span, Vec<Step>)>,
+}
+
+/// `key = value` in a step's options.
+pub struct Opt {
+    pub key: Ident,
+    pub value: OptValue,
+}
+
+pub enum OptValue {
+    Names(Vec<Ident>, Span),
+    Str(LitStr),
+    Int(LitInt),
+    Other(Expr),
+}
+
+impl OptValue {
+    pub fn span(&self) -> Span {
+        match self {
+            OptValue::Names(_, span) => *span,
+            OptValue::Str(lit) => lit.span(),
+            OptValue::Int(lit) => lit.span(),
+            OptValue::Other(expr) => expr.span(),
+        }
+    }
+}
+
+pub const STEP_KINDS: &str = "`Operation`, `Sequential`, `Parallel` or `Conditional`";
+
+/// Parses the invocation. The header (name, parameters, output type) must be well formed; inside
+/// the body, each malformed step is recorded in `cx` and skipped.
+pub fn workflow(input: TokenStream, cx: &mut Ctxt) -> syn::Result<Workflow> {
+    let header = |input: ParseStream| -> syn::Result<(Vec<Attribute>, Visibility, Ident, Vec<Param>, Option<Type>, TokenStream, Span)> {
+        let attrs = input.call(Attribute::parse_outer)?;
+        let vis: Visibility = input.parse()?;
+        let name: Ident = input.parse().map_err(|e| {
+            syn::Error::new(e.span(), "expected the workflow's name, as in `pub Checkout(order_id: u64) { .. }`")
+        })?;
+        if !input.peek(syn::token::Paren) {
+            return Err(input.error("expected the workflow's parameters in parentheses after its name, as in `Checkout(order_id: u64)`; write `()` for none"));
+        }
+        let content;
+        syn::parenthesized!(content in input);
+        let params = Punctuated::<Param, Token![,]>::parse_terminated(&content)?;
+        let output_ty = if input.peek(Token![->]) {
+            input.parse::<Token![->]>()?;
+            Some(input.parse::<Type>()?)
+        } else {
+            None
+        };
+        if !input.peek(syn::token::Brace) {
+            return Err(input.error("expected the workflow's body in braces"));
+        }
+        let body;
+        let brace = syn::braced!(body in input);
+        let tokens: TokenStream = body.parse()?;
+        if !input.is_empty() {
+            return Err(input.error("unexpected tokens after the workflow's body; write one workflow per `workflow!`"));
+        }
+        Ok((attrs, vis, name, params.into_iter().collect(), output_ty, tokens, brace.span.join()))
+    };
+    let (attrs, vis, name, params, output_ty, body_tokens, body_span) = header.parse2(input)?;
+    let (steps_tokens, output_tokens) = split_output(body_tokens);
+    let output = match output_tokens {
+        Some((arrow, tokens)) if tokens.is_empty() => {
+            cx.error(arrow, "expected the workflow's output expression after `=>`");
+            None
+        }
+        Some((_, tokens)) => match syn::parse2::<Expr>(tokens) {
+            Ok(expr) => Some(expr),
+            Err(e) => {
+                cx.push(e);
+                None
+            }
+        },
+        None => None,
+    };
+    let body = steps(steps_tokens, cx);
+    Ok(Workflow {
+        attrs,
+        vis,
+        name,
+        params,
+        output_ty,
+        body,
+        body_span,
+        output,
+    })
+}
+
+impl Parse for Param {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let name: Ident = input.parse().map_err(|e| {
+            syn::Error::new(e.span(), "expected a parameter `name: Type`")
+        })?;
+        input.parse::<Token![:]>()?;
+        let ty: Type = input.parse()?;
+        Ok(Param { name, ty })
+    }
+}
+
+/// Splits `steps… => output` at the first top-level `=>`.
+fn split_output(tokens: TokenStream) -> (TokenStream, Option<(Span, TokenStream)>) {
+    let trees: Vec<TokenTree> = tokens.into_iter().collect();
+    for i in 0..trees.len().saturating_sub(1) {
+        if let (TokenTree::Punct(eq), TokenTree::Punct(gt)) = (&trees[i], &trees[i + 1])
+            && eq.as_char() == '='
+            && gt.as_char() == '>'
+            && eq.spacing() == proc_macro2::Spacing::Joint
+        {
+            let before = trees[..i].iter().cloned().collect();
+            let after = trees[i + 2..].iter().cloned().collect();
+            return (before, Some((eq.span(), after)));
+        }
+    }
+    (trees.into_iter().collect(), None)
+}
+
+/// Splits a block's tokens at top-level commas and parses each piece as a step.
+pub fn steps(tokens: TokenStream, cx: &mut Ctxt) -> Vec<Step> {
+    let mut out = Vec::new();
+    let mut chunk: Vec<TokenTree> = Vec::new();
+    let mut chunks = Vec::new();
+    for tree in tokens {
+        match &tree {
+            TokenTree::Punct(p) if p.as_char() == ',' => {
+                chunks.push((std::mem::take(&mut chunk), p.span()));
+            }
+            _ => chunk.push(tree),
+        }
+    }
+    if !chunk.is_empty() {
+        chunks.push((chunk, Span::call_site()));
+    }
+    for (chunk, comma) in chunks {
+        if chunk.is_empty() {
+            cx.error(comma, "expected a step before this comma");
+            continue;
+        }
+        if let Some(step) = step(chunk, cx) {
+            out.push(step);
+        }
+    }
+    out
+}
+
+fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
+    let mut trees = chunk.into_iter().peekable();
+    let first = trees.next()?;
+    // `name = Kind(..)`?
+    let (name, keyword) = match (&first, trees.peek()) {
+        (TokenTree::Ident(name), Some(TokenTree::Punct(eq))) if eq.as_char() == '=' => {
+            let name = name.clone();
+            trees.next();
+            match trees.next() {
+                Some(TokenTree::Ident(kw)) => (Some(name), kw),
+                Some(other) => {
+                    cx.error(other.span(), format!("expected a step after `{name} =`: one of {STEP_KINDS}"));
+                    return None;
+                }
+                None => {
+                    cx.error(name.span(), format!("expected a step after `{name} =`, as in `{name} = Operation(call())`"));
+                    return None;
+                }
+            }
+        }
+        (TokenTree::Ident(kw), _) => (None, kw.clone()),
+        (other, _) => {
+            cx.error(other.span(), format!("expected a step: one of {STEP_KINDS}"));
+            return None;
+        }
+    };
+    let rest: Vec<TokenTree> = trees.collect();
+    let kind = keyword.to_string();
+    if kind != "Operation" {
+        if let Some(name) = &name {
+            cx.error(
+                name.span(),
+                format!("only an `Operation` can be named, not a `{kind}` block; name the operations inside it"),
+            );
+        }
+    }
+    match kind.as_str() {
+        "Operation" => operation(name, keyword, rest, cx).map(Step::Operation),
+        "Sequential" | "Parallel" => {
+            let block = block(keyword, rest, cx)?;
+            Some(if kind == "Sequential" {
+                Step::Sequential(block)
+            } else {
+                Step::Parallel(block)
+            })
+        }
+        "Conditional" => conditional(keyword, rest, cx).map(Step::Conditional),
+        other => {
+            let hint = match other.to_ascii_lowercase().as_str() {
+                "operation" | "op" => " (did you mean `Operation`?)",
+                "sequential" | "sequence" | "seq" => " (did you mean `Sequential`?)",
+                "parallel" | "par" => " (did you mean `Parallel`?)",
+                "conditional" | "if" | "cond" => " (did you mean `Conditional`?)",
+                _ => "",
+            };
+            cx.error(keyword.span(), format!("unknown step `{other}`: expected {STEP_KINDS}{hint}"));
+            None
+        }
+    }
+}
+
+fn group(tree: Option<&TokenTree>, delimiter: Delimiter) -> Option<&proc_macro2::Group> {
+    match tree {
+        Some(TokenTree::Group(g)) if g.delimiter() == delimiter => Some(g),
+        _ => None,
+    }
+}
+
+fn operation(name: Option<Ident>, keyword: Ident, rest: Vec<TokenTree>, cx: &mut Ctxt) -> Option<OpStep> {
+    let Some(args) = group(rest.first(), Delimiter::Parenthesis) else {
+        cx.error(keyword.span(), "expected `Operation(call(..))`: the async call in parentheses");
+        return None;
+    };
+    if let Some(extra) = rest.get(1) {
+        cx.error(extra.span(), "unexpected tokens after `Operation(..)`; separate steps with commas");
+        return None;
+    }
+    if args.stream().is_empty() {
+        cx.error(args.span(), "expected the async call inside `Operation(..)`, as in `Operation(fetch(id))`");
+        return None;
+    }
+    let parser = |input: ParseStream| -> syn::Result<(Expr, Vec<Opt>)> {
+        let call: Expr = input.parse()?;
+        let mut options = Vec::new();
+        while !input.is_empty() {
+            input.parse::<Token![,]>()?;
+            if input.is_empty() {
+                break;
+            }
+            options.push(input.parse::<Opt>()?);
+        }
+        Ok((call, options))
+    };
+    match parser.parse2(args.stream()) {
+        Ok((call, options)) => Some(OpStep {
+            name,
+            keyword,
+            call,
+            options,
+        }),
+        Err(e) => {
+            cx.push(e);
+            None
+        }
+    }
+}
+
+fn parse_options(group: &proc_macro2::Group, cx: &mut Ctxt) -> Vec<Opt> {
+    let parser = Punctuated::<Opt, Token![,]>::parse_terminated;
+    match parser.parse2(group.stream()) {
+        Ok(opts) => opts.into_iter().collect(),
+        Err(e) => {
+            cx.push(e);
+            Vec::new()
+        }
+    }
+}
+
+fn block(keyword: Ident, rest: Vec<TokenTree>, cx: &mut Ctxt) -> Option<BlockStep> {
+    let mut i = 0;
+    let mut options = Vec::new();
+    if let Some(g) = group(rest.first(), Delimiter::Parenthesis) {
+        options = parse_options(g, cx);
+        i = 1;
+    }
+    let Some(body) = group(rest.get(i), Delimiter::Brace) else {
+        cx.error(
+            keyword.span(),
+            format!("expected `{keyword} {{ .. }}`: the steps of the block in braces"),
+        );
+        return None;
+    };
+    if let Some(extra) = rest.get(i + 1) {
+        cx.error(extra.span(), format!("unexpected tokens after `{keyword} {{ .. }}`; separate steps with commas"));
+        return None;
+    }
+    Some(BlockStep {
+        options,
+        steps: steps(body.stream(), cx),
+        brace: body.span(),
+    })
+}
+
+fn conditional(keyword: Ident, rest: Vec<TokenTree>, cx: &mut Ctxt) -> Option<CondStep> {
+    let Some(test) = group(rest.first(), Delimiter::Parenthesis) else {
+        cx.error(keyword.span(), "expected `Conditional(test) { .. }`: the test in parentheses");
+        return None;
+    };
+    if test.stream().is_empty() {
+        cx.error(test.span(), "expected a test inside `Conditional(..)`, as in `Conditional(risk.is_ok())`");
+        return None;
+    }
+    let test_expr = match syn::parse2::<Expr>(test.stream()) {
+        Ok(expr) => expr,
+        Err(e) => {
+            cx.push(e);
+            return None;
+        }
+    };
+    let Some(then) = group(rest.get(1), Delimiter::Brace) else {
+        cx.error(test.span(), "expected the branch to take in braces after `Conditional(test)`");
+        return None;
+    };
+    let otherwise = match rest.get(2) {
+        None => None,
+        Some(TokenTree::Ident(kw)) if kw == "else" => {
+            let Some(body) = group(rest.get(3), Delimiter::Brace) else {
+                cx.error(kw.span(), "expected the else branch in braces: `else { .. }`");
+                return None;
+            };
+            if let Some(extra) = rest.get(4) {
+                cx.error(extra.span(), "unexpected tokens after `else { .. }`; separate steps with commas");
+                return None;
+            }
+            Some((kw.span(), steps(body.stream(), cx)))
+        }
+        Some(other) => {
+            cx.error(other.span(), "expected `else { .. }` or a comma after the Conditional's branch");
+            return None;
+        }
+    };
+    Some(CondStep {
+        keyword,
+        test: test_expr,
+        then: steps(then.stream(), cx),
+        then_brace: then.span(),
+        otherwise,
+    })
+}
+
+impl Parse for Opt {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let key: Ident = input.parse().map_err(|e| {
+            syn::Error::new(e.span(), "expected an option `name = value`")
+        })?;
+        if !input.peek(Token![=]) {
+            return Err(syn::Error::new(
+                key.span(),
+                format!("expected `{key} = value`"),
+            ));
+        }
+        input.parse::<Token![=]>()?;
+        let value = if input.peek(syn::token::Bracket) {
+            let content;
+            let bracket = bracketed!(content in input);
+            let names = Punctuated::<Ident, Token![,]>::parse_terminated(&content)?;
+            OptValue::Names(names.into_iter().collect(), bracket.span.join())
+        } else if input.peek(LitStr) {
+            OptValue::Str(input.parse()?)
+        } else if input.peek(LitInt) {
+            OptValue::Int(input.parse()?)
+        } else {
+            OptValue::Other(input.parse()?)
+        };
+        Ok(Opt { key, value })
+    }
+}

@@ -1,0 +1,273 @@
+//! Every compile-time check of a workflow's graph. Errors go to the shared context, each on the
+//! user's own tokens, with a second error standing as a note on the other tokens involved.
+
+use std::collections::{HashMap, HashSet};
+
+use petgraph::algo::tarjan_scc;
+use petgraph::graph::DiGraph;
+use syn::Ident;
+
+use crate::ctxt::Ctxt;
+use crate::graph::{Dag, Kind, edge};
+use crate::names;
+use crate::parse::Workflow;
+
+/// A checked graph: nodes in a topological order, ready to expand.
+pub struct Checked {
+    pub dag: Dag,
+    /// Node ids in execution order: every edge goes from an earlier to a later position.
+    pub order: Vec<usize>,
+    /// For each node, the node names its expression reads (resolved to node ids).
+    pub uses: Vec<Vec<(Ident, usize)>>,
+    /// For each node, whether it is sure to have completed after a successful run.
+    pub sure: Vec<bool>,
+    /// The node names the output expression reads.
+    pub output_uses: Vec<(Ident, usize)>,
+}
+
+pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked> {
+    let names = check_names(workflow, &dag, cx);
+    resolve_after(&mut dag, &names, cx);
+
+    let params: HashSet<String> = workflow.params.iter().map(|p| p.name.to_string()).collect();
+    for (i, param) in workflow.params.iter().enumerate() {
+        if let Some(first) = workflow.params[..i].iter().find(|p| p.name == param.name) {
+            cx.error(param.name.span(), format!("duplicate parameter `{}`", param.name));
+            cx.error(first.name.span(), format!("`{}` is first declared here", first.name));
+        }
+    }
+
+    // The names an expression may read: every node name that is not shadowed by a parameter.
+    let readable: HashSet<String> = names.keys().filter(|n| !params.contains(*n)).cloned().collect();
+    let raw_uses: Vec<Vec<Ident>> = dag.nodes.iter().map(|n| names::uses(&n.expr, &readable)).collect();
+
+    let order = match order_or_cycles(&dag, cx) {
+        Some(order) => order,
+        None => return None,
+    };
+
+    // Ancestors over order edges (sequence, after, branch), as bitsets by node id.
+    let n = dag.nodes.len();
+    let words = n.div_ceil(64).max(1);
+    let mut preds: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for &(from, to) in dag.edges.keys() {
+        preds[to].push(from);
+    }
+    let mut ancestors = vec![0u64; n * words];
+    for &node in &order {
+        for &pred in &preds[node] {
+            for w in 0..words {
+                let bits = ancestors[pred * words + w];
+                ancestors[node * words + w] |= bits;
+            }
+            ancestors[node * words + pred / 64] |= 1 << (pred % 64);
+        }
+    }
+    let is_ancestor = |a: usize, of: usize| ancestors[of * words + a / 64] & (1 << (a % 64)) != 0;
+
+    let mut uses: Vec<Vec<(Ident, usize)>> = vec![Vec::new(); n];
+    for (node, idents) in raw_uses.into_iter().enumerate() {
+        for ident in idents {
+            let Some(&source) = names.get(&ident.to_string()) else { continue };
+            if source == node {
+                cx.error(
+                    ident.span(),
+                    format!("`{ident}` reads its own output: a step cannot use its own result"),
+                );
+                continue;
+            }
+            if !is_ancestor(source, node) {
+                let why = if is_ancestor(node, source) {
+                    format!("`{ident}` runs after this step, so its output does not exist yet; move this step after it")
+                } else if other_branch(&dag, source, node) {
+                    format!("`{ident}` is in the other branch of the same `Conditional`, which never runs together with this one")
+                } else {
+                    format!("`{ident}` may run at the same time as this step, so its output may not exist yet; add `after = [{ident}]` to the step, or move it after `{ident}` in a `Sequential`")
+                };
+                cx.error(ident.span(), why);
+                cx.error(dag.nodes[source].span(), format!("`{ident}` is defined here"));
+                continue;
+            }
+            uses[node].push((ident, source));
+        }
+    }
+    for (node, reads) in uses.iter().enumerate() {
+        for (_, source) in reads {
+            dag.add_edge(*source, node, edge::DATA);
+        }
+    }
+
+    let output_uses = match &workflow.output {
+        Some(expr) => {
+            if let syn::Expr::Path(path) = expr
+                && let Some(ident) = path.path.get_ident()
+                && !names.contains_key(&ident.to_string())
+                && !params.contains(&ident.to_string())
+            {
+                let known: Vec<String> = dag.nodes.iter().filter_map(|n| n.name.as_ref()).map(|n| format!("`{n}`")).collect();
+                let listed = if known.is_empty() { "this workflow names no node".to_string() } else { format!("the named nodes are {}", known.join(", ")) };
+                cx.error(ident.span(), format!("the output `{ident}` is no node or parameter of this workflow; {listed}"));
+            }
+            names::uses(expr, &readable)
+                .into_iter()
+                .filter_map(|ident| names.get(&ident.to_string()).map(|&id| (ident, id)))
+                .collect()
+        }
+        None => Vec::new(),
+    };
+
+    if cx.has_errors() {
+        return None;
+    }
+
+    let mut may_skip = vec![false; n];
+    for &node in &order {
+        may_skip[node] = !dag.nodes[node].branches.is_empty() || uses[node].iter().any(|(_, s)| may_skip[*s]);
+    }
+    // A node is sure to have completed in a successful run unless it may be skipped, or a
+    // Conditional test reads it or something downstream of it (a caught failure).
+    let mut tested = vec![false; n];
+    for (node, reads) in uses.iter().enumerate() {
+        if dag.nodes[node].kind == Kind::Decision {
+            for (_, source) in reads {
+                tested[*source] = true;
+            }
+        }
+    }
+    let mut reaches_test = tested;
+    for &node in order.iter().rev() {
+        let downstream = dag
+            .edges
+            .range((node, 0)..(node + 1, 0))
+            .any(|(&(_, to), _)| reaches_test[to]);
+        reaches_test[node] |= downstream;
+    }
+    let sure = (0..n).map(|i| !may_skip[i] && !reaches_test[i]).collect();
+
+    Some(Checked {
+        dag,
+        order,
+        uses,
+        sure,
+        output_uses,
+    })
+}
+
+/// Node names: unique, and no shadowing of parameters.
+fn check_names(workflow: &Workflow, dag: &Dag, cx: &mut Ctxt) -> HashMap<String, usize> {
+    let mut names: HashMap<String, usize> = HashMap::new();
+    for (id, node) in dag.nodes.iter().enumerate() {
+        let Some(name) = &node.name else { continue };
+        if let Some(param) = workflow.params.iter().find(|p| p.name == *name) {
+            cx.error(
+                name.span(),
+                format!("node name `{name}` shadows the workflow parameter `{name}`; rename the node"),
+            );
+            cx.error(param.name.span(), format!("parameter `{name}` is declared here"));
+        }
+        match names.get(&name.to_string()) {
+            Some(&first) => {
+                cx.error(name.span(), format!("duplicate node name `{name}`; every node needs its own name"));
+                cx.error(dag.nodes[first].span(), format!("`{name}` is first defined here"));
+            }
+            None => {
+                names.insert(name.to_string(), id);
+            }
+        }
+    }
+    names
+}
+
+fn resolve_after(dag: &mut Dag, names: &HashMap<String, usize>, cx: &mut Ctxt) {
+    let mut edges = Vec::new();
+    for (id, node) in dag.nodes.iter().enumerate() {
+        for target in &node.after {
+            match names.get(&target.to_string()) {
+                Some(&source) if source == id => cx.error(
+                    target.span(),
+                    format!("`{target}` cannot run after itself; remove it from `after`"),
+                ),
+                Some(&source) => edges.push((source, id)),
+                None => {
+                    let known: Vec<String> = names.keys().map(|n| format!("`{n}`")).collect();
+                    let mut known = known;
+                    known.sort();
+                    let listed = if known.is_empty() {
+                        "this workflow names no node; name one as in `fetch = Operation(..)`".to_string()
+                    } else {
+                        format!("the named nodes are {}", known.join(", "))
+                    };
+                    cx.error(target.span(), format!("`after` names `{target}`, which is no node of this workflow; {listed}"));
+                }
+            }
+        }
+    }
+    for (from, to) in edges {
+        dag.add_edge(from, to, edge::AFTER);
+    }
+}
+
+fn other_branch(dag: &Dag, a: usize, b: usize) -> bool {
+    dag.nodes[a].branches.iter().any(|&(decision, side)| {
+        dag.nodes[b].branches.iter().any(|&(d, s)| d == decision && s != side)
+    })
+}
+
+/// A topological order that keeps source order where it can; or errors on every cycle.
+fn order_or_cycles(dag: &Dag, cx: &mut Ctxt) -> Option<Vec<usize>> {
+    let n = dag.nodes.len();
+    let mut graph = DiGraph::<usize, ()>::with_capacity(n, dag.edges.len());
+    let ids: Vec<_> = (0..n).map(|i| graph.add_node(i)).collect();
+    for &(from, to) in dag.edges.keys() {
+        graph.add_edge(ids[from], ids[to], ());
+    }
+    let mut cyclic = false;
+    for scc in tarjan_scc(&graph) {
+        if scc.len() < 2 {
+            continue;
+        }
+        cyclic = true;
+        let mut members: Vec<usize> = scc.iter().map(|ix| graph[*ix]).collect();
+        members.sort_unstable();
+        let path = members.iter().map(|&m| format!("`{}`", dag.nodes[m].display)).collect::<Vec<_>>().join(", ");
+        for &member in &members {
+            let node = &dag.nodes[member];
+            let closing: Vec<&Ident> = node
+                .after
+                .iter()
+                .filter(|t| members.iter().any(|&m| dag.nodes[m].name.as_ref() == Some(*t)))
+                .collect();
+            if closing.is_empty() {
+                cx.error(node.span(), format!("`{}` is part of a dependency cycle through {path}", node.display));
+            } else {
+                for target in closing {
+                    cx.error(
+                        target.span(),
+                        format!("`after = [{target}]` closes a dependency cycle through {path}; a step cannot wait for a step that waits for it"),
+                    );
+                }
+            }
+        }
+    }
+    if cyclic {
+        return None;
+    }
+    // Kahn's algorithm, always taking the lowest ready id: source order where edges allow.
+    let mut indegree = vec![0usize; n];
+    for &(_, to) in dag.edges.keys() {
+        indegree[to] += 1;
+    }
+    let mut ready: std::collections::BTreeSet<usize> = (0..n).filter(|&i| indegree[i] == 0).collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some(node) = ready.pop_first() {
+        order.push(node);
+        for (&(from, to), _) in dag.edges.range((node, 0)..(node + 1, 0)) {
+            debug_assert_eq!(from, node);
+            indegree[to] -= 1;
+            if indegree[to] == 0 {
+                ready.insert(to);
+            }
+        }
+    }
+    Some(order)
+}

@@ -1,0 +1,181 @@
+//! Errors of nodes and of whole runs.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::time::Duration;
+
+/// The boxed error type an operation's error is stored as.
+pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// Why one node did not complete.
+///
+/// In a `Conditional` test, a node's name stands for `Result<&T, &NodeError>`, so a test can
+/// look at a failure and route around it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// The operation returned `Err`.
+    Failed(BoxError),
+    /// The operation (or a decision's test) panicked; the payload's message is kept.
+    Panicked(String),
+    /// An attempt ran longer than the node's `timeout`.
+    TimedOut(Duration),
+    /// The node never ran because the failure of `cause` reached it.
+    Aborted {
+        /// The node whose failure started the chain of aborts.
+        cause: &'static str,
+    },
+    /// The run was cancelled from outside before the node finished.
+    Cancelled,
+}
+
+impl NodeError {
+    /// The operation's own error, if the node failed by returning `Err`.
+    pub fn source_error(&self) -> Option<&(dyn StdError + Send + Sync + 'static)> {
+        match self {
+            NodeError::Failed(e) => Some(e.as_ref()),
+            _ => None,
+        }
+    }
+
+    /// The operation's error as `E`, if it failed with an error of that type.
+    pub fn downcast_ref<E: StdError + 'static>(&self) -> Option<&E> {
+        match self {
+            NodeError::Failed(e) => e.downcast_ref::<E>(),
+            _ => None,
+        }
+    }
+
+    /// Whether the node never ran because another node failed.
+    pub fn is_aborted(&self) -> bool {
+        matches!(self, NodeError::Aborted { .. })
+    }
+}
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeError::Failed(e) => write!(f, "{e}"),
+            NodeError::Panicked(msg) => write!(f, "panicked: {msg}"),
+            NodeError::TimedOut(after) => write!(f, "timed out after {after:?}"),
+            NodeError::Aborted { cause } => write!(f, "aborted because `{cause}` failed"),
+            NodeError::Cancelled => f.write_str("cancelled"),
+        }
+    }
+}
+
+impl StdError for NodeError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        match self {
+            NodeError::Failed(e) => Some(e.as_ref()),
+            _ => None,
+        }
+    }
+}
+
+/// One node's entry in a [`WorkflowError`].
+#[derive(Debug)]
+pub struct NodeFailure {
+    /// The node's name.
+    pub node: &'static str,
+    /// What happened to it: its own error, or [`NodeError::Aborted`] with the failure that
+    /// aborted it.
+    pub error: NodeError,
+}
+
+/// A run that did not succeed: at least one failure was not caught by a `Conditional`.
+///
+/// Lists every failed node with its error and every aborted node with the failure that
+/// aborted it, in node order.
+#[derive(Debug)]
+pub struct WorkflowError {
+    workflow: &'static str,
+    failures: Vec<NodeFailure>,
+}
+
+impl WorkflowError {
+    pub(crate) fn new(workflow: &'static str, failures: Vec<NodeFailure>) -> Self {
+        WorkflowError { workflow, failures }
+    }
+
+    /// The workflow's name.
+    pub fn workflow(&self) -> &'static str {
+        self.workflow
+    }
+
+    /// Every failed and aborted node, in node order.
+    pub fn failures(&self) -> &[NodeFailure] {
+        &self.failures
+    }
+
+    /// The nodes that failed by themselves (not aborted).
+    pub fn failed(&self) -> impl Iterator<Item = &NodeFailure> {
+        self.failures.iter().filter(|f| !f.error.is_aborted())
+    }
+
+    /// The nodes that were aborted, each with its cause.
+    pub fn aborted(&self) -> impl Iterator<Item = &NodeFailure> {
+        self.failures.iter().filter(|f| f.error.is_aborted())
+    }
+
+    /// The error of the node called `node`, if it failed or was aborted.
+    pub fn error_of(&self, node: &str) -> Option<&NodeError> {
+        self.failures
+            .iter()
+            .find(|f| f.node == node)
+            .map(|f| &f.error)
+    }
+
+    /// Whether the run was cancelled from outside.
+    pub fn is_cancelled(&self) -> bool {
+        self.failures
+            .iter()
+            .any(|f| matches!(f.error, NodeError::Cancelled))
+    }
+}
+
+impl fmt::Display for WorkflowError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let failed = self.failed().count();
+        let aborted = self.aborted().count();
+        write!(
+            f,
+            "workflow `{}` failed: {failed} node(s) failed, {aborted} aborted",
+            self.workflow
+        )?;
+        for failure in &self.failures {
+            write!(f, "; `{}`: {}", failure.node, failure.error)?;
+        }
+        Ok(())
+    }
+}
+
+impl StdError for WorkflowError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.failed().next().map(|f| &f.error as &(dyn StdError + 'static))
+    }
+}
+
+/// What an operation's future may resolve to: `Result<T, E>` with `E` a std error.
+#[diagnostic::on_unimplemented(
+    message = "an operation must resolve to `Result<T, E>` with `E: std::error::Error + Send + Sync + 'static`, not `{Self}`",
+    label = "this resolves to `{Self}`",
+    note = "wrap an infallible value as `Ok::<_, std::convert::Infallible>(value)`"
+)]
+pub trait IntoNodeResult {
+    /// The success value.
+    type Ok;
+    /// Converts into the node's result.
+    fn into_node_result(self) -> Result<Self::Ok, NodeError>;
+}
+
+impl<T, E> IntoNodeResult for Result<T, E>
+where
+    E: StdError + Send + Sync + 'static,
+{
+    type Ok = T;
+    #[inline]
+    fn into_node_result(self) -> Result<T, NodeError> {
+        self.map_err(|e| NodeError::Failed(Box::new(e)))
+    }
+}

@@ -1,0 +1,27 @@
+//! The runtime of [flow](https://docs.rs/flow): the scheduler that runs the code `workflow!`
+//! generates, node statuses, errors and the static graph.
+//!
+//! Use it through the `flow` crate, which re-exports everything here; generated code reaches it
+//! only through `::flow::__private`.
+//!
+//! ```
+//! use flow_runtime::{NodeStatus, Plan};
+//! assert!(NodeStatus::Skipped.is_terminal());
+//! assert_eq!(Plan::EMPTY.roots.len(), 0);
+//! ```
+
+mod error;
+mod graph;
+mod nodes;
+mod report;
+mod scheduler;
+mod scope;
+mod status;
+
+pub use error::{BoxError, IntoNodeResult, NodeError, NodeFailure, WorkflowError};
+pub use graph::{Edge, EdgeKind, Graph, NodeInfo, NodeKind, Plan};
+pub use nodes::{Decide, Nodes, Op, Pair, Slot};
+pub use report::{NodeReport, Outcome, Report};
+pub use scheduler::{Finished, RunOptions, RunState, complete, discard, execute, require};
+pub use scope::{OperationScope, OperationSpec};
+pub use status::NodeStatus;

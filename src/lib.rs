@@ -1,54 +1,63 @@
 //! # flow
 //!
 //! Write a workflow over ordinary `async fn`s as `Sequential` / `Parallel` / `Conditional` /
-//! `Operation` blocks; the [`workflow!`] macro turns it into a static DAG at compile time,
+//! `Operation` steps; the [`workflow!`] macro turns it into a static DAG at compile time,
 //! rejects invalid graphs with errors on your own tokens, and generates the scheduling tables;
-//! a small runtime runs the nodes concurrently inside the caller's task.
+//! a small runtime runs the steps concurrently inside the caller's task.
 //!
 //! ```
 //! use flow::prelude::*;
-//!
-//! #[derive(Debug)]
-//! struct NotFound;
-//! impl std::fmt::Display for NotFound {
-//!     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-//!         f.write_str("not found")
-//!     }
-//! }
-//! impl std::error::Error for NotFound {}
-//!
-//! async fn price(item: &str) -> Result<u32, NotFound> {
-//!     match item {
-//!         "apple" => Ok(3),
-//!         "pear" => Ok(4),
-//!         _ => Err(NotFound),
-//!     }
-//! }
-//!
-//! async fn total(a: &u32, b: &u32) -> Result<u32, NotFound> {
-//!     Ok(a + b)
-//! }
+//! # use std::convert::Infallible;
+//! #
+//! # #[derive(Debug)]
+//! # struct NotFound(u64);
+//! # impl std::fmt::Display for NotFound {
+//! #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+//! #         write!(f, "no user with id {}", self.0)
+//! #     }
+//! # }
+//! # impl std::error::Error for NotFound {}
+//! # struct User { name: String }
+//! # struct Order { total: u64 }
+//! # #[derive(Clone, Debug, PartialEq)]
+//! # struct Summary { name: String, spent: u64 }
+//! # async fn fetch_user(id: u64) -> Result<User, NotFound> {
+//! #     if id == 7 { Ok(User { name: "Ada".into() }) } else { Err(NotFound(id)) }
+//! # }
+//! # async fn fetch_orders(_user_id: u64) -> Result<Vec<Order>, NotFound> {
+//! #     Ok(vec![Order { total: 1250 }, Order { total: 800 }])
+//! # }
+//! # async fn summarize(user: &User, orders: &[Order]) -> Result<Summary, Infallible> {
+//! #     Ok(Summary { name: user.name.clone(), spent: orders.iter().map(|o| o.total).sum() })
+//! # }
 //!
 //! workflow! {
-//!     /// Prices two items at once, then adds them up.
-//!     pub Basket(first: &str, second: &str) -> u32 {
+//!     /// Loads a user and their orders in parallel, then summarises them.
+//!     pub UserSummary(user_id: u64) -> Summary {
 //!         Sequential {
 //!             Parallel {
-//!                 a = Operation(price(first)),
-//!                 b = Operation(price(second)),
+//!                 user = Operation(fetch_user(user_id)),
+//!                 orders = Operation(fetch_orders(user_id)),
 //!             },
-//!             sum = Operation(total(&a, &b)),
+//!             summary = Operation(summarize(&user, &orders)),
 //!         }
-//!         => sum
+//!         => summary.clone()
 //!     }
 //! }
 //!
 //! # futures::executor::block_on(async {
-//! let sum = Basket::run("apple", "pear").await?;
-//! assert_eq!(sum, 7);
+//! // fetch_user, fetch_orders and summarize are plain `async fn`s returning `Result<T, E>`.
+//! let summary = UserSummary::run(7).await?;
+//! assert_eq!(summary.spent, 2050);
 //!
-//! let err = Basket::run("apple", "plum").await.unwrap_err();
-//! assert_eq!(err.failed().next().map(|f| f.node), Some("b"));
+//! // The runner returns the result together with a report of every step.
+//! let outcome = UserSummary::runner().execute(404).await;
+//! assert_eq!(outcome.report.status("summary"), Some(NodeStatus::Aborted));
+//! let error = outcome.result.unwrap_err();
+//! assert_eq!(error.failed().next().map(|f| f.node), Some("user"));
+//!
+//! // The graph is a constant, built at compile time.
+//! println!("{}", UserSummary::GRAPH.to_mermaid());
 //! # Ok::<(), flow::WorkflowError>(())
 //! # }).unwrap();
 //! ```
@@ -57,14 +66,16 @@
 
 pub use flow_macros::{operation, workflow};
 pub use flow_runtime::{
-    BoxError, Edge, EdgeKind, Graph, IntoNodeResult, NodeError, NodeFailure, NodeInfo, NodeKind,
-    NodeReport, NodeStatus, Outcome, Report, RunOptions, WorkflowError,
+    Backoff, BoxError, CancelReason, CancelToken, Edge, EdgeKind, FailurePolicy, Graph,
+    IntoNodeResult, NodeError, NodeFailure, NodeInfo, NodeKind, NodePolicy, NodeReport, NodeStatus,
+    Outcome, Report, RunOptions, WorkflowError,
 };
 
 /// Everything a workflow file needs: `use flow::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        NodeError, NodeStatus, Outcome, Report, WorkflowError, operation, workflow,
+        CancelToken, FailurePolicy, NodeError, NodeStatus, Outcome, Report, WorkflowError,
+        operation, workflow,
     };
 }
 

@@ -149,6 +149,25 @@ fn generate(workflow: &Workflow, checked: &Checked) -> TokenStream {
                 self
             }
 
+            /// Sets the failure policy of this run (the workflow's own is the default).
+            #vis fn failure_policy(mut self, policy: ::flow::__private::FailurePolicy) -> Self {
+                self.options.failure_policy(policy);
+                self
+            }
+
+            /// Cancels the run when `token` is cancelled: running operations are dropped and
+            /// every unfinished node is aborted.
+            #vis fn cancel_on(mut self, token: ::flow::__private::CancelToken) -> Self {
+                self.options.cancel_on(token);
+                self
+            }
+
+            /// Cancels the run when it has run for `after` (needs a tokio runtime with time).
+            #vis fn deadline(mut self, after: ::flow::__private::Duration) -> Self {
+                self.options.deadline(after);
+                self
+            }
+
             /// Runs the workflow and returns its result together with a report of every node.
             ///
             /// Dropping the returned future cancels the run and drops every running operation.
@@ -161,6 +180,9 @@ fn generate(workflow: &Workflow, checked: &Checked) -> TokenStream {
         }
     }
 }
+
+/// Workflows with at most this many nodes keep node futures inline.
+const INLINE_LIMIT: usize = 64;
 
 fn balanced(leaves: &[TokenStream]) -> TokenStream {
     match leaves {
@@ -202,8 +224,15 @@ fn leaf(names: &Names<'_>, id: usize) -> TokenStream {
             } else {
                 quote_spanned!(span=> ::flow::__private::discard(#awaited))
             };
+            // Small workflows keep every node's future inline (no allocation per node); large
+            // ones box each running future, so the run's future does not hold a thousand.
+            let op = if checked.order.len() <= INLINE_LIMIT {
+                quote!(Op)
+            } else {
+                quote!(BoxedOp)
+            };
             quote! {
-                ::flow::__private::Op::new(move || async move {
+                ::flow::__private::#op::new(move || async move {
                     #(#inputs)*
                     #finish
                 })
@@ -341,11 +370,15 @@ fn graph_const(names: &Names<'_>) -> TokenStream {
         });
         quote!(&[#(#lists),*])
     };
-    let timeouts: Vec<u64> = checked.order.iter().map(|&id| dag.nodes[id].timeout_ms).collect();
-    let timeout_ms = if timeouts.iter().all(|&t| t == 0) {
+    let policies = if checked.order.iter().all(|&id| dag.nodes[id].policy.is_empty()) {
         quote!(&[])
     } else {
-        quote!(&[#(#timeouts),*])
+        let policies = checked.order.iter().map(|&id| &dag.nodes[id].policy);
+        quote!(&[#(#policies),*])
+    };
+    let failure = match names.workflow.fail_fast {
+        true => quote!(::flow::__private::FailurePolicy::FailFast),
+        false => quote!(::flow::__private::FailurePolicy::ContinueIndependent),
     };
 
     quote! {
@@ -362,7 +395,8 @@ fn graph_const(names: &Names<'_>) -> TokenStream {
                 else_nodes: #else_nodes,
                 group_limits: &[#(#group_limits),*],
                 node_groups: #node_groups,
-                timeout_ms: #timeout_ms,
+                policies: #policies,
+                failure: #failure,
             },
         }
     }
@@ -405,6 +439,18 @@ fn skeleton(workflow: &Workflow) -> TokenStream {
             }
             /// Limits concurrency (not available: the workflow has errors).
             #vis fn max_concurrency(self, limit: ::core::num::NonZeroUsize) -> Self {
+                self
+            }
+            /// Sets the failure policy (not available: the workflow has errors).
+            #vis fn failure_policy(self, policy: ::flow::__private::FailurePolicy) -> Self {
+                self
+            }
+            /// Cancels on a token (not available: the workflow has errors).
+            #vis fn cancel_on(self, token: ::flow::__private::CancelToken) -> Self {
+                self
+            }
+            /// Sets a deadline (not available: the workflow has errors).
+            #vis fn deadline(self, after: ::flow::__private::Duration) -> Self {
                 self
             }
             /// Runs the workflow (not available: the workflow has errors).

@@ -8,7 +8,6 @@
 use std::collections::BTreeMap;
 
 use proc_macro2::Span;
-use syn::spanned::Spanned;
 use syn::{Expr, Ident};
 
 use crate::ctxt::Ctxt;
@@ -41,7 +40,7 @@ pub struct Node {
     /// The call of an operation, or the test of a decision.
     pub expr: Expr,
     pub after: Vec<Ident>,
-    pub timeout_ms: u64,
+    pub policy: options::Policy,
     /// The enclosing branches, outermost first: (decision, is the `then` branch).
     pub branches: Vec<(usize, bool)>,
     /// The limited `Parallel` blocks the node sits in.
@@ -160,7 +159,7 @@ impl Builder<'_> {
             keyword: op.keyword.clone(),
             expr: op.call.clone(),
             after: options.after,
-            timeout_ms: options.timeout_ms.unwrap_or(0),
+            policy: options.policy,
             branches: self.branches.clone(),
             groups: self.groups.clone(),
             then_nodes: Vec::new(),
@@ -196,7 +195,7 @@ impl Builder<'_> {
             keyword: cond.keyword.clone(),
             expr: cond.test.clone(),
             after: Vec::new(),
-            timeout_ms: 0,
+            policy: options::Policy::default(),
             branches: self.branches.clone(),
             groups: Vec::new(),
             then_nodes: Vec::new(),
@@ -204,9 +203,14 @@ impl Builder<'_> {
         });
         let decision = self.dag.nodes.len() - 1;
         if cond.then.is_empty() {
+            let fix = if cond.otherwise.is_some() {
+                "; to act only when the test is false, negate the test and move the `else` steps here"
+            } else {
+                ", or remove the `Conditional`"
+            };
             self.cx.error(
                 cond.then_brace,
-                "empty `Conditional` branch: give it at least one step",
+                format!("empty `Conditional` branch: give it at least one step{fix}"),
             );
         }
         let (then_entries, then_exits, then_nodes) = self.branch(decision, true, &cond.then);
@@ -293,9 +297,23 @@ fn callee(expr: &Expr) -> Option<String> {
     }
 }
 
-/// The source text of an expression, for labels.
+/// The text of an expression, for labels: its tokens, spaced as people write them.
 pub fn source_text(expr: &Expr) -> String {
-    expr.span()
-        .source_text()
-        .unwrap_or_else(|| quote::ToTokens::to_token_stream(expr).to_string())
+    let raw = quote::ToTokens::to_token_stream(expr).to_string();
+    let mut out = String::with_capacity(raw.len());
+    let chars: Vec<char> = raw.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
+        if c == ' ' {
+            let prev = if i > 0 { chars[i - 1] } else { ' ' };
+            let next = chars.get(i + 1).copied().unwrap_or(' ');
+            let tight_after = matches!(prev, '(' | '[' | '.' | '&' | '!' | ':');
+            let tight_before = matches!(next, '(' | ')' | '[' | ']' | '.' | ',' | '?' | ':');
+            let colon_pair = prev == ':' && next == ':' || next == ':' && chars.get(i + 2) == Some(&':');
+            if tight_after && prev != ':' || tight_before && next != ':' || colon_pair || prev == ':' && i >= 2 && chars[i - 2] == ':' {
+                continue;
+            }
+        }
+        out.push(c);
+    }
+    out
 }

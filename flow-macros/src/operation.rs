@@ -7,17 +7,17 @@
 
 use proc_macro2::TokenStream;
 use quote::quote;
-use syn::parse::Parser;
 use syn::punctuated::Punctuated;
 use syn::{ItemFn, Token};
 
 use crate::ctxt::Ctxt;
-use crate::options::parse_duration_ms;
+use crate::options::{POLICY_OPTIONS, Policy};
 use crate::parse::{Opt, OptValue};
 
 pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     let mut cx = Ctxt::default();
-    let options = match Punctuated::<Opt, Token![,]>::parse_terminated.parse2(args) {
+    let end = crate::parse::last_span(&args);
+    let options = match crate::parse::parse_within(Punctuated::<Opt, Token![,]>::parse_terminated, args, end) {
         Ok(options) => options.into_iter().collect::<Vec<_>>(),
         Err(error) => {
             cx.push(error);
@@ -44,7 +44,7 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     }
 
     let mut display = function.sig.ident.to_string();
-    let mut timeout_ms: u64 = 0;
+    let mut policy = Policy::default();
     for (i, opt) in options.iter().enumerate() {
         if options[..i].iter().any(|o| o.key == opt.key) {
             cx.error(opt.key.span(), format!("duplicate option `{}`", opt.key));
@@ -53,15 +53,10 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
         match (opt.key.to_string().as_str(), &opt.value) {
             ("name", OptValue::Str(lit)) => display = lit.value(),
             ("name", other) => cx.error(other.span(), "`name` takes a string, as in `name = \"charge card\"`"),
-            ("timeout", OptValue::Str(lit)) => match parse_duration_ms(&lit.value()) {
-                Ok(0) => cx.error(lit.span(), "`timeout` must be longer than zero; remove the option for no limit"),
-                Ok(ms) => timeout_ms = ms,
-                Err(why) => cx.error(lit.span(), format!("invalid duration {:?} for `timeout`: {why}", lit.value())),
-            },
-            ("timeout", other) => cx.error(other.span(), "`timeout` takes a duration in quotes, as in `timeout = \"2s\"`"),
+            _ if policy.option(opt, &mut cx) => {}
             (other, _) => cx.error(
                 opt.key.span(),
-                format!("unknown option `{other}` for `#[operation]`: expected `name = \"..\"` or `timeout = \"2s\"`"),
+                format!("unknown option `{other}` for `#[operation]`: expected `name = \"..\"`, {POLICY_OPTIONS}"),
             ),
         }
     }
@@ -75,7 +70,7 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     let body = &function.block;
     function.block = Box::new(syn::parse_quote!({
         ::flow::__private::OperationScope::new(
-            &::flow::__private::OperationSpec { name: #display, timeout_ms: #timeout_ms },
+            &::flow::__private::OperationSpec { name: #display, policy: #policy },
             async move #body,
         )
         .await

@@ -1,6 +1,8 @@
 //! Typed step options: each value is checked and kept with its span; duplicates are rejected.
 
-use syn::Ident;
+use proc_macro2::TokenStream;
+use quote::{ToTokens, quote};
+use syn::{Expr, Ident, Lit};
 
 use crate::ctxt::Ctxt;
 use crate::parse::{Opt, OptValue};
@@ -9,7 +11,136 @@ use crate::parse::{Opt, OptValue};
 #[derive(Default)]
 pub struct OpOptions {
     pub after: Vec<Ident>,
+    pub policy: Policy,
+}
+
+/// Resilience settings, shared by `Operation(..)` and `#[operation(..)]`; unset fields fall
+/// back at run time (step, then operation default, then built-in default).
+#[derive(Default, Clone, PartialEq, Eq)]
+pub struct Policy {
     pub timeout_ms: Option<u64>,
+    pub retries: Option<u32>,
+    pub backoff: Option<Backoff>,
+    pub jitter: Option<bool>,
+    pub deadline_ms: Option<u64>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Backoff {
+    Fixed(u64),
+    Exponential(u64, u64),
+}
+
+pub const POLICY_OPTIONS: &str = "`timeout = \"2s\"`, `retries = 3`, `backoff = \"100ms\"` or `backoff = exponential(\"100ms\", \"5s\")`, `jitter = true`, `deadline = \"30s\"`";
+
+fn some<T: ToTokens>(value: Option<T>) -> TokenStream {
+    match value {
+        Some(v) => quote!(::core::option::Option::Some(#v)),
+        None => quote!(::core::option::Option::None),
+    }
+}
+
+impl Policy {
+    pub fn is_empty(&self) -> bool {
+        *self == Policy::default()
+    }
+
+    /// Reads one resilience option; `false` if `opt` is not one.
+    pub fn option(&mut self, opt: &Opt, cx: &mut Ctxt) -> bool {
+        match opt.key.to_string().as_str() {
+            "timeout" => self.timeout_ms = duration(&opt.key, &opt.value, cx),
+            "deadline" => self.deadline_ms = duration(&opt.key, &opt.value, cx),
+            "retries" => match &opt.value {
+                OptValue::Int(lit) => match lit.base10_parse::<u32>() {
+                    Ok(n) => self.retries = Some(n),
+                    Err(_) => cx.error(lit.span(), "`retries` must be a whole number from 0 to 4294967295"),
+                },
+                other => cx.error(other.span(), "`retries` takes a whole number, as in `retries = 3`"),
+            },
+            "jitter" => match &opt.value {
+                OptValue::Other(Expr::Lit(lit)) if matches!(lit.lit, Lit::Bool(_)) => {
+                    if let Lit::Bool(b) = &lit.lit {
+                        self.jitter = Some(b.value);
+                    }
+                }
+                other => cx.error(other.span(), "`jitter` takes `true` or `false`"),
+            },
+            "backoff" => self.backoff = backoff(&opt.value, cx),
+            _ => return false,
+        }
+        true
+    }
+}
+
+impl ToTokens for Policy {
+    fn to_tokens(&self, tokens: &mut TokenStream) {
+        let timeout = some(self.timeout_ms);
+        let retries = some(self.retries);
+        let backoff = some(self.backoff.map(|b| match b {
+            Backoff::Fixed(ms) => quote!(::flow::__private::Backoff::Fixed { ms: #ms }),
+            Backoff::Exponential(base_ms, max_ms) => {
+                quote!(::flow::__private::Backoff::Exponential { base_ms: #base_ms, max_ms: #max_ms })
+            }
+        }));
+        let jitter = some(self.jitter);
+        let deadline = some(self.deadline_ms);
+        tokens.extend(quote! {
+            ::flow::__private::NodePolicy {
+                timeout_ms: #timeout,
+                retries: #retries,
+                backoff: #backoff,
+                jitter: #jitter,
+                deadline_ms: #deadline,
+            }
+        });
+    }
+}
+
+fn backoff(value: &OptValue, cx: &mut Ctxt) -> Option<Backoff> {
+    const EXPECTED: &str = "`backoff` takes a fixed delay like `\"100ms\"`, or `exponential(\"100ms\", \"5s\")` (first delay, largest delay)";
+    match value {
+        OptValue::Str(lit) => match parse_duration_ms(&lit.value()) {
+            Ok(ms) => Some(Backoff::Fixed(ms)),
+            Err(why) => {
+                cx.error(lit.span(), format!("invalid duration {:?} for `backoff`: {why}", lit.value()));
+                None
+            }
+        },
+        OptValue::Other(Expr::Call(call)) if matches!(&*call.func, Expr::Path(p) if p.path.is_ident("exponential")) => {
+            let mut values = Vec::new();
+            for arg in &call.args {
+                match arg {
+                    Expr::Lit(syn::ExprLit { lit: Lit::Str(lit), .. }) => match parse_duration_ms(&lit.value()) {
+                        Ok(ms) => values.push(ms),
+                        Err(why) => {
+                            cx.error(lit.span(), format!("invalid duration {:?} in `exponential`: {why}", lit.value()));
+                            return None;
+                        }
+                    },
+                    other => {
+                        cx.error(syn::spanned::Spanned::span(other), EXPECTED);
+                        return None;
+                    }
+                }
+            }
+            match values[..] {
+                [base] => Some(Backoff::Exponential(base, base.saturating_mul(100).max(base))),
+                [base, max] if max >= base => Some(Backoff::Exponential(base, max)),
+                [_, _] => {
+                    cx.error(syn::spanned::Spanned::span(&call.args), "the largest delay of `exponential` must not be shorter than the first");
+                    None
+                }
+                _ => {
+                    cx.error(syn::spanned::Spanned::span(call), EXPECTED);
+                    None
+                }
+            }
+        }
+        other => {
+            cx.error(other.span(), EXPECTED);
+            None
+        }
+    }
 }
 
 /// Options of a `Parallel` block.
@@ -18,7 +149,7 @@ pub struct ParallelOptions {
     pub max_concurrency: Option<u32>,
 }
 
-const OPERATION_OPTIONS: &str = "`after = [name, ..]` or `timeout = \"2s\"`";
+const OPERATION_OPTIONS: &str = "`after = [name, ..]`, `timeout = \"2s\"`, `retries = 3`, `backoff = \"100ms\"`, `jitter = true` or `deadline = \"30s\"`";
 
 fn check_duplicates(options: &[Opt], cx: &mut Ctxt) {
     for (i, opt) in options.iter().enumerate() {
@@ -46,7 +177,7 @@ pub fn operation(options: &[Opt], cx: &mut Ctxt) -> OpOptions {
                     "`after` takes a list of node names in brackets, as in `after = [one, two]`",
                 ),
             },
-            "timeout" => out.timeout_ms = duration(&opt.key, &opt.value, cx),
+            _ if out.policy.option(opt, cx) => {}
             other => cx.error(
                 opt.key.span(),
                 format!("unknown option `{other}` for an `Operation`: expected {OPERATION_OPTIONS}"),
@@ -138,7 +269,16 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
             "s" => 1_000,
             "m" => 60_000,
             "h" => 3_600_000,
-            "" => return Err(format!("missing unit after {number}; {EXPECTED}")),
+            "" => {
+                // Only the message depends on what follows: a space, a fraction or nothing.
+                let word: String = rest.trim_start().chars().take_while(char::is_ascii_alphabetic).collect();
+                return Err(match word.as_str() {
+                    _ if rest.starts_with('.') => "fractions are not supported; use a smaller unit, as in \"1s500ms\" or \"1500ms\"".to_string(),
+                    "ms" | "s" | "m" | "h" => format!("write the unit right after the number, as in \"{number}{word}\""),
+                    "" => format!("missing unit after {number}; {EXPECTED}"),
+                    other => format!("unknown unit `{other}`; {EXPECTED}"),
+                });
+            }
             other => return Err(format!("unknown unit `{other}`; {EXPECTED}")),
         };
         total = number

@@ -14,6 +14,8 @@ use crate::ctxt::Ctxt;
 /// A whole `workflow!` invocation.
 pub struct Workflow {
     pub attrs: Vec<Attribute>,
+    /// `#[flow(failure = FailFast)]`.
+    pub fail_fast: bool,
     pub vis: Visibility,
     pub name: Ident,
     pub params: Vec<Param>,
@@ -117,25 +119,31 @@ pub fn workflow(input: TokenStream, cx: &mut Ctxt) -> syn::Result<Workflow> {
         }
         Ok((attrs, vis, name, params.into_iter().collect(), output_ty, tokens, brace.span.join()))
     };
-    let (attrs, vis, name, params, output_ty, body_tokens, body_span) = header.parse2(input)?;
+    let end = last_span(&input);
+    let (mut attrs, vis, name, params, output_ty, body_tokens, body_span) = parse_within(header, input, end)?;
+    let fail_fast = workflow_options(&mut attrs, cx);
     let (steps_tokens, output_tokens) = split_output(body_tokens);
     let output = match output_tokens {
         Some((arrow, tokens)) if tokens.is_empty() => {
             cx.error(arrow, "expected the workflow's output expression after `=>`");
             None
         }
-        Some((_, tokens)) => match syn::parse2::<Expr>(tokens) {
-            Ok(expr) => Some(expr),
-            Err(e) => {
-                cx.push(e);
-                None
+        Some((_, tokens)) => {
+            let end = last_span(&tokens);
+            match parse_within(Expr::parse, tokens, end) {
+                Ok(expr) => Some(expr),
+                Err(e) => {
+                    cx.push(e);
+                    None
+                }
             }
-        },
+        }
         None => None,
     };
     let body = steps(steps_tokens, cx);
     Ok(Workflow {
         attrs,
+        fail_fast,
         vis,
         name,
         params,
@@ -144,6 +152,38 @@ pub fn workflow(input: TokenStream, cx: &mut Ctxt) -> syn::Result<Workflow> {
         body_span,
         output,
     })
+}
+
+/// Takes the `#[flow(..)]` attributes out of `attrs`; returns whether the policy is `FailFast`.
+fn workflow_options(attrs: &mut Vec<Attribute>, cx: &mut Ctxt) -> bool {
+    let mut fail_fast = false;
+    let mut seen = false;
+    attrs.retain(|attr| {
+        if !attr.path().is_ident("flow") {
+            return true;
+        }
+        let parsed = attr.parse_args_with(Punctuated::<Opt, Token![,]>::parse_terminated);
+        match parsed {
+            Ok(options) => {
+                for opt in options {
+                    match (opt.key.to_string().as_str(), &opt.value) {
+                        ("failure", OptValue::Other(Expr::Path(path))) if path.path.is_ident("FailFast") || path.path.is_ident("ContinueIndependent") => {
+                            if seen {
+                                cx.error(opt.key.span(), "duplicate option `failure`");
+                            }
+                            seen = true;
+                            fail_fast = path.path.is_ident("FailFast");
+                        }
+                        ("failure", other) => cx.error(other.span(), "`failure` takes `FailFast` or `ContinueIndependent`"),
+                        (other, _) => cx.error(opt.key.span(), format!("unknown workflow option `{other}`: expected `failure = FailFast` or `failure = ContinueIndependent`")),
+                    }
+                }
+            }
+            Err(e) => cx.push(e),
+        }
+        false
+    });
+    fail_fast
 }
 
 impl Parse for Param {
@@ -155,6 +195,33 @@ impl Parse for Param {
         let ty: Type = input.parse()?;
         Ok(Param { name, ty })
     }
+}
+
+/// The span of the last token of `tokens`, or the call site when there is none.
+pub fn last_span(tokens: &TokenStream) -> Span {
+    tokens.clone().into_iter().last().map_or_else(Span::call_site, |t| t.span())
+}
+
+/// Parses all of `tokens` with `parser`, like `Parser::parse2`, except that an error at the end
+/// of the input ("expected an expression") lands on `end` (the closing delimiter, or the last
+/// token) rather than on the macro's call site.
+pub fn parse_within<T>(
+    parser: impl FnOnce(ParseStream) -> syn::Result<T>,
+    tokens: TokenStream,
+    end: Span,
+) -> syn::Result<T> {
+    let mut group = proc_macro2::Group::new(Delimiter::Parenthesis, tokens);
+    group.set_span(end);
+    let within = |input: ParseStream| -> syn::Result<T> {
+        let content;
+        syn::parenthesized!(content in input);
+        let value = parser(&content)?;
+        if !content.is_empty() {
+            return Err(content.error("unexpected token"));
+        }
+        Ok(value)
+    };
+    within.parse2(TokenStream::from(TokenTree::Group(group)))
 }
 
 /// Splits `steps… => output` at the first top-level `=>`.
@@ -250,17 +317,43 @@ fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
         }
         "Conditional" => conditional(keyword, rest, cx).map(Step::Conditional),
         other => {
-            let hint = match other.to_ascii_lowercase().as_str() {
+            let lower = other.to_ascii_lowercase();
+            let hint = match lower.as_str() {
                 "operation" | "op" => " (did you mean `Operation`?)",
                 "sequential" | "sequence" | "seq" => " (did you mean `Sequential`?)",
                 "parallel" | "par" => " (did you mean `Parallel`?)",
                 "conditional" | "if" | "cond" => " (did you mean `Conditional`?)",
-                _ => "",
+                _ => match ["operation", "sequential", "parallel", "conditional"]
+                    .iter()
+                    .position(|kind| edit_distance(&lower, kind) <= 2)
+                {
+                    Some(0) => " (did you mean `Operation`?)",
+                    Some(1) => " (did you mean `Sequential`?)",
+                    Some(2) => " (did you mean `Parallel`?)",
+                    Some(_) => " (did you mean `Conditional`?)",
+                    None => "",
+                },
             };
             cx.error(keyword.span(), format!("unknown step `{other}`: expected {STEP_KINDS}{hint}"));
             None
         }
     }
+}
+
+/// Levenshtein distance, for "did you mean" hints on misspelled keywords.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let substitute = diagonal + usize::from(ca != cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substitute.min(row[j] + 1).min(row[j + 1] + 1);
+        }
+    }
+    row[b.len()]
 }
 
 fn group(tree: Option<&TokenTree>, delimiter: Delimiter) -> Option<&proc_macro2::Group> {
@@ -295,7 +388,7 @@ fn operation(name: Option<Ident>, keyword: Ident, rest: Vec<TokenTree>, cx: &mut
         }
         Ok((call, options))
     };
-    match parser.parse2(args.stream()) {
+    match parse_within(parser, args.stream(), args.span_close()) {
         Ok((call, options)) => Some(OpStep {
             name,
             keyword,
@@ -311,7 +404,7 @@ fn operation(name: Option<Ident>, keyword: Ident, rest: Vec<TokenTree>, cx: &mut
 
 fn parse_options(group: &proc_macro2::Group, cx: &mut Ctxt) -> Vec<Opt> {
     let parser = Punctuated::<Opt, Token![,]>::parse_terminated;
-    match parser.parse2(group.stream()) {
+    match parse_within(parser, group.stream(), group.span_close()) {
         Ok(opts) => opts.into_iter().collect(),
         Err(e) => {
             cx.push(e);
@@ -354,7 +447,7 @@ fn conditional(keyword: Ident, rest: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Co
         cx.error(test.span(), "expected a test inside `Conditional(..)`, as in `Conditional(risk.is_ok())`");
         return None;
     }
-    let test_expr = match syn::parse2::<Expr>(test.stream()) {
+    let test_expr = match parse_within(Expr::parse, test.stream(), test.span_close()) {
         Ok(expr) => expr,
         Err(e) => {
             cx.push(e);

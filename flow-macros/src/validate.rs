@@ -80,7 +80,7 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
                 let why = if is_ancestor(node, source) {
                     format!("`{ident}` runs after this step, so its output does not exist yet; move this step after it")
                 } else if other_branch(&dag, source, node) {
-                    format!("`{ident}` is in the other branch of the same `Conditional`, which never runs together with this one")
+                    format!("`{ident}` is in the other branch of the same `Conditional`, which never runs together with this one; to use `{ident}` in both branches, move its step before the `Conditional`")
                 } else {
                     format!("`{ident}` may run at the same time as this step, so its output may not exist yet; add `after = [{ident}]` to the step, or move it after `{ident}` in a `Sequential`")
                 };
@@ -192,12 +192,12 @@ fn resolve_after(dag: &mut Dag, names: &HashMap<String, usize>, cx: &mut Ctxt) {
                     let known: Vec<String> = names.keys().map(|n| format!("`{n}`")).collect();
                     let mut known = known;
                     known.sort();
-                    let listed = if known.is_empty() {
-                        "this workflow names no node; name one as in `fetch = Operation(..)`".to_string()
+                    let message = if known.is_empty() {
+                        format!("`after` names `{target}`, but this workflow has no named node; name the step to wait for, as in `{target} = Operation(..)`")
                     } else {
-                        format!("the named nodes are {}", known.join(", "))
+                        format!("`after` names `{target}`, which is no node of this workflow; the named nodes are {}", known.join(", "))
                     };
-                    cx.error(target.span(), format!("`after` names `{target}`, which is no node of this workflow; {listed}"));
+                    cx.error(target.span(), message);
                 }
             }
         }

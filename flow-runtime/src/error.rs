@@ -4,6 +4,8 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::time::Duration;
 
+use crate::policy::CancelReason;
+
 /// The boxed error type an operation's error is stored as.
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 
@@ -20,12 +22,15 @@ pub enum NodeError {
     Panicked(String),
     /// An attempt ran longer than the node's `timeout`.
     TimedOut(Duration),
+    /// All attempts and delays together ran longer than the node's `deadline`.
+    DeadlineExceeded(Duration),
     /// The node never ran because the failure of `cause` reached it.
     Aborted {
         /// The node whose failure started the chain of aborts.
         cause: &'static str,
     },
-    /// The run was cancelled from outside before the node finished.
+    /// The run was cancelled from outside (a [`CancelToken`](crate::CancelToken) or the
+    /// run's deadline) before the node finished.
     Cancelled,
 }
 
@@ -58,6 +63,7 @@ impl fmt::Display for NodeError {
             NodeError::Failed(e) => write!(f, "{e}"),
             NodeError::Panicked(msg) => write!(f, "panicked: {msg}"),
             NodeError::TimedOut(after) => write!(f, "timed out after {after:?}"),
+            NodeError::DeadlineExceeded(after) => write!(f, "missed its deadline of {after:?}"),
             NodeError::Aborted { cause } => write!(f, "aborted because `{cause}` failed"),
             NodeError::Cancelled => f.write_str("cancelled"),
         }
@@ -78,6 +84,8 @@ impl StdError for NodeError {
 pub struct NodeFailure {
     /// The node's name.
     pub node: &'static str,
+    /// How many attempts the node made (0 if it never started).
+    pub attempts: u32,
     /// What happened to it: its own error, or [`NodeError::Aborted`] with the failure that
     /// aborted it.
     pub error: NodeError,
@@ -91,11 +99,20 @@ pub struct NodeFailure {
 pub struct WorkflowError {
     workflow: &'static str,
     failures: Vec<NodeFailure>,
+    cancelled: Option<CancelReason>,
 }
 
 impl WorkflowError {
-    pub(crate) fn new(workflow: &'static str, failures: Vec<NodeFailure>) -> Self {
-        WorkflowError { workflow, failures }
+    pub(crate) fn new(
+        workflow: &'static str,
+        failures: Vec<NodeFailure>,
+        cancelled: Option<CancelReason>,
+    ) -> Self {
+        WorkflowError {
+            workflow,
+            failures,
+            cancelled,
+        }
     }
 
     /// The workflow's name.
@@ -126,23 +143,34 @@ impl WorkflowError {
             .map(|f| &f.error)
     }
 
-    /// Whether the run was cancelled from outside.
+    /// Whether the run was cancelled from outside (token or deadline).
     pub fn is_cancelled(&self) -> bool {
-        self.failures
-            .iter()
-            .any(|f| matches!(f.error, NodeError::Cancelled))
+        self.cancelled.is_some()
+    }
+
+    /// Why the run was cancelled, if it was.
+    pub fn cancel_reason(&self) -> Option<CancelReason> {
+        self.cancelled
     }
 }
 
 impl fmt::Display for WorkflowError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let failed = self.failed().count();
+        let failed = self.failed().filter(|f| !matches!(f.error, NodeError::Cancelled)).count();
         let aborted = self.aborted().count();
-        write!(
-            f,
-            "workflow `{}` failed: {failed} node(s) failed, {aborted} aborted",
-            self.workflow
-        )?;
+        match self.cancelled {
+            Some(CancelReason::Token) => write!(f, "workflow `{}` was cancelled", self.workflow)?,
+            Some(CancelReason::Deadline(after)) => write!(
+                f,
+                "workflow `{}` was cancelled: its deadline of {after:?} passed",
+                self.workflow
+            )?,
+            None => write!(
+                f,
+                "workflow `{}` failed: {failed} node(s) failed, {aborted} aborted",
+                self.workflow
+            )?,
+        }
         for failure in &self.failures {
             write!(f, "; `{}`: {}", failure.node, failure.error)?;
         }

@@ -4,7 +4,8 @@
 //! scheduling tables the runtime walks. Nothing here is computed at run time.
 
 use std::fmt::{self, Write as _};
-use std::time::Duration;
+
+use crate::policy::{FailurePolicy, NodePolicy};
 
 /// The static graph of one workflow: nodes, edges and the precomputed scheduling plan.
 ///
@@ -117,8 +118,10 @@ pub struct Plan {
     pub group_limits: &'static [u32],
     /// For each node, the limited blocks it sits in.
     pub node_groups: &'static [&'static [u32]],
-    /// Per-attempt timeout of each node, in milliseconds; 0 for none.
-    pub timeout_ms: &'static [u64],
+    /// The resilience settings written at each step (empty when no step sets any).
+    pub policies: &'static [NodePolicy],
+    /// The workflow's failure policy, unless a run overrides it.
+    pub failure: FailurePolicy,
 }
 
 impl Plan {
@@ -139,7 +142,8 @@ impl Plan {
         else_nodes: &[],
         group_limits: &[],
         node_groups: &[],
-        timeout_ms: &[],
+        policies: &[],
+        failure: FailurePolicy::ContinueIndependent,
     };
 
     pub(crate) fn successors(&self, node: usize) -> &'static [u32] {
@@ -148,11 +152,8 @@ impl Plan {
         &self.succ[start..end]
     }
 
-    pub(crate) fn timeout(&self, node: usize) -> Option<Duration> {
-        match self.timeout_ms.get(node) {
-            Some(&ms) if ms > 0 => Some(Duration::from_millis(ms)),
-            _ => None,
-        }
+    pub(crate) fn policy(&self, node: usize) -> NodePolicy {
+        self.policies.get(node).copied().unwrap_or(NodePolicy::NONE)
     }
 }
 

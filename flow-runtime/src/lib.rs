@@ -13,6 +13,7 @@
 mod error;
 mod graph;
 mod nodes;
+mod policy;
 mod report;
 mod scheduler;
 mod scope;
@@ -20,7 +21,8 @@ mod status;
 
 pub use error::{BoxError, IntoNodeResult, NodeError, NodeFailure, WorkflowError};
 pub use graph::{Edge, EdgeKind, Graph, NodeInfo, NodeKind, Plan};
-pub use nodes::{Decide, Nodes, Op, Pair, Slot};
+pub use nodes::{BoxedOp, Decide, Nodes, Op, Pair, Slot};
+pub use policy::{Backoff, CancelReason, CancelToken, FailurePolicy, NodePolicy};
 pub use report::{NodeReport, Outcome, Report};
 pub use scheduler::{Finished, RunOptions, RunState, complete, discard, execute, require};
 pub use scope::{OperationScope, OperationSpec};

@@ -167,6 +167,74 @@ impl<F, Fut> std::fmt::Debug for Op<F, Fut> {
     }
 }
 
+/// An operation node whose future lives on the heap while it runs: one allocation per attempt,
+/// and no space reserved for nodes that are not running.
+///
+/// Generated code uses it for large workflows, where keeping every future inline ([`Op`])
+/// would make the run's future as large as all node futures together.
+pub struct BoxedOp<F, Fut> {
+    make: F,
+    running: Option<Pin<Box<Fut>>>,
+}
+
+impl<F, Fut> BoxedOp<F, Fut>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<(), NodeError>>,
+{
+    /// Wraps the closure that makes the node's future.
+    pub const fn new(make: F) -> Self {
+        BoxedOp {
+            make,
+            running: None,
+        }
+    }
+}
+
+impl<F, Fut> Nodes for BoxedOp<F, Fut>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<(), NodeError>>,
+{
+    const LEN: usize = 1;
+
+    #[inline]
+    fn start(self: Pin<&mut Self>, _: usize) {
+        let this = self.get_mut();
+        this.running = Some(Box::pin((this.make)()));
+    }
+
+    #[inline]
+    fn poll_node(self: Pin<&mut Self>, _: usize, cx: &mut Context<'_>) -> Poll<Result<(), NodeError>> {
+        match &mut self.get_mut().running {
+            Some(fut) => fut.as_mut().poll(cx),
+            None => Poll::Ready(Err(NodeError::Panicked(
+                "flow internal error: polled an operation that was not started".to_string(),
+            ))),
+        }
+    }
+
+    #[inline]
+    fn stop(self: Pin<&mut Self>, _: usize) {
+        self.get_mut().running = None;
+    }
+
+    fn decide(self: Pin<&mut Self>, _: usize, _: &RunState) -> bool {
+        false
+    }
+}
+
+// Nothing in a `BoxedOp` is structurally pinned: the future is pinned in its own box.
+impl<F, Fut> Unpin for BoxedOp<F, Fut> {}
+
+impl<F, Fut> std::fmt::Debug for BoxedOp<F, Fut> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BoxedOp")
+            .field("running", &self.running.is_some())
+            .finish()
+    }
+}
+
 /// A decision node: the test of a `Conditional`.
 pub struct Decide<F> {
     test: F,

@@ -14,6 +14,10 @@ pub struct NodeReport {
     pub operation: Option<&'static str>,
     /// Its final status.
     pub status: NodeStatus,
+    /// How many attempts it made: 0 if it never ran, more than 1 if it was retried.
+    pub attempts: u32,
+    /// The error of each failed attempt that was retried, in order.
+    pub failed_attempts: Vec<String>,
     /// Its error, rendered, when it failed or was aborted.
     pub error: Option<String>,
 }
@@ -55,13 +59,14 @@ impl fmt::Display for Report {
     /// A table: one row per node with its status and error.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let width = self.nodes.iter().map(|n| n.name.len()).max().unwrap_or(4).max(4);
-        writeln!(f, "{:<width$}  {:<9}  error", "node", "status")?;
+        writeln!(f, "{:<width$}  {:<9}  attempts  error", "node", "status")?;
         for node in &self.nodes {
             writeln!(
                 f,
-                "{:<width$}  {:<9}  {}",
+                "{:<width$}  {:<9}  {:>8}  {}",
                 node.name,
                 node.status,
+                node.attempts,
                 node.error.as_deref().unwrap_or("")
             )?;
         }

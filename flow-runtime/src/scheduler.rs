@@ -2,21 +2,25 @@
 //!
 //! It keeps one small record per node (status, count of unsettled predecessors, pending fate),
 //! a queue of ready nodes and a list of running ones. When a node settles, it walks the node's
-//! constant successor list from the [`Plan`](crate::graph::Plan) and decrements each
-//! successor's counter; a successor whose counter reaches zero has its fate decided at once:
-//! aborted if an uncaught failure reached it, skipped if its data came from a skipped node,
-//! ready otherwise. Nothing is hashed, locked or traversed.
+//! constant successor list from the [`Plan`] and decrements each successor's counter; a
+//! successor whose counter reaches zero has its fate decided at once: aborted if an uncaught
+//! failure reached it, skipped if its data came from a skipped node, ready otherwise. Nothing is
+//! hashed, locked or traversed.
 
 use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
 use std::num::NonZeroUsize;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use tokio::time::Sleep;
+
 use crate::error::{NodeError, NodeFailure, WorkflowError};
 use crate::graph::{Graph, NodeKind, Plan};
 use crate::nodes::{Nodes, Slot};
+use crate::policy::{CancelReason, CancelToken, FailurePolicy, NodePolicy};
 use crate::report::{NodeReport, Outcome, Report};
 use crate::scope::{OperationSpec, listen};
 use crate::status::NodeStatus;
@@ -25,6 +29,9 @@ use crate::status::NodeStatus;
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
     max_concurrency: Option<NonZeroUsize>,
+    failure: Option<FailurePolicy>,
+    cancel: Option<CancelToken>,
+    deadline: Option<Duration>,
 }
 
 impl RunOptions {
@@ -32,6 +39,24 @@ impl RunOptions {
     /// `Parallel(max_concurrency = N)` in the workflow).
     pub fn max_concurrency(&mut self, limit: NonZeroUsize) -> &mut Self {
         self.max_concurrency = Some(limit);
+        self
+    }
+
+    /// Overrides the workflow's failure policy for this run.
+    pub fn failure_policy(&mut self, policy: FailurePolicy) -> &mut Self {
+        self.failure = Some(policy);
+        self
+    }
+
+    /// Cancels the run when `token` is cancelled.
+    pub fn cancel_on(&mut self, token: CancelToken) -> &mut Self {
+        self.cancel = Some(token);
+        self
+    }
+
+    /// Cancels the run when it has run for `after` (needs a tokio runtime with time enabled).
+    pub fn deadline(&mut self, after: Duration) -> &mut Self {
+        self.deadline = Some(after);
         self
     }
 }
@@ -57,11 +82,19 @@ enum Settle {
     Skipped,
 }
 
+/// A started operation: its current attempt, or the delay before its next one.
 struct Running {
     node: u32,
-    /// Not polled yet: the first poll listens for `#[operation]` defaults.
+    /// 1 for the first attempt.
+    attempt: u32,
+    /// Not polled yet: the first poll of an attempt listens for `#[operation]` defaults.
     fresh: bool,
-    timeout: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// The current attempt's timeout.
+    timeout: Option<Pin<Box<Sleep>>>,
+    /// The node's deadline over all attempts.
+    deadline: Option<Pin<Box<Sleep>>>,
+    /// Waiting before the next attempt.
+    backoff: Option<Pin<Box<Sleep>>>,
 }
 
 /// What a decision's test can see: the errors of failed and aborted nodes.
@@ -97,6 +130,21 @@ impl RunState {
     }
 }
 
+/// Per-node records that only runs with failures, retries or `#[operation]`s need; empty
+/// otherwise, so a plain run allocates nothing for them.
+#[derive(Default)]
+struct Extras {
+    operations: Vec<Option<&'static OperationSpec>>,
+    attempts: Vec<u32>,
+    failed_attempts: Vec<Vec<String>>,
+}
+
+/// Why the run stops early.
+enum Halt {
+    FailFast(u32),
+    Cancelled(CancelReason),
+}
+
 /// The scheduler's state for one run.
 struct Scheduler {
     graph: &'static Graph,
@@ -112,8 +160,13 @@ struct Scheduler {
     /// (decision, node) pairs: the decision's test names a failed or aborted node.
     catches: Vec<(u32, u32)>,
     caught: Vec<u32>,
-    /// The `#[operation]` each node called, if any; empty until one is heard.
-    operations: Vec<Option<&'static OperationSpec>>,
+    extras: Extras,
+    policy: FailurePolicy,
+    /// For `FailFast`: whether a failure of each node can still be caught downstream.
+    containable: Vec<bool>,
+    halt: Option<Halt>,
+    cancelled: Option<CancelReason>,
+    seed: u64,
 }
 
 impl Scheduler {
@@ -143,7 +196,12 @@ impl Scheduler {
             work: Vec::new(),
             catches: Vec::new(),
             caught: Vec::new(),
-            operations: Vec::new(),
+            extras: Extras::default(),
+            policy: options.failure.unwrap_or(plan.failure),
+            containable: Vec::new(),
+            halt: None,
+            cancelled: None,
+            seed: 0,
         };
         for &root in plan.roots {
             scheduler.nodes[root as usize].status = NodeStatus::Ready;
@@ -158,6 +216,15 @@ impl Scheduler {
 
     fn len(&self) -> usize {
         self.nodes.len()
+    }
+
+    /// The policy in force for `node`: the step's own settings, then its operation's defaults.
+    fn node_policy(&self, node: u32) -> NodePolicy {
+        let own = self.plan().policy(node as usize);
+        match self.extras.operations.get(node as usize).copied().flatten() {
+            Some(spec) => own.or(&spec.policy),
+            None => own,
+        }
     }
 
     fn has_capacity(&self, node: u32) -> bool {
@@ -184,7 +251,7 @@ impl Scheduler {
     /// Starts every ready node that may start. Decisions are evaluated on the spot.
     fn start_ready<N: Nodes>(&mut self, mut set: Pin<&mut N>) {
         let mut i = 0;
-        while i < self.ready.len() {
+        while i < self.ready.len() && self.halt.is_none() {
             let node = self.ready[i];
             let kind = self.graph.nodes[node as usize].kind;
             if kind == NodeKind::Operation && self.limited && !self.has_capacity(node) {
@@ -199,27 +266,42 @@ impl Scheduler {
             match kind {
                 NodeKind::Decision => self.decide(set.as_mut(), node),
                 NodeKind::Operation => {
-                    let started = catch_unwind(AssertUnwindSafe(|| {
-                        set.as_mut().start(node as usize);
-                    }));
-                    if let Err(payload) = started {
-                        self.fail(node, NodeError::Panicked(panic_message(payload)));
-                        continue;
-                    }
                     self.nodes[node as usize].status = NodeStatus::Running;
                     self.occupy(node, 1);
-                    let timeout = self
-                        .plan()
-                        .timeout(node as usize)
-                        .map(|after| Box::pin(tokio::time::sleep(after)));
+                    let policy = self.plan().policy(node as usize);
                     self.running.push(Running {
                         node,
+                        attempt: 0,
                         fresh: true,
-                        timeout,
+                        timeout: None,
+                        deadline: policy.deadline().map(|d| Box::pin(tokio::time::sleep(d))),
+                        backoff: None,
                     });
+                    let index = self.running.len() - 1;
+                    if let Err(error) = self.start_attempt(set.as_mut(), index) {
+                        self.running.pop();
+                        self.occupy(node, -1);
+                        self.fail(node, error);
+                    }
                 }
             }
         }
+    }
+
+    /// Makes the future of the next attempt of `running[index]`.
+    fn start_attempt<N: Nodes>(&mut self, set: Pin<&mut N>, index: usize) -> Result<(), NodeError> {
+        let node = self.running[index].node;
+        let started = catch_unwind(AssertUnwindSafe(|| set.start(node as usize)));
+        if let Err(payload) = started {
+            return Err(NodeError::Panicked(panic_message(payload)));
+        }
+        let timeout = self.node_policy(node).timeout();
+        let running = &mut self.running[index];
+        running.attempt += 1;
+        running.fresh = true;
+        running.backoff = None;
+        running.timeout = timeout.map(|after| Box::pin(tokio::time::sleep(after)));
+        Ok(())
     }
 
     fn decide<N: Nodes>(&mut self, set: Pin<&mut N>, node: u32) {
@@ -247,84 +329,210 @@ impl Scheduler {
         let len = self.len();
         self.state.set_error(node as usize, len, error);
         self.settle(node, Settle::Failed);
+        if self.policy == FailurePolicy::FailFast && self.halt.is_none() && !self.containable(node) {
+            self.halt = Some(Halt::FailFast(node));
+        }
     }
 
-    /// Polls `running[from..]`, keeping the pending ones in order. Returns whether any settled.
+    /// Whether every path out of `node` meets a `Conditional` test that names the failure
+    /// before it reaches the end of the graph. Node ids are in topological order, so one
+    /// backward pass computes it for every node.
+    fn containable(&mut self, node: u32) -> bool {
+        if self.containable.is_empty() {
+            let plan = self.plan();
+            let mut containable = vec![false; self.len()];
+            for n in (0..self.len()).rev() {
+                let succ = plan.successors(n);
+                containable[n] = !succ.is_empty()
+                    && succ.iter().all(|&e| {
+                        e & Plan::CAUGHT != 0 || containable[(e & Plan::NODE) as usize]
+                    });
+            }
+            self.containable = containable;
+        }
+        self.containable[node as usize]
+    }
+
+    fn record_attempt_error(&mut self, node: u32, error: &NodeError) {
+        if self.extras.failed_attempts.is_empty() {
+            self.extras.failed_attempts.resize_with(self.len(), Vec::new);
+        }
+        self.extras.failed_attempts[node as usize].push(error.to_string());
+    }
+
+    fn record_attempts(&mut self, node: u32, attempts: u32) {
+        if attempts == 1 && self.extras.attempts.is_empty() {
+            return;
+        }
+        if self.extras.attempts.is_empty() {
+            self.extras.attempts.resize(self.len(), 1);
+        }
+        self.extras.attempts[node as usize] = attempts;
+    }
+
+    /// A pseudo-random fraction in [0, 1) for jitter: per run, node and attempt.
+    fn jitter_fraction(&mut self, node: u32, attempt: u32) -> f64 {
+        if self.seed == 0 {
+            self.seed = std::collections::hash_map::RandomState::new().build_hasher().finish() | 1;
+        }
+        let mut x = self.seed ^ (u64::from(node) << 32 | u64::from(attempt));
+        // splitmix64
+        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        x ^= x >> 31;
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Polls `running[from..]`, keeping the pending ones in order.
     fn poll_running<N: Nodes>(&mut self, mut set: Pin<&mut N>, from: usize, cx: &mut Context<'_>) {
         let mut write = from;
         for read in from..self.running.len() {
+            if self.halt.is_some() {
+                // Keep the rest for `halt` to drop.
+                self.running.swap(write, read);
+                write += 1;
+                continue;
+            }
             let node = self.running[read].node;
-            let polled = if self.running[read].fresh {
-                self.running[read].fresh = false;
-                let (polled, heard) = listen(|| {
-                    catch_unwind(AssertUnwindSafe(|| set.as_mut().poll_node(node as usize, cx)))
-                });
-                if let Some(spec) = heard {
-                    self.heard(read, spec);
+            match self.poll_one(set.as_mut(), read, cx) {
+                None => {
+                    self.running.swap(write, read);
+                    write += 1;
                 }
-                polled
-            } else {
-                catch_unwind(AssertUnwindSafe(|| set.as_mut().poll_node(node as usize, cx)))
-            };
-            let result = match polled {
-                Ok(Poll::Pending) => {
-                    let expired = match &mut self.running[read].timeout {
-                        Some(sleep) => sleep.as_mut().poll(cx).is_ready(),
-                        None => false,
-                    };
-                    if !expired {
-                        self.running.swap(write, read);
-                        write += 1;
-                        continue;
+                Some(result) => {
+                    set.as_mut().stop(node as usize);
+                    self.occupy(node, -1);
+                    let attempts = self.running[read].attempt;
+                    self.record_attempts(node, attempts);
+                    match result {
+                        Ok(()) => self.settle(node, Settle::Completed),
+                        Err(error) => self.fail(node, error),
                     }
-                    Err(NodeError::TimedOut(self.timeout_of(node)))
                 }
-                Ok(Poll::Ready(result)) => result,
-                Err(payload) => Err(NodeError::Panicked(panic_message(payload))),
-            };
-            set.as_mut().stop(node as usize);
-            self.occupy(node, -1);
-            match result {
-                Ok(()) => self.settle(node, Settle::Completed),
-                Err(error) => self.fail(node, error),
             }
         }
         self.running.truncate(write);
     }
 
-    /// Applies the defaults of the `#[operation]` that `running[index]` called.
-    fn heard(&mut self, index: usize, spec: &'static OperationSpec) {
-        let node = self.running[index].node as usize;
-        if self.operations.is_empty() {
-            self.operations.resize(self.len(), None);
-        }
-        self.operations[node] = Some(spec);
-        let running = &mut self.running[index];
-        if running.timeout.is_none()
-            && let Some(after) = spec.timeout()
-        {
-            running.timeout = Some(Box::pin(tokio::time::sleep(after)));
+    /// Polls one running node: its deadline, its backoff, then its attempt. `None` while it
+    /// is still going; `Some` with its final result.
+    fn poll_one<N: Nodes>(
+        &mut self,
+        mut set: Pin<&mut N>,
+        index: usize,
+        cx: &mut Context<'_>,
+    ) -> Option<Result<(), NodeError>> {
+        let node = self.running[index].node;
+        loop {
+            if let Some(deadline) = &mut self.running[index].deadline
+                && deadline.as_mut().poll(cx).is_ready()
+            {
+                let after = self.node_policy(node).deadline().unwrap_or_default();
+                return Some(Err(NodeError::DeadlineExceeded(after)));
+            }
+            if let Some(backoff) = &mut self.running[index].backoff {
+                if backoff.as_mut().poll(cx).is_pending() {
+                    return None;
+                }
+                if let Err(error) = self.start_attempt(set.as_mut(), index) {
+                    return Some(Err(error));
+                }
+            }
+            let error = match self.poll_attempt(set.as_mut(), index, cx) {
+                Poll::Pending => return None,
+                Poll::Ready(Ok(())) => return Some(Ok(())),
+                Poll::Ready(Err(error)) => error,
+            };
+            // The attempt failed: retry after a delay, or give up.
+            let running = &self.running[index];
+            let attempt = running.attempt;
+            let policy = self.node_policy(node);
+            if attempt > policy.retries() {
+                return Some(Err(error));
+            }
+            set.as_mut().stop(node as usize);
+            self.record_attempt_error(node, &error);
+            let mut delay = policy.backoff.unwrap_or_default().delay(attempt);
+            if policy.jitter.unwrap_or(false) {
+                delay = delay.mul_f64(self.jitter_fraction(node, attempt));
+            }
+            let running = &mut self.running[index];
+            running.timeout = None;
+            running.backoff = Some(Box::pin(tokio::time::sleep(delay)));
+            // Loop: poll the new backoff so that its timer is registered (or fires at once).
         }
     }
 
-    /// The timeout in force for `node`: the step's own, else its operation's default.
-    fn timeout_of(&self, node: u32) -> Duration {
-        self.plan()
-            .timeout(node as usize)
-            .or_else(|| {
-                self.operations
-                    .get(node as usize)
-                    .copied()
-                    .flatten()
-                    .and_then(OperationSpec::timeout)
-            })
-            .unwrap_or_default()
+    /// Polls the current attempt of `running[index]` and its timeout.
+    fn poll_attempt<N: Nodes>(
+        &mut self,
+        mut set: Pin<&mut N>,
+        index: usize,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), NodeError>> {
+        let node = self.running[index].node;
+        let polled = if self.running[index].fresh {
+            self.running[index].fresh = false;
+            let (polled, heard) = listen(|| {
+                catch_unwind(AssertUnwindSafe(|| set.as_mut().poll_node(node as usize, cx)))
+            });
+            if let Some(spec) = heard {
+                self.heard(index, spec);
+            }
+            polled
+        } else {
+            catch_unwind(AssertUnwindSafe(|| set.as_mut().poll_node(node as usize, cx)))
+        };
+        match polled {
+            Ok(Poll::Ready(result)) => Poll::Ready(result),
+            Err(payload) => Poll::Ready(Err(NodeError::Panicked(panic_message(payload)))),
+            Ok(Poll::Pending) => {
+                let expired = match &mut self.running[index].timeout {
+                    Some(timeout) => timeout.as_mut().poll(cx).is_ready(),
+                    None => false,
+                };
+                if expired {
+                    let after = self.node_policy(node).timeout().unwrap_or_default();
+                    Poll::Ready(Err(NodeError::TimedOut(after)))
+                } else {
+                    Poll::Pending
+                }
+            }
+        }
+    }
+
+    /// Applies the defaults of the `#[operation]` that `running[index]` called.
+    fn heard(&mut self, index: usize, spec: &'static OperationSpec) {
+        let node = self.running[index].node as usize;
+        if self.extras.operations.is_empty() {
+            self.extras.operations.resize(self.len(), None);
+        }
+        let first = self.extras.operations[node].is_none();
+        self.extras.operations[node] = Some(spec);
+        let own = self.plan().policy(node);
+        let running = &mut self.running[index];
+        if own.timeout_ms.is_none()
+            && let Some(after) = spec.policy.timeout()
+        {
+            running.timeout = Some(Box::pin(tokio::time::sleep(after)));
+        }
+        if first
+            && own.deadline_ms.is_none()
+            && let Some(after) = spec.policy.deadline()
+        {
+            running.deadline = Some(Box::pin(tokio::time::sleep(after)));
+        }
     }
 
     fn poll<N: Nodes>(&mut self, mut set: Pin<&mut N>, cx: &mut Context<'_>) -> Poll<()> {
         let mut from = 0;
         loop {
             self.start_ready(set.as_mut());
+            if self.halt.is_some() {
+                self.stop_all(set.as_mut());
+                return Poll::Ready(());
+            }
             if from == self.running.len() {
                 return if self.settled == self.len() {
                     Poll::Ready(())
@@ -333,12 +541,43 @@ impl Scheduler {
                 };
             }
             self.poll_running(set.as_mut(), from, cx);
+            if self.halt.is_some() {
+                self.stop_all(set.as_mut());
+                return Poll::Ready(());
+            }
             if self.settled == self.len() {
                 return Poll::Ready(());
             }
             // Everything still running has just been polled; only nodes started from here on
             // need a first poll in this wake-up.
             from = self.running.len();
+        }
+    }
+
+    /// Ends the run early: drops every running operation and aborts every unfinished node.
+    fn stop_all<N: Nodes>(&mut self, mut set: Pin<&mut N>) {
+        for running in std::mem::take(&mut self.running) {
+            set.as_mut().stop(running.node as usize);
+            self.record_attempts(running.node, running.attempt.max(1));
+        }
+        self.ready.clear();
+        let len = self.len();
+        for node in 0..len {
+            if self.nodes[node].status.is_terminal() {
+                continue;
+            }
+            self.nodes[node].status = NodeStatus::Aborted;
+            self.settled += 1;
+            let error = match &self.halt {
+                Some(Halt::FailFast(cause)) => NodeError::Aborted {
+                    cause: self.graph.nodes[*cause as usize].name,
+                },
+                Some(Halt::Cancelled(_)) | None => NodeError::Cancelled,
+            };
+            self.state.set_error(node, len, error);
+        }
+        if let Some(Halt::Cancelled(reason)) = self.halt {
+            self.cancelled = Some(reason);
         }
     }
 
@@ -432,7 +671,8 @@ impl Scheduler {
             statuses: self.nodes.into_iter().map(|n| n.status).collect(),
             errors: self.state.errors,
             caught: self.caught,
-            operations: self.operations,
+            extras: self.extras,
+            cancelled: self.cancelled,
         }
     }
 }
@@ -449,14 +689,50 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 
 /// Runs a node set to the end. Called by generated code.
 ///
+/// Node ids must be in topological order (every edge from a lower id to a higher one), as the
+/// macro generates them.
+///
 /// # Cancel safety
 ///
 /// Dropping the returned future drops every running operation's future.
 pub async fn execute<N: Nodes>(graph: &'static Graph, options: RunOptions, nodes: N) -> Finished {
-    debug_assert_eq!(N::LEN, graph.nodes.len());
+    debug_assert!(N::LEN >= graph.nodes.len());
     let mut nodes = Box::pin(nodes);
     let mut scheduler = Scheduler::new(graph, &options);
-    std::future::poll_fn(|cx| scheduler.poll(nodes.as_mut(), cx)).await;
+    let token = options.cancel.clone();
+    let cancelled = async {
+        match &token {
+            Some(token) => token.cancelled().await,
+            None => std::future::pending().await,
+        }
+    };
+    let deadline = async {
+        match options.deadline {
+            Some(after) => tokio::time::sleep(after).await,
+            None => std::future::pending().await,
+        }
+    };
+    let mut cancelled = std::pin::pin!(cancelled);
+    let mut deadline = std::pin::pin!(deadline);
+    let watched = token.is_some() || options.deadline.is_some();
+    std::future::poll_fn(|cx| {
+        if watched {
+            let reason = if cancelled.as_mut().poll(cx).is_ready() {
+                Some(CancelReason::Token)
+            } else if deadline.as_mut().poll(cx).is_ready() {
+                options.deadline.map(CancelReason::Deadline)
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                scheduler.halt = Some(Halt::Cancelled(reason));
+                scheduler.stop_all(nodes.as_mut());
+                return Poll::Ready(());
+            }
+        }
+        scheduler.poll(nodes.as_mut(), cx)
+    })
+    .await;
     scheduler.finish()
 }
 
@@ -467,17 +743,19 @@ pub struct Finished {
     statuses: Vec<NodeStatus>,
     errors: Vec<Option<NodeError>>,
     caught: Vec<u32>,
-    operations: Vec<Option<&'static OperationSpec>>,
+    extras: Extras,
+    cancelled: Option<CancelReason>,
 }
 
 impl Finished {
-    /// Whether the run succeeded: no failure reached the end of the graph (every node without
-    /// successors completed or was skipped).
+    /// Whether the run succeeded: it was not cancelled and no failure reached the end of the
+    /// graph (every node without successors completed or was skipped).
     pub fn succeeded(&self) -> bool {
-        self.statuses.iter().enumerate().all(|(node, status)| {
-            !matches!(status, NodeStatus::Failed | NodeStatus::Aborted)
-                || !self.graph.plan.successors(node).is_empty()
-        })
+        self.cancelled.is_none()
+            && self.statuses.iter().enumerate().all(|(node, status)| {
+                !matches!(status, NodeStatus::Failed | NodeStatus::Aborted)
+                    || !self.graph.plan.successors(node).is_empty()
+            })
     }
 
     /// Finishes the run: on success evaluates `output` (the workflow's output expression), on
@@ -489,8 +767,16 @@ impl Finished {
             statuses,
             mut errors,
             caught,
-            operations,
+            mut extras,
+            cancelled,
         } = self;
+        let attempts_of = |id: usize, status: NodeStatus| -> u32 {
+            match extras.attempts.get(id) {
+                Some(&n) => n,
+                None if matches!(status, NodeStatus::Completed | NodeStatus::Failed) => 1,
+                None => 0,
+            }
+        };
         let report = Report::new(
             graph.name,
             graph
@@ -500,14 +786,24 @@ impl Finished {
                 .enumerate()
                 .map(|(id, (node, &status))| NodeReport {
                     name: node.name,
-                    operation: operations.get(id).copied().flatten().map(|spec| spec.name),
+                    operation: extras.operations.get(id).copied().flatten().map(|spec| spec.name),
                     status,
+                    attempts: if node.kind == NodeKind::Decision {
+                        u32::from(status == NodeStatus::Completed || status == NodeStatus::Failed)
+                    } else {
+                        attempts_of(id, status)
+                    },
+                    failed_attempts: extras
+                        .failed_attempts
+                        .get_mut(id)
+                        .map(std::mem::take)
+                        .unwrap_or_default(),
                     error: errors.get(id).and_then(Option::as_ref).map(|e| e.to_string()),
                 })
                 .collect(),
         );
         let result = if succeeded {
-            output().map_err(|failure| WorkflowError::new(graph.name, vec![failure]))
+            output().map_err(|failure| WorkflowError::new(graph.name, vec![failure], None))
         } else {
             let failures = errors
                 .iter_mut()
@@ -516,11 +812,12 @@ impl Finished {
                 .filter_map(|(id, error)| {
                     error.take().map(|error| NodeFailure {
                         node: graph.nodes[id].name,
+                        attempts: attempts_of(id, statuses[id]),
                         error,
                     })
                 })
                 .collect();
-            Err(WorkflowError::new(graph.name, failures))
+            Err(WorkflowError::new(graph.name, failures, cancelled))
         };
         Outcome { result, report }
     }
@@ -530,6 +827,7 @@ impl Finished {
 pub fn require<'a, T>(slot: &'a Slot<T>, node: &'static str) -> Result<&'a T, NodeFailure> {
     slot.get().ok_or(NodeFailure {
         node,
+        attempts: 0,
         error: NodeError::Panicked(format!(
             "flow internal error: the output of `{node}` is missing after a successful run"
         )),

@@ -9,24 +9,18 @@ use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use pin_project_lite::pin_project;
+
+use crate::policy::NodePolicy;
 
 /// The defaults `#[operation(...)]` attaches to an async fn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OperationSpec {
     /// The display name (the function's name unless `name = ".."` was given).
     pub name: &'static str,
-    /// The default per-attempt timeout in milliseconds; 0 for none.
-    pub timeout_ms: u64,
-}
-
-impl OperationSpec {
-    /// The default timeout, if any.
-    pub fn timeout(&self) -> Option<Duration> {
-        (self.timeout_ms > 0).then(|| Duration::from_millis(self.timeout_ms))
-    }
+    /// The defaults for timeout, retries, backoff, jitter and deadline.
+    pub policy: NodePolicy,
 }
 
 thread_local! {

@@ -29,13 +29,24 @@ impl Log {
     fn note(&self, what: impl Into<String>) {
         let start = *self.start.get().get_or_insert_with(Instant::now);
         self.start.set(Some(start));
-        self.events.borrow_mut().push((what.into(), start.elapsed()));
+        self.events
+            .borrow_mut()
+            .push((what.into(), start.elapsed()));
     }
     fn count(&self, what: &str) -> usize {
-        self.events.borrow().iter().filter(|(w, _)| w == what).count()
+        self.events
+            .borrow()
+            .iter()
+            .filter(|(w, _)| w == what)
+            .count()
     }
     fn times(&self, what: &str) -> Vec<Duration> {
-        self.events.borrow().iter().filter(|(w, _)| w == what).map(|(_, t)| *t).collect()
+        self.events
+            .borrow()
+            .iter()
+            .filter(|(w, _)| w == what)
+            .map(|(_, t)| *t)
+            .collect()
     }
 }
 
@@ -134,7 +145,10 @@ async fn continue_independent_lets_running_work_finish() {
     assert_eq!(outcome.report.status("slow"), Some(NodeStatus::Completed));
     assert_eq!(outcome.report.status("next"), Some(NodeStatus::Aborted));
     let error = outcome.result.expect_err("the failure is not caught");
-    assert_eq!(error.failed().map(|f| f.node).collect::<Vec<_>>(), ["fails"]);
+    assert_eq!(
+        error.failed().map(|f| f.node).collect::<Vec<_>>(),
+        ["fails"]
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -145,13 +159,20 @@ async fn fail_fast_cancels_running_operations() {
         .failure_policy(FailurePolicy::FailFast)
         .execute(&log)
         .await;
-    assert_eq!(start.elapsed(), Duration::from_millis(10), "the slow node was dropped");
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_millis(10),
+        "the slow node was dropped"
+    );
     let report = &outcome.report;
     assert_eq!(report.status("fails"), Some(NodeStatus::Failed));
     assert_eq!(report.status("slow"), Some(NodeStatus::Aborted));
     assert_eq!(report.status("next"), Some(NodeStatus::Aborted));
     let error = outcome.result.expect_err("fail-fast fails the run");
-    assert!(matches!(error.error_of("slow"), Some(NodeError::Aborted { cause: "fails" })));
+    assert!(matches!(
+        error.error_of("slow"),
+        Some(NodeError::Aborted { cause: "fails" })
+    ));
 
     // The workflow-level option gives the same, and a run can switch it back.
     let log = Log::default();
@@ -213,7 +234,10 @@ async fn retries_until_success_with_fixed_backoff() {
     assert_eq!(outcome.result.expect("third attempt succeeds"), 3);
     let node = &outcome.report.nodes()[0];
     assert_eq!(node.attempts, 3);
-    assert_eq!(node.failed_attempts, ["attempt 1 failed", "attempt 2 failed"]);
+    assert_eq!(
+        node.failed_attempts,
+        ["attempt 1 failed", "attempt 2 failed"]
+    );
     let ms: Vec<u128> = log.times("flaky").iter().map(Duration::as_millis).collect();
     assert_eq!(ms, [0, 100, 200]);
 }
@@ -253,8 +277,14 @@ async fn jitter_draws_delays_within_the_backoff() {
     let times = log.times("flaky");
     assert_eq!(times.len(), 6);
     let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
-    assert!(gaps.iter().all(|g| *g <= Duration::from_secs(1)), "{gaps:?}");
-    assert!(gaps.iter().any(|g| *g < Duration::from_secs(1)), "jitter shortened no delay: {gaps:?}");
+    assert!(
+        gaps.iter().all(|g| *g <= Duration::from_secs(1)),
+        "{gaps:?}"
+    );
+    assert!(
+        gaps.iter().any(|g| *g < Duration::from_secs(1)),
+        "jitter shortened no delay: {gaps:?}"
+    );
 }
 
 #[flow::operation(name = "slow call", timeout = "50ms", retries = 2, backoff = "10ms")]
@@ -278,13 +308,26 @@ async fn timeouts_come_from_step_or_operation_defaults() {
     let log = Log::default();
     let outcome = Timeouts::runner().execute(&log).await;
     let report = &outcome.report;
-    let node = |name: &str| report.nodes().iter().find(|n| n.name == name).expect("node exists").clone();
+    let node = |name: &str| {
+        report
+            .nodes()
+            .iter()
+            .find(|n| n.name == name)
+            .expect("node exists")
+            .clone()
+    };
 
     let defaulted = node("defaulted");
     assert_eq!(defaulted.status, NodeStatus::Failed);
     assert_eq!(defaulted.operation, Some("slow call"));
-    assert_eq!(defaulted.attempts, 3, "two retries from the operation's defaults");
-    assert_eq!(defaulted.failed_attempts, ["timed out after 50ms", "timed out after 50ms"]);
+    assert_eq!(
+        defaulted.attempts, 3,
+        "two retries from the operation's defaults"
+    );
+    assert_eq!(
+        defaulted.failed_attempts,
+        ["timed out after 50ms", "timed out after 50ms"]
+    );
 
     let overridden = node("overridden");
     assert_eq!(overridden.status, NodeStatus::Completed);
@@ -293,7 +336,9 @@ async fn timeouts_come_from_step_or_operation_defaults() {
     let plain = node("plain");
     assert_eq!(plain.status, NodeStatus::Failed);
     let error = outcome.result.expect_err("two nodes fail");
-    assert!(matches!(error.error_of("plain"), Some(NodeError::TimedOut(d)) if *d == Duration::from_millis(20)));
+    assert!(
+        matches!(error.error_of("plain"), Some(NodeError::TimedOut(d)) if *d == Duration::from_millis(20))
+    );
 }
 
 workflow! {
@@ -310,7 +355,9 @@ async fn deadline_bounds_all_attempts() {
     let error = Deadline::run(&log).await.expect_err("the deadline passes");
     assert_eq!(start.elapsed(), Duration::from_millis(100));
     assert_eq!(log.count("flaky"), 3, "attempts at 0, 40 and 80 ms");
-    assert!(matches!(error.failures()[0].error, NodeError::DeadlineExceeded(d) if d == Duration::from_millis(100)));
+    assert!(
+        matches!(error.failures()[0].error, NodeError::DeadlineExceeded(d) if d == Duration::from_millis(100))
+    );
 }
 
 // --- Panics -------------------------------------------------------------------------------
@@ -337,7 +384,9 @@ async fn panics_fail_their_node_only() {
     assert_eq!(outcome.report.status("fine"), Some(NodeStatus::Completed));
     assert_eq!(log.count("panics"), 2);
     let error = outcome.result.expect_err("the panic fails the run");
-    assert!(matches!(error.error_of("panics"), Some(NodeError::Panicked(m)) if m == "the operation broke"));
+    assert!(
+        matches!(error.error_of("panics"), Some(NodeError::Panicked(m)) if m == "the operation broke")
+    );
 }
 
 // --- Cancellation -------------------------------------------------------------------------
@@ -385,20 +434,31 @@ async fn cancel_token_aborts_the_run() {
     let error = outcome.result.expect_err("cancelled");
     assert!(error.is_cancelled());
     assert_eq!(error.cancel_reason(), Some(CancelReason::Token));
-    assert!(error.failures().iter().all(|f| matches!(f.error, NodeError::Cancelled)));
+    assert!(
+        error
+            .failures()
+            .iter()
+            .all(|f| matches!(f.error, NodeError::Cancelled))
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn run_deadline_aborts_the_run() {
     let dropped = Cell::new(0);
     let start = Instant::now();
-    let outcome = Long::runner().deadline(Duration::from_millis(1_500)).execute(&dropped).await;
+    let outcome = Long::runner()
+        .deadline(Duration::from_millis(1_500))
+        .execute(&dropped)
+        .await;
     assert_eq!(start.elapsed(), Duration::from_millis(1_500));
     assert_eq!(dropped.get(), 1, "the 2 s operation was dropped");
     assert_eq!(outcome.report.count(NodeStatus::Completed), 1);
     assert_eq!(outcome.report.count(NodeStatus::Aborted), 2);
     let error = outcome.result.expect_err("deadline passed");
-    assert_eq!(error.cancel_reason(), Some(CancelReason::Deadline(Duration::from_millis(1_500))));
+    assert_eq!(
+        error.cancel_reason(),
+        Some(CancelReason::Deadline(Duration::from_millis(1_500)))
+    );
     assert!(error.to_string().contains("deadline"));
 }
 
@@ -447,7 +507,9 @@ include!("data/thousand_names.rs");
 #[tokio::test(start_paused = true)]
 async fn parallel_limit_holds_over_a_thousand_operations() {
     let gauge = Gauge::default();
-    Thousand::run(&gauge).await.expect("every operation succeeds");
+    Thousand::run(&gauge)
+        .await
+        .expect("every operation succeeds");
     assert_eq!(gauge.peak.get(), 3);
     assert_eq!(gauge.done.get(), 1000);
     assert_eq!(Thousand::GRAPH.len(), 1000);
@@ -457,7 +519,10 @@ async fn parallel_limit_holds_over_a_thousand_operations() {
 async fn run_wide_limit_holds() {
     let gauge = Gauge::default();
     let limit = std::num::NonZeroUsize::new(2).expect("non-zero");
-    let outcome = Thousand::runner().max_concurrency(limit).execute(&gauge).await;
+    let outcome = Thousand::runner()
+        .max_concurrency(limit)
+        .execute(&gauge)
+        .await;
     outcome.result.expect("every operation succeeds");
     assert_eq!(gauge.peak.get(), 2);
     assert_eq!(gauge.done.get(), 1000);
@@ -465,9 +530,38 @@ async fn run_wide_limit_holds() {
 
 #[test]
 fn backoff_delays() {
-    let exp = Backoff::Exponential { base_ms: 100, max_ms: 1_000 };
+    let exp = Backoff::Exponential {
+        base_ms: 100,
+        max_ms: 1_000,
+    };
     let delays: Vec<u128> = (1..=6).map(|r| exp.delay(r).as_millis()).collect();
     assert_eq!(delays, [100, 200, 400, 800, 1_000, 1_000]);
-    assert_eq!(exp.delay(200).as_millis(), 1_000, "no overflow on huge retry counts");
+    assert_eq!(
+        exp.delay(200).as_millis(),
+        1_000,
+        "no overflow on huge retry counts"
+    );
     assert_eq!(Backoff::Fixed { ms: 30 }.delay(9).as_millis(), 30);
+}
+
+workflow! {
+    /// A timeout outside any tokio runtime.
+    NoRuntime() -> u32 {
+        Sequential { value = Operation(async { Ok::<u32, Failure>(7) }, timeout = "1s") }
+        => value
+    }
+}
+
+#[test]
+fn timers_without_a_tokio_runtime_fail_the_node_not_the_process() {
+    let outcome = futures::executor::block_on(NoRuntime::runner().execute());
+    let error = outcome.result.expect_err("no timer can be made");
+    let message = error
+        .error_of("value")
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    assert!(
+        message.contains("need a tokio runtime with time enabled"),
+        "{message}"
+    );
 }

@@ -30,7 +30,7 @@ pub fn workflow(input: TokenStream) -> TokenStream {
         }
     };
     match (workflow.output_ty.as_ref(), workflow.output.as_ref()) {
-        (Some(ty), None) => cx.error(
+        (Some(ty), None) if !workflow.has_output => cx.error(
             ty.span(),
             "the workflow declares an output type but no output; end the body with `=> expression`",
         ),
@@ -72,7 +72,11 @@ impl Names<'_> {
     }
 
     fn params(&self) -> HashSet<String> {
-        self.workflow.params.iter().map(|p| p.name.to_string()).collect()
+        self.workflow
+            .params
+            .iter()
+            .map(|p| p.name.to_string())
+            .collect()
     }
 
     /// Rewrites an expression so that every parameter and every node it reads is a place
@@ -107,19 +111,23 @@ fn generate(workflow: &Workflow, checked: &Checked) -> TokenStream {
     let param_names: Vec<&Ident> = workflow.params.iter().map(|p| &p.name).collect();
     let param_types: Vec<&syn::Type> = workflow.params.iter().map(|p| &p.ty).collect();
 
-    let slots = checked.order.iter().filter(|&&id| {
-        dag.nodes[id].kind == Kind::Operation && dag.nodes[id].name.is_some()
-    }).map(|&id| {
-        let slot = names.slot(id);
-        quote!(let #slot = &::flow::__private::Slot::new();)
-    });
+    let slots = checked
+        .order
+        .iter()
+        .filter(|&&id| dag.nodes[id].kind == Kind::Operation && dag.nodes[id].name.is_some())
+        .map(|&id| {
+            let slot = names.slot(id);
+            quote!(let #slot = &::flow::__private::Slot::new();)
+        });
 
     let leaves: Vec<TokenStream> = checked.order.iter().map(|&id| leaf(&names, id)).collect();
     let tree = balanced(&leaves);
     let graph = graph_const(&names);
     let output = output(&names);
     let name_str = name.to_string();
-    let run_doc = format!("Runs `{name_str}` with default options and returns its output, or a [`WorkflowError`](::flow::WorkflowError) that lists every failed and aborted node.");
+    let run_doc = format!(
+        "Runs `{name_str}` with default options and returns its output, or a [`WorkflowError`](::flow::WorkflowError) that lists every failed and aborted node."
+    );
 
     quote! {
         #(#attrs)*
@@ -135,7 +143,10 @@ fn generate(workflow: &Workflow, checked: &Checked) -> TokenStream {
 
             #[doc = #run_doc]
             #vis async fn run(#(#param_names: #param_types),*) -> ::flow::__private::Result<#output_ty, ::flow::__private::WorkflowError> {
-                Self::runner().execute(#(#param_names),*).await.result
+                let mut runner = Self::runner();
+                // No report is returned, so no event log is kept (observers are not possible here).
+                runner.options.record(false);
+                runner.execute(#(#param_names),*).await.result
             }
 
             /// A runner with default options: configure it, then call `execute`.
@@ -146,6 +157,19 @@ fn generate(workflow: &Workflow, checked: &Checked) -> TokenStream {
             /// Limits how many operations of one run may be in flight at once.
             #vis fn max_concurrency(mut self, limit: ::core::num::NonZeroUsize) -> Self {
                 self.options.max_concurrency(limit);
+                self
+            }
+
+            /// Adds an observer: it sees every event of the run, synchronously, as it is appended.
+            #vis fn observer(mut self, observer: impl ::flow::__private::Observer + 'static) -> Self {
+                self.options.observer(observer);
+                self
+            }
+
+            /// Whether to keep the run's event log in the report (on by default). Off, the report
+            /// still has every status, attempt and error, but no times and no events.
+            #vis fn record(mut self, record: bool) -> Self {
+                self.options.record(record);
                 self
             }
 
@@ -186,7 +210,9 @@ const INLINE_LIMIT: usize = 64;
 
 fn balanced(leaves: &[TokenStream]) -> TokenStream {
     match leaves {
-        [] => quote!(::core::compile_error!("flow: a workflow needs at least one step")),
+        [] => quote!(::core::compile_error!(
+            "flow: a workflow needs at least one step"
+        )),
         [leaf] => leaf.clone(),
         _ => {
             let (left, right) = leaves.split_at(leaves.len() / 2);
@@ -208,14 +234,7 @@ fn leaf(names: &Names<'_>, id: usize) -> TokenStream {
             let inputs = uses.iter().map(|(ident, source)| {
                 let slot = names.slot(*source);
                 let cause = &checked.dag.nodes[*source].display;
-                quote! {
-                    let #ident = match #slot.get() {
-                        ::flow::__private::Option::Some(value) => value,
-                        ::flow::__private::Option::None => {
-                            return ::flow::__private::Result::Err(::flow::__private::NodeError::Aborted { cause: #cause });
-                        }
-                    };
-                }
+                quote!(let #ident = ::flow::__private::input(#slot, #cause)?;)
             });
             let awaited = quote_spanned!(span=> (#expr).await);
             let finish = if node.name.is_some() {
@@ -306,7 +325,11 @@ fn graph_const(names: &Names<'_>) -> TokenStream {
         }
     });
 
-    let mut edges: Vec<(usize, usize, u8)> = dag.edges.iter().map(|(&(from, to), &why)| (pos[from], pos[to], why)).collect();
+    let mut edges: Vec<(usize, usize, u8)> = dag
+        .edges
+        .iter()
+        .map(|(&(from, to), &why)| (pos[from], pos[to], why))
+        .collect();
     edges.sort_unstable();
     let edge_tokens = edges.iter().map(|&(from, to, why)| {
         let kind = if why & edge::THEN != 0 {
@@ -347,11 +370,17 @@ fn graph_const(names: &Names<'_>) -> TokenStream {
         }
     }
     succ_start.push(succ.len() as u32);
-    let roots: Vec<u32> = (0..n).filter(|&p| pred_count[p] == 0).map(|p| p as u32).collect();
+    let roots: Vec<u32> = (0..n)
+        .filter(|&p| pred_count[p] == 0)
+        .map(|p| p as u32)
+        .collect();
 
     let branch = |select: fn(&graph::Node) -> &Vec<usize>| {
         let lists = checked.order.iter().map(move |&id| {
-            let mut members: Vec<u32> = select(&dag.nodes[id]).iter().map(|&m| pos[m] as u32).collect();
+            let mut members: Vec<u32> = select(&dag.nodes[id])
+                .iter()
+                .map(|&m| pos[m] as u32)
+                .collect();
             members.sort_unstable();
             quote!(&[#(#members),*])
         });
@@ -370,7 +399,11 @@ fn graph_const(names: &Names<'_>) -> TokenStream {
         });
         quote!(&[#(#lists),*])
     };
-    let policies = if checked.order.iter().all(|&id| dag.nodes[id].policy.is_empty()) {
+    let policies = if checked
+        .order
+        .iter()
+        .all(|&id| dag.nodes[id].policy.is_empty())
+    {
         quote!(&[])
     } else {
         let policies = checked.order.iter().map(|&id| &dag.nodes[id].policy);
@@ -412,8 +445,15 @@ fn skeleton(workflow: &Workflow) -> TokenStream {
         Some(ty) => quote!(#ty),
         None => quote!(()),
     };
-    let param_names: Vec<&Ident> = workflow.params.iter().map(|p| &p.name).collect();
-    let param_types: Vec<&syn::Type> = workflow.params.iter().map(|p| &p.ty).collect();
+    // Each parameter once: a duplicate is already reported, and rustc should not repeat it.
+    let mut seen = HashSet::new();
+    let params: Vec<_> = workflow
+        .params
+        .iter()
+        .filter(|p| seen.insert(p.name.to_string()))
+        .collect();
+    let param_names: Vec<&Ident> = params.iter().map(|p| &p.name).collect();
+    let param_types: Vec<&syn::Type> = params.iter().map(|p| &p.ty).collect();
     quote! {
         #(#attrs)*
         #vis struct #name {
@@ -439,6 +479,14 @@ fn skeleton(workflow: &Workflow) -> TokenStream {
             }
             /// Limits concurrency (not available: the workflow has errors).
             #vis fn max_concurrency(self, limit: ::core::num::NonZeroUsize) -> Self {
+                self
+            }
+            /// Adds an observer (not available: the workflow has errors).
+            #vis fn observer(self, observer: impl ::flow::__private::Observer + 'static) -> Self {
+                self
+            }
+            /// Keeps the event log (not available: the workflow has errors).
+            #vis fn record(self, record: bool) -> Self {
                 self
             }
             /// Sets the failure policy (not available: the workflow has errors).

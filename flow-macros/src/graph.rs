@@ -138,6 +138,7 @@ impl Builder<'_> {
             }
             Step::Parallel(block) => self.parallel(block),
             Step::Conditional(cond) => self.conditional(cond),
+            Step::Invalid => (Vec::new(), Vec::new()),
         }
     }
 
@@ -242,7 +243,12 @@ impl Builder<'_> {
         (vec![decision], exits)
     }
 
-    fn branch(&mut self, decision: usize, then: bool, steps: &[Step]) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
+    fn branch(
+        &mut self,
+        decision: usize,
+        then: bool,
+        steps: &[Step],
+    ) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
         self.branches.push((decision, then));
         let first = self.dag.nodes.len();
         let (entries, exits) = self.sequence(steps);
@@ -262,7 +268,9 @@ fn name_nodes(dag: &mut Dag) {
         .map(|node| match (&node.name, node.kind) {
             (Some(name), _) => name.to_string(),
             (None, Kind::Decision) => "decision".to_string(),
-            (None, Kind::Operation) => callee(&node.expr).unwrap_or_else(|| "operation".to_string()),
+            (None, Kind::Operation) => {
+                callee(&node.expr).unwrap_or_else(|| "operation".to_string())
+            }
         })
         .collect();
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
@@ -276,7 +284,11 @@ fn name_nodes(dag: &mut Dag) {
         let index = seen.entry(base).or_insert(0);
         *index += 1;
         let unique = count == 1 && node.kind == Kind::Operation;
-        names.push(if unique { base.clone() } else { format!("{base}#{index}") });
+        names.push(if unique {
+            base.clone()
+        } else {
+            format!("{base}#{index}")
+        });
     }
     for (node, name) in dag.nodes.iter_mut().zip(names) {
         node.display = name;
@@ -299,21 +311,22 @@ fn callee(expr: &Expr) -> Option<String> {
 
 /// The text of an expression, for labels: its tokens, spaced as people write them.
 pub fn source_text(expr: &Expr) -> String {
-    let raw = quote::ToTokens::to_token_stream(expr).to_string();
-    let mut out = String::with_capacity(raw.len());
-    let chars: Vec<char> = raw.chars().collect();
-    for (i, &c) in chars.iter().enumerate() {
-        if c == ' ' {
-            let prev = if i > 0 { chars[i - 1] } else { ' ' };
-            let next = chars.get(i + 1).copied().unwrap_or(' ');
-            let tight_after = matches!(prev, '(' | '[' | '.' | '&' | '!' | ':');
-            let tight_before = matches!(next, '(' | ')' | '[' | ']' | '.' | ',' | '?' | ':');
-            let colon_pair = prev == ':' && next == ':' || next == ':' && chars.get(i + 2) == Some(&':');
-            if tight_after && prev != ':' || tight_before && next != ':' || colon_pair || prev == ':' && i >= 2 && chars[i - 2] == ':' {
-                continue;
-            }
-        }
-        out.push(c);
+    let mut text = quote::ToTokens::to_token_stream(expr).to_string();
+    for (spaced, tight) in [
+        (" :: ", "::"),
+        (":: ", "::"),
+        (" . ", "."),
+        (" ,", ","),
+        ("( ", "("),
+        (" )", ")"),
+        ("[ ", "["),
+        (" ]", "]"),
+        ("& ", "&"),
+        (" ?", "?"),
+        (" (", "("),
+        ("! (", "!("),
+    ] {
+        text = text.replace(spaced, tight);
     }
-    out
+    text
 }

@@ -17,13 +17,15 @@ use crate::parse::{Opt, OptValue};
 pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     let mut cx = Ctxt::default();
     let end = crate::parse::last_span(&args);
-    let options = match crate::parse::parse_within(Punctuated::<Opt, Token![,]>::parse_terminated, args, end) {
-        Ok(options) => options.into_iter().collect::<Vec<_>>(),
-        Err(error) => {
-            cx.push(error);
-            Vec::new()
-        }
-    };
+    let options =
+        match crate::parse::parse_within(Punctuated::<Opt, Token![,]>::parse_terminated, args, end)
+        {
+            Ok(options) => options.into_iter().collect::<Vec<_>>(),
+            Err(error) => {
+                cx.push(error);
+                Vec::new()
+            }
+        };
     let mut function: ItemFn = match syn::parse2(item.clone()) {
         Ok(function) => function,
         Err(_) => {
@@ -31,7 +33,10 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
                 proc_macro2::Span::call_site(),
                 "`#[operation]` goes on an `async fn`, as in `#[operation] async fn fetch(id: u64) -> Result<T, E>`",
             );
-            let mut out = cx.into_error().map(|e| e.to_compile_error()).unwrap_or_default();
+            let mut out = cx
+                .into_error()
+                .map(|e| e.to_compile_error())
+                .unwrap_or_default();
             out.extend(item);
             return out;
         }
@@ -39,7 +44,10 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     if function.sig.asyncness.is_none() {
         cx.error(
             function.sig.fn_token.span,
-            format!("`#[operation]` goes on an `async fn`; write `async fn {}`", function.sig.ident),
+            format!(
+                "`#[operation]` goes on an `async fn`; write `async fn {}`",
+                function.sig.ident
+            ),
         );
     }
 
@@ -68,12 +76,12 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     }
 
     let body = &function.block;
-    function.block = Box::new(syn::parse_quote!({
+    *function.block = syn::parse_quote!({
         ::flow::__private::OperationScope::new(
             &::flow::__private::OperationSpec { name: #display, policy: #policy },
             async move #body,
         )
         .await
-    }));
+    });
     quote!(#function)
 }

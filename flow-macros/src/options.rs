@@ -53,16 +53,23 @@ impl Policy {
             "retries" => match &opt.value {
                 OptValue::Int(lit) => match lit.base10_parse::<u32>() {
                     Ok(n) => self.retries = Some(n),
-                    Err(_) => cx.error(lit.span(), "`retries` must be a whole number from 0 to 4294967295"),
+                    Err(_) => cx.error(
+                        lit.span(),
+                        "`retries` must be a whole number from 0 to 4294967295",
+                    ),
                 },
-                other => cx.error(other.span(), "`retries` takes a whole number, as in `retries = 3`"),
+                other => cx.error(
+                    other.span(),
+                    "`retries` takes a whole number, as in `retries = 3`",
+                ),
             },
             "jitter" => match &opt.value {
-                OptValue::Other(Expr::Lit(lit)) if matches!(lit.lit, Lit::Bool(_)) => {
-                    if let Lit::Bool(b) = &lit.lit {
-                        self.jitter = Some(b.value);
-                    }
-                }
+                OptValue::Other(expr) => match &**expr {
+                    Expr::Lit(syn::ExprLit {
+                        lit: Lit::Bool(b), ..
+                    }) => self.jitter = Some(b.value),
+                    _ => cx.error(opt.value.span(), "`jitter` takes `true` or `false`"),
+                },
                 other => cx.error(other.span(), "`jitter` takes `true` or `false`"),
             },
             "backoff" => self.backoff = backoff(&opt.value, cx),
@@ -74,6 +81,10 @@ impl Policy {
 
 impl ToTokens for Policy {
     fn to_tokens(&self, tokens: &mut TokenStream) {
+        if self.is_empty() {
+            tokens.extend(quote!(::flow::__private::NodePolicy::NONE));
+            return;
+        }
         let timeout = some(self.timeout_ms);
         let retries = some(self.retries);
         let backoff = some(self.backoff.map(|b| match b {
@@ -102,18 +113,33 @@ fn backoff(value: &OptValue, cx: &mut Ctxt) -> Option<Backoff> {
         OptValue::Str(lit) => match parse_duration_ms(&lit.value()) {
             Ok(ms) => Some(Backoff::Fixed(ms)),
             Err(why) => {
-                cx.error(lit.span(), format!("invalid duration {:?} for `backoff`: {why}", lit.value()));
+                cx.error(
+                    lit.span(),
+                    format!("invalid duration {:?} for `backoff`: {why}", lit.value()),
+                );
                 None
             }
         },
-        OptValue::Other(Expr::Call(call)) if matches!(&*call.func, Expr::Path(p) if p.path.is_ident("exponential")) => {
+        OptValue::Other(expr) if matches!(&**expr, Expr::Call(call) if matches!(&*call.func, Expr::Path(p) if p.path.is_ident("exponential"))) =>
+        {
+            let Expr::Call(call) = &**expr else {
+                return None;
+            };
             let mut values = Vec::new();
             for arg in &call.args {
                 match arg {
-                    Expr::Lit(syn::ExprLit { lit: Lit::Str(lit), .. }) => match parse_duration_ms(&lit.value()) {
+                    Expr::Lit(syn::ExprLit {
+                        lit: Lit::Str(lit), ..
+                    }) => match parse_duration_ms(&lit.value()) {
                         Ok(ms) => values.push(ms),
                         Err(why) => {
-                            cx.error(lit.span(), format!("invalid duration {:?} in `exponential`: {why}", lit.value()));
+                            cx.error(
+                                lit.span(),
+                                format!(
+                                    "invalid duration {:?} in `exponential`: {why}",
+                                    lit.value()
+                                ),
+                            );
                             return None;
                         }
                     },
@@ -124,10 +150,16 @@ fn backoff(value: &OptValue, cx: &mut Ctxt) -> Option<Backoff> {
                 }
             }
             match values[..] {
-                [base] => Some(Backoff::Exponential(base, base.saturating_mul(100).max(base))),
+                [base] => Some(Backoff::Exponential(
+                    base,
+                    base.saturating_mul(100).max(base),
+                )),
                 [base, max] if max >= base => Some(Backoff::Exponential(base, max)),
                 [_, _] => {
-                    cx.error(syn::spanned::Spanned::span(&call.args), "the largest delay of `exponential` must not be shorter than the first");
+                    cx.error(
+                        syn::spanned::Spanned::span(&call.args),
+                        "the largest delay of `exponential` must not be shorter than the first",
+                    );
                     None
                 }
                 _ => {
@@ -155,7 +187,10 @@ fn check_duplicates(options: &[Opt], cx: &mut Ctxt) {
     for (i, opt) in options.iter().enumerate() {
         if let Some(first) = options[..i].iter().find(|o| o.key == opt.key) {
             cx.error(opt.key.span(), format!("duplicate option `{}`", opt.key));
-            cx.error(first.key.span(), format!("`{}` is first given here", first.key));
+            cx.error(
+                first.key.span(),
+                format!("`{}` is first given here", first.key),
+            );
         }
     }
 }
@@ -168,7 +203,10 @@ pub fn operation(options: &[Opt], cx: &mut Ctxt) -> OpOptions {
             "after" => match &opt.value {
                 OptValue::Names(names, span) => {
                     if names.is_empty() {
-                        cx.error(*span, "`after` needs at least one node name, as in `after = [fetch]`");
+                        cx.error(
+                            *span,
+                            "`after` needs at least one node name, as in `after = [fetch]`",
+                        );
                     }
                     out.after.extend(names.iter().cloned());
                 }
@@ -180,7 +218,9 @@ pub fn operation(options: &[Opt], cx: &mut Ctxt) -> OpOptions {
             _ if out.policy.option(opt, cx) => {}
             other => cx.error(
                 opt.key.span(),
-                format!("unknown option `{other}` for an `Operation`: expected {OPERATION_OPTIONS}"),
+                format!(
+                    "unknown option `{other}` for an `Operation`: expected {OPERATION_OPTIONS}"
+                ),
             ),
         }
     }
@@ -220,7 +260,10 @@ pub fn parallel(options: &[Opt], cx: &mut Ctxt) -> ParallelOptions {
 
 pub fn sequential(options: &[Opt], cx: &mut Ctxt) {
     for opt in options {
-        cx.error(opt.key.span(), format!("`Sequential` takes no options, found `{}`", opt.key));
+        cx.error(
+            opt.key.span(),
+            format!("`Sequential` takes no options, found `{}`", opt.key),
+        );
     }
 }
 
@@ -234,12 +277,18 @@ fn duration(key: &Ident, value: &OptValue, cx: &mut Ctxt) -> Option<u64> {
     };
     match parse_duration_ms(&lit.value()) {
         Ok(0) => {
-            cx.error(lit.span(), format!("`{key}` must be longer than zero; remove the option for no limit"));
+            cx.error(
+                lit.span(),
+                format!("`{key}` must be longer than zero; remove the option for no limit"),
+            );
             None
         }
         Ok(ms) => Some(ms),
         Err(why) => {
-            cx.error(lit.span(), format!("invalid duration {:?} for `{key}`: {why}", lit.value()));
+            cx.error(
+                lit.span(),
+                format!("invalid duration {:?} for `{key}`: {why}", lit.value()),
+            );
             None
         }
     }
@@ -259,9 +308,14 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
         if digits == 0 {
             return Err(EXPECTED.to_string());
         }
-        let number: u64 = rest[..digits].parse().map_err(|_| "the number is too large".to_string())?;
+        let number: u64 = rest[..digits]
+            .parse()
+            .map_err(|_| "the number is too large".to_string())?;
         rest = &rest[digits..];
-        let unit_len = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_alphabetic()).len();
+        let unit_len = rest.len()
+            - rest
+                .trim_start_matches(|c: char| c.is_ascii_alphabetic())
+                .len();
         let unit = &rest[..unit_len];
         rest = &rest[unit_len..];
         let factor = match unit {
@@ -271,7 +325,11 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
             "h" => 3_600_000,
             "" => {
                 // Only the message depends on what follows: a space, a fraction or nothing.
-                let word: String = rest.trim_start().chars().take_while(char::is_ascii_alphabetic).collect();
+                let word: String = rest
+                    .trim_start()
+                    .chars()
+                    .take_while(char::is_ascii_alphabetic)
+                    .collect();
                 return Err(match word.as_str() {
                     _ if rest.starts_with('.') => "fractions are not supported; use a smaller unit, as in \"1s500ms\" or \"1500ms\"".to_string(),
                     "ms" | "s" | "m" | "h" => format!("write the unit right after the number, as in \"{number}{word}\""),

@@ -24,6 +24,8 @@ pub struct Workflow {
     pub body: Vec<Step>,
     pub body_span: Span,
     pub output: Option<Expr>,
+    /// Whether the body has `=>` (even when what follows it did not parse).
+    pub has_output: bool,
 }
 
 /// A workflow parameter `name: Type`.
@@ -38,6 +40,9 @@ pub enum Step {
     Sequential(BlockStep),
     Parallel(BlockStep),
     Conditional(CondStep),
+    /// A step that did not parse (its error is recorded). It keeps its block from looking empty,
+    /// so one mistake does not also report "empty block".
+    Invalid,
 }
 
 pub struct OpStep {
@@ -71,7 +76,7 @@ pub enum OptValue {
     Names(Vec<Ident>, Span),
     Str(LitStr),
     Int(LitInt),
-    Other(Expr),
+    Other(Box<Expr>),
 }
 
 impl OptValue {
@@ -87,14 +92,28 @@ impl OptValue {
 
 pub const STEP_KINDS: &str = "`Operation`, `Sequential`, `Parallel` or `Conditional`";
 
+/// The workflow's header, and its body's tokens.
+struct Header {
+    attrs: Vec<Attribute>,
+    vis: Visibility,
+    name: Ident,
+    params: Vec<Param>,
+    output_ty: Option<Type>,
+    body: TokenStream,
+    body_span: Span,
+}
+
 /// Parses the invocation. The header (name, parameters, output type) must be well formed; inside
 /// the body, each malformed step is recorded in `cx` and skipped.
 pub fn workflow(input: TokenStream, cx: &mut Ctxt) -> syn::Result<Workflow> {
-    let header = |input: ParseStream| -> syn::Result<(Vec<Attribute>, Visibility, Ident, Vec<Param>, Option<Type>, TokenStream, Span)> {
+    let header = |input: ParseStream| -> syn::Result<Header> {
         let attrs = input.call(Attribute::parse_outer)?;
         let vis: Visibility = input.parse()?;
         let name: Ident = input.parse().map_err(|e| {
-            syn::Error::new(e.span(), "expected the workflow's name, as in `pub Checkout(order_id: u64) { .. }`")
+            syn::Error::new(
+                e.span(),
+                "expected the workflow's name, as in `pub Checkout(order_id: u64) { .. }`",
+            )
         })?;
         if !input.peek(syn::token::Paren) {
             return Err(input.error("expected the workflow's parameters in parentheses after its name, as in `Checkout(order_id: u64)`; write `()` for none"));
@@ -115,17 +134,39 @@ pub fn workflow(input: TokenStream, cx: &mut Ctxt) -> syn::Result<Workflow> {
         let brace = syn::braced!(body in input);
         let tokens: TokenStream = body.parse()?;
         if !input.is_empty() {
-            return Err(input.error("unexpected tokens after the workflow's body; write one workflow per `workflow!`"));
+            return Err(input.error(
+                "unexpected tokens after the workflow's body; write one workflow per `workflow!`",
+            ));
         }
-        Ok((attrs, vis, name, params.into_iter().collect(), output_ty, tokens, brace.span.join()))
+        Ok(Header {
+            attrs,
+            vis,
+            name,
+            params: params.into_iter().collect(),
+            output_ty,
+            body: tokens,
+            body_span: brace.span.join(),
+        })
     };
     let end = last_span(&input);
-    let (mut attrs, vis, name, params, output_ty, body_tokens, body_span) = parse_within(header, input, end)?;
+    let Header {
+        mut attrs,
+        vis,
+        name,
+        params,
+        output_ty,
+        body: body_tokens,
+        body_span,
+    } = parse_within(header, input, end)?;
     let fail_fast = workflow_options(&mut attrs, cx);
     let (steps_tokens, output_tokens) = split_output(body_tokens);
+    let cx_saw_arrow = output_tokens.is_some();
     let output = match output_tokens {
         Some((arrow, tokens)) if tokens.is_empty() => {
-            cx.error(arrow, "expected the workflow's output expression after `=>`");
+            cx.error(
+                arrow,
+                "expected the workflow's output expression after `=>`",
+            );
             None
         }
         Some((_, tokens)) => {
@@ -141,7 +182,9 @@ pub fn workflow(input: TokenStream, cx: &mut Ctxt) -> syn::Result<Workflow> {
         None => None,
     };
     let body = steps(steps_tokens, cx);
+    let has_output = output.is_some() || cx_saw_arrow;
     Ok(Workflow {
+        has_output,
         attrs,
         fail_fast,
         vis,
@@ -152,6 +195,16 @@ pub fn workflow(input: TokenStream, cx: &mut Ctxt) -> syn::Result<Workflow> {
         body_span,
         output,
     })
+}
+
+fn policy_name(expr: &Expr) -> Option<&'static str> {
+    match expr {
+        Expr::Path(path) if path.path.is_ident("FailFast") => Some("FailFast"),
+        Expr::Path(path) if path.path.is_ident("ContinueIndependent") => {
+            Some("ContinueIndependent")
+        }
+        _ => None,
+    }
 }
 
 /// Takes the `#[flow(..)]` attributes out of `attrs`; returns whether the policy is `FailFast`.
@@ -167,12 +220,12 @@ fn workflow_options(attrs: &mut Vec<Attribute>, cx: &mut Ctxt) -> bool {
             Ok(options) => {
                 for opt in options {
                     match (opt.key.to_string().as_str(), &opt.value) {
-                        ("failure", OptValue::Other(Expr::Path(path))) if path.path.is_ident("FailFast") || path.path.is_ident("ContinueIndependent") => {
+                        ("failure", OptValue::Other(expr)) if policy_name(expr).is_some() => {
                             if seen {
                                 cx.error(opt.key.span(), "duplicate option `failure`");
                             }
                             seen = true;
-                            fail_fast = path.path.is_ident("FailFast");
+                            fail_fast = policy_name(expr) == Some("FailFast");
                         }
                         ("failure", other) => cx.error(other.span(), "`failure` takes `FailFast` or `ContinueIndependent`"),
                         (other, _) => cx.error(opt.key.span(), format!("unknown workflow option `{other}`: expected `failure = FailFast` or `failure = ContinueIndependent`")),
@@ -188,9 +241,9 @@ fn workflow_options(attrs: &mut Vec<Attribute>, cx: &mut Ctxt) -> bool {
 
 impl Parse for Param {
     fn parse(input: ParseStream) -> syn::Result<Self> {
-        let name: Ident = input.parse().map_err(|e| {
-            syn::Error::new(e.span(), "expected a parameter `name: Type`")
-        })?;
+        let name: Ident = input
+            .parse()
+            .map_err(|e| syn::Error::new(e.span(), "expected a parameter `name: Type`"))?;
         input.parse::<Token![:]>()?;
         let ty: Type = input.parse()?;
         Ok(Param { name, ty })
@@ -199,7 +252,11 @@ impl Parse for Param {
 
 /// The span of the last token of `tokens`, or the call site when there is none.
 pub fn last_span(tokens: &TokenStream) -> Span {
-    tokens.clone().into_iter().last().map_or_else(Span::call_site, |t| t.span())
+    tokens
+        .clone()
+        .into_iter()
+        .last()
+        .map_or_else(Span::call_site, |t| t.span())
 }
 
 /// Parses all of `tokens` with `parser`, like `Parser::parse2`, except that an error at the end
@@ -260,11 +317,10 @@ pub fn steps(tokens: TokenStream, cx: &mut Ctxt) -> Vec<Step> {
     for (chunk, comma) in chunks {
         if chunk.is_empty() {
             cx.error(comma, "expected a step before this comma");
+            out.push(Step::Invalid);
             continue;
         }
-        if let Some(step) = step(chunk, cx) {
-            out.push(step);
-        }
+        out.push(step(chunk, cx).unwrap_or(Step::Invalid));
     }
     out
 }
@@ -280,18 +336,29 @@ fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
             match trees.next() {
                 Some(TokenTree::Ident(kw)) => (Some(name), kw),
                 Some(other) => {
-                    cx.error(other.span(), format!("expected a step after `{name} =`: one of {STEP_KINDS}"));
+                    cx.error(
+                        other.span(),
+                        format!("expected a step after `{name} =`: one of {STEP_KINDS}"),
+                    );
                     return None;
                 }
                 None => {
-                    cx.error(name.span(), format!("expected a step after `{name} =`, as in `{name} = Operation(call())`"));
+                    cx.error(
+                        name.span(),
+                        format!(
+                            "expected a step after `{name} =`, as in `{name} = Operation(call())`"
+                        ),
+                    );
                     return None;
                 }
             }
         }
         (TokenTree::Ident(kw), _) => (None, kw.clone()),
         (other, _) => {
-            cx.error(other.span(), format!("expected a step: one of {STEP_KINDS}"));
+            cx.error(
+                other.span(),
+                format!("expected a step: one of {STEP_KINDS}"),
+            );
             return None;
         }
     };
@@ -334,7 +401,10 @@ fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
                     None => "",
                 },
             };
-            cx.error(keyword.span(), format!("unknown step `{other}`: expected {STEP_KINDS}{hint}"));
+            cx.error(
+                keyword.span(),
+                format!("unknown step `{other}`: expected {STEP_KINDS}{hint}"),
+            );
             None
         }
     }
@@ -363,17 +433,31 @@ fn group(tree: Option<&TokenTree>, delimiter: Delimiter) -> Option<&proc_macro2:
     }
 }
 
-fn operation(name: Option<Ident>, keyword: Ident, rest: Vec<TokenTree>, cx: &mut Ctxt) -> Option<OpStep> {
+fn operation(
+    name: Option<Ident>,
+    keyword: Ident,
+    rest: Vec<TokenTree>,
+    cx: &mut Ctxt,
+) -> Option<OpStep> {
     let Some(args) = group(rest.first(), Delimiter::Parenthesis) else {
-        cx.error(keyword.span(), "expected `Operation(call(..))`: the async call in parentheses");
+        cx.error(
+            keyword.span(),
+            "expected `Operation(call(..))`: the async call in parentheses",
+        );
         return None;
     };
     if let Some(extra) = rest.get(1) {
-        cx.error(extra.span(), "unexpected tokens after `Operation(..)`; separate steps with commas");
+        cx.error(
+            extra.span(),
+            "unexpected tokens after `Operation(..)`; separate steps with commas",
+        );
         return None;
     }
     if args.stream().is_empty() {
-        cx.error(args.span(), "expected the async call inside `Operation(..)`, as in `Operation(fetch(id))`");
+        cx.error(
+            args.span(),
+            "expected the async call inside `Operation(..)`, as in `Operation(fetch(id))`",
+        );
         return None;
     }
     let parser = |input: ParseStream| -> syn::Result<(Expr, Vec<Opt>)> {
@@ -428,7 +512,10 @@ fn block(keyword: Ident, rest: Vec<TokenTree>, cx: &mut Ctxt) -> Option<BlockSte
         return None;
     };
     if let Some(extra) = rest.get(i + 1) {
-        cx.error(extra.span(), format!("unexpected tokens after `{keyword} {{ .. }}`; separate steps with commas"));
+        cx.error(
+            extra.span(),
+            format!("unexpected tokens after `{keyword} {{ .. }}`; separate steps with commas"),
+        );
         return None;
     }
     Some(BlockStep {
@@ -440,11 +527,17 @@ fn block(keyword: Ident, rest: Vec<TokenTree>, cx: &mut Ctxt) -> Option<BlockSte
 
 fn conditional(keyword: Ident, rest: Vec<TokenTree>, cx: &mut Ctxt) -> Option<CondStep> {
     let Some(test) = group(rest.first(), Delimiter::Parenthesis) else {
-        cx.error(keyword.span(), "expected `Conditional(test) { .. }`: the test in parentheses");
+        cx.error(
+            keyword.span(),
+            "expected `Conditional(test) { .. }`: the test in parentheses",
+        );
         return None;
     };
     if test.stream().is_empty() {
-        cx.error(test.span(), "expected a test inside `Conditional(..)`, as in `Conditional(risk.is_ok())`");
+        cx.error(
+            test.span(),
+            "expected a test inside `Conditional(..)`, as in `Conditional(risk.is_ok())`",
+        );
         return None;
     }
     let test_expr = match parse_within(Expr::parse, test.stream(), test.span_close()) {
@@ -455,24 +548,36 @@ fn conditional(keyword: Ident, rest: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Co
         }
     };
     let Some(then) = group(rest.get(1), Delimiter::Brace) else {
-        cx.error(test.span(), "expected the branch to take in braces after `Conditional(test)`");
+        cx.error(
+            test.span(),
+            "expected the branch to take in braces after `Conditional(test)`",
+        );
         return None;
     };
     let otherwise = match rest.get(2) {
         None => None,
         Some(TokenTree::Ident(kw)) if kw == "else" => {
             let Some(body) = group(rest.get(3), Delimiter::Brace) else {
-                cx.error(kw.span(), "expected the else branch in braces: `else { .. }`");
+                cx.error(
+                    kw.span(),
+                    "expected the else branch in braces: `else { .. }`",
+                );
                 return None;
             };
             if let Some(extra) = rest.get(4) {
-                cx.error(extra.span(), "unexpected tokens after `else { .. }`; separate steps with commas");
+                cx.error(
+                    extra.span(),
+                    "unexpected tokens after `else { .. }`; separate steps with commas",
+                );
                 return None;
             }
             Some((kw.span(), steps(body.stream(), cx)))
         }
         Some(other) => {
-            cx.error(other.span(), "expected `else { .. }` or a comma after the Conditional's branch");
+            cx.error(
+                other.span(),
+                "expected `else { .. }` or a comma after the Conditional's branch",
+            );
             return None;
         }
     };
@@ -487,9 +592,9 @@ fn conditional(keyword: Ident, rest: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Co
 
 impl Parse for Opt {
     fn parse(input: ParseStream) -> syn::Result<Self> {
-        let key: Ident = input.parse().map_err(|e| {
-            syn::Error::new(e.span(), "expected an option `name = value`")
-        })?;
+        let key: Ident = input
+            .parse()
+            .map_err(|e| syn::Error::new(e.span(), "expected an option `name = value`"))?;
         if !input.peek(Token![=]) {
             return Err(syn::Error::new(
                 key.span(),
@@ -507,7 +612,7 @@ impl Parse for Opt {
         } else if input.peek(LitInt) {
             OptValue::Int(input.parse()?)
         } else {
-            OptValue::Other(input.parse()?)
+            OptValue::Other(Box::new(input.parse()?))
         };
         Ok(Opt { key, value })
     }

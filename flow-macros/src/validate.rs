@@ -32,19 +32,30 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
     let params: HashSet<String> = workflow.params.iter().map(|p| p.name.to_string()).collect();
     for (i, param) in workflow.params.iter().enumerate() {
         if let Some(first) = workflow.params[..i].iter().find(|p| p.name == param.name) {
-            cx.error(param.name.span(), format!("duplicate parameter `{}`", param.name));
-            cx.error(first.name.span(), format!("`{}` is first declared here", first.name));
+            cx.error(
+                param.name.span(),
+                format!("duplicate parameter `{}`", param.name),
+            );
+            cx.error(
+                first.name.span(),
+                format!("`{}` is first declared here", first.name),
+            );
         }
     }
 
     // The names an expression may read: every node name that is not shadowed by a parameter.
-    let readable: HashSet<String> = names.keys().filter(|n| !params.contains(*n)).cloned().collect();
-    let raw_uses: Vec<Vec<Ident>> = dag.nodes.iter().map(|n| names::uses(&n.expr, &readable)).collect();
+    let readable: HashSet<String> = names
+        .keys()
+        .filter(|n| !params.contains(*n))
+        .cloned()
+        .collect();
+    let raw_uses: Vec<Vec<Ident>> = dag
+        .nodes
+        .iter()
+        .map(|n| names::uses(&n.expr, &readable))
+        .collect();
 
-    let order = match order_or_cycles(&dag, cx) {
-        Some(order) => order,
-        None => return None,
-    };
+    let order = order_or_cycles(&dag, cx)?;
 
     // Ancestors over order edges (sequence, after, branch), as bitsets by node id.
     let n = dag.nodes.len();
@@ -68,7 +79,9 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
     let mut uses: Vec<Vec<(Ident, usize)>> = vec![Vec::new(); n];
     for (node, idents) in raw_uses.into_iter().enumerate() {
         for ident in idents {
-            let Some(&source) = names.get(&ident.to_string()) else { continue };
+            let Some(&source) = names.get(&ident.to_string()) else {
+                continue;
+            };
             if source == node {
                 cx.error(
                     ident.span(),
@@ -78,14 +91,23 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
             }
             if !is_ancestor(source, node) {
                 let why = if is_ancestor(node, source) {
-                    format!("`{ident}` runs after this step, so its output does not exist yet; move this step after it")
+                    format!(
+                        "`{ident}` runs after this step, so its output does not exist yet; move this step after it"
+                    )
                 } else if other_branch(&dag, source, node) {
-                    format!("`{ident}` is in the other branch of the same `Conditional`, which never runs together with this one; to use `{ident}` in both branches, move its step before the `Conditional`")
+                    format!(
+                        "`{ident}` is in the other branch of the same `Conditional`, which never runs together with this one; to use `{ident}` in both branches, move its step before the `Conditional`"
+                    )
                 } else {
-                    format!("`{ident}` may run at the same time as this step, so its output may not exist yet; add `after = [{ident}]` to the step, or move it after `{ident}` in a `Sequential`")
+                    format!(
+                        "`{ident}` may run at the same time as this step, so its output may not exist yet; add `after = [{ident}]` to the step, or move it after `{ident}` in a `Sequential`"
+                    )
                 };
                 cx.error(ident.span(), why);
-                cx.error(dag.nodes[source].span(), format!("`{ident}` is defined here"));
+                cx.error(
+                    dag.nodes[source].span(),
+                    format!("`{ident}` is defined here"),
+                );
                 continue;
             }
             uses[node].push((ident, source));
@@ -104,9 +126,23 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
                 && !names.contains_key(&ident.to_string())
                 && !params.contains(&ident.to_string())
             {
-                let known: Vec<String> = dag.nodes.iter().filter_map(|n| n.name.as_ref()).map(|n| format!("`{n}`")).collect();
-                let listed = if known.is_empty() { "this workflow names no node".to_string() } else { format!("the named nodes are {}", known.join(", ")) };
-                cx.error(ident.span(), format!("the output `{ident}` is no node or parameter of this workflow; {listed}"));
+                let known: Vec<String> = dag
+                    .nodes
+                    .iter()
+                    .filter_map(|n| n.name.as_ref())
+                    .map(|n| format!("`{n}`"))
+                    .collect();
+                let listed = if known.is_empty() {
+                    "this workflow names no node".to_string()
+                } else {
+                    format!("the named nodes are {}", known.join(", "))
+                };
+                cx.error(
+                    ident.span(),
+                    format!(
+                        "the output `{ident}` is no node or parameter of this workflow; {listed}"
+                    ),
+                );
             }
             names::uses(expr, &readable)
                 .into_iter()
@@ -122,7 +158,8 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
 
     let mut may_skip = vec![false; n];
     for &node in &order {
-        may_skip[node] = !dag.nodes[node].branches.is_empty() || uses[node].iter().any(|(_, s)| may_skip[*s]);
+        may_skip[node] =
+            !dag.nodes[node].branches.is_empty() || uses[node].iter().any(|(_, s)| may_skip[*s]);
     }
     // A node is sure to have completed in a successful run unless it may be skipped, or a
     // Conditional test reads it or something downstream of it (a caught failure).
@@ -161,14 +198,25 @@ fn check_names(workflow: &Workflow, dag: &Dag, cx: &mut Ctxt) -> HashMap<String,
         if let Some(param) = workflow.params.iter().find(|p| p.name == *name) {
             cx.error(
                 name.span(),
-                format!("node name `{name}` shadows the workflow parameter `{name}`; rename the node"),
+                format!(
+                    "node name `{name}` shadows the workflow parameter `{name}`; rename the node"
+                ),
             );
-            cx.error(param.name.span(), format!("parameter `{name}` is declared here"));
+            cx.error(
+                param.name.span(),
+                format!("parameter `{name}` is declared here"),
+            );
         }
         match names.get(&name.to_string()) {
             Some(&first) => {
-                cx.error(name.span(), format!("duplicate node name `{name}`; every node needs its own name"));
-                cx.error(dag.nodes[first].span(), format!("`{name}` is first defined here"));
+                cx.error(
+                    name.span(),
+                    format!("duplicate node name `{name}`; every node needs its own name"),
+                );
+                cx.error(
+                    dag.nodes[first].span(),
+                    format!("`{name}` is first defined here"),
+                );
             }
             None => {
                 names.insert(name.to_string(), id);
@@ -193,9 +241,14 @@ fn resolve_after(dag: &mut Dag, names: &HashMap<String, usize>, cx: &mut Ctxt) {
                     let mut known = known;
                     known.sort();
                     let message = if known.is_empty() {
-                        format!("`after` names `{target}`, but this workflow has no named node; name the step to wait for, as in `{target} = Operation(..)`")
+                        format!(
+                            "`after` names `{target}`, but this workflow has no named node; name the step to wait for, as in `{target} = Operation(..)`"
+                        )
                     } else {
-                        format!("`after` names `{target}`, which is no node of this workflow; the named nodes are {}", known.join(", "))
+                        format!(
+                            "`after` names `{target}`, which is no node of this workflow; the named nodes are {}",
+                            known.join(", ")
+                        )
                     };
                     cx.error(target.span(), message);
                 }
@@ -209,7 +262,10 @@ fn resolve_after(dag: &mut Dag, names: &HashMap<String, usize>, cx: &mut Ctxt) {
 
 fn other_branch(dag: &Dag, a: usize, b: usize) -> bool {
     dag.nodes[a].branches.iter().any(|&(decision, side)| {
-        dag.nodes[b].branches.iter().any(|&(d, s)| d == decision && s != side)
+        dag.nodes[b]
+            .branches
+            .iter()
+            .any(|&(d, s)| d == decision && s != side)
     })
 }
 
@@ -229,16 +285,30 @@ fn order_or_cycles(dag: &Dag, cx: &mut Ctxt) -> Option<Vec<usize>> {
         cyclic = true;
         let mut members: Vec<usize> = scc.iter().map(|ix| graph[*ix]).collect();
         members.sort_unstable();
-        let path = members.iter().map(|&m| format!("`{}`", dag.nodes[m].display)).collect::<Vec<_>>().join(", ");
+        let path = members
+            .iter()
+            .map(|&m| format!("`{}`", dag.nodes[m].display))
+            .collect::<Vec<_>>()
+            .join(", ");
         for &member in &members {
             let node = &dag.nodes[member];
             let closing: Vec<&Ident> = node
                 .after
                 .iter()
-                .filter(|t| members.iter().any(|&m| dag.nodes[m].name.as_ref() == Some(*t)))
+                .filter(|t| {
+                    members
+                        .iter()
+                        .any(|&m| dag.nodes[m].name.as_ref() == Some(*t))
+                })
                 .collect();
             if closing.is_empty() {
-                cx.error(node.span(), format!("`{}` is part of a dependency cycle through {path}", node.display));
+                cx.error(
+                    node.span(),
+                    format!(
+                        "`{}` is part of a dependency cycle through {path}",
+                        node.display
+                    ),
+                );
             } else {
                 for target in closing {
                     cx.error(
@@ -257,7 +327,8 @@ fn order_or_cycles(dag: &Dag, cx: &mut Ctxt) -> Option<Vec<usize>> {
     for &(_, to) in dag.edges.keys() {
         indegree[to] += 1;
     }
-    let mut ready: std::collections::BTreeSet<usize> = (0..n).filter(|&i| indegree[i] == 0).collect();
+    let mut ready: std::collections::BTreeSet<usize> =
+        (0..n).filter(|&i| indegree[i] == 0).collect();
     let mut order = Vec::with_capacity(n);
     while let Some(node) = ready.pop_first() {
         order.push(node);

@@ -156,7 +156,10 @@ impl WorkflowError {
 
 impl fmt::Display for WorkflowError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let failed = self.failed().filter(|f| !matches!(f.error, NodeError::Cancelled)).count();
+        let failed = self
+            .failed()
+            .filter(|f| !matches!(f.error, NodeError::Cancelled))
+            .count();
         let aborted = self.aborted().count();
         match self.cancelled {
             Some(CancelReason::Token) => write!(f, "workflow `{}` was cancelled", self.workflow)?,
@@ -180,7 +183,9 @@ impl fmt::Display for WorkflowError {
 
 impl StdError for WorkflowError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        self.failed().next().map(|f| &f.error as &(dyn StdError + 'static))
+        self.failed()
+            .next()
+            .map(|f| &f.error as &(dyn StdError + 'static))
     }
 }
 

@@ -185,7 +185,11 @@ impl Graph {
                 NodeKind::Decision => "diamond",
             };
             let label = format!("{}\n{}", node.name, node.label);
-            let _ = writeln!(out, "    n{id} [label={}, shape={shape}];", quote_dot(&label));
+            let _ = writeln!(
+                out,
+                "    n{id} [label={}, shape={shape}];",
+                quote_dot(&label)
+            );
         }
         for edge in self.edges {
             let style = match edge.kind {

@@ -11,6 +11,7 @@
 //! ```
 
 mod error;
+mod events;
 mod graph;
 mod nodes;
 mod policy;
@@ -20,10 +21,14 @@ mod scope;
 mod status;
 
 pub use error::{BoxError, IntoNodeResult, NodeError, NodeFailure, WorkflowError};
+pub use events::{
+    AppendError, ChannelObserver, Event, EventKind, EventLog, EventStream, Observer, Recorder,
+    RunId, channel,
+};
 pub use graph::{Edge, EdgeKind, Graph, NodeInfo, NodeKind, Plan};
 pub use nodes::{BoxedOp, Decide, Nodes, Op, Pair, Slot};
 pub use policy::{Backoff, CancelReason, CancelToken, FailurePolicy, NodePolicy};
-pub use report::{NodeReport, Outcome, Report};
-pub use scheduler::{Finished, RunOptions, RunState, complete, discard, execute, require};
+pub use report::{NodeReport, Outcome, Report, TraceColumn, TraceMatrix};
+pub use scheduler::{Finished, RunOptions, RunState, complete, discard, execute, input, require};
 pub use scope::{OperationScope, OperationSpec};
 pub use status::NodeStatus;

@@ -27,7 +27,11 @@ pub trait Nodes {
 
     /// Polls the future of operation `i`. Resolves to `Ready(Err(..))` when the operation
     /// failed. Must only be called between [`Nodes::start`] and completion.
-    fn poll_node(self: Pin<&mut Self>, i: usize, cx: &mut Context<'_>) -> Poll<Result<(), NodeError>>;
+    fn poll_node(
+        self: Pin<&mut Self>,
+        i: usize,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), NodeError>>;
 
     /// Drops the future of operation `i`, if any (cancellation, completion, timeout).
     fn stop(self: Pin<&mut Self>, i: usize);
@@ -68,7 +72,11 @@ impl<A: Nodes, B: Nodes> Nodes for Pair<A, B> {
     }
 
     #[inline]
-    fn poll_node(self: Pin<&mut Self>, i: usize, cx: &mut Context<'_>) -> Poll<Result<(), NodeError>> {
+    fn poll_node(
+        self: Pin<&mut Self>,
+        i: usize,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), NodeError>> {
         let this = self.project();
         if i < A::LEN {
             this.left.poll_node(i, cx)
@@ -138,7 +146,11 @@ where
     }
 
     #[inline]
-    fn poll_node(self: Pin<&mut Self>, _: usize, cx: &mut Context<'_>) -> Poll<Result<(), NodeError>> {
+    fn poll_node(
+        self: Pin<&mut Self>,
+        _: usize,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), NodeError>> {
         match self.project().running.as_pin_mut() {
             Some(fut) => fut.poll(cx),
             // The scheduler polls only started nodes; answering instead of panicking keeps a
@@ -205,7 +217,11 @@ where
     }
 
     #[inline]
-    fn poll_node(self: Pin<&mut Self>, _: usize, cx: &mut Context<'_>) -> Poll<Result<(), NodeError>> {
+    fn poll_node(
+        self: Pin<&mut Self>,
+        _: usize,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), NodeError>> {
         match &mut self.get_mut().running {
             Some(fut) => fut.as_mut().poll(cx),
             None => Poll::Ready(Err(NodeError::Panicked(
@@ -252,7 +268,11 @@ impl<F: Fn(&RunState) -> bool> Nodes for Decide<F> {
 
     fn start(self: Pin<&mut Self>, _: usize) {}
 
-    fn poll_node(self: Pin<&mut Self>, _: usize, _: &mut Context<'_>) -> Poll<Result<(), NodeError>> {
+    fn poll_node(
+        self: Pin<&mut Self>,
+        _: usize,
+        _: &mut Context<'_>,
+    ) -> Poll<Result<(), NodeError>> {
         Poll::Ready(Ok(()))
     }
 

@@ -47,7 +47,9 @@ impl Backoff {
         let ms = match *self {
             Backoff::Fixed { ms } => ms,
             Backoff::Exponential { base_ms, max_ms } => {
-                let factor = 1u64.checked_shl(retry.saturating_sub(1)).unwrap_or(u64::MAX);
+                let factor = 1u64
+                    .checked_shl(retry.saturating_sub(1))
+                    .unwrap_or(u64::MAX);
                 base_ms.saturating_mul(factor).min(max_ms)
             }
         };

@@ -1,12 +1,17 @@
-//! What a run did: statuses per node, and the result.
+//! What a run did: per-node statuses, attempts, times and errors, and views of them: a table, a
+//! Chrome trace, a Mermaid gantt chart and the Flow Algorithm's trace matrix.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
+use std::time::Duration;
 
 use crate::error::WorkflowError;
+use crate::events::{EventKind, EventLog, RunId};
+use crate::graph::Graph;
 use crate::status::NodeStatus;
 
 /// What happened to one node in a run.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct NodeReport {
     /// The node's name.
     pub name: &'static str,
@@ -20,18 +25,72 @@ pub struct NodeReport {
     pub failed_attempts: Vec<String>,
     /// Its error, rendered, when it failed or was aborted.
     pub error: Option<String>,
+    /// When its first attempt started, from the run's start (when the run recorded events).
+    pub started: Option<Duration>,
+    /// When it settled, from the run's start (when the run recorded events and it ran).
+    pub ended: Option<Duration>,
+}
+
+impl NodeReport {
+    /// How long it ran, from its first attempt's start to its end.
+    pub fn duration(&self) -> Option<Duration> {
+        Some(self.ended?.saturating_sub(self.started?))
+    }
 }
 
 /// What happened to every node of a finished run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Report {
     workflow: &'static str,
+    run: Option<RunId>,
+    succeeded: bool,
+    elapsed: Option<Duration>,
     nodes: Vec<NodeReport>,
+    log: EventLog,
+    #[cfg_attr(feature = "serde", serde(skip))]
+    graph: &'static Graph,
+}
+
+/// The parts a [`Report`] is made of, gathered by the scheduler.
+pub(crate) struct ReportParts {
+    pub graph: &'static Graph,
+    pub run: Option<RunId>,
+    pub succeeded: bool,
+    pub elapsed: Option<Duration>,
+    pub nodes: Vec<NodeReport>,
+    pub log: Option<EventLog>,
 }
 
 impl Report {
-    pub(crate) fn new(workflow: &'static str, nodes: Vec<NodeReport>) -> Self {
-        Report { workflow, nodes }
+    pub(crate) fn new(parts: ReportParts) -> Self {
+        let mut nodes = parts.nodes;
+        let log = parts.log.unwrap_or_default();
+        for event in &log {
+            let Some(node) = event.node.and_then(|n| nodes.get_mut(n as usize)) else {
+                continue;
+            };
+            match event.kind {
+                EventKind::Requested if node.started.is_none() => node.started = Some(event.at),
+                EventKind::Completed { .. }
+                | EventKind::Failed { .. }
+                | EventKind::Aborted { .. }
+                    if node.started.is_some() =>
+                {
+                    node.ended = Some(event.at)
+                }
+                _ => {}
+            }
+        }
+        Report {
+            workflow: parts.graph.name,
+            run: parts.run,
+            succeeded: parts.succeeded,
+            elapsed: parts.elapsed,
+            nodes,
+            log,
+            graph: parts.graph,
+        }
     }
 
     /// The workflow's name.
@@ -39,38 +98,319 @@ impl Report {
         self.workflow
     }
 
+    /// The run's id, when it recorded events.
+    pub fn run(&self) -> Option<RunId> {
+        self.run
+    }
+
+    /// Whether the run succeeded.
+    pub fn succeeded(&self) -> bool {
+        self.succeeded
+    }
+
+    /// How long the run took, when it recorded events.
+    pub fn elapsed(&self) -> Option<Duration> {
+        self.elapsed
+    }
+
     /// Every node, in node-id order (the order of the `GRAPH` constant).
     pub fn nodes(&self) -> &[NodeReport] {
         &self.nodes
     }
 
+    /// The report of the node called `name`.
+    pub fn node(&self, name: &str) -> Option<&NodeReport> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+
     /// The final status of the node called `name`.
     pub fn status(&self, name: &str) -> Option<NodeStatus> {
-        self.nodes.iter().find(|n| n.name == name).map(|n| n.status)
+        self.node(name).map(|n| n.status)
     }
 
     /// How many nodes ended with `status`.
     pub fn count(&self, status: NodeStatus) -> usize {
         self.nodes.iter().filter(|n| n.status == status).count()
     }
+
+    /// The total number of attempts of all operations.
+    pub fn attempts(&self) -> u32 {
+        self.nodes.iter().map(|n| n.attempts).sum()
+    }
+
+    /// The run's event log (empty when the run recorded none).
+    pub fn log(&self) -> &EventLog {
+        &self.log
+    }
+
+    /// The static graph of the workflow that ran.
+    pub fn graph(&self) -> &'static Graph {
+        self.graph
+    }
+
+    /// The run as Chrome trace-event JSON: one complete event (`"ph": "X"`) per node that ran,
+    /// in microseconds. Open it in Perfetto (ui.perfetto.dev) or `chrome://tracing`.
+    pub fn to_chrome_trace(&self) -> String {
+        let mut out = String::from("{\"traceEvents\":[");
+        let mut first = true;
+        for (id, node) in self.nodes.iter().enumerate() {
+            let (Some(start), Some(end)) = (node.started, node.ended) else {
+                continue;
+            };
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            let _ = write!(
+                out,
+                "{{\"name\":{},\"cat\":\"node\",\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":1,\"tid\":{},\"args\":{{\"status\":\"{}\",\"attempts\":{}",
+                json_string(node.name),
+                start.as_micros(),
+                end.saturating_sub(start).as_micros(),
+                id + 1,
+                node.status,
+                node.attempts,
+            );
+            if let Some(error) = &node.error {
+                let _ = write!(out, ",\"error\":{}", json_string(error));
+            }
+            out.push_str("}}");
+        }
+        let _ = write!(
+            out,
+            "],\"displayTimeUnit\":\"ms\",\"otherData\":{{\"workflow\":{},\"succeeded\":{}}}}}",
+            json_string(self.workflow),
+            self.succeeded
+        );
+        out
+    }
+
+    /// The run as a Mermaid gantt chart (times in milliseconds from the run's start).
+    pub fn to_mermaid_gantt(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "gantt\n    title {}\n    dateFormat x\n    axisFormat %L ms",
+            self.workflow
+        );
+        let _ = writeln!(out, "    section nodes");
+        for node in &self.nodes {
+            let (Some(start), Some(end)) = (node.started, node.ended) else {
+                continue;
+            };
+            let tag = match node.status {
+                NodeStatus::Failed | NodeStatus::Aborted => "crit, ",
+                _ => "",
+            };
+            // Mermaid needs a non-empty bar.
+            let end_ms = end.as_millis().max(start.as_millis() + 1);
+            let _ = writeln!(
+                out,
+                "    {} : {tag}{}, {}",
+                node.name.replace(':', "#colon;"),
+                start.as_millis(),
+                end_ms
+            );
+        }
+        out
+    }
+
+    /// The trace matrix of "The Flow Algorithm": one row per node plus the implicit start (first
+    /// row) and end (last row), one column per start or end in time order, `-1` for a start and
+    /// `+1` for an end. Nodes that never ran have all-zero rows. Empty when the run recorded no
+    /// events.
+    pub fn trace_matrix(&self) -> TraceMatrix {
+        let mut rows = Vec::with_capacity(self.nodes.len() + 2);
+        rows.push("start");
+        rows.extend(self.nodes.iter().map(|n| n.name));
+        rows.push("end");
+        if self.log.is_empty() {
+            return TraceMatrix {
+                rows,
+                columns: Vec::new(),
+            };
+        }
+        let end_row = rows.len() - 1;
+        let mut columns: Vec<(usize, i8)> = vec![(0, -1), (0, 1)];
+        let mut seen_start = vec![false; self.nodes.len()];
+        for event in &self.log {
+            let Some(node) = event.node.map(|n| n as usize) else {
+                continue;
+            };
+            match event.kind {
+                EventKind::Requested if !seen_start[node] => {
+                    seen_start[node] = true;
+                    columns.push((node + 1, -1));
+                }
+                EventKind::Completed { .. }
+                | EventKind::Failed { .. }
+                | EventKind::Aborted { .. }
+                    if seen_start[node] =>
+                {
+                    columns.push((node + 1, 1));
+                }
+                EventKind::Completed { branch: Some(_) } => {
+                    // A decision starts and ends in the same instant.
+                    seen_start[node] = true;
+                    columns.push((node + 1, -1));
+                    columns.push((node + 1, 1));
+                }
+                _ => {}
+            }
+        }
+        columns.push((end_row, -1));
+        columns.push((end_row, 1));
+        TraceMatrix {
+            rows,
+            columns: columns
+                .into_iter()
+                .map(|(row, value)| TraceColumn { row, value })
+                .collect(),
+        }
+    }
+
+    /// The report as JSON (with the `serde` feature).
+    #[cfg(feature = "serde")]
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string_pretty(self)
+    }
+}
+
+/// One column of a [`TraceMatrix`]: the single non-zero entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceColumn {
+    /// The row (0 is start, the last is end).
+    pub row: usize,
+    /// `-1` for a start, `+1` for an end.
+    pub value: i8,
+}
+
+/// The trace of a run as in "The Flow Algorithm": rows are tasks (start, nodes, end), columns
+/// are time steps, each with a single `-1` (start) or `+1` (end).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceMatrix {
+    /// The row names: `start`, every node, `end`.
+    pub rows: Vec<&'static str>,
+    /// The columns, in time order.
+    pub columns: Vec<TraceColumn>,
+}
+
+impl TraceMatrix {
+    /// The entry at `row`, `column`.
+    pub fn get(&self, row: usize, column: usize) -> i8 {
+        match self.columns.get(column) {
+            Some(c) if c.row == row => c.value,
+            _ => 0,
+        }
+    }
+
+    /// The sum of a row: 0 for every task that started and ended.
+    pub fn row_sum(&self, row: usize) -> i32 {
+        self.columns
+            .iter()
+            .filter(|c| c.row == row)
+            .map(|c| i32::from(c.value))
+            .sum()
+    }
+
+    /// The column where `row` starts, and where it ends.
+    pub fn span(&self, row: usize) -> Option<(usize, usize)> {
+        let start = self
+            .columns
+            .iter()
+            .position(|c| c.row == row && c.value == -1)?;
+        let end = self
+            .columns
+            .iter()
+            .position(|c| c.row == row && c.value == 1)?;
+        Some((start, end))
+    }
+}
+
+impl fmt::Display for TraceMatrix {
+    /// The matrix as the paper prints it: a row name, then one column per time step.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let width = self.rows.iter().map(|r| r.len()).max().unwrap_or(1);
+        for (row, name) in self.rows.iter().enumerate() {
+            write!(f, "{name:<width$}")?;
+            for column in 0..self.columns.len() {
+                write!(f, " {:>2}", self.get(row, column))?;
+            }
+            writeln!(f)?;
+        }
+        Ok(())
+    }
+}
+
+fn json_string(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 impl fmt::Display for Report {
-    /// A table: one row per node with its status and error.
+    /// A table: one row per node with its status, attempts, times and error, then totals.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let width = self.nodes.iter().map(|n| n.name.len()).max().unwrap_or(4).max(4);
-        writeln!(f, "{:<width$}  {:<9}  attempts  error", "node", "status")?;
+        let width = self
+            .nodes
+            .iter()
+            .map(|n| n.name.len())
+            .max()
+            .unwrap_or(4)
+            .max(4);
+        let ms = |d: Option<Duration>| {
+            d.map_or(String::from("-"), |d| {
+                format!("{:.1}", d.as_secs_f64() * 1e3)
+            })
+        };
+        writeln!(
+            f,
+            "{:<width$}  {:<9}  {:>8}  {:>9}  {:>9}  error",
+            "node", "status", "attempts", "start ms", "took ms"
+        )?;
         for node in &self.nodes {
             writeln!(
                 f,
-                "{:<width$}  {:<9}  {:>8}  {}",
+                "{:<width$}  {:<9}  {:>8}  {:>9}  {:>9}  {}",
                 node.name,
                 node.status,
                 node.attempts,
+                ms(node.started),
+                ms(node.duration()),
                 node.error.as_deref().unwrap_or("")
             )?;
         }
-        Ok(())
+        write!(
+            f,
+            "{}: {} in {} ms: {} completed, {} failed, {} aborted, {} skipped, {} attempts",
+            self.workflow,
+            if self.succeeded {
+                "succeeded"
+            } else {
+                "failed"
+            },
+            ms(self.elapsed),
+            self.count(NodeStatus::Completed),
+            self.count(NodeStatus::Failed),
+            self.count(NodeStatus::Aborted),
+            self.count(NodeStatus::Skipped),
+            self.attempts(),
+        )?;
+        writeln!(f)
     }
 }
 

@@ -12,29 +12,72 @@ use std::hash::{BuildHasher, Hasher};
 use std::num::NonZeroUsize;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::Sleep;
 
 use crate::error::{NodeError, NodeFailure, WorkflowError};
+use crate::events::{Event, EventKind, EventLog, Observer, RunId};
 use crate::graph::{Graph, NodeKind, Plan};
 use crate::nodes::{Nodes, Slot};
 use crate::policy::{CancelReason, CancelToken, FailurePolicy, NodePolicy};
-use crate::report::{NodeReport, Outcome, Report};
+use crate::report::{NodeReport, Outcome, Report, ReportParts};
 use crate::scope::{OperationSpec, listen};
 use crate::status::NodeStatus;
 
 /// Options of one run, set through a workflow's `runner()`.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone)]
 pub struct RunOptions {
     max_concurrency: Option<NonZeroUsize>,
     failure: Option<FailurePolicy>,
     cancel: Option<CancelToken>,
     deadline: Option<Duration>,
+    observers: Vec<Arc<dyn Observer>>,
+    record: bool,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            max_concurrency: None,
+            failure: None,
+            cancel: None,
+            deadline: None,
+            observers: Vec::new(),
+            record: true,
+        }
+    }
+}
+
+impl std::fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunOptions")
+            .field("max_concurrency", &self.max_concurrency)
+            .field("failure", &self.failure)
+            .field("cancel", &self.cancel)
+            .field("deadline", &self.deadline)
+            .field("observers", &self.observers.len())
+            .field("record", &self.record)
+            .finish()
+    }
 }
 
 impl RunOptions {
+    /// Adds an observer: it sees every event of the run as it happens.
+    pub fn observer(&mut self, observer: impl Observer + 'static) -> &mut Self {
+        self.observers.push(Arc::new(observer));
+        self
+    }
+
+    /// Whether the run keeps its event log for the report (on by default; a workflow's plain
+    /// `run` turns it off, since it returns no report).
+    pub fn record(&mut self, record: bool) -> &mut Self {
+        self.record = record;
+        self
+    }
+
     /// Limits how many operations of the run may be in flight at once (on top of any
     /// `Parallel(max_concurrency = N)` in the workflow).
     pub fn max_concurrency(&mut self, limit: NonZeroUsize) -> &mut Self {
@@ -111,7 +154,11 @@ static MISSING: NodeError = NodeError::Aborted {
 impl RunState {
     /// The outcome of node `node`, whose output lives in `slot`: `Ok` with the value when it
     /// completed, `Err` with its error when it failed or was aborted.
-    pub fn outcome<'a, T>(&'a self, slot: &'a Slot<T>, node: usize) -> Result<&'a T, &'a NodeError> {
+    pub fn outcome<'a, T>(
+        &'a self,
+        slot: &'a Slot<T>,
+        node: usize,
+    ) -> Result<&'a T, &'a NodeError> {
         match slot.get() {
             Some(value) => Ok(value),
             None => Err(self
@@ -139,10 +186,21 @@ struct Extras {
     failed_attempts: Vec<Vec<String>>,
 }
 
+/// The event log of a run being recorded, and the observers to tell.
+struct Recording {
+    run: RunId,
+    start: tokio::time::Instant,
+    seq: u64,
+    log: Option<EventLog>,
+    observers: Vec<Arc<dyn Observer>>,
+}
+
 /// Why the run stops early.
 enum Halt {
     FailFast(u32),
     Cancelled(CancelReason),
+    /// The run has a deadline but no timer could be made.
+    NoTimer(String),
 }
 
 /// The scheduler's state for one run.
@@ -167,6 +225,10 @@ struct Scheduler {
     halt: Option<Halt>,
     cancelled: Option<CancelReason>,
     seed: u64,
+    /// `None` when nobody wants events: then none are built.
+    recording: Option<Box<Recording>>,
+    /// The branch the decision being settled took.
+    decided: Option<bool>,
 }
 
 impl Scheduler {
@@ -182,7 +244,9 @@ impl Scheduler {
                 skip: false,
             })
             .collect();
-        let limit = options.max_concurrency.map_or(usize::MAX, NonZeroUsize::get);
+        let limit = options
+            .max_concurrency
+            .map_or(usize::MAX, NonZeroUsize::get);
         let mut scheduler = Scheduler {
             graph,
             nodes,
@@ -202,12 +266,64 @@ impl Scheduler {
             halt: None,
             cancelled: None,
             seed: 0,
+            recording: (options.record || !options.observers.is_empty()).then(|| {
+                let mut log = options.record.then(EventLog::new);
+                if let Some(log) = &mut log {
+                    log.reserve(2 * plan.pred_count.len() + 2);
+                }
+                Box::new(Recording {
+                    run: RunId::next(),
+                    start: tokio::time::Instant::now(),
+                    seq: 0,
+                    log,
+                    observers: options.observers.clone(),
+                })
+            }),
+            decided: None,
         };
+        scheduler.emit(None, 0, || EventKind::RunStarted {
+            workflow: graph.name,
+            nodes: graph.nodes.len() as u32,
+        });
         for &root in plan.roots {
             scheduler.nodes[root as usize].status = NodeStatus::Ready;
             scheduler.ready.push(root);
         }
         scheduler
+    }
+
+    /// Appends an event to the log and tells the observers; builds nothing when no one listens.
+    #[inline]
+    fn emit(&mut self, node: Option<u32>, attempt: u32, kind: impl FnOnce() -> EventKind) {
+        let Some(recording) = &mut self.recording else {
+            return;
+        };
+        let event = Event {
+            run: recording.run,
+            seq: recording.seq,
+            node,
+            attempt,
+            at: recording.start.elapsed(),
+            kind: kind(),
+        };
+        recording.seq += 1;
+        for observer in &recording.observers {
+            observer.on_event(&event);
+        }
+        if let Some(log) = &mut recording.log {
+            log.push(event);
+        }
+    }
+
+    /// The attempt number to stamp on a node's terminal event.
+    fn attempt_of(&self, node: u32) -> u32 {
+        match self.extras.attempts.get(node as usize) {
+            Some(&n) => n,
+            None => match self.nodes[node as usize].status {
+                NodeStatus::Completed | NodeStatus::Failed => 1,
+                _ => 0,
+            },
+        }
     }
 
     fn plan(&self) -> &'static Plan {
@@ -232,9 +348,9 @@ impl Scheduler {
             return false;
         }
         match self.plan().node_groups.get(node as usize) {
-            Some(groups) => groups.iter().all(|&g| {
-                self.group_running[g as usize] < self.plan().group_limits[g as usize]
-            }),
+            Some(groups) => groups
+                .iter()
+                .all(|&g| self.group_running[g as usize] < self.plan().group_limits[g as usize]),
             None => true,
         }
     }
@@ -268,17 +384,26 @@ impl Scheduler {
                 NodeKind::Operation => {
                     self.nodes[node as usize].status = NodeStatus::Running;
                     self.occupy(node, 1);
-                    let policy = self.plan().policy(node as usize);
+                    let deadline = self
+                        .plan()
+                        .policy(node as usize)
+                        .deadline()
+                        .map(timer)
+                        .transpose();
                     self.running.push(Running {
                         node,
                         attempt: 0,
                         fresh: true,
                         timeout: None,
-                        deadline: policy.deadline().map(|d| Box::pin(tokio::time::sleep(d))),
+                        deadline: None,
                         backoff: None,
                     });
                     let index = self.running.len() - 1;
-                    if let Err(error) = self.start_attempt(set.as_mut(), index) {
+                    let started = deadline.and_then(|deadline| {
+                        self.running[index].deadline = deadline;
+                        self.start_attempt(set.as_mut(), index)
+                    });
+                    if let Err(error) = started {
                         self.running.pop();
                         self.occupy(node, -1);
                         self.fail(node, error);
@@ -295,12 +420,14 @@ impl Scheduler {
         if let Err(payload) = started {
             return Err(NodeError::Panicked(panic_message(payload)));
         }
-        let timeout = self.node_policy(node).timeout();
+        let timeout = self.node_policy(node).timeout().map(timer).transpose()?;
         let running = &mut self.running[index];
         running.attempt += 1;
         running.fresh = true;
         running.backoff = None;
-        running.timeout = timeout.map(|after| Box::pin(tokio::time::sleep(after)));
+        running.timeout = timeout;
+        let attempt = running.attempt;
+        self.emit(Some(node), attempt, || EventKind::Requested);
         Ok(())
     }
 
@@ -310,7 +437,11 @@ impl Scheduler {
         match chosen {
             Ok(branch) => {
                 // The test ran: every failure it named is caught.
-                let caught = self.catches.iter().filter(|(d, _)| *d == node).map(|&(_, n)| n);
+                let caught = self
+                    .catches
+                    .iter()
+                    .filter(|(d, _)| *d == node)
+                    .map(|&(_, n)| n);
                 self.caught.extend(caught);
                 let plan = self.plan();
                 let untaken = if branch {
@@ -318,6 +449,7 @@ impl Scheduler {
                 } else {
                     plan.then_nodes[node as usize]
                 };
+                self.decided = Some(branch);
                 self.skip_all(untaken);
                 self.settle(node, Settle::Completed);
             }
@@ -329,7 +461,8 @@ impl Scheduler {
         let len = self.len();
         self.state.set_error(node as usize, len, error);
         self.settle(node, Settle::Failed);
-        if self.policy == FailurePolicy::FailFast && self.halt.is_none() && !self.containable(node) {
+        if self.policy == FailurePolicy::FailFast && self.halt.is_none() && !self.containable(node)
+        {
             self.halt = Some(Halt::FailFast(node));
         }
     }
@@ -344,9 +477,9 @@ impl Scheduler {
             for n in (0..self.len()).rev() {
                 let succ = plan.successors(n);
                 containable[n] = !succ.is_empty()
-                    && succ.iter().all(|&e| {
-                        e & Plan::CAUGHT != 0 || containable[(e & Plan::NODE) as usize]
-                    });
+                    && succ
+                        .iter()
+                        .all(|&e| e & Plan::CAUGHT != 0 || containable[(e & Plan::NODE) as usize]);
             }
             self.containable = containable;
         }
@@ -355,7 +488,9 @@ impl Scheduler {
 
     fn record_attempt_error(&mut self, node: u32, error: &NodeError) {
         if self.extras.failed_attempts.is_empty() {
-            self.extras.failed_attempts.resize_with(self.len(), Vec::new);
+            self.extras
+                .failed_attempts
+                .resize_with(self.len(), Vec::new);
         }
         self.extras.failed_attempts[node as usize].push(error.to_string());
     }
@@ -373,7 +508,10 @@ impl Scheduler {
     /// A pseudo-random fraction in [0, 1) for jitter: per run, node and attempt.
     fn jitter_fraction(&mut self, node: u32, attempt: u32) -> f64 {
         if self.seed == 0 {
-            self.seed = std::collections::hash_map::RandomState::new().build_hasher().finish() | 1;
+            self.seed = std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish()
+                | 1;
         }
         let mut x = self.seed ^ (u64::from(node) << 32 | u64::from(attempt));
         // splitmix64
@@ -457,9 +595,17 @@ impl Scheduler {
             if policy.jitter.unwrap_or(false) {
                 delay = delay.mul_f64(self.jitter_fraction(node, attempt));
             }
+            self.emit(Some(node), attempt, || EventKind::Retrying {
+                error: error.to_string(),
+                delay,
+            });
+            let backoff = match timer(delay) {
+                Ok(backoff) => backoff,
+                Err(error) => return Some(Err(error)),
+            };
             let running = &mut self.running[index];
             running.timeout = None;
-            running.backoff = Some(Box::pin(tokio::time::sleep(delay)));
+            running.backoff = Some(backoff);
             // Loop: poll the new backoff so that its timer is registered (or fires at once).
         }
     }
@@ -475,14 +621,18 @@ impl Scheduler {
         let polled = if self.running[index].fresh {
             self.running[index].fresh = false;
             let (polled, heard) = listen(|| {
-                catch_unwind(AssertUnwindSafe(|| set.as_mut().poll_node(node as usize, cx)))
+                catch_unwind(AssertUnwindSafe(|| {
+                    set.as_mut().poll_node(node as usize, cx)
+                }))
             });
-            if let Some(spec) = heard {
-                self.heard(index, spec);
+            match heard.map(|spec| self.heard(index, spec)) {
+                Some(Err(error)) => Ok(Poll::Ready(Err(error))),
+                _ => polled,
             }
-            polled
         } else {
-            catch_unwind(AssertUnwindSafe(|| set.as_mut().poll_node(node as usize, cx)))
+            catch_unwind(AssertUnwindSafe(|| {
+                set.as_mut().poll_node(node as usize, cx)
+            }))
         };
         match polled {
             Ok(Poll::Ready(result)) => Poll::Ready(result),
@@ -494,6 +644,8 @@ impl Scheduler {
                 };
                 if expired {
                     let after = self.node_policy(node).timeout().unwrap_or_default();
+                    let attempt = self.running[index].attempt;
+                    self.emit(Some(node), attempt, || EventKind::TimedOut { after });
                     Poll::Ready(Err(NodeError::TimedOut(after)))
                 } else {
                     Poll::Pending
@@ -503,7 +655,7 @@ impl Scheduler {
     }
 
     /// Applies the defaults of the `#[operation]` that `running[index]` called.
-    fn heard(&mut self, index: usize, spec: &'static OperationSpec) {
+    fn heard(&mut self, index: usize, spec: &'static OperationSpec) -> Result<(), NodeError> {
         let node = self.running[index].node as usize;
         if self.extras.operations.is_empty() {
             self.extras.operations.resize(self.len(), None);
@@ -511,18 +663,18 @@ impl Scheduler {
         let first = self.extras.operations[node].is_none();
         self.extras.operations[node] = Some(spec);
         let own = self.plan().policy(node);
-        let running = &mut self.running[index];
         if own.timeout_ms.is_none()
             && let Some(after) = spec.policy.timeout()
         {
-            running.timeout = Some(Box::pin(tokio::time::sleep(after)));
+            self.running[index].timeout = Some(timer(after)?);
         }
         if first
             && own.deadline_ms.is_none()
             && let Some(after) = spec.policy.deadline()
         {
-            running.deadline = Some(Box::pin(tokio::time::sleep(after)));
+            self.running[index].deadline = Some(timer(after)?);
         }
+        Ok(())
     }
 
     fn poll<N: Nodes>(&mut self, mut set: Pin<&mut N>, cx: &mut Context<'_>) -> Poll<()> {
@@ -568,13 +720,18 @@ impl Scheduler {
             }
             self.nodes[node].status = NodeStatus::Aborted;
             self.settled += 1;
-            let error = match &self.halt {
-                Some(Halt::FailFast(cause)) => NodeError::Aborted {
-                    cause: self.graph.nodes[*cause as usize].name,
-                },
-                Some(Halt::Cancelled(_)) | None => NodeError::Cancelled,
+            let cause = match &self.halt {
+                Some(Halt::FailFast(cause)) => Some(self.graph.nodes[*cause as usize].name),
+                _ => None,
+            };
+            let error = match (&self.halt, cause) {
+                (_, Some(cause)) => NodeError::Aborted { cause },
+                (Some(Halt::NoTimer(why)), None) => NodeError::Panicked(why.clone()),
+                _ => NodeError::Cancelled,
             };
             self.state.set_error(node, len, error);
+            let attempt = self.attempt_of(node as u32);
+            self.emit(Some(node as u32), attempt, || EventKind::Aborted { cause });
         }
         if let Some(Halt::Cancelled(reason)) = self.halt {
             self.cancelled = Some(reason);
@@ -595,6 +752,31 @@ impl Scheduler {
             let len = self.len();
             self.state
                 .set_error(node as usize, len, NodeError::Aborted { cause });
+        }
+        if self.recording.is_some() {
+            let attempt = self.attempt_of(node);
+            let kind = match how {
+                Settle::Completed => EventKind::Completed {
+                    branch: match self.graph.nodes[node as usize].kind {
+                        NodeKind::Decision => self.decided.take(),
+                        NodeKind::Operation => None,
+                    },
+                },
+                Settle::Failed => EventKind::Failed {
+                    error: self
+                        .state
+                        .errors
+                        .get(node as usize)
+                        .and_then(Option::as_ref)
+                        .map(ToString::to_string)
+                        .unwrap_or_default(),
+                },
+                Settle::Aborted(cause) => EventKind::Aborted {
+                    cause: Some(self.graph.nodes[cause as usize].name),
+                },
+                Settle::Skipped => EventKind::Skipped,
+            };
+            self.emit(Some(node), attempt, || kind);
         }
     }
 
@@ -665,16 +847,42 @@ impl Scheduler {
         }
     }
 
-    fn finish(self) -> Finished {
+    fn finish(mut self) -> Finished {
+        let statuses: Vec<NodeStatus> = self.nodes.iter().map(|n| n.status).collect();
+        let succeeded = self.cancelled.is_none() && sinks_ok(self.graph, &statuses);
+        self.emit(None, 0, || EventKind::RunFinished { succeeded });
+        let recording = self.recording.take();
         Finished {
             graph: self.graph,
-            statuses: self.nodes.into_iter().map(|n| n.status).collect(),
+            statuses,
             errors: self.state.errors,
             caught: self.caught,
             extras: self.extras,
             cancelled: self.cancelled,
+            run: recording.as_ref().map(|r| r.run),
+            elapsed: recording.as_ref().map(|r| r.start.elapsed()),
+            log: recording.and_then(|r| r.log),
         }
     }
+}
+
+/// Whether no failure reached the end of the graph: every node without successors completed or
+/// was skipped.
+fn sinks_ok(graph: &Graph, statuses: &[NodeStatus]) -> bool {
+    statuses.iter().enumerate().all(|(node, status)| {
+        !matches!(status, NodeStatus::Failed | NodeStatus::Aborted)
+            || !graph.plan.successors(node).is_empty()
+    })
+}
+
+/// A tokio timer; an error instead of a panic when there is no tokio runtime with time enabled.
+fn timer(after: Duration) -> Result<Pin<Box<Sleep>>, NodeError> {
+    catch_unwind(|| Box::pin(tokio::time::sleep(after))).map_err(|payload| {
+        NodeError::Panicked(format!(
+            "timeouts, retries and deadlines need a tokio runtime with time enabled ({})",
+            panic_message(payload)
+        ))
+    })
 }
 
 fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
@@ -699,6 +907,14 @@ pub async fn execute<N: Nodes>(graph: &'static Graph, options: RunOptions, nodes
     debug_assert!(N::LEN >= graph.nodes.len());
     let mut nodes = Box::pin(nodes);
     let mut scheduler = Scheduler::new(graph, &options);
+    let mut deadline = match options.deadline.map(timer).transpose() {
+        Ok(deadline) => deadline,
+        Err(error) => {
+            scheduler.halt = Some(Halt::NoTimer(error.to_string()));
+            scheduler.stop_all(nodes.as_mut());
+            return scheduler.finish();
+        }
+    };
     let token = options.cancel.clone();
     let cancelled = async {
         match &token {
@@ -706,20 +922,16 @@ pub async fn execute<N: Nodes>(graph: &'static Graph, options: RunOptions, nodes
             None => std::future::pending().await,
         }
     };
-    let deadline = async {
-        match options.deadline {
-            Some(after) => tokio::time::sleep(after).await,
-            None => std::future::pending().await,
-        }
-    };
     let mut cancelled = std::pin::pin!(cancelled);
-    let mut deadline = std::pin::pin!(deadline);
-    let watched = token.is_some() || options.deadline.is_some();
+    let watched = token.is_some() || deadline.is_some();
     std::future::poll_fn(|cx| {
         if watched {
             let reason = if cancelled.as_mut().poll(cx).is_ready() {
                 Some(CancelReason::Token)
-            } else if deadline.as_mut().poll(cx).is_ready() {
+            } else if deadline
+                .as_mut()
+                .is_some_and(|d| d.as_mut().poll(cx).is_ready())
+            {
                 options.deadline.map(CancelReason::Deadline)
             } else {
                 None
@@ -745,17 +957,16 @@ pub struct Finished {
     caught: Vec<u32>,
     extras: Extras,
     cancelled: Option<CancelReason>,
+    run: Option<RunId>,
+    elapsed: Option<Duration>,
+    log: Option<EventLog>,
 }
 
 impl Finished {
     /// Whether the run succeeded: it was not cancelled and no failure reached the end of the
     /// graph (every node without successors completed or was skipped).
     pub fn succeeded(&self) -> bool {
-        self.cancelled.is_none()
-            && self.statuses.iter().enumerate().all(|(node, status)| {
-                !matches!(status, NodeStatus::Failed | NodeStatus::Aborted)
-                    || !self.graph.plan.successors(node).is_empty()
-            })
+        self.cancelled.is_none() && sinks_ok(self.graph, &self.statuses)
     }
 
     /// Finishes the run: on success evaluates `output` (the workflow's output expression), on
@@ -769,6 +980,9 @@ impl Finished {
             caught,
             mut extras,
             cancelled,
+            run,
+            elapsed,
+            log,
         } = self;
         let attempts_of = |id: usize, status: NodeStatus| -> u32 {
             match extras.attempts.get(id) {
@@ -777,16 +991,25 @@ impl Finished {
                 None => 0,
             }
         };
-        let report = Report::new(
-            graph.name,
-            graph
+        let report = Report::new(ReportParts {
+            graph,
+            run,
+            succeeded,
+            elapsed,
+            log,
+            nodes: graph
                 .nodes
                 .iter()
                 .zip(&statuses)
                 .enumerate()
                 .map(|(id, (node, &status))| NodeReport {
                     name: node.name,
-                    operation: extras.operations.get(id).copied().flatten().map(|spec| spec.name),
+                    operation: extras
+                        .operations
+                        .get(id)
+                        .copied()
+                        .flatten()
+                        .map(|spec| spec.name),
                     status,
                     attempts: if node.kind == NodeKind::Decision {
                         u32::from(status == NodeStatus::Completed || status == NodeStatus::Failed)
@@ -798,10 +1021,15 @@ impl Finished {
                         .get_mut(id)
                         .map(std::mem::take)
                         .unwrap_or_default(),
-                    error: errors.get(id).and_then(Option::as_ref).map(|e| e.to_string()),
+                    error: errors
+                        .get(id)
+                        .and_then(Option::as_ref)
+                        .map(|e| e.to_string()),
+                    started: None,
+                    ended: None,
                 })
                 .collect(),
-        );
+        });
         let result = if succeeded {
             output().map_err(|failure| WorkflowError::new(graph.name, vec![failure], None))
         } else {
@@ -832,6 +1060,13 @@ pub fn require<'a, T>(slot: &'a Slot<T>, node: &'static str) -> Result<&'a T, No
             "flow internal error: the output of `{node}` is missing after a successful run"
         )),
     })
+}
+
+/// Reads an input of an operation: the output of `node`, which has completed (the scheduler
+/// starts a node only then).
+#[inline]
+pub fn input<'a, T>(slot: &'a Slot<T>, node: &'static str) -> Result<&'a T, NodeError> {
+    slot.get().ok_or(NodeError::Aborted { cause: node })
 }
 
 /// Stores an operation's result in its slot, or turns its error into a [`NodeError`].

@@ -93,6 +93,8 @@ impl<F: Future> Future for OperationScope<F> {
 
 impl<F> std::fmt::Debug for OperationScope<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OperationScope").field("spec", self.spec).finish_non_exhaustive()
+        f.debug_struct("OperationScope")
+            .field("spec", self.spec)
+            .finish_non_exhaustive()
     }
 }

@@ -9,6 +9,7 @@ use std::fmt;
 /// uncaught failure reached it, `Skipped` when its branch was not taken or its data came from a
 /// skipped node, and `Ready` otherwise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub enum NodeStatus {
     /// No predecessor has settled yet.
     Idle,

@@ -1,0 +1,371 @@
+//! The event log of a run, and observers that see it as it grows.
+//!
+//! Every state change of a run is an [`Event`]: which run, its sequence number, which node and
+//! attempt, a monotonic timestamp and what happened. Node statuses are a projection of the log:
+//! [`EventLog::statuses`] replays it. A run records its log when a report is asked for (a
+//! workflow's `execute`) or an observer is attached; a plain `run` records nothing and builds no
+//! event at all.
+
+use std::fmt;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::status::NodeStatus;
+
+/// Identifies one run within the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct RunId(pub u64);
+
+impl RunId {
+    pub(crate) fn next() -> RunId {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        RunId(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+impl fmt::Display for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "run-{}", self.0)
+    }
+}
+
+/// One state change of a run.
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct Event {
+    /// The run it belongs to.
+    pub run: RunId,
+    /// Its position in the run's log, from 0.
+    pub seq: u64,
+    /// The node it concerns; `None` for run-level events.
+    pub node: Option<u32>,
+    /// The node's attempt (1 for the first); 0 for events outside an attempt.
+    pub attempt: u32,
+    /// Time since the run started, from tokio's monotonic clock (paused in tests).
+    pub at: Duration,
+    /// What happened.
+    pub kind: EventKind,
+}
+
+/// What an [`Event`] records.
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub enum EventKind {
+    /// The run started.
+    RunStarted {
+        /// The workflow's name.
+        workflow: &'static str,
+        /// How many nodes it has.
+        nodes: u32,
+    },
+    /// An attempt of an operation started.
+    Requested,
+    /// The node completed. For a decision, `branch` is the branch it took (`true` for `then`).
+    Completed {
+        /// The branch a decision took; `None` for an operation.
+        branch: Option<bool>,
+    },
+    /// The node failed for good (its last attempt failed).
+    Failed {
+        /// The error, rendered.
+        error: String,
+    },
+    /// An attempt timed out (a `Retrying` or `Failed` follows).
+    TimedOut {
+        /// The timeout.
+        after: Duration,
+    },
+    /// An attempt failed and the node will try again after `delay`.
+    Retrying {
+        /// The failed attempt's error, rendered.
+        error: String,
+        /// The wait before the next attempt.
+        delay: Duration,
+    },
+    /// The node will not run: its branch was not taken or its data came from a skipped node.
+    Skipped,
+    /// The node will not run, or was stopped: `cause` failed, or the run was cancelled (`None`).
+    Aborted {
+        /// The node whose failure aborted this one; `None` when the run was cancelled.
+        cause: Option<&'static str>,
+    },
+    /// The run ended.
+    RunFinished {
+        /// Whether the run succeeded.
+        succeeded: bool,
+    },
+}
+
+impl EventKind {
+    /// A short name: `RunStarted`, `Requested`, `Completed`, …
+    pub fn name(&self) -> &'static str {
+        match self {
+            EventKind::RunStarted { .. } => "RunStarted",
+            EventKind::Requested => "Requested",
+            EventKind::Completed { .. } => "Completed",
+            EventKind::Failed { .. } => "Failed",
+            EventKind::TimedOut { .. } => "TimedOut",
+            EventKind::Retrying { .. } => "Retrying",
+            EventKind::Skipped => "Skipped",
+            EventKind::Aborted { .. } => "Aborted",
+            EventKind::RunFinished { .. } => "RunFinished",
+        }
+    }
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} #{} {:>10.3?} ", self.run, self.seq, self.at)?;
+        if let Some(node) = self.node {
+            write!(f, "node {node} attempt {} ", self.attempt)?;
+        }
+        match &self.kind {
+            EventKind::RunStarted { workflow, nodes } => {
+                write!(f, "RunStarted {workflow} ({nodes} nodes)")
+            }
+            EventKind::Completed { branch: Some(b) } => {
+                write!(f, "Completed ({} branch)", if *b { "then" } else { "else" })
+            }
+            EventKind::Failed { error } => write!(f, "Failed: {error}"),
+            EventKind::TimedOut { after } => write!(f, "TimedOut after {after:?}"),
+            EventKind::Retrying { error, delay } => write!(f, "Retrying in {delay:?}: {error}"),
+            EventKind::Aborted { cause: Some(cause) } => {
+                write!(f, "Aborted because `{cause}` failed")
+            }
+            EventKind::Aborted { cause: None } => f.write_str("Aborted (cancelled)"),
+            EventKind::RunFinished { succeeded } => write!(f, "RunFinished succeeded={succeeded}"),
+            other => f.write_str(other.name()),
+        }
+    }
+}
+
+/// Why an event could not be appended to an [`EventLog`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppendError {
+    /// The event belongs to another run.
+    OtherRun {
+        /// The log's run.
+        log: RunId,
+        /// The event's run.
+        event: RunId,
+    },
+    /// The event's sequence number leaves a gap.
+    Gap {
+        /// The next sequence number the log expects.
+        expected: u64,
+        /// The event's.
+        found: u64,
+    },
+}
+
+impl fmt::Display for AppendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AppendError::OtherRun { log, event } => {
+                write!(f, "event of {event} appended to the log of {log}")
+            }
+            AppendError::Gap { expected, found } => {
+                write!(f, "event #{found} appended where #{expected} was expected")
+            }
+        }
+    }
+}
+
+impl std::error::Error for AppendError {}
+
+/// The ordered events of one run.
+#[derive(Debug, Clone, PartialEq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct EventLog {
+    events: Vec<Event>,
+}
+
+impl EventLog {
+    /// An empty log.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends `event`. Appending an event whose sequence number the log already holds changes
+    /// nothing (`Ok(false)`): delivery may repeat. A gap, or another run's event, is an error.
+    pub fn append(&mut self, event: Event) -> Result<bool, AppendError> {
+        if let Some(first) = self.events.first()
+            && first.run != event.run
+        {
+            return Err(AppendError::OtherRun {
+                log: first.run,
+                event: event.run,
+            });
+        }
+        let expected = self.events.len() as u64;
+        match event.seq {
+            seq if seq < expected => Ok(false),
+            seq if seq == expected => {
+                self.events.push(event);
+                Ok(true)
+            }
+            found => Err(AppendError::Gap { expected, found }),
+        }
+    }
+
+    /// The events, in order.
+    pub fn events(&self) -> &[Event] {
+        &self.events
+    }
+
+    /// The number of events.
+    pub fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Whether the log is empty.
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    /// The status of each of `nodes` nodes, rebuilt from the log alone: `Idle` before any
+    /// event, `Running` from a `Requested`, and the status each terminal event names.
+    pub fn statuses(&self, nodes: usize) -> Vec<NodeStatus> {
+        let mut statuses = vec![NodeStatus::Idle; nodes];
+        for event in &self.events {
+            let Some(node) = event.node else { continue };
+            let Some(status) = statuses.get_mut(node as usize) else {
+                continue;
+            };
+            match event.kind {
+                EventKind::Requested | EventKind::Retrying { .. } => *status = NodeStatus::Running,
+                EventKind::Completed { .. } => *status = NodeStatus::Completed,
+                EventKind::Failed { .. } => *status = NodeStatus::Failed,
+                EventKind::Skipped => *status = NodeStatus::Skipped,
+                EventKind::Aborted { .. } => *status = NodeStatus::Aborted,
+                _ => {}
+            }
+        }
+        statuses
+    }
+
+    pub(crate) fn push(&mut self, event: Event) {
+        self.events.push(event);
+    }
+
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        self.events.reserve(additional);
+    }
+}
+
+impl<'a> IntoIterator for &'a EventLog {
+    type Item = &'a Event;
+    type IntoIter = std::slice::Iter<'a, Event>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.events.iter()
+    }
+}
+
+/// Sees every event of a run as it is appended, synchronously, on the run's task.
+///
+/// Keep `on_event` quick: the run waits for it. Attach observers with a workflow's
+/// `runner().observer(..)`.
+pub trait Observer: Send + Sync {
+    /// Called once per event, in order.
+    fn on_event(&self, event: &Event);
+}
+
+impl<F: Fn(&Event) + Send + Sync> Observer for F {
+    fn on_event(&self, event: &Event) {
+        self(event)
+    }
+}
+
+/// An observer that keeps every event it sees, from any number of runs. Cheap to clone: clones
+/// share the record.
+///
+/// ```
+/// let recorder = flow_runtime::Recorder::new();
+/// assert!(recorder.events().is_empty());
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Recorder {
+    events: Arc<Mutex<Vec<Event>>>,
+}
+
+impl Recorder {
+    /// An empty recorder.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every event seen so far.
+    pub fn events(&self) -> Vec<Event> {
+        self.events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The log of one run.
+    pub fn log(&self, run: RunId) -> EventLog {
+        let mut log = EventLog::new();
+        for event in self.events().into_iter().filter(|e| e.run == run) {
+            // Events of one run arrive in order; a failure here would be a scheduler bug.
+            let _ = log.append(event);
+        }
+        log
+    }
+}
+
+impl Observer for Recorder {
+    fn on_event(&self, event: &Event) {
+        self.events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(event.clone());
+    }
+}
+
+/// An observer that sends every event into an [`EventStream`]: `let (observer, stream) =
+/// channel();`.
+#[derive(Debug, Clone)]
+pub struct ChannelObserver {
+    sender: mpsc::UnboundedSender<Event>,
+}
+
+/// The receiving end of a [`ChannelObserver`]: an async stream of events (`futures::Stream`),
+/// which ends when every observer clone and every run holding one is dropped.
+#[derive(Debug)]
+pub struct EventStream {
+    receiver: mpsc::UnboundedReceiver<Event>,
+}
+
+/// A channel observer and the stream of the events it sees.
+pub fn channel() -> (ChannelObserver, EventStream) {
+    let (sender, receiver) = mpsc::unbounded_channel();
+    (ChannelObserver { sender }, EventStream { receiver })
+}
+
+impl Observer for ChannelObserver {
+    fn on_event(&self, event: &Event) {
+        // A dropped stream means nobody listens any more; the run goes on.
+        let _ = self.sender.send(event.clone());
+    }
+}
+
+impl EventStream {
+    /// The next event, or `None` when the stream has ended.
+    pub async fn next(&mut self) -> Option<Event> {
+        self.receiver.recv().await
+    }
+}
+
+impl futures_core::Stream for EventStream {
+    type Item = Event;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
+        self.receiver.poll_recv(cx)
+    }
+}

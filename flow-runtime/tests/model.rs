@@ -1,0 +1,1367 @@
+//! A reference model of flow's run semantics, and property tests that compare the real
+//! scheduler with it on random workflows, below the macro.
+//!
+//! A random workflow is generated as a tree of `Sequential`, `Parallel`, `Conditional` and
+//! `Operation` steps, compiled to a [`Graph`] the way `workflow!` compiles it, and run by
+//! [`flow_runtime::execute`] on tokio's paused clock with a hand-written [`Nodes`] set that logs
+//! every start, end and decision. The model walks the same nodes in topological order and
+//! applies the rules of the design one node at a time; the two must agree on every status, on
+//! the run's result, on the failures it lists and on the causes of aborts.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::future::Future;
+use std::num::NonZeroUsize;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use NodeStatus::{Aborted, Completed, Failed, Skipped};
+use flow_runtime::{
+    Edge, EdgeKind, FailurePolicy, Graph, NodeError, NodeInfo, NodeKind, NodeStatus, Nodes, Plan,
+    RunOptions, RunState, Slot, execute,
+};
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+use tokio::time::Instant;
+
+// ---------------------------------------------------------------------------------------------
+// Workflows as structure
+// ---------------------------------------------------------------------------------------------
+
+/// What an operation does when it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Behaviour {
+    Ok,
+    Err,
+    Panic,
+    /// Sleeps this many milliseconds, then succeeds.
+    SlowOk(u64),
+    /// Sleeps this many milliseconds, then fails.
+    SlowErr(u64),
+}
+
+impl Behaviour {
+    fn succeeds(self) -> bool {
+        matches!(self, Behaviour::Ok | Behaviour::SlowOk(_))
+    }
+}
+
+/// A decision's test over the nodes it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Test {
+    /// Every named node is `Ok` (true when it names none).
+    AllOk,
+    /// Some named node is `Err` (false when it names none).
+    AnyErr,
+    Const(bool),
+}
+
+/// A reference to an earlier node: an index into the valid choices (random workflows), or a
+/// node id that must be one of them (hand-built workflows).
+#[derive(Debug, Clone, Copy)]
+enum Ref {
+    Pick(u16),
+    Node(usize),
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    Op {
+        behaviour: Behaviour,
+        /// `after = [..]`: operations that come earlier in node order.
+        after: Vec<Ref>,
+        /// Outputs read: operations that are ancestors over order edges.
+        reads: Vec<Ref>,
+    },
+    Seq(Vec<Step>),
+    Par {
+        max_concurrency: Option<u32>,
+        steps: Vec<Step>,
+    },
+    Cond {
+        test: Test,
+        /// The operations the test names: ancestors over order edges.
+        names: Vec<Ref>,
+        then: Vec<Step>,
+        otherwise: Option<Vec<Step>>,
+    },
+}
+
+// ---------------------------------------------------------------------------------------------
+// Structure -> DAG, as the macro builds it
+// ---------------------------------------------------------------------------------------------
+
+/// Why an edge exists (as in the macro's `graph::edge`).
+const SEQUENCE: u8 = 1;
+const DATA: u8 = 2;
+const AFTER: u8 = 4;
+const THEN: u8 = 8;
+const ELSE: u8 = 16;
+
+#[derive(Debug, Clone)]
+struct Node {
+    kind: NodeKind,
+    behaviour: Behaviour,
+    test: Test,
+    /// The outputs an operation reads, or the nodes a decision's test names.
+    reads: Vec<usize>,
+    /// Enclosing branches, outermost first: (decision, is the `then` branch).
+    branches: Vec<(usize, bool)>,
+    /// Limited `Parallel` blocks the node sits in (operations only).
+    groups: Vec<usize>,
+    then_nodes: Vec<usize>,
+    else_nodes: Vec<usize>,
+}
+
+/// A compiled workflow. Node ids are in source order, which is a topological order because
+/// every `after` and every read points to an earlier node.
+#[derive(Debug, Clone)]
+struct Wf {
+    nodes: Vec<Node>,
+    edges: BTreeMap<(usize, usize), u8>,
+    group_limits: Vec<u32>,
+}
+
+impl Wf {
+    fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    fn preds(&self, node: usize) -> impl Iterator<Item = usize> + '_ {
+        self.edges
+            .keys()
+            .filter(move |&&(_, to)| to == node)
+            .map(|&(from, _)| from)
+    }
+
+    fn is_sink(&self, node: usize) -> bool {
+        !self.edges.keys().any(|&(from, _)| from == node)
+    }
+
+    /// Whether a failure of `node` can reach a sink without meeting a decision whose test names
+    /// the node it comes from ("a failure no `Conditional` can catch", for `FailFast`).
+    fn uncatchable(&self) -> Vec<bool> {
+        let mut out = vec![false; self.len()];
+        for node in (0..self.len()).rev() {
+            out[node] = self.is_sink(node)
+                || self
+                    .edges
+                    .keys()
+                    .any(|&(from, to)| from == node && !self.catches(to, from) && out[to]);
+        }
+        out
+    }
+
+    /// Whether `node` is a decision whose test names `pred`.
+    fn catches(&self, node: usize, pred: usize) -> bool {
+        self.nodes[node].kind == NodeKind::Decision && self.nodes[node].reads.contains(&pred)
+    }
+
+    fn name(&self, node: usize) -> String {
+        match self.nodes[node].kind {
+            NodeKind::Operation => format!("n{node}"),
+            NodeKind::Decision => format!("d{node}"),
+        }
+    }
+
+    fn label(&self, node: usize) -> String {
+        let n = &self.nodes[node];
+        let names = n
+            .reads
+            .iter()
+            .map(|&r| self.name(r))
+            .collect::<Vec<_>>()
+            .join(", ");
+        match n.kind {
+            NodeKind::Operation => {
+                let what = match n.behaviour {
+                    Behaviour::Ok => "ok".to_string(),
+                    Behaviour::Err => "err".to_string(),
+                    Behaviour::Panic => "panic".to_string(),
+                    Behaviour::SlowOk(ms) => format!("slow_ok_{ms}ms"),
+                    Behaviour::SlowErr(ms) => format!("slow_err_{ms}ms"),
+                };
+                format!("{what}({names})")
+            }
+            NodeKind::Decision => match n.test {
+                Test::AllOk => format!("all_ok({names})"),
+                Test::AnyErr => format!("any_err({names})"),
+                Test::Const(b) => format!("{b}"),
+            },
+        }
+    }
+}
+
+struct Builder {
+    wf: Wf,
+    branches: Vec<(usize, bool)>,
+    groups: Vec<usize>,
+    /// Per node: its `after` and its reads (or a test's names), resolved once every node exists.
+    refs: Vec<(Vec<Ref>, Vec<Ref>)>,
+}
+
+fn compile(body: &[Step]) -> Wf {
+    let mut b = Builder {
+        wf: Wf {
+            nodes: Vec::new(),
+            edges: BTreeMap::new(),
+            group_limits: Vec::new(),
+        },
+        branches: Vec::new(),
+        groups: Vec::new(),
+        refs: Vec::new(),
+    };
+    b.sequence(body);
+    b.resolve();
+    b.wf
+}
+
+fn resolve_ref(r: Ref, candidates: &[usize], node: usize) -> Option<usize> {
+    match r {
+        Ref::Pick(_) if candidates.is_empty() => None,
+        Ref::Pick(p) => Some(candidates[p as usize % candidates.len()]),
+        Ref::Node(id) => {
+            assert!(
+                candidates.contains(&id),
+                "hand-built workflow: node {node} cannot refer to node {id} (choices {candidates:?})"
+            );
+            Some(id)
+        }
+    }
+}
+
+impl Builder {
+    fn add_edge(&mut self, from: usize, to: usize, why: u8) {
+        assert!(from < to, "edges go from lower to higher ids");
+        *self.wf.edges.entry((from, to)).or_insert(0) |= why;
+    }
+
+    fn push(
+        &mut self,
+        kind: NodeKind,
+        behaviour: Behaviour,
+        test: Test,
+        after: &[Ref],
+        reads: &[Ref],
+    ) -> usize {
+        let groups = match kind {
+            NodeKind::Operation => self.groups.clone(),
+            NodeKind::Decision => Vec::new(),
+        };
+        self.wf.nodes.push(Node {
+            kind,
+            behaviour,
+            test,
+            reads: Vec::new(),
+            branches: self.branches.clone(),
+            groups,
+            then_nodes: Vec::new(),
+            else_nodes: Vec::new(),
+        });
+        self.refs.push((after.to_vec(), reads.to_vec()));
+        self.wf.nodes.len() - 1
+    }
+
+    /// Steps in sequence: each step's entries depend on the previous step's exits.
+    fn sequence(&mut self, steps: &[Step]) -> (Vec<usize>, Vec<usize>) {
+        let mut entries = Vec::new();
+        let mut exits: Vec<usize> = Vec::new();
+        for (i, step) in steps.iter().enumerate() {
+            let (step_entries, step_exits) = self.step(step);
+            for &from in &exits {
+                for &to in &step_entries {
+                    self.add_edge(from, to, SEQUENCE);
+                }
+            }
+            if i == 0 {
+                entries = step_entries;
+            }
+            exits = step_exits;
+        }
+        (entries, exits)
+    }
+
+    fn step(&mut self, step: &Step) -> (Vec<usize>, Vec<usize>) {
+        match step {
+            Step::Op {
+                behaviour,
+                after,
+                reads,
+            } => {
+                let id = self.push(
+                    NodeKind::Operation,
+                    *behaviour,
+                    Test::Const(false),
+                    after,
+                    reads,
+                );
+                (vec![id], vec![id])
+            }
+            Step::Seq(steps) => self.sequence(steps),
+            Step::Par {
+                max_concurrency,
+                steps,
+            } => {
+                let depth = self.groups.len();
+                if let Some(limit) = max_concurrency {
+                    self.wf.group_limits.push(*limit);
+                    self.groups.push(self.wf.group_limits.len() - 1);
+                }
+                let mut entries = Vec::new();
+                let mut exits = Vec::new();
+                for step in steps {
+                    let (e, x) = self.step(step);
+                    entries.extend(e);
+                    exits.extend(x);
+                }
+                self.groups.truncate(depth);
+                (entries, exits)
+            }
+            Step::Cond {
+                test,
+                names,
+                then,
+                otherwise,
+            } => {
+                let decision = self.push(NodeKind::Decision, Behaviour::Ok, *test, &[], names);
+                let (then_entries, mut exits, then_nodes) = self.branch(decision, true, then);
+                for to in then_entries {
+                    self.add_edge(decision, to, THEN);
+                }
+                match otherwise {
+                    Some(steps) => {
+                        let (else_entries, else_exits, else_nodes) =
+                            self.branch(decision, false, steps);
+                        for to in else_entries {
+                            self.add_edge(decision, to, ELSE);
+                        }
+                        exits.extend(else_exits);
+                        self.wf.nodes[decision].else_nodes = else_nodes;
+                    }
+                    None => exits.push(decision),
+                }
+                self.wf.nodes[decision].then_nodes = then_nodes;
+                (vec![decision], exits)
+            }
+        }
+    }
+
+    fn branch(
+        &mut self,
+        decision: usize,
+        then: bool,
+        steps: &[Step],
+    ) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
+        self.branches.push((decision, then));
+        let first = self.wf.nodes.len();
+        let (entries, exits) = self.sequence(steps);
+        let last = self.wf.nodes.len();
+        self.branches.pop();
+        (entries, exits, (first..last).collect())
+    }
+
+    /// Adds `after` edges (to earlier operations), then data edges (to operations that are
+    /// ancestors over sequence, branch and `after` edges), as the macro's validation does.
+    fn resolve(&mut self) {
+        let n = self.wf.len();
+        let ops: Vec<usize> = (0..n)
+            .filter(|&i| self.wf.nodes[i].kind == NodeKind::Operation)
+            .collect();
+        for node in 0..n {
+            let earlier: Vec<usize> = ops.iter().copied().filter(|&op| op < node).collect();
+            for r in self.refs[node].0.clone() {
+                if let Some(from) = resolve_ref(r, &earlier, node) {
+                    self.add_edge(from, node, AFTER);
+                }
+            }
+        }
+        let mut ancestors = vec![vec![false; n]; n];
+        for node in 0..n {
+            let preds: Vec<usize> = self.wf.preds(node).collect();
+            for pred in preds {
+                let inherited = ancestors[pred].clone();
+                for (a, yes) in inherited.into_iter().enumerate() {
+                    ancestors[node][a] |= yes;
+                }
+                ancestors[node][pred] = true;
+            }
+        }
+        for (node, ancestors) in ancestors.iter().enumerate() {
+            let candidates: Vec<usize> = ops.iter().copied().filter(|&op| ancestors[op]).collect();
+            let mut reads = BTreeSet::new();
+            for r in self.refs[node].1.clone() {
+                if let Some(source) = resolve_ref(r, &candidates, node) {
+                    reads.insert(source);
+                }
+            }
+            for &source in &reads {
+                self.add_edge(source, node, DATA);
+            }
+            self.wf.nodes[node].reads = reads.into_iter().collect();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// DAG -> Graph, as the macro's `graph_const` writes it
+// ---------------------------------------------------------------------------------------------
+
+fn leak<T>(items: Vec<T>) -> &'static [T] {
+    Box::leak(items.into_boxed_slice())
+}
+
+fn leak_str(text: String) -> &'static str {
+    Box::leak(text.into_boxed_str())
+}
+
+/// The graph of `wf`, with its `Parallel` limits when `limits` is set.
+fn graph(wf: &Wf, limits: bool) -> &'static Graph {
+    let n = wf.len();
+    let nodes = (0..n)
+        .map(|i| NodeInfo {
+            name: leak_str(wf.name(i)),
+            kind: wf.nodes[i].kind,
+            label: leak_str(wf.label(i)),
+            line: i as u32 + 1,
+            column: 1,
+        })
+        .collect();
+    let edges = wf
+        .edges
+        .iter()
+        .map(|(&(from, to), &why)| Edge {
+            from: from as u32,
+            to: to as u32,
+            kind: if why & THEN != 0 {
+                EdgeKind::Then
+            } else if why & ELSE != 0 {
+                EdgeKind::Else
+            } else if why & DATA != 0 {
+                EdgeKind::Data
+            } else if why & AFTER != 0 {
+                EdgeKind::After
+            } else {
+                EdgeKind::Sequence
+            },
+        })
+        .collect();
+    let mut pred_count = vec![0u32; n];
+    let mut succ_start = Vec::with_capacity(n + 1);
+    let mut succ = Vec::new();
+    for from in 0..n {
+        succ_start.push(succ.len() as u32);
+        for (&(_, to), &why) in wf.edges.range((from, 0)..(from + 1, 0)) {
+            pred_count[to] += 1;
+            let mut entry = to as u32;
+            if why & DATA != 0 {
+                entry |= Plan::DATA;
+                if wf.nodes[to].kind == NodeKind::Decision {
+                    entry |= Plan::CAUGHT;
+                }
+            }
+            succ.push(entry);
+        }
+    }
+    succ_start.push(succ.len() as u32);
+    let roots = (0..n)
+        .filter(|&i| pred_count[i] == 0)
+        .map(|i| i as u32)
+        .collect();
+    let lists = |select: fn(&Node) -> &Vec<usize>| -> &'static [&'static [u32]] {
+        leak(
+            wf.nodes
+                .iter()
+                .map(|node| leak(select(node).iter().map(|&m| m as u32).collect()))
+                .collect(),
+        )
+    };
+    let limited = limits && !wf.group_limits.is_empty();
+    let plan = Plan {
+        pred_count: leak(pred_count),
+        succ_start: leak(succ_start),
+        succ: leak(succ),
+        roots: leak(roots),
+        then_nodes: lists(|node| &node.then_nodes),
+        else_nodes: lists(|node| &node.else_nodes),
+        group_limits: if limited {
+            leak(wf.group_limits.clone())
+        } else {
+            &[]
+        },
+        node_groups: if limited {
+            lists(|node| &node.groups)
+        } else {
+            &[]
+        },
+        policies: &[],
+        failure: FailurePolicy::ContinueIndependent,
+    };
+    Box::leak(Box::new(Graph {
+        name: "Model",
+        nodes: leak(nodes),
+        edges: leak(edges),
+        plan,
+    }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The reference model
+// ---------------------------------------------------------------------------------------------
+
+/// What the rules say a run of `wf` ends with (under `ContinueIndependent`).
+#[derive(Debug)]
+struct Expected {
+    status: Vec<NodeStatus>,
+    /// For an aborted node: every failed node at the root of a chain that reached it.
+    causes: Vec<BTreeSet<usize>>,
+    run_fails: bool,
+    /// The nodes the run's error lists, when it fails: failed or aborted, except those a
+    /// decision caught.
+    listed: BTreeSet<usize>,
+}
+
+/// Walks the nodes in topological order and decides each one from its predecessors alone.
+fn model(wf: &Wf) -> Expected {
+    let n = wf.len();
+    let mut status = vec![NodeStatus::Idle; n];
+    let mut causes: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
+    let mut chose = vec![None::<bool>; n];
+    for i in 0..n {
+        let node = &wf.nodes[i];
+        // In a branch that was not taken, or under a decision that was skipped.
+        let untaken = node.branches.iter().any(|&(d, side)| {
+            status[d] == Skipped || (status[d] == Completed && chose[d] != Some(side))
+        });
+        if untaken {
+            status[i] = Skipped;
+            continue;
+        }
+        // A failure reaching it over an edge that its own test does not catch.
+        let uncaught: Vec<usize> = wf
+            .preds(i)
+            .filter(|&p| matches!(status[p], Failed | Aborted) && !wf.catches(i, p))
+            .collect();
+        if !uncaught.is_empty() {
+            status[i] = Aborted;
+            for p in uncaught {
+                let from = if status[p] == Failed {
+                    BTreeSet::from([p])
+                } else {
+                    causes[p].clone()
+                };
+                causes[i].extend(from);
+            }
+            continue;
+        }
+        if node.reads.iter().any(|&r| status[r] == Skipped) {
+            status[i] = Skipped;
+            continue;
+        }
+        match node.kind {
+            NodeKind::Operation => {
+                status[i] = if node.behaviour.succeeds() {
+                    Completed
+                } else {
+                    Failed
+                };
+            }
+            NodeKind::Decision => {
+                // A test sees a named node as `Err` when it failed or was aborted.
+                let ok = |r: &usize| status[*r] == Completed;
+                chose[i] = Some(match node.test {
+                    Test::AllOk => node.reads.iter().all(ok),
+                    Test::AnyErr => !node.reads.iter().all(ok),
+                    Test::Const(b) => b,
+                });
+                status[i] = Completed;
+            }
+        }
+    }
+    let bad = |s: NodeStatus| matches!(s, Failed | Aborted);
+    let run_fails = (0..n).any(|i| wf.is_sink(i) && bad(status[i]));
+    let caught: BTreeSet<usize> = (0..n)
+        .filter(|&d| wf.nodes[d].kind == NodeKind::Decision && status[d] == Completed)
+        .flat_map(|d| wf.nodes[d].reads.iter().copied())
+        .collect();
+    let listed = match run_fails {
+        true => (0..n)
+            .filter(|&i| bad(status[i]) && !caught.contains(&i))
+            .collect(),
+        false => BTreeSet::new(),
+    };
+    Expected {
+        status,
+        causes,
+        run_fails,
+        listed,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The node set the scheduler drives
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Event {
+    Start(usize, Instant),
+    /// An operation's future resolved (or panicked); `true` when it failed.
+    End(usize, Instant, bool),
+    Decide(usize, Instant),
+}
+
+#[derive(Debug, Default)]
+struct Log {
+    events: Vec<Event>,
+    running: usize,
+    peak: usize,
+    group_running: Vec<usize>,
+    group_peak: Vec<usize>,
+    /// Misuses of the node set by the scheduler.
+    misuse: Vec<String>,
+}
+
+struct Shared {
+    wf: Wf,
+    slots: Vec<Slot<u32>>,
+    log: RefCell<Log>,
+}
+
+impl Shared {
+    fn record(&self, event: Event) {
+        self.log.borrow_mut().events.push(event);
+    }
+}
+
+type NodeFuture = Pin<Box<dyn Future<Output = Result<(), NodeError>>>>;
+
+struct Harness {
+    shared: Rc<Shared>,
+    running: Vec<Option<NodeFuture>>,
+}
+
+impl Nodes for Harness {
+    const LEN: usize = usize::MAX;
+
+    fn start(self: Pin<&mut Self>, i: usize) {
+        let this = self.get_mut();
+        let node = &this.shared.wf.nodes[i];
+        {
+            let mut log = this.shared.log.borrow_mut();
+            if node.kind != NodeKind::Operation || this.running[i].is_some() {
+                log.misuse
+                    .push(format!("start({i}) on a decision or a running node"));
+            }
+            log.events.push(Event::Start(i, Instant::now()));
+            log.running += 1;
+            log.peak = log.peak.max(log.running);
+            for &g in &node.groups {
+                log.group_running[g] += 1;
+                log.group_peak[g] = log.group_peak[g].max(log.group_running[g]);
+            }
+        }
+        let shared = Rc::clone(&this.shared);
+        let behaviour = node.behaviour;
+        let reads = node.reads.clone();
+        this.running[i] = Some(Box::pin(async move {
+            // As generated code does: an input that is missing aborts the node.
+            if reads.iter().any(|&r| shared.slots[r].get().is_none()) {
+                shared.record(Event::End(i, Instant::now(), true));
+                return Err(NodeError::Aborted {
+                    cause: "missing input",
+                });
+            }
+            if let Behaviour::SlowOk(ms) | Behaviour::SlowErr(ms) = behaviour {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+            shared.record(Event::End(i, Instant::now(), !behaviour.succeeds()));
+            match behaviour {
+                Behaviour::Ok | Behaviour::SlowOk(_) => {
+                    shared.slots[i].put(i as u32);
+                    Ok(())
+                }
+                Behaviour::Err | Behaviour::SlowErr(_) => Err(NodeError::Failed(Box::new(
+                    std::io::Error::other(format!("n{i} failed")),
+                ))),
+                Behaviour::Panic => panic!("n{i} panicked"),
+            }
+        }));
+    }
+
+    fn poll_node(
+        self: Pin<&mut Self>,
+        i: usize,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), NodeError>> {
+        let this = self.get_mut();
+        match &mut this.running[i] {
+            Some(future) => future.as_mut().poll(cx),
+            None => {
+                let mut log = this.shared.log.borrow_mut();
+                log.misuse
+                    .push(format!("poll_node({i}) on a node that is not running"));
+                Poll::Ready(Err(NodeError::Panicked("not running".to_string())))
+            }
+        }
+    }
+
+    fn stop(self: Pin<&mut Self>, i: usize) {
+        let this = self.get_mut();
+        if this.running[i].take().is_some() {
+            let mut log = this.shared.log.borrow_mut();
+            log.running -= 1;
+            for &g in &this.shared.wf.nodes[i].groups {
+                log.group_running[g] -= 1;
+            }
+        }
+    }
+
+    fn decide(self: Pin<&mut Self>, i: usize, state: &RunState) -> bool {
+        let shared = &self.get_mut().shared;
+        let node = &shared.wf.nodes[i];
+        let mut log = shared.log.borrow_mut();
+        if node.kind != NodeKind::Decision {
+            log.misuse.push(format!("decide({i}) on an operation"));
+        }
+        log.events.push(Event::Decide(i, Instant::now()));
+        let ok = |r: &usize| state.outcome(&shared.slots[*r], *r).is_ok();
+        match node.test {
+            Test::AllOk => node.reads.iter().all(ok),
+            Test::AnyErr => !node.reads.iter().all(ok),
+            Test::Const(b) => b,
+        }
+    }
+}
+
+/// What the scheduler did.
+#[derive(Debug)]
+struct Observed {
+    status: Vec<NodeStatus>,
+    errors: Vec<Option<String>>,
+    run_fails: bool,
+    /// The nodes the run's error lists (empty on success).
+    listed: BTreeSet<usize>,
+    log: Log,
+}
+
+fn run(wf: &Wf, graph: &'static Graph, options: RunOptions) -> Result<Observed, String> {
+    let shared = Rc::new(Shared {
+        wf: wf.clone(),
+        slots: (0..wf.len()).map(|_| Slot::new()).collect(),
+        log: RefCell::new(Log {
+            group_running: vec![0; wf.group_limits.len()],
+            group_peak: vec![0; wf.group_limits.len()],
+            ..Log::default()
+        }),
+    });
+    let harness = Harness {
+        shared: Rc::clone(&shared),
+        running: (0..wf.len()).map(|_| None).collect(),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .map_err(|e| format!("no tokio runtime: {e}"))?;
+    let finished = runtime.block_on(async {
+        // On the paused clock a run that hangs meets this timeout at once.
+        tokio::time::timeout(
+            Duration::from_secs(24 * 3600),
+            execute(graph, options, harness),
+        )
+        .await
+    });
+    let outcome = finished
+        .map_err(|_| "the run never finished".to_string())?
+        .output(|| Ok(()));
+    let log = std::mem::take(&mut *shared.log.borrow_mut());
+    let listed = match &outcome.result {
+        Ok(()) => BTreeSet::new(),
+        Err(error) => error
+            .failures()
+            .iter()
+            .map(|f| {
+                graph
+                    .node_id(f.node)
+                    .ok_or_else(|| format!("unknown node `{}` in the error", f.node))
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    Ok(Observed {
+        status: outcome.report.nodes().iter().map(|n| n.status).collect(),
+        errors: outcome
+            .report
+            .nodes()
+            .iter()
+            .map(|n| n.error.clone())
+            .collect(),
+        run_fails: outcome.result.is_err(),
+        listed,
+        log,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checks
+// ---------------------------------------------------------------------------------------------
+
+/// The graph, the model's and the scheduler's statuses and the log, for failure messages.
+fn describe(graph: &Graph, expected: &Expected, observed: &Observed) -> String {
+    let mut out = format!("{graph}");
+    let _ = writeln!(
+        out,
+        "run fails: model {}, scheduler {}",
+        expected.run_fails, observed.run_fails
+    );
+    for (i, node) in graph.nodes.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "  {:>4}: model {:<9} scheduler {:<9} {}",
+            node.name,
+            expected.status[i],
+            observed.status[i],
+            observed.errors[i].as_deref().unwrap_or("")
+        );
+    }
+    let _ = writeln!(out, "events: {:?}", observed.log.events);
+    out
+}
+
+/// The node an abort names as its cause, from the rendered error.
+fn abort_cause(graph: &Graph, error: Option<&str>) -> Option<usize> {
+    let rest = error?.strip_prefix("aborted because `")?;
+    let name = &rest[..rest.find('`')?];
+    graph.node_id(name)
+}
+
+/// A place in the log: the event's position and its instant.
+type At = (usize, Instant);
+
+/// Where each node began (start or decision) and settled (end or decision) in the log.
+fn positions(observed: &Observed, n: usize) -> Result<Vec<Option<(At, At)>>, String> {
+    let mut begin = vec![None; n];
+    let mut done = vec![None; n];
+    for (at, &event) in observed.log.events.iter().enumerate() {
+        let (node, first, last) = match event {
+            Event::Start(node, t) => (node, Some((at, t)), None),
+            Event::End(node, t, _) => (node, None, Some((at, t))),
+            Event::Decide(node, t) => (node, Some((at, t)), Some((at, t))),
+        };
+        if let Some(b) = first {
+            if begin[node].is_some() {
+                return Err(format!("node {node} began twice"));
+            }
+            begin[node] = Some(b);
+        }
+        if let Some(d) = last {
+            if begin[node].is_none() || done[node].is_some() {
+                return Err(format!("node {node} ended twice or before it began"));
+            }
+            done[node] = Some(d);
+        }
+    }
+    Ok((0..n).map(|i| begin[i].zip(done[i])).collect())
+}
+
+/// No node begins before every predecessor that ran has settled (by log position and by time),
+/// and the node set was used as the trait says.
+fn check_order(wf: &Wf, observed: &Observed) -> Result<(), String> {
+    if let Some(misuse) = observed.log.misuse.first() {
+        return Err(format!("the scheduler misused the node set: {misuse}"));
+    }
+    let spans = positions(observed, wf.len())?;
+    for &(from, to) in wf.edges.keys() {
+        let (Some((_, (from_done, from_t))), Some(((to_begin, to_t), _))) =
+            (spans[from], spans[to])
+        else {
+            continue;
+        };
+        if to_begin <= from_done || to_t < from_t {
+            return Err(format!(
+                "node {to} began before its predecessor {from} settled"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Statuses, result, listed failures and abort causes equal the model's; every node that ran
+/// ran exactly once.
+fn check_against_model(
+    wf: &Wf,
+    graph: &Graph,
+    expected: &Expected,
+    observed: &Observed,
+) -> Result<(), String> {
+    check_order(wf, observed)?;
+    if observed.status != expected.status {
+        return Err("statuses differ from the model".to_string());
+    }
+    if observed.run_fails != expected.run_fails {
+        return Err("the run's result differs from the model".to_string());
+    }
+    if observed.listed != expected.listed {
+        return Err(format!(
+            "the run's error lists {:?}, the model {:?}",
+            observed.listed, expected.listed
+        ));
+    }
+    let spans = positions(observed, wf.len())?;
+    for (i, span) in spans.iter().enumerate() {
+        let ran = match wf.nodes[i].kind {
+            NodeKind::Operation => matches!(
+                expected.status[i],
+                NodeStatus::Completed | NodeStatus::Failed
+            ),
+            NodeKind::Decision => expected.status[i] == NodeStatus::Completed,
+        };
+        if ran != span.is_some() {
+            return Err(format!(
+                "node {i}: ran {}, the model says {ran}",
+                span.is_some()
+            ));
+        }
+        if expected.status[i] == NodeStatus::Aborted {
+            let cause = abort_cause(graph, observed.errors[i].as_deref());
+            if !cause.is_some_and(|c| expected.causes[i].contains(&c)) {
+                return Err(format!(
+                    "node {i} is aborted by {cause:?}, the model allows {:?}",
+                    expected.causes[i]
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs `wf` under `ContinueIndependent` and compares with the model.
+fn check_continue(wf: &Wf, limits: bool, max_concurrency: Option<usize>) -> Result<(), String> {
+    let graph = graph(wf, limits);
+    let expected = model(wf);
+    let mut options = RunOptions::default();
+    if let Some(limit) = max_concurrency.and_then(NonZeroUsize::new) {
+        options.max_concurrency(limit);
+    }
+    let observed = run(wf, graph, options)?;
+    let mut verdict = check_against_model(wf, graph, &expected, &observed);
+    if verdict.is_ok() {
+        verdict = check_limits(wf, limits, max_concurrency, &observed);
+    }
+    verdict.map_err(|why| format!("{why}\n{}", describe(graph, &expected, &observed)))
+}
+
+/// The peak number of running operations stays within every limit.
+fn check_limits(
+    wf: &Wf,
+    limits: bool,
+    max_concurrency: Option<usize>,
+    observed: &Observed,
+) -> Result<(), String> {
+    let log = &observed.log;
+    if let Some(limit) = max_concurrency
+        && log.peak > limit
+    {
+        return Err(format!(
+            "{} operations ran at once, over the run's limit of {limit}",
+            log.peak
+        ));
+    }
+    if limits {
+        for (g, (&peak, &limit)) in log.group_peak.iter().zip(&wf.group_limits).enumerate() {
+            if peak > limit as usize {
+                return Err(format!(
+                    "{peak} operations of block {g} ran at once, over its limit of {limit}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs `wf` under `FailFast`: nothing runs after the first failure that no `Conditional` can
+/// catch; before it, the run is the model's; the result is the model's.
+fn check_fail_fast(wf: &Wf) -> Result<(), String> {
+    let graph = graph(wf, false);
+    let expected = model(wf);
+    let mut options = RunOptions::default();
+    options.failure_policy(FailurePolicy::FailFast);
+    let observed = run(wf, graph, options)?;
+    let verdict = fail_fast_verdict(wf, graph, &expected, &observed);
+    verdict.map_err(|why| format!("{why}\n{}", describe(graph, &expected, &observed)))
+}
+
+fn fail_fast_verdict(
+    wf: &Wf,
+    graph: &Graph,
+    expected: &Expected,
+    observed: &Observed,
+) -> Result<(), String> {
+    check_order(wf, observed)?;
+    let uncatchable = wf.uncatchable();
+    let first = observed
+        .log
+        .events
+        .iter()
+        .position(|e| matches!(*e, Event::End(node, _, true) if uncatchable[node]));
+    match first {
+        // No failure it must stop for: exactly the model's run.
+        None => check_against_model(wf, graph, expected, observed)?,
+        Some(at) => {
+            if at + 1 != observed.log.events.len() {
+                return Err(format!(
+                    "something ran after the uncaught failure at event {at}: {:?}",
+                    &observed.log.events[at + 1..]
+                ));
+            }
+            for i in 0..wf.len() {
+                let s = observed.status[i];
+                if s != expected.status[i] && s != NodeStatus::Aborted {
+                    return Err(format!(
+                        "node {i} is {s}: neither the model's status nor aborted"
+                    ));
+                }
+            }
+        }
+    }
+    // A failure the model's run ends with ends the `FailFast` run too. The converse does not
+    // hold: `FailFast` stops at a failure that can reach a sink without meeting a test that
+    // names it, even when, in the model, that path is cut by an untaken branch and the run
+    // succeeds (see `fail_fast_stops_on_a_failure_its_conditional_routes_around`).
+    if expected.run_fails && !observed.run_fails {
+        return Err("the model's run fails, the FailFast run succeeds".to_string());
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Random workflows
+// ---------------------------------------------------------------------------------------------
+
+fn behaviour() -> impl Strategy<Value = Behaviour> {
+    prop_oneof![
+        6 => Just(Behaviour::Ok),
+        6 => (1u64..=50).prop_map(Behaviour::SlowOk),
+        1 => Just(Behaviour::Err),
+        1 => Just(Behaviour::Panic),
+        1 => (1u64..=50).prop_map(Behaviour::SlowErr),
+    ]
+}
+
+fn picks(max: usize) -> impl Strategy<Value = Vec<Ref>> {
+    prop::collection::vec(any::<u16>().prop_map(Ref::Pick), 0..=max)
+}
+
+fn operation() -> impl Strategy<Value = Step> {
+    let after = prop::option::weighted(0.3, any::<u16>().prop_map(Ref::Pick))
+        .prop_map(|p| p.into_iter().collect());
+    (behaviour(), after, picks(2)).prop_map(|(behaviour, after, reads)| Step::Op {
+        behaviour,
+        after,
+        reads,
+    })
+}
+
+fn test() -> impl Strategy<Value = Test> {
+    prop_oneof![
+        Just(Test::AllOk),
+        Just(Test::AnyErr),
+        any::<bool>().prop_map(Test::Const),
+    ]
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    operation().prop_recursive(4, 30, 3, |inner| {
+        let block = prop::collection::vec(inner, 1..=3);
+        prop_oneof![
+            block.clone().prop_map(Step::Seq),
+            (prop::option::of(1u32..=3), block.clone()).prop_map(|(max_concurrency, steps)| {
+                Step::Par {
+                    max_concurrency,
+                    steps,
+                }
+            }),
+            (test(), picks(2), block.clone(), prop::option::of(block)).prop_map(
+                |(test, names, then, otherwise)| {
+                    Step::Cond {
+                        test,
+                        names,
+                        then,
+                        otherwise,
+                    }
+                }
+            ),
+        ]
+    })
+}
+
+fn workflow() -> impl Strategy<Value = Vec<Step>> {
+    prop::collection::vec(step(), 1..=4)
+}
+
+fn config(cases: u32) -> ProptestConfig {
+    ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+fn verdict(result: Result<(), String>) -> Result<(), TestCaseError> {
+    result.map_err(TestCaseError::fail)
+}
+
+proptest! {
+    #![proptest_config(config(1000))]
+
+    /// Every status, the result, the listed failures and the abort causes are the model's, and
+    /// no node starts before its predecessors have settled.
+    #[test]
+    fn scheduler_agrees_with_model(body in workflow()) {
+        verdict(check_continue(&compile(&body), false, None))?;
+    }
+
+    /// With `Parallel` limits and a run-wide limit, no limit is ever exceeded and the run is
+    /// still the model's.
+    #[test]
+    fn limits_hold_and_statuses_match(body in workflow(), limit in prop::option::of(1usize..=4)) {
+        verdict(check_continue(&compile(&body), true, limit))?;
+    }
+
+    /// Under `FailFast`, nothing runs after the first failure no `Conditional` can catch.
+    #[test]
+    fn fail_fast_stops_at_first_uncaught_failure(body in workflow()) {
+        verdict(check_fail_fast(&compile(&body)))?;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hand-built graphs
+// ---------------------------------------------------------------------------------------------
+
+fn op(behaviour: Behaviour, reads: &[usize]) -> Step {
+    Step::Op {
+        behaviour,
+        after: Vec::new(),
+        reads: reads.iter().map(|&r| Ref::Node(r)).collect(),
+    }
+}
+
+fn op_after(behaviour: Behaviour, after: &[usize]) -> Step {
+    Step::Op {
+        behaviour,
+        after: after.iter().map(|&r| Ref::Node(r)).collect(),
+        reads: Vec::new(),
+    }
+}
+
+fn cond(test: Test, names: &[usize], then: Vec<Step>, otherwise: Option<Vec<Step>>) -> Step {
+    Step::Cond {
+        test,
+        names: names.iter().map(|&r| Ref::Node(r)).collect(),
+        then,
+        otherwise,
+    }
+}
+
+fn par(steps: Vec<Step>) -> Step {
+    Step::Par {
+        max_concurrency: None,
+        steps,
+    }
+}
+
+/// Checks the model against hand-written expectations, then the scheduler against the model.
+fn assert_run(body: &[Step], statuses: &[NodeStatus], run_fails: bool) -> Wf {
+    let wf = compile(body);
+    let expected = model(&wf);
+    assert_eq!(
+        expected.status, statuses,
+        "the model disagrees with the hand-written statuses"
+    );
+    assert_eq!(
+        expected.run_fails, run_fails,
+        "the model disagrees with the hand-written result"
+    );
+    if let Err(why) = check_continue(&wf, true, None) {
+        panic!("{why}");
+    }
+    wf
+}
+
+#[test]
+fn diamond_runs_every_node_after_its_inputs() {
+    // n0; { n1(n0) | n2(n0) }; n3(n1, n2)
+    let body = |b: Behaviour| {
+        vec![
+            op(Behaviour::SlowOk(5), &[]),
+            par(vec![op(b, &[0]), op(Behaviour::SlowOk(3), &[0])]),
+            op(Behaviour::Ok, &[1, 2]),
+        ]
+    };
+    let wf = assert_run(&body(Behaviour::SlowOk(7)), &[Completed; 4], false);
+    assert_eq!(wf.preds(3).collect::<Vec<_>>(), [1, 2]);
+    let wf = assert_run(
+        &body(Behaviour::Err),
+        &[Completed, Failed, Completed, Aborted],
+        true,
+    );
+    assert_eq!(model(&wf).causes[3], BTreeSet::from([1]));
+}
+
+#[test]
+fn conditional_is_an_error_boundary() {
+    // n0 fails; the test names it, so the decision runs, takes `then`, and the run succeeds.
+    let body = [
+        op(Behaviour::SlowErr(4), &[]),
+        cond(
+            Test::AnyErr,
+            &[0],
+            vec![op(Behaviour::Ok, &[])],
+            Some(vec![op(Behaviour::Ok, &[])]),
+        ),
+        op(Behaviour::Ok, &[]),
+    ];
+    assert_run(
+        &body,
+        &[Failed, Completed, Completed, Skipped, Completed],
+        false,
+    );
+
+    // The same failure reaching the decision through a node its test does not name aborts it.
+    let body = [
+        op(Behaviour::Err, &[]),
+        op(Behaviour::Ok, &[0]),
+        cond(Test::AnyErr, &[0], vec![op(Behaviour::Ok, &[])], None),
+    ];
+    let wf = assert_run(&body, &[Failed, Aborted, Aborted, Aborted], true);
+    assert_eq!(model(&wf).causes[3], BTreeSet::from([0]));
+}
+
+#[test]
+fn skip_propagates_through_data_only() {
+    // The branch is not taken: n1 is skipped, n2 reads it and is skipped too, n3 only follows
+    // n2 and runs.
+    let body = [
+        cond(Test::Const(false), &[], vec![op(Behaviour::Ok, &[])], None),
+        op(Behaviour::Ok, &[1]),
+        op(Behaviour::Ok, &[]),
+    ];
+    assert_run(&body, &[Completed, Skipped, Skipped, Completed], false);
+
+    // A decision whose test names a skipped node is skipped, and so are both its branches.
+    let body = [
+        cond(Test::Const(false), &[], vec![op(Behaviour::Ok, &[])], None),
+        cond(
+            Test::AllOk,
+            &[1],
+            vec![op(Behaviour::Ok, &[])],
+            Some(vec![op(Behaviour::Ok, &[])]),
+        ),
+        op(Behaviour::Ok, &[]),
+    ];
+    assert_run(
+        &body,
+        &[Completed, Skipped, Skipped, Skipped, Skipped, Completed],
+        false,
+    );
+}
+
+#[test]
+fn after_edge_into_an_untaken_branch() {
+    // n1 runs beside the decision; n3, in the untaken branch, waits for it and is skipped.
+    let body = [
+        op(Behaviour::SlowOk(5), &[]),
+        par(vec![
+            op(Behaviour::SlowOk(9), &[]),
+            cond(
+                Test::AllOk,
+                &[0],
+                vec![op(Behaviour::Ok, &[])],
+                Some(vec![op_after(Behaviour::Ok, &[1])]),
+            ),
+        ]),
+    ];
+    assert_run(
+        &body,
+        &[Completed, Completed, Completed, Completed, Skipped],
+        false,
+    );
+}
+
+/// The generator reaches the cases the properties are about: sizeable workflows, skips,
+/// aborts, failing and succeeding runs, nested branches and failures caught by a test.
+#[test]
+fn generator_covers_the_interesting_cases() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    let mut runner = TestRunner::deterministic();
+    let samples = 1000;
+    let mut sizes = Vec::new();
+    let [mut fails, mut caught, mut skipped, mut aborted, mut nested] = [0usize; 5];
+    for _ in 0..samples {
+        let body = workflow()
+            .new_tree(&mut runner)
+            .expect("a workflow")
+            .current();
+        let wf = compile(&body);
+        let m = model(&wf);
+        sizes.push(wf.len());
+        fails += usize::from(m.run_fails);
+        caught += usize::from((0..wf.len()).any(|d| {
+            wf.nodes[d].kind == NodeKind::Decision
+                && m.status[d] == Completed
+                && wf.nodes[d]
+                    .reads
+                    .iter()
+                    .any(|&r| matches!(m.status[r], Failed | Aborted))
+        }));
+        skipped += usize::from(m.status.contains(&Skipped));
+        aborted += usize::from(m.status.contains(&Aborted));
+        nested += usize::from(wf.nodes.iter().any(|n| n.branches.len() >= 2));
+    }
+    sizes.sort_unstable();
+    let summary = format!(
+        "sizes: median {}, max {}; runs failing {fails}, with a caught failure {caught}, with skips {skipped}, with aborts {aborted}, with nested branches {nested} (of {samples})",
+        sizes[samples / 2],
+        sizes[samples - 1]
+    );
+    assert!(
+        sizes[samples / 2] >= 10 && sizes[samples - 1] >= 30,
+        "{summary}"
+    );
+    assert!(fails > samples / 5 && fails < samples * 9 / 10, "{summary}");
+    assert!(caught > samples / 50, "{summary}");
+    assert!(
+        skipped > samples / 3 && aborted > samples / 3 && nested > samples / 5,
+        "{summary}"
+    );
+}
+
+/// The minimal disagreement found by `fail_fast_stops_at_first_uncaught_failure`: the error
+/// boundary of the design (`n0 = fetch(); Conditional(n0.is_ok()) { use(&n0) }`) makes the run
+/// succeed under `ContinueIndependent`, as the model says, but `FailFast` stops the run at the
+/// failure of `n0` (its data edge to `n2` can reach a sink uncaught) and fails it, aborting the
+/// decision that was about to catch it.
+#[test]
+#[ignore = "FailFast fails a run whose failure a Conditional routes around; see the helper's report"]
+fn fail_fast_stops_on_a_failure_its_conditional_routes_around() {
+    let body = [
+        op(Behaviour::Err, &[]),
+        cond(Test::AllOk, &[0], vec![op(Behaviour::Ok, &[0])], None),
+    ];
+    let wf = assert_run(&body, &[Failed, Completed, Skipped], false);
+    let graph = graph(&wf, false);
+    let mut options = RunOptions::default();
+    options.failure_policy(FailurePolicy::FailFast);
+    let observed = run(&wf, graph, options).expect("the run ends");
+    // Today: [Failed, Aborted, Aborted] and an error.
+    assert_eq!(
+        observed.status,
+        [Failed, Completed, Skipped],
+        "{}",
+        describe(graph, &model(&wf), &observed)
+    );
+    assert!(!observed.run_fails);
+}

@@ -1,0 +1,16 @@
+use flow::prelude::*;
+
+async fn step() -> Result<u32, std::io::Error> {
+    Ok(1)
+}
+
+workflow! {
+    Brackets() {
+        Sequential {
+            a = Operation(step()),
+            Operation(step(), after = a),
+        }
+    }
+}
+
+fn main() {}

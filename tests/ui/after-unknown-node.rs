@@ -1,0 +1,16 @@
+use flow::prelude::*;
+
+async fn step() -> Result<u32, std::io::Error> {
+    Ok(1)
+}
+
+workflow! {
+    Unknown() {
+        Parallel {
+            fetch = Operation(step()),
+            store = Operation(step(), after = [fecth]),
+        }
+    }
+}
+
+fn main() {}

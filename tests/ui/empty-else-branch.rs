@@ -1,0 +1,16 @@
+use flow::prelude::*;
+
+async fn step() -> Result<u32, std::io::Error> {
+    Ok(1)
+}
+
+workflow! {
+    Empty(flag: bool) {
+        Conditional(flag) {
+            Operation(step()),
+        } else {
+        }
+    }
+}
+
+fn main() {}

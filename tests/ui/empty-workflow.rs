@@ -1,0 +1,7 @@
+use flow::prelude::*;
+
+workflow! {
+    Nothing() {}
+}
+
+fn main() {}

@@ -1,0 +1,17 @@
+use flow::prelude::*;
+
+async fn step() -> Result<u32, std::io::Error> {
+    Ok(1)
+}
+
+workflow! {
+    Nested() {
+        Sequential {
+            Parallell {
+                Operation(step()),
+            },
+        }
+    }
+}
+
+fn main() {}

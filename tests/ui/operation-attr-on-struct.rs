@@ -1,0 +1,6 @@
+use flow::prelude::*;
+
+#[operation]
+struct Fetch;
+
+fn main() {}

@@ -1,0 +1,13 @@
+use flow::prelude::*;
+
+async fn count() -> u32 {
+    1
+}
+
+workflow! {
+    Plain() {
+        Operation(count())
+    }
+}
+
+fn main() {}

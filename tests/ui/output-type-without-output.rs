@@ -1,0 +1,13 @@
+use flow::prelude::*;
+
+async fn fetch() -> Result<u32, std::io::Error> {
+    Ok(1)
+}
+
+workflow! {
+    NoOutput() -> u32 {
+        total = Operation(fetch())
+    }
+}
+
+fn main() {}

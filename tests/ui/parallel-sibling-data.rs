@@ -1,0 +1,20 @@
+use flow::prelude::*;
+
+async fn fetch() -> Result<u32, std::io::Error> {
+    Ok(1)
+}
+
+async fn score(order: &u32) -> Result<u32, std::io::Error> {
+    Ok(*order)
+}
+
+workflow! {
+    Siblings() {
+        Parallel {
+            order = Operation(fetch()),
+            risk = Operation(score(&order)),
+        }
+    }
+}
+
+fn main() {}

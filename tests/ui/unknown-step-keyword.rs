@@ -1,0 +1,13 @@
+use flow::prelude::*;
+
+async fn step() -> Result<u32, std::io::Error> {
+    Ok(1)
+}
+
+workflow! {
+    Typo() {
+        Operaton(step())
+    }
+}
+
+fn main() {}

@@ -565,3 +565,38 @@ fn timers_without_a_tokio_runtime_fail_the_node_not_the_process() {
         "{message}"
     );
 }
+
+workflow! {
+    /// A retried node beside a skipped branch.
+    RetriedBranch(log: &Log) {
+        Sequential {
+            value = Operation(flaky(log, "flaky", 2), retries = 1, backoff = "1ms"),
+            Conditional(value.is_err()) { never = Operation(ok(log, "never", 1)) },
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn attempts_are_exact_for_every_status() {
+    let log = Log::default();
+    let outcome = RetriedBranch::runner().execute(&log).await;
+    let attempts = |name: &str| outcome.report.node(name).map(|n| n.attempts);
+    assert_eq!(attempts("value"), Some(2));
+    assert_eq!(attempts("never"), Some(0), "a skipped node made no attempt");
+    assert_eq!(
+        outcome.report.attempts(),
+        2 + 1,
+        "two attempts and one decision"
+    );
+
+    // Fail-fast stops `slow` during its first attempt: one attempt, aborted.
+    let log = Log::default();
+    let outcome = Racing::runner()
+        .failure_policy(FailurePolicy::FailFast)
+        .execute(&log)
+        .await;
+    let slow = outcome.report.node("slow").expect("slow exists");
+    assert_eq!((slow.status, slow.attempts), (NodeStatus::Aborted, 1));
+    let next = outcome.report.node("next").expect("next exists");
+    assert_eq!((next.status, next.attempts), (NodeStatus::Aborted, 0));
+}

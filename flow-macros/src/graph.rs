@@ -325,6 +325,8 @@ pub fn source_text(expr: &Expr) -> String {
         (" ?", "?"),
         (" (", "("),
         ("! (", "!("),
+        ("(| ", "(|"),
+        (" | ", "| "),
     ] {
         text = text.replace(spaced, tight);
     }

@@ -106,6 +106,35 @@ impl<'ast> Visit<'ast> for Finder<'_> {
         self.shadowed.truncate(depth);
     }
 
+    fn visit_expr_call(&mut self, call: &'ast syn::ExprCall) {
+        // `reject(..)` calls a function: a node called `reject` is not read here.
+        if single_ident(&call.func).is_none() {
+            self.visit_expr(&call.func);
+        }
+        for arg in &call.args {
+            self.visit_expr(arg);
+        }
+    }
+
+    fn visit_block(&mut self, block: &'ast syn::Block) {
+        let depth = self.shadowed.len();
+        for stmt in &block.stmts {
+            match stmt {
+                syn::Stmt::Local(local) => {
+                    if let Some(init) = &local.init {
+                        self.visit_expr(&init.expr);
+                        if let Some((_, diverge)) = &init.diverge {
+                            self.visit_expr(diverge);
+                        }
+                    }
+                    pattern_names(&local.pat, &mut self.shadowed);
+                }
+                other => self.visit_stmt(other),
+            }
+        }
+        self.shadowed.truncate(depth);
+    }
+
     fn visit_macro(&mut self, mac: &'ast syn::Macro) {
         let mut found = Vec::new();
         tokens_uses(mac.tokens.clone(), self.names, &mut found);
@@ -131,6 +160,34 @@ impl VisitMut for Rewriter<'_> {
             return;
         }
         syn::visit_mut::visit_expr_mut(self, expr);
+    }
+
+    fn visit_expr_call_mut(&mut self, call: &mut syn::ExprCall) {
+        if single_ident(&call.func).is_none() {
+            self.visit_expr_mut(&mut call.func);
+        }
+        for arg in &mut call.args {
+            self.visit_expr_mut(arg);
+        }
+    }
+
+    fn visit_block_mut(&mut self, block: &mut syn::Block) {
+        let depth = self.shadowed.len();
+        for stmt in &mut block.stmts {
+            match stmt {
+                syn::Stmt::Local(local) => {
+                    if let Some(init) = &mut local.init {
+                        self.visit_expr_mut(&mut init.expr);
+                        if let Some((_, diverge)) = &mut init.diverge {
+                            self.visit_expr_mut(diverge);
+                        }
+                    }
+                    pattern_names(&local.pat, &mut self.shadowed);
+                }
+                other => self.visit_stmt_mut(other),
+            }
+        }
+        self.shadowed.truncate(depth);
     }
 
     fn visit_field_value_mut(&mut self, field: &mut syn::FieldValue) {

@@ -138,6 +138,9 @@ struct Running {
     deadline: Option<Pin<Box<Sleep>>>,
     /// Waiting before the next attempt.
     backoff: Option<Pin<Box<Sleep>>>,
+    /// The attempt's span, entered while it is polled.
+    #[cfg(feature = "tracing")]
+    span: tracing::Span,
 }
 
 /// What a decision's test can see: the errors of failed and aborted nodes.
@@ -307,6 +310,8 @@ impl Scheduler {
             kind: kind(),
         };
         recording.seq += 1;
+        #[cfg(feature = "tracing")]
+        trace_event(self.graph, &event);
         for observer in &recording.observers {
             observer.on_event(&event);
         }
@@ -317,13 +322,11 @@ impl Scheduler {
 
     /// The attempt number to stamp on a node's terminal event.
     fn attempt_of(&self, node: u32) -> u32 {
-        match self.extras.attempts.get(node as usize) {
-            Some(&n) => n,
-            None => match self.nodes[node as usize].status {
-                NodeStatus::Completed | NodeStatus::Failed => 1,
-                _ => 0,
-            },
-        }
+        attempts_of(
+            &self.extras.attempts,
+            node as usize,
+            self.nodes[node as usize].status,
+        )
     }
 
     fn plan(&self) -> &'static Plan {
@@ -397,6 +400,8 @@ impl Scheduler {
                         timeout: None,
                         deadline: None,
                         backoff: None,
+                        #[cfg(feature = "tracing")]
+                        span: tracing::Span::none(),
                     });
                     let index = self.running.len() - 1;
                     let started = deadline.and_then(|deadline| {
@@ -427,6 +432,15 @@ impl Scheduler {
         running.backoff = None;
         running.timeout = timeout;
         let attempt = running.attempt;
+        #[cfg(feature = "tracing")]
+        {
+            running.span = tracing::info_span!(
+                "flow_node",
+                workflow = self.graph.name,
+                node = self.graph.nodes[node as usize].name,
+                attempt
+            );
+        }
         self.emit(Some(node), attempt, || EventKind::Requested);
         Ok(())
     }
@@ -495,12 +509,14 @@ impl Scheduler {
         self.extras.failed_attempts[node as usize].push(error.to_string());
     }
 
-    fn record_attempts(&mut self, node: u32, attempts: u32) {
-        if attempts == 1 && self.extras.attempts.is_empty() {
+    /// Records how many attempts `node` made, unless its final status implies it (1 for an
+    /// operation that completed or failed, 0 otherwise), so plain runs allocate nothing here.
+    fn record_attempts(&mut self, node: u32, attempts: u32, implied: u32) {
+        if attempts == implied && self.extras.attempts.is_empty() {
             return;
         }
         if self.extras.attempts.is_empty() {
-            self.extras.attempts.resize(self.len(), 1);
+            self.extras.attempts.resize(self.len(), IMPLIED);
         }
         self.extras.attempts[node as usize] = attempts;
     }
@@ -542,7 +558,7 @@ impl Scheduler {
                     set.as_mut().stop(node as usize);
                     self.occupy(node, -1);
                     let attempts = self.running[read].attempt;
-                    self.record_attempts(node, attempts);
+                    self.record_attempts(node, attempts, 1);
                     match result {
                         Ok(()) => self.settle(node, Settle::Completed),
                         Err(error) => self.fail(node, error),
@@ -618,6 +634,10 @@ impl Scheduler {
         cx: &mut Context<'_>,
     ) -> Poll<Result<(), NodeError>> {
         let node = self.running[index].node;
+        #[cfg(feature = "tracing")]
+        let span = self.running[index].span.clone();
+        #[cfg(feature = "tracing")]
+        let _entered = span.enter();
         let polled = if self.running[index].fresh {
             self.running[index].fresh = false;
             let (polled, heard) = listen(|| {
@@ -710,7 +730,7 @@ impl Scheduler {
     fn stop_all<N: Nodes>(&mut self, mut set: Pin<&mut N>) {
         for running in std::mem::take(&mut self.running) {
             set.as_mut().stop(running.node as usize);
-            self.record_attempts(running.node, running.attempt.max(1));
+            self.record_attempts(running.node, running.attempt, 0);
         }
         self.ready.clear();
         let len = self.len();
@@ -866,6 +886,18 @@ impl Scheduler {
     }
 }
 
+/// In `Extras::attempts`: the node's status implies its attempts.
+const IMPLIED: u32 = u32::MAX;
+
+/// How many attempts a node made: recorded, or implied by its status (1 for a node that
+/// completed or failed, 0 for one that never ran).
+fn attempts_of(recorded: &[u32], node: usize, status: NodeStatus) -> u32 {
+    match recorded.get(node) {
+        Some(&n) if n != IMPLIED => n,
+        _ => u32::from(matches!(status, NodeStatus::Completed | NodeStatus::Failed)),
+    }
+}
+
 /// Whether no failure reached the end of the graph: every node without successors completed or
 /// was skipped.
 fn sinks_ok(graph: &Graph, statuses: &[NodeStatus]) -> bool {
@@ -873,6 +905,45 @@ fn sinks_ok(graph: &Graph, statuses: &[NodeStatus]) -> bool {
         !matches!(status, NodeStatus::Failed | NodeStatus::Aborted)
             || !graph.plan.successors(node).is_empty()
     })
+}
+
+/// Logs an event through `tracing`: failures at `warn`, the rest at `debug`.
+#[cfg(feature = "tracing")]
+fn trace_event(graph: &Graph, event: &Event) {
+    let node = event
+        .node
+        .and_then(|n| graph.nodes.get(n as usize))
+        .map_or("", |n| n.name);
+    let attempt = event.attempt;
+    match &event.kind {
+        EventKind::Failed { error } => {
+            tracing::warn!(workflow = graph.name, node, attempt, error = %error, "node failed")
+        }
+        EventKind::Retrying { error, delay } => tracing::warn!(
+            workflow = graph.name, node, attempt, error = %error, ?delay, "attempt failed; retrying"
+        ),
+        EventKind::TimedOut { after } => {
+            tracing::warn!(
+                workflow = graph.name,
+                node,
+                attempt,
+                ?after,
+                "attempt timed out"
+            )
+        }
+        EventKind::Aborted { cause } => {
+            tracing::warn!(
+                workflow = graph.name,
+                node,
+                cause = cause.unwrap_or("cancelled"),
+                "node aborted"
+            )
+        }
+        EventKind::RunFinished { succeeded: false } => {
+            tracing::warn!(workflow = graph.name, "run failed")
+        }
+        kind => tracing::debug!(workflow = graph.name, node, attempt, event = kind.name()),
+    }
 }
 
 /// A tokio timer; an error instead of a panic when there is no tokio runtime with time enabled.
@@ -984,13 +1055,7 @@ impl Finished {
             elapsed,
             log,
         } = self;
-        let attempts_of = |id: usize, status: NodeStatus| -> u32 {
-            match extras.attempts.get(id) {
-                Some(&n) => n,
-                None if matches!(status, NodeStatus::Completed | NodeStatus::Failed) => 1,
-                None => 0,
-            }
-        };
+        let attempts = |id: usize, status: NodeStatus| attempts_of(&extras.attempts, id, status);
         let report = Report::new(ReportParts {
             graph,
             run,
@@ -1014,7 +1079,7 @@ impl Finished {
                     attempts: if node.kind == NodeKind::Decision {
                         u32::from(status == NodeStatus::Completed || status == NodeStatus::Failed)
                     } else {
-                        attempts_of(id, status)
+                        attempts(id, status)
                     },
                     failed_attempts: extras
                         .failed_attempts
@@ -1040,7 +1105,7 @@ impl Finished {
                 .filter_map(|(id, error)| {
                     error.take().map(|error| NodeFailure {
                         node: graph.nodes[id].name,
-                        attempts: attempts_of(id, statuses[id]),
+                        attempts: attempts(id, statuses[id]),
                         error,
                     })
                 })

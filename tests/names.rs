@@ -79,3 +79,16 @@ async fn let_and_closure_parameters_shadow_nodes() {
         .collect();
     assert_eq!(data, [("order", "summed")]);
 }
+
+workflow! {
+    /// A capitalised output is a value, not a node name.
+    NoneOutput() -> Option<u32> {
+        Operation(one())
+        => None
+    }
+}
+
+#[tokio::test]
+async fn an_output_may_be_a_plain_value() {
+    assert_eq!(NoneOutput::run().await.expect("runs"), None);
+}

@@ -121,8 +121,10 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
 
     let output_uses = match &workflow.output {
         Some(expr) => {
+            // A lone lowercase name reads like a node; `None`, `DEFAULT` or `Unit` are values.
             if let syn::Expr::Path(path) = expr
                 && let Some(ident) = path.path.get_ident()
+                && ident.to_string().starts_with(|c: char| c.is_lowercase())
                 && !names.contains_key(&ident.to_string())
                 && !params.contains(&ident.to_string())
             {
@@ -285,11 +287,18 @@ fn order_or_cycles(dag: &Dag, cx: &mut Ctxt) -> Option<Vec<usize>> {
         cyclic = true;
         let mut members: Vec<usize> = scc.iter().map(|ix| graph[*ix]).collect();
         members.sort_unstable();
-        let path = members
+        // Name every member of a short cycle; past a few, count the rest, so that a long cycle
+        // does not repeat thousands of names in each of its thousands of errors.
+        const SHOWN: usize = 8;
+        let mut path = members
             .iter()
+            .take(SHOWN)
             .map(|&m| format!("`{}`", dag.nodes[m].display))
             .collect::<Vec<_>>()
             .join(", ");
+        if members.len() > SHOWN {
+            path.push_str(&format!(" and {} more", members.len() - SHOWN));
+        }
         for &member in &members {
             let node = &dag.nodes[member];
             let closing: Vec<&Ident> = node

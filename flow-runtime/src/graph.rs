@@ -173,31 +173,70 @@ impl Graph {
         self.nodes.iter().position(|n| n.name == name)
     }
 
-    /// The graph in Graphviz DOT: operations as boxes, decisions as diamonds, and each edge
-    /// styled by its kind (data solid, order dashed, branches labelled).
+    /// The graph in Graphviz DOT: operations as rounded boxes, decisions as diamonds, nodes
+    /// inside a `Conditional` branch (which a run may skip) dashed, and each edge styled by its
+    /// kind (data solid, sequence dashed, `after` dotted, branches labelled).
     pub fn to_dot(&self) -> String {
+        self.render_dot(None)
+    }
+
+    /// The graph as a Mermaid flowchart (`flowchart TD`), which GitHub renders in Markdown, with
+    /// the same conventions as [`Graph::to_dot`].
+    pub fn to_mermaid(&self) -> String {
+        self.render_mermaid(None)
+    }
+
+    /// Whether `node` sits inside a branch of some `Conditional`.
+    pub fn in_branch(&self, node: usize) -> bool {
+        let plan = &self.plan;
+        plan.then_nodes
+            .iter()
+            .chain(plan.else_nodes)
+            .any(|branch| branch.contains(&(node as u32)))
+    }
+
+    /// DOT, with each node filled by its status when `statuses` is given.
+    pub(crate) fn render_dot(&self, statuses: Option<&[crate::NodeStatus]>) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "digraph {} {{", quote_dot(self.name));
-        out.push_str("    rankdir=TB;\n    node [fontname=\"Helvetica\"];\n");
+        out.push_str("    rankdir=TB;\n    node [fontname=\"Helvetica\", fontsize=11];\n    edge [fontname=\"Helvetica\", fontsize=9];\n");
         for (id, node) in self.nodes.iter().enumerate() {
             let shape = match node.kind {
-                NodeKind::Operation => "box, style=rounded",
+                NodeKind::Operation => "box",
                 NodeKind::Decision => "diamond",
             };
-            let label = format!("{}\n{}", node.name, node.label);
-            let _ = writeln!(
-                out,
-                "    n{id} [label={}, shape={shape}];",
-                quote_dot(&label)
-            );
+            let mut style = vec![];
+            if node.kind == NodeKind::Operation {
+                style.push("rounded");
+            }
+            if self.in_branch(id) {
+                style.push("dashed");
+            }
+            let status = statuses.and_then(|s| s.get(id)).copied();
+            let fill = status.map(status_color);
+            if fill.is_some() {
+                style.push("filled");
+            }
+            let label = match status {
+                Some(status) => format!("{}\n{}\n[{status}]", node.name, node.label),
+                None => format!("{}\n{}", node.name, node.label),
+            };
+            let _ = write!(out, "    n{id} [label={}, shape={shape}", quote_dot(&label));
+            if !style.is_empty() {
+                let _ = write!(out, ", style=\"{}\"", style.join(","));
+            }
+            if let Some(fill) = fill {
+                let _ = write!(out, ", fillcolor=\"{fill}\"");
+            }
+            out.push_str("];\n");
         }
         for edge in self.edges {
             let style = match edge.kind {
-                EdgeKind::Data => String::new(),
-                EdgeKind::Sequence => " [style=dashed]".to_string(),
-                EdgeKind::After => " [style=dotted, label=\"after\"]".to_string(),
-                EdgeKind::Then => " [label=\"then\"]".to_string(),
-                EdgeKind::Else => " [label=\"else\"]".to_string(),
+                EdgeKind::Data => "",
+                EdgeKind::Sequence => " [style=dashed]",
+                EdgeKind::After => " [style=dotted, label=\"after\"]",
+                EdgeKind::Then => " [label=\"then\"]",
+                EdgeKind::Else => " [label=\"else\"]",
             };
             let _ = writeln!(out, "    n{} -> n{}{style};", edge.from, edge.to);
         }
@@ -205,8 +244,8 @@ impl Graph {
         out
     }
 
-    /// The graph as a Mermaid flowchart (`flowchart TD`), which GitHub renders in Markdown.
-    pub fn to_mermaid(&self) -> String {
+    /// Mermaid, with a class per status when `statuses` is given.
+    pub(crate) fn render_mermaid(&self, statuses: Option<&[crate::NodeStatus]>) -> String {
         let mut out = String::from("flowchart TD\n");
         for (id, node) in self.nodes.iter().enumerate() {
             let text = quote_mermaid(node.name);
@@ -229,7 +268,48 @@ impl Graph {
             };
             let _ = writeln!(out, "    n{} {arrow} n{}", edge.from, edge.to);
         }
+        let branch: Vec<String> = (0..self.nodes.len())
+            .filter(|&id| self.in_branch(id))
+            .map(|id| format!("n{id}"))
+            .collect();
+        if !branch.is_empty() {
+            out.push_str("    classDef branch stroke-dasharray: 5 5\n");
+            let _ = writeln!(out, "    class {} branch", branch.join(","));
+        }
+        if let Some(statuses) = statuses {
+            for status in [
+                crate::NodeStatus::Completed,
+                crate::NodeStatus::Failed,
+                crate::NodeStatus::Aborted,
+                crate::NodeStatus::Skipped,
+            ] {
+                let members: Vec<String> = statuses
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| **s == status)
+                    .map(|(id, _)| format!("n{id}"))
+                    .collect();
+                if members.is_empty() {
+                    continue;
+                }
+                let _ = writeln!(out, "    classDef {status} fill:{}", status_color(status));
+                let _ = writeln!(out, "    class {} {status}", members.join(","));
+            }
+        }
         out
+    }
+}
+
+/// The fill colour of a status in pictures.
+pub(crate) fn status_color(status: crate::NodeStatus) -> &'static str {
+    use crate::NodeStatus::*;
+    match status {
+        Completed => "#b7e4c7",
+        Failed => "#f4a6a6",
+        Aborted => "#f9d29d",
+        Skipped => "#e0e0e0",
+        Running | Ready => "#a9d6f5",
+        Idle | Waiting => "#ffffff",
     }
 }
 

@@ -15,6 +15,8 @@ mod events;
 mod graph;
 mod nodes;
 mod policy;
+#[cfg(feature = "progress")]
+mod progress;
 mod report;
 mod scheduler;
 mod scope;
@@ -28,6 +30,8 @@ pub use events::{
 pub use graph::{Edge, EdgeKind, Graph, NodeInfo, NodeKind, Plan};
 pub use nodes::{BoxedOp, Decide, Nodes, Op, Pair, Slot};
 pub use policy::{Backoff, CancelReason, CancelToken, FailurePolicy, NodePolicy};
+#[cfg(feature = "progress")]
+pub use progress::Progress;
 pub use report::{NodeReport, Outcome, Report, TraceColumn, TraceMatrix};
 pub use scheduler::{Finished, RunOptions, RunState, complete, discard, execute, input, require};
 pub use scope::{OperationScope, OperationSpec};

@@ -148,6 +148,98 @@ impl Report {
         self.graph
     }
 
+    /// The workflow's graph in DOT with every node filled by its status in this run.
+    pub fn to_dot(&self) -> String {
+        self.graph.render_dot(Some(&self.statuses()))
+    }
+
+    /// The workflow's graph in Mermaid with a class (and colour) per status in this run.
+    pub fn to_mermaid(&self) -> String {
+        self.graph.render_mermaid(Some(&self.statuses()))
+    }
+
+    fn statuses(&self) -> Vec<NodeStatus> {
+        self.nodes.iter().map(|n| n.status).collect()
+    }
+
+    /// The run as an SVG timeline: one bar per node that ran, coloured by status, on a
+    /// millisecond axis. Empty of bars when the run recorded no events.
+    pub fn to_svg_timeline(&self) -> String {
+        const ROW: usize = 22;
+        const LEFT: usize = 170;
+        const WIDTH: usize = 620;
+        let rows: Vec<&NodeReport> = self.nodes.iter().filter(|n| n.started.is_some()).collect();
+        let total = self
+            .elapsed
+            .or_else(|| rows.iter().filter_map(|n| n.ended).max())
+            .unwrap_or_default()
+            .as_secs_f64()
+            .max(1e-6);
+        let height = (rows.len() + 2) * ROW + 10;
+        let x = |d: Duration| LEFT as f64 + d.as_secs_f64() / total * WIDTH as f64;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{height}\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">",
+            LEFT + WIDTH + 20
+        );
+        let _ = writeln!(out, "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>");
+        let _ = writeln!(
+            out,
+            "<text x=\"4\" y=\"15\" font-weight=\"bold\">{} ({})</text>",
+            xml(self.workflow),
+            if self.succeeded {
+                "succeeded"
+            } else {
+                "failed"
+            }
+        );
+        for (i, node) in rows.iter().enumerate() {
+            let y = (i + 1) * ROW + 4;
+            let (Some(start), end) = (node.started, node.ended) else {
+                continue;
+            };
+            let end = end.unwrap_or(start);
+            let x0 = x(start);
+            let w = (x(end) - x0).max(2.0);
+            let _ = writeln!(
+                out,
+                "<text x=\"4\" y=\"{}\">{}</text>",
+                y + 14,
+                xml(node.name)
+            );
+            let _ = writeln!(
+                out,
+                "<rect x=\"{x0:.1}\" y=\"{}\" width=\"{w:.1}\" height=\"{}\" fill=\"{}\" stroke=\"#555\"><title>{} {}: {:.1} ms, {} attempt(s)</title></rect>",
+                y + 2,
+                ROW - 6,
+                crate::graph::status_color(node.status),
+                xml(node.name),
+                node.status,
+                node.duration().unwrap_or_default().as_secs_f64() * 1e3,
+                node.attempts,
+            );
+        }
+        let axis_y = (rows.len() + 1) * ROW + 8;
+        let _ = writeln!(
+            out,
+            "<line x1=\"{LEFT}\" y1=\"{axis_y}\" x2=\"{}\" y2=\"{axis_y}\" stroke=\"#333\"/>",
+            LEFT + WIDTH
+        );
+        for tick in 0..=4 {
+            let at = total * tick as f64 / 4.0;
+            let tx = LEFT as f64 + WIDTH as f64 * tick as f64 / 4.0;
+            let _ = writeln!(
+                out,
+                "<text x=\"{tx:.1}\" y=\"{}\" text-anchor=\"middle\">{:.0} ms</text>",
+                axis_y + 14,
+                at * 1e3
+            );
+        }
+        out.push_str("</svg>\n");
+        out
+    }
+
     /// The run as Chrome trace-event JSON: one complete event (`"ph": "X"`) per node that ran,
     /// in microseconds. Open it in Perfetto (ui.perfetto.dev) or `chrome://tracing`.
     pub fn to_chrome_trace(&self) -> String {
@@ -340,6 +432,13 @@ impl fmt::Display for TraceMatrix {
         }
         Ok(())
     }
+}
+
+fn xml(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 fn json_string(text: &str) -> String {

@@ -223,8 +223,8 @@ struct Scheduler {
     caught: Vec<u32>,
     extras: Extras,
     policy: FailurePolicy,
-    /// For `FailFast`: whether a failure of each node can still be caught downstream.
-    containable: Vec<bool>,
+    /// For `FailFast`: whether a test could catch a failure of each node (computed on demand).
+    catchable: Vec<bool>,
     halt: Option<Halt>,
     cancelled: Option<CancelReason>,
     seed: u64,
@@ -265,7 +265,7 @@ impl Scheduler {
             caught: Vec::new(),
             extras: Extras::default(),
             policy: options.failure.unwrap_or(plan.failure),
-            containable: Vec::new(),
+            catchable: Vec::new(),
             halt: None,
             cancelled: None,
             seed: 0,
@@ -475,29 +475,27 @@ impl Scheduler {
         let len = self.len();
         self.state.set_error(node as usize, len, error);
         self.settle(node, Settle::Failed);
-        if self.policy == FailurePolicy::FailFast && self.halt.is_none() && !self.containable(node)
-        {
+        if self.policy == FailurePolicy::FailFast && self.halt.is_none() && !self.catchable(node) {
             self.halt = Some(Halt::FailFast(node));
         }
     }
 
-    /// Whether every path out of `node` meets a `Conditional` test that names the failure
-    /// before it reaches the end of the graph. Node ids are in topological order, so one
-    /// backward pass computes it for every node.
-    fn containable(&mut self, node: u32) -> bool {
-        if self.containable.is_empty() {
+    /// Whether some `Conditional` test could still catch a failure of `node`: a test names it,
+    /// or names a node downstream of it (which the failure would abort). Node ids are in
+    /// topological order, so one backward pass computes it for every node.
+    fn catchable(&mut self, node: u32) -> bool {
+        if self.catchable.is_empty() {
             let plan = self.plan();
-            let mut containable = vec![false; self.len()];
+            let mut catchable = vec![false; self.len()];
             for n in (0..self.len()).rev() {
-                let succ = plan.successors(n);
-                containable[n] = !succ.is_empty()
-                    && succ
-                        .iter()
-                        .all(|&e| e & Plan::CAUGHT != 0 || containable[(e & Plan::NODE) as usize]);
+                catchable[n] = plan
+                    .successors(n)
+                    .iter()
+                    .any(|&e| e & Plan::CAUGHT != 0 || catchable[(e & Plan::NODE) as usize]);
             }
-            self.containable = containable;
+            self.catchable = catchable;
         }
-        self.containable[node as usize]
+        self.catchable[node as usize]
     }
 
     fn record_attempt_error(&mut self, node: u32, error: &NodeError) {
@@ -740,10 +738,12 @@ impl Scheduler {
             }
             self.nodes[node].status = NodeStatus::Aborted;
             self.settled += 1;
-            let cause = match &self.halt {
-                Some(Halt::FailFast(cause)) => Some(self.graph.nodes[*cause as usize].name),
-                _ => None,
+            let cause_id = match &self.halt {
+                Some(Halt::FailFast(cause)) => *cause,
+                _ => NO_CAUSE,
             };
+            self.nodes[node].abort_cause = cause_id;
+            let cause = (cause_id != NO_CAUSE).then(|| self.graph.nodes[cause_id as usize].name);
             let error = match (&self.halt, cause) {
                 (_, Some(cause)) => NodeError::Aborted { cause },
                 (Some(Halt::NoTimer(why)), None) => NodeError::Panicked(why.clone()),
@@ -767,6 +767,21 @@ impl Scheduler {
             Settle::Skipped => NodeStatus::Skipped,
         };
         self.settled += 1;
+        if let Settle::Aborted(cause) = how {
+            state.abort_cause = cause;
+        }
+        if self.policy == FailurePolicy::FailFast
+            && self.halt.is_none()
+            && matches!(how, Settle::Failed | Settle::Aborted(_))
+            && self.plan().successors(node as usize).is_empty()
+        {
+            // A failure reached the end of the graph: the run has failed.
+            let cause = match how {
+                Settle::Aborted(cause) => cause,
+                _ => node,
+            };
+            self.halt = Some(Halt::FailFast(cause));
+        }
         if let Settle::Aborted(cause) = how {
             let cause = self.graph.nodes[cause as usize].name;
             let len = self.len();
@@ -869,14 +884,15 @@ impl Scheduler {
 
     fn finish(mut self) -> Finished {
         let statuses: Vec<NodeStatus> = self.nodes.iter().map(|n| n.status).collect();
-        let succeeded = self.cancelled.is_none() && sinks_ok(self.graph, &statuses);
+        let verdict = Verdict::judge(self.graph, &statuses, &self.caught);
+        let succeeded = self.cancelled.is_none() && verdict.succeeded;
         self.emit(None, 0, || EventKind::RunFinished { succeeded });
         let recording = self.recording.take();
         Finished {
             graph: self.graph,
             statuses,
             errors: self.state.errors,
-            caught: self.caught,
+            verdict,
             extras: self.extras,
             cancelled: self.cancelled,
             run: recording.as_ref().map(|r| r.run),
@@ -898,13 +914,85 @@ fn attempts_of(recorded: &[u32], node: usize, status: NodeStatus) -> u32 {
     }
 }
 
-/// Whether no failure reached the end of the graph: every node without successors completed or
-/// was skipped.
-fn sinks_ok(graph: &Graph, statuses: &[NodeStatus]) -> bool {
-    statuses.iter().enumerate().all(|(node, status)| {
-        !matches!(status, NodeStatus::Failed | NodeStatus::Aborted)
-            || !graph.plan.successors(node).is_empty()
-    })
+/// Whether a finished run succeeded, and which nodes its error lists.
+struct Verdict {
+    succeeded: bool,
+    listed: Vec<bool>,
+}
+
+impl Verdict {
+    /// The run fails when a failure reached the end of the graph (a node without successors
+    /// ended failed or aborted), when it was cancelled, or when a failed node's failure was not
+    /// caught: no `Conditional` test that ran named it, or named a node its failure aborted.
+    /// The error lists every failed node not caught, every aborted node no test named, and
+    /// every failure that reached an aborted node it lists.
+    fn judge(graph: &Graph, statuses: &[NodeStatus], named: &[u32]) -> Verdict {
+        let n = statuses.len();
+        let bad = |s: NodeStatus| matches!(s, NodeStatus::Failed | NodeStatus::Aborted);
+        if !statuses.iter().any(|&s| bad(s)) {
+            return Verdict {
+                succeeded: true,
+                listed: Vec::new(),
+            };
+        }
+        // The failed nodes whose failure reached each aborted node, in one forward pass (ids
+        // are in topological order). Aborts with no failure behind them are cancellations.
+        let mut roots: Vec<Vec<u32>> = vec![Vec::new(); n];
+        for node in 0..n {
+            if !bad(statuses[node]) {
+                continue;
+            }
+            let from = match statuses[node] {
+                NodeStatus::Failed => vec![node as u32],
+                _ => roots[node].clone(),
+            };
+            for &entry in graph.plan.successors(node) {
+                let succ = (entry & Plan::NODE) as usize;
+                if entry & Plan::CAUGHT == 0 && statuses[succ] == NodeStatus::Aborted {
+                    for &root in &from {
+                        if !roots[succ].contains(&root) {
+                            roots[succ].push(root);
+                        }
+                    }
+                }
+            }
+        }
+        let mut is_named = vec![false; n];
+        let mut caught = vec![false; n];
+        for &node in named {
+            let node = node as usize;
+            is_named[node] = true;
+            match statuses[node] {
+                NodeStatus::Failed => caught[node] = true,
+                NodeStatus::Aborted => roots[node].iter().for_each(|&r| caught[r as usize] = true),
+                _ => {}
+            }
+        }
+        let mut succeeded = true;
+        let mut listed = vec![false; n];
+        for node in 0..n {
+            let sink = graph.plan.successors(node).is_empty();
+            match statuses[node] {
+                NodeStatus::Failed => {
+                    listed[node] = !caught[node] || sink;
+                    succeeded &= !listed[node];
+                }
+                NodeStatus::Aborted => {
+                    listed[node] = !is_named[node];
+                    succeeded &= !sink && !roots[node].is_empty();
+                }
+                _ => {}
+            }
+        }
+        for node in 0..n {
+            if listed[node] && statuses[node] == NodeStatus::Aborted {
+                for &root in &roots[node] {
+                    listed[root as usize] = true;
+                }
+            }
+        }
+        Verdict { succeeded, listed }
+    }
 }
 
 /// Logs an event through `tracing`: failures at `warn`, the rest at `debug`.
@@ -1025,7 +1113,7 @@ pub struct Finished {
     graph: &'static Graph,
     statuses: Vec<NodeStatus>,
     errors: Vec<Option<NodeError>>,
-    caught: Vec<u32>,
+    verdict: Verdict,
     extras: Extras,
     cancelled: Option<CancelReason>,
     run: Option<RunId>,
@@ -1034,10 +1122,11 @@ pub struct Finished {
 }
 
 impl Finished {
-    /// Whether the run succeeded: it was not cancelled and no failure reached the end of the
-    /// graph (every node without successors completed or was skipped).
+    /// Whether the run succeeded: it was not cancelled, no failure reached the end of the graph
+    /// (every node without successors completed or was skipped), and every failure was caught
+    /// by a `Conditional`.
     pub fn succeeded(&self) -> bool {
-        self.cancelled.is_none() && sinks_ok(self.graph, &self.statuses)
+        self.cancelled.is_none() && self.verdict.succeeded
     }
 
     /// Finishes the run: on success evaluates `output` (the workflow's output expression), on
@@ -1048,7 +1137,7 @@ impl Finished {
             graph,
             statuses,
             mut errors,
-            caught,
+            verdict,
             mut extras,
             cancelled,
             run,
@@ -1101,7 +1190,7 @@ impl Finished {
             let failures = errors
                 .iter_mut()
                 .enumerate()
-                .filter(|(id, _)| !caught.contains(&(*id as u32)))
+                .filter(|(id, _)| verdict.listed.get(*id).copied().unwrap_or(false))
                 .filter_map(|(id, error)| {
                     error.take().map(|error| NodeFailure {
                         node: graph.nodes[id].name,

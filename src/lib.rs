@@ -65,6 +65,12 @@
 //! See `docs/dsl.md` for the whole language and `docs/semantics.md` for what a run does.
 
 pub use flow_macros::{operation, workflow};
+/// The items of optional features (`progress`: `Progress`, `ProgressBar`), whichever are on.
+pub use flow_runtime::features::*;
+pub use flow_runtime::{
+    AppendError, ChannelObserver, Event, EventKind, EventLog, EventStream, Observer, Recorder,
+    RunId, TraceColumn, TraceMatrix, channel,
+};
 pub use flow_runtime::{
     Backoff, BoxError, CancelReason, CancelToken, Edge, EdgeKind, FailurePolicy, Graph,
     IntoNodeResult, NodeError, NodeFailure, NodeInfo, NodeKind, NodePolicy, NodeReport, NodeStatus,

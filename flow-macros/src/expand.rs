@@ -16,7 +16,7 @@ use crate::ctxt::Ctxt;
 use crate::graph::{self, Kind, edge};
 use crate::names;
 use crate::parse::{self, Workflow};
-use crate::validate::{self, Checked};
+use crate::validate::{self, Checked, Use};
 
 /// Expands one `workflow!` invocation: generated code, or every error found, beside a
 /// best-effort skeleton of the workflow type so that one mistake does not cascade.
@@ -81,9 +81,9 @@ impl Names<'_> {
 
     /// Rewrites an expression so that every parameter and every node it reads is a place
     /// `(*name)` over a binding `name: &T`.
-    fn rewrite(&self, expr: &Expr, uses: &[(Ident, usize)]) -> Expr {
+    fn rewrite<'a>(&self, expr: &Expr, reads: impl IntoIterator<Item = &'a Ident>) -> Expr {
         let mut readable = self.params();
-        readable.extend(uses.iter().map(|(ident, _)| ident.to_string()));
+        readable.extend(reads.into_iter().map(Ident::to_string));
         let mut expr = expr.clone();
         names::rewrite(&mut expr, &readable);
         expr
@@ -227,15 +227,26 @@ fn leaf(names: &Names<'_>, id: usize) -> TokenStream {
     let checked = names.checked;
     let node = &checked.dag.nodes[id];
     let uses = &checked.uses[id];
-    let expr = names.rewrite(&node.expr, uses);
+    let expr = names.rewrite(&node.expr, uses.iter().map(|u| &u.ident));
     let span = node.expr.span();
     match node.kind {
         Kind::Operation => {
-            let inputs = uses.iter().map(|(ident, source)| {
-                let slot = names.slot(*source);
-                let cause = &checked.dag.nodes[*source].display;
-                quote!(let #ident = ::flow::__private::input(#slot, #cause)?;)
-            });
+            let inputs = uses.iter().map(
+                |Use {
+                     ident,
+                     source,
+                     optional,
+                 }| {
+                    let slot = names.slot(*source);
+                    if *optional {
+                        // In a branch this step is not in: `Option<&T>`, `None` when skipped.
+                        quote!(let #ident = &#slot.get();)
+                    } else {
+                        let cause = &checked.dag.nodes[*source].display;
+                        quote!(let #ident = ::flow::__private::input(#slot, #cause)?;)
+                    }
+                },
+            );
             let awaited = quote_spanned!(span=> (#expr).await);
             let finish = if node.name.is_some() {
                 let slot = names.slot(id);
@@ -259,11 +270,22 @@ fn leaf(names: &Names<'_>, id: usize) -> TokenStream {
         }
         Kind::Decision => {
             let state = Ident::new("__flow_state", Span::mixed_site());
-            let inputs = uses.iter().map(|(ident, source)| {
-                let slot = names.slot(*source);
-                let index = names.pos[*source];
-                quote!(let #ident = &#state.outcome(#slot, #index);)
-            });
+            let inputs = uses.iter().map(
+                |Use {
+                     ident,
+                     source,
+                     optional,
+                 }| {
+                    let slot = names.slot(*source);
+                    let index = names.pos[*source];
+                    if *optional {
+                        // `Option<Result<&T, &NodeError>>`, `None` when skipped.
+                        quote!(let #ident = &#state.outcome_if_run(#slot, #index);)
+                    } else {
+                        quote!(let #ident = &#state.outcome(#slot, #index);)
+                    }
+                },
+            );
             let test = quote_spanned!(span=> { let __flow_test: bool = #expr; __flow_test });
             quote! {
                 ::flow::__private::Decide::new(move |#state: &::flow::__private::RunState| -> bool {
@@ -289,7 +311,7 @@ fn output(names: &Names<'_>) -> TokenStream {
             quote!(let #ident = &#slot.get();)
         }
     });
-    let expr = names.rewrite(expr, &checked.output_uses);
+    let expr = names.rewrite(expr, checked.output_uses.iter().map(|(ident, _)| ident));
     let output_ty = match &names.workflow.output_ty {
         Some(ty) => quote!(#ty),
         None => quote!(()),
@@ -336,7 +358,7 @@ fn graph_const(names: &Names<'_>) -> TokenStream {
             quote!(Then)
         } else if why & edge::ELSE != 0 {
             quote!(Else)
-        } else if why & edge::DATA != 0 {
+        } else if why & (edge::DATA | edge::OPTIONAL_READ) != 0 {
             quote!(Data)
         } else if why & edge::AFTER != 0 {
             quote!(After)
@@ -361,9 +383,11 @@ fn graph_const(names: &Names<'_>) -> TokenStream {
             let mut entry = to as u32;
             if why & edge::DATA != 0 {
                 entry |= data_flag;
-                if dag.nodes[checked.order[to]].kind == Kind::Decision {
-                    entry |= caught_flag;
-                }
+            }
+            if why & (edge::DATA | edge::OPTIONAL_READ) != 0
+                && dag.nodes[checked.order[to]].kind == Kind::Decision
+            {
+                entry |= caught_flag;
             }
             succ.push(entry);
             cursor += 1;

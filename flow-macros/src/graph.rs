@@ -27,6 +27,9 @@ pub mod edge {
     pub const AFTER: u8 = 4;
     pub const THEN: u8 = 8;
     pub const ELSE: u8 = 16;
+    /// The target reads the source, which sits in a branch the target is not in: the target
+    /// sees it as an `Option` and is not skipped with it.
+    pub const OPTIONAL_READ: u8 = 32;
 }
 
 pub struct Node {

@@ -12,13 +12,24 @@ use crate::graph::{Dag, Kind, edge};
 use crate::names;
 use crate::parse::Workflow;
 
+/// A name an expression reads.
+pub struct Use {
+    /// The name as the expression spells it.
+    pub ident: Ident,
+    /// The node it names.
+    pub source: usize,
+    /// Whether the source may have been skipped when the reader runs (it sits in a branch the
+    /// reader is not in): the reader then sees it as an `Option`.
+    pub optional: bool,
+}
+
 /// A checked graph: nodes in a topological order, ready to expand.
 pub struct Checked {
     pub dag: Dag,
     /// Node ids in execution order: every edge goes from an earlier to a later position.
     pub order: Vec<usize>,
-    /// For each node, the node names its expression reads (resolved to node ids).
-    pub uses: Vec<Vec<(Ident, usize)>>,
+    /// For each node, the node names its expression reads.
+    pub uses: Vec<Vec<Use>>,
     /// For each node, whether it is sure to have completed after a successful run.
     pub sure: Vec<bool>,
     /// The node names the output expression reads.
@@ -76,7 +87,7 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
     }
     let is_ancestor = |a: usize, of: usize| ancestors[of * words + a / 64] & (1 << (a % 64)) != 0;
 
-    let mut uses: Vec<Vec<(Ident, usize)>> = vec![Vec::new(); n];
+    let mut uses: Vec<Vec<Use>> = (0..n).map(|_| Vec::new()).collect();
     for (node, idents) in raw_uses.into_iter().enumerate() {
         for ident in idents {
             let Some(&source) = names.get(&ident.to_string()) else {
@@ -110,12 +121,26 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
                 );
                 continue;
             }
-            uses[node].push((ident, source));
+            let inside = &dag.nodes[node].branches;
+            let optional = !dag.nodes[source]
+                .branches
+                .iter()
+                .all(|b| inside.contains(b));
+            uses[node].push(Use {
+                ident,
+                source,
+                optional,
+            });
         }
     }
     for (node, reads) in uses.iter().enumerate() {
-        for (_, source) in reads {
-            dag.add_edge(*source, node, edge::DATA);
+        for read in reads {
+            let why = if read.optional {
+                edge::OPTIONAL_READ
+            } else {
+                edge::DATA
+            };
+            dag.add_edge(read.source, node, why);
         }
     }
 
@@ -158,18 +183,20 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
         return None;
     }
 
-    let mut may_skip = vec![false; n];
-    for &node in &order {
-        may_skip[node] =
-            !dag.nodes[node].branches.is_empty() || uses[node].iter().any(|(_, s)| may_skip[*s]);
-    }
+    // Reads of a node in another branch are optional and never skip the reader, so only a
+    // node inside a branch may be skipped.
+    let may_skip: Vec<bool> = dag
+        .nodes
+        .iter()
+        .map(|node| !node.branches.is_empty())
+        .collect();
     // A node is sure to have completed in a successful run unless it may be skipped, or a
     // Conditional test reads it or something downstream of it (a caught failure).
     let mut tested = vec![false; n];
     for (node, reads) in uses.iter().enumerate() {
         if dag.nodes[node].kind == Kind::Decision {
-            for (_, source) in reads {
-                tested[*source] = true;
+            for read in reads {
+                tested[read.source] = true;
             }
         }
     }

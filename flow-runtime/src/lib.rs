@@ -30,8 +30,16 @@ pub use events::{
 pub use graph::{Edge, EdgeKind, Graph, NodeInfo, NodeKind, Plan};
 pub use nodes::{BoxedOp, Decide, Nodes, Op, Pair, Slot};
 pub use policy::{Backoff, CancelReason, CancelToken, FailurePolicy, NodePolicy};
-#[cfg(feature = "progress")]
-pub use progress::Progress;
+/// The items of optional features, whichever are enabled: the facade re-exports this module
+/// whole, so a feature turned on anywhere in the build shows its items through `flow`.
+pub mod features {
+    /// indicatif's progress bar, to style or hide the one a [`Progress`] drives.
+    #[cfg(feature = "progress")]
+    pub use indicatif::ProgressBar;
+
+    #[cfg(feature = "progress")]
+    pub use crate::progress::Progress;
+}
 pub use report::{NodeReport, Outcome, Report, TraceColumn, TraceMatrix};
 pub use scheduler::{Finished, RunOptions, RunState, complete, discard, execute, input, require};
 pub use scope::{OperationScope, OperationSpec};

@@ -10,7 +10,7 @@ use crate::events::{Event, EventKind, Observer};
 /// last settled node as the message, and a summary when the run ends.
 ///
 /// ```no_run
-/// # use flow_runtime::Progress;
+/// # use flow_runtime::features::Progress;
 /// let progress = Progress::new();
 /// // Checkout::runner().observer(progress).execute(..)
 /// ```

@@ -72,6 +72,11 @@ impl Report {
             };
             match event.kind {
                 EventKind::Requested if node.started.is_none() => node.started = Some(event.at),
+                // A decision starts and ends in the instant its test runs.
+                EventKind::Completed { branch: Some(_) } => {
+                    node.started = Some(event.at);
+                    node.ended = Some(event.at);
+                }
                 EventKind::Completed { .. }
                 | EventKind::Failed { .. }
                 | EventKind::Aborted { .. }

@@ -172,6 +172,19 @@ impl RunState {
         }
     }
 
+    /// The outcome of a node that may have been skipped: `None` when it did not run (it sits
+    /// in a branch the decision is not in), else as [`RunState::outcome`].
+    pub fn outcome_if_run<'a, T>(
+        &'a self,
+        slot: &'a Slot<T>,
+        node: usize,
+    ) -> Option<Result<&'a T, &'a NodeError>> {
+        match slot.get() {
+            Some(value) => Some(Ok(value)),
+            None => self.errors.get(node).and_then(Option::as_ref).map(Err),
+        }
+    }
+
     fn set_error(&mut self, node: usize, len: usize, error: NodeError) {
         if self.errors.is_empty() {
             self.errors.resize_with(len, || None);

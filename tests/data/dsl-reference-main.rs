@@ -1,0 +1,33 @@
+// The `main` of tests/ui-pass/dsl-reference.rs: runs the workflows of docs/dsl.md.
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let ctx = AppCtx;
+    demo(&ctx).await.expect("demo");
+    assert_eq!(OrderTotal::run(&ctx, 3).await.expect("total"), 4200);
+    Notify::run(&ctx, 1).await.expect("notify");
+    NotifyAll::run(&ctx).await.expect("notifyall");
+    MaybeNotify::run(&ctx, 1).await.expect("maybe");
+    Reads::run(&ctx, 1).await.expect("reads");
+    Pattern::run().await.expect("pattern");
+    assert_eq!(Calls::run(&Client).await.expect("calls"), 14);
+    let o = Pay::runner().execute(&ctx, 5).await;
+    println!("{:?}", o.report.nodes());
+    assert_eq!(o.report.nodes()[2].operation, Some("charge card"));
+    Screen::run(&ctx, 1).await.expect("screen");
+    let (id, r) = Receipted::run(&ctx, 9).await.expect("receipted");
+    assert_eq!(id, 9); assert!(r.is_some());
+    println!("{}", Checkout::GRAPH);
+    println!("{}", Pattern::GRAPH);
+    println!("{}", Calls::GRAPH);
+    Settle::run(&ctx, 4).await.expect("settle");
+    more().await;
+    println!("all ok");
+}
+#[allow(dead_code)]
+async fn more() {
+    let ctx = AppCtx;
+    assert_eq!(Resilient::run(&ctx, 1).await.expect("resilient"), 0.1);
+    NotifyTwice::run(&ctx).await.expect("twice");
+    println!("more ok");
+}

@@ -1,0 +1,315 @@
+// Generated from docs/dsl.md by tests/dsl_reference.rs: do not edit by hand.
+#![allow(dead_code, missing_docs, unused_imports)]
+
+// ---- docs/dsl.md, block 0
+use flow::prelude::*;
+use std::convert::Infallible;
+use std::fmt;
+
+pub struct AppCtx;
+
+#[derive(Debug, Clone)]
+pub struct Order { pub id: u64, pub total: u64 }
+#[derive(Debug, Clone)]
+pub struct Reservation { pub order_id: u64 }
+#[derive(Debug, Clone, Copy)]
+pub struct Risk { pub score: f64 }
+#[derive(Debug, Clone)]
+pub struct Receipt { pub order_id: u64, pub amount: u64 }
+
+#[derive(Debug)]
+pub struct ShopError(pub &'static str);
+impl fmt::Display for ShopError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result { f.write_str(self.0) }
+}
+impl std::error::Error for ShopError {}
+
+pub async fn fetch_order(_ctx: &AppCtx, id: u64) -> Result<Order, ShopError> {
+    Ok(Order { id, total: 4200 })
+}
+pub async fn reserve_stock(_ctx: &AppCtx, order: &Order) -> Result<Reservation, ShopError> {
+    Ok(Reservation { order_id: order.id })
+}
+pub async fn score_risk(order: &Order) -> Result<Risk, ShopError> {
+    Ok(Risk { score: if order.total > 10_000 { 0.9 } else { 0.1 } })
+}
+pub async fn charge(order: &Order, _stock: &Reservation) -> Result<Receipt, ShopError> {
+    Ok(Receipt { order_id: order.id, amount: order.total })
+}
+pub async fn reject(_ctx: &AppCtx, _order: &Order) -> Result<(), ShopError> {
+    Ok(())
+}
+pub async fn notify(_ctx: &AppCtx, _order_id: u64) -> Result<(), ShopError> {
+    Ok(())
+}
+
+// ---- docs/dsl.md, block 1
+workflow! {
+    /// Checks out one order: charge it if the risk is low, reject it otherwise.
+    pub Checkout(ctx: &AppCtx, order_id: u64) -> Option<Receipt> {
+        Sequential {
+            order = Operation(fetch_order(ctx, order_id)),
+            Parallel {
+                stock = Operation(reserve_stock(ctx, &order)),
+                risk = Operation(score_risk(&order), timeout = "500ms"),
+            },
+            Conditional(risk.is_ok_and(|r| r.score < 0.8)) {
+                receipt = Operation(charge(&order, &stock)),
+            } else {
+                Operation(reject(ctx, &order)),
+            },
+        }
+        => receipt.cloned()
+    }
+}
+
+// ---- docs/dsl.md, block 2
+workflow! {
+    /// Notifies the customer about an order.
+    ///
+    /// Doc comments and other outer attributes go on the generated type.
+    pub(crate) Notify(ctx: &AppCtx, order_id: u64) {
+        Operation(notify(ctx, order_id))
+    }
+}
+
+// ---- docs/dsl.md, block 3
+workflow! {
+    /// Reads the total of an order.
+    pub OrderTotal(ctx: &AppCtx, order_id: u64) -> u64 {
+        order = Operation(fetch_order(ctx, order_id))
+        => order.total
+    }
+}
+
+// ---- docs/dsl.md, block 4
+workflow! {
+    /// Notifies three times, at most two at a time.
+    pub NotifyAll(ctx: &AppCtx) {
+        Parallel(max_concurrency = 2) {
+            Operation(notify(ctx, 1)),
+            Operation(notify(ctx, 2)),
+            Operation(notify(ctx, 3)),
+        }
+    }
+}
+
+// ---- docs/dsl.md, block 5
+workflow! {
+    /// Notifies the customer about large orders only, then reserves stock.
+    pub MaybeNotify(ctx: &AppCtx, order_id: u64) {
+        order = Operation(fetch_order(ctx, order_id)),
+        Conditional(order.is_ok_and(|o| o.total > 1_000)) {
+            Operation(notify(ctx, order_id)),
+        },
+        Operation(reserve_stock(ctx, &order)),
+    }
+}
+
+// ---- docs/dsl.md, block 6
+pub async fn archive(order: Order) -> Result<u64, ShopError> {
+    Ok(order.id)
+}
+
+workflow! {
+    /// Shows the ways a step reads names.
+    pub Reads(ctx: &AppCtx, order_id: u64) {
+        order = Operation(fetch_order(ctx, order_id)),
+        Parallel {
+            Operation(reserve_stock(ctx, &order)),
+            Operation(notify(ctx, order.id)),
+            Operation(archive(order.clone())),
+        },
+    }
+}
+
+// ---- docs/dsl.md, block 7
+pub async fn pay_by_card(order: &Order) -> Result<Receipt, ShopError> {
+    Ok(Receipt { order_id: order.id, amount: order.total })
+}
+pub async fn pay_by_invoice(order: &Order) -> Result<Receipt, ShopError> {
+    Ok(Receipt { order_id: order.id, amount: order.total })
+}
+pub async fn confirm_payment(_ctx: &AppCtx, receipt: Option<&Receipt>) -> Result<(), ShopError> {
+    let _ = receipt.map(|r| r.amount);
+    Ok(())
+}
+
+workflow! {
+    /// Charges the card or falls back to an invoice, then confirms whichever happened.
+    pub Settle(ctx: &AppCtx, order_id: u64) {
+        order = Operation(fetch_order(ctx, order_id)),
+        risk = Operation(score_risk(&order)),
+        Conditional(risk.is_ok_and(|r| r.score < 0.8)) {
+            card = Operation(pay_by_card(&order)),
+        } else {
+            invoice = Operation(pay_by_invoice(&order)),
+        },
+        // `card` and `invoice` are `Option<&Receipt>` here.
+        Operation(confirm_payment(ctx, card.or(invoice))),
+    }
+}
+
+// ---- docs/dsl.md, block 8
+pub async fn step(n: u64) -> Result<u64, Infallible> { Ok(n) }
+pub async fn add(a: &u64, b: &u64) -> Result<u64, Infallible> { Ok(a + b) }
+
+workflow! {
+    /// Step 4 needs 1 and 2 only; the long steps 3 and 5 run on beside it.
+    pub Pattern() {
+        Parallel {
+            Sequential { one = Operation(step(1)), Operation(step(3 + one)) },
+            Sequential { two = Operation(step(2)), Operation(step(5 + two)) },
+            // `after` makes `one` and `two` readable here: they are sure to be done.
+            Operation(add(&one, &two), after = [one, two]),
+        }
+    }
+}
+
+// ---- docs/dsl.md, block 9
+workflow! {
+    /// Scores an order with a flaky service: 2 retries, 50 ms then 100 ms apart, 1 s in all.
+    pub Resilient(ctx: &AppCtx, order_id: u64) -> f64 {
+        order = Operation(fetch_order(ctx, order_id), timeout = "200ms"),
+        risk = Operation(
+            score_risk(&order),
+            timeout = "250ms",
+            retries = 2,
+            backoff = exponential("50ms", "1s"),
+            jitter = false,
+            deadline = "1s",
+        )
+        => risk.score
+    }
+}
+
+// ---- docs/dsl.md, block 10
+workflow! {
+    /// Notifies twice; stops everything at the first uncaught failure.
+    #[flow(failure = FailFast)]
+    pub NotifyTwice(ctx: &AppCtx) {
+        Parallel {
+            Operation(notify(ctx, 1)),
+            Operation(notify(ctx, 2)),
+        }
+    }
+}
+
+// ---- docs/dsl.md, block 11
+pub struct Client;
+impl Client {
+    pub async fn get(&self, id: u64) -> Result<u64, ShopError> { Ok(id) }
+}
+
+workflow! {
+    /// Calls a method, and an async block.
+    pub Calls(client: &Client) -> u64 {
+        id = Operation(client.get(7)),
+        double = Operation(async { Ok::<_, Infallible>(id * 2) })
+        => double
+    }
+}
+
+// ---- docs/dsl.md, block 12
+#[operation(name = "charge card", timeout = "2s")]
+pub async fn charge_card(order: &Order, stock: &Reservation) -> Result<Receipt, ShopError> {
+    charge(order, stock).await
+}
+
+workflow! {
+    /// Charges an order: the step inherits the 2s timeout of `charge_card`.
+    pub Pay(ctx: &AppCtx, order_id: u64) -> Receipt {
+        order = Operation(fetch_order(ctx, order_id)),
+        stock = Operation(reserve_stock(ctx, &order)),
+        receipt = Operation(charge_card(&order, &stock))
+        => receipt.clone()
+    }
+}
+
+// ---- docs/dsl.md, block 13
+workflow! {
+    /// Rejects orders whose risk is high or could not be scored in time.
+    pub Screen(ctx: &AppCtx, order_id: u64) {
+        order = Operation(fetch_order(ctx, order_id)),
+        risk = Operation(score_risk(&order), timeout = "500ms"),
+        Conditional(
+            risk.is_err_and(|e| matches!(e, NodeError::TimedOut(_)))
+                || risk.is_ok_and(|r| r.score >= 0.8)
+        ) {
+            Operation(reject(ctx, &order)),
+        },
+    }
+}
+
+// ---- docs/dsl.md, block 14
+workflow! {
+    /// Charges an order and returns the receipt, if the risk was low.
+    pub Receipted(ctx: &AppCtx, order_id: u64) -> (u64, Option<Receipt>) {
+        order = Operation(fetch_order(ctx, order_id)),
+        stock = Operation(reserve_stock(ctx, &order)),
+        risk = Operation(score_risk(&order)),
+        Conditional(risk.is_ok_and(|r| r.score < 0.8)) {
+            receipt = Operation(charge(&order, &stock)),
+        },
+        Operation(notify(ctx, order_id)),
+        // `receipt` is in a branch and `order`, `stock` sit upstream of the tested `risk`:
+        // all three are `Option<&T>` here. `order_id` is a parameter: a `u64`.
+        => (order.map_or(order_id, |o| o.id), receipt.cloned())
+    }
+}
+
+// ---- docs/dsl.md, block 15
+use std::num::NonZeroUsize;
+use std::time::Duration;
+
+pub async fn demo(ctx: &AppCtx) -> Result<(), WorkflowError> {
+    let receipt: Option<Receipt> = Checkout::run(ctx, 42).await?;
+    assert!(receipt.is_some());
+
+    let token = CancelToken::new();
+    let outcome = Checkout::runner()
+        .max_concurrency(NonZeroUsize::MIN)
+        .failure_policy(FailurePolicy::FailFast)
+        .cancel_on(token.clone())
+        .deadline(Duration::from_secs(5))
+        .execute(ctx, 42)
+        .await;
+    assert_eq!(outcome.report.status("reject"), Some(NodeStatus::Skipped));
+    println!("{}", outcome.report);
+    println!("{}", Checkout::GRAPH.to_mermaid());
+    outcome.result.map(drop)
+}
+
+// The `main` of tests/ui-pass/dsl-reference.rs: runs the workflows of docs/dsl.md.
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let ctx = AppCtx;
+    demo(&ctx).await.expect("demo");
+    assert_eq!(OrderTotal::run(&ctx, 3).await.expect("total"), 4200);
+    Notify::run(&ctx, 1).await.expect("notify");
+    NotifyAll::run(&ctx).await.expect("notifyall");
+    MaybeNotify::run(&ctx, 1).await.expect("maybe");
+    Reads::run(&ctx, 1).await.expect("reads");
+    Pattern::run().await.expect("pattern");
+    assert_eq!(Calls::run(&Client).await.expect("calls"), 14);
+    let o = Pay::runner().execute(&ctx, 5).await;
+    println!("{:?}", o.report.nodes());
+    assert_eq!(o.report.nodes()[2].operation, Some("charge card"));
+    Screen::run(&ctx, 1).await.expect("screen");
+    let (id, r) = Receipted::run(&ctx, 9).await.expect("receipted");
+    assert_eq!(id, 9); assert!(r.is_some());
+    println!("{}", Checkout::GRAPH);
+    println!("{}", Pattern::GRAPH);
+    println!("{}", Calls::GRAPH);
+    Settle::run(&ctx, 4).await.expect("settle");
+    more().await;
+    println!("all ok");
+}
+#[allow(dead_code)]
+async fn more() {
+    let ctx = AppCtx;
+    assert_eq!(Resilient::run(&ctx, 1).await.expect("resilient"), 0.1);
+    NotifyTwice::run(&ctx).await.expect("twice");
+    println!("more ok");
+}

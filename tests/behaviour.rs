@@ -43,8 +43,15 @@ fn assert_edges_respected(graph: &Graph, log: &Log) {
     }
 }
 
-/// Every node's `(name, status)`, in node order.
+/// Every node's `(name, status)`, in node order. Also checks that the run's event log replays
+/// to the same statuses (the statuses are a projection of the log).
 fn statuses(report: &Report) -> Vec<(&'static str, NodeStatus)> {
+    let live: Vec<NodeStatus> = report.nodes().iter().map(|n| n.status).collect();
+    assert_eq!(
+        report.log().statuses(live.len()),
+        live,
+        "the log replays to the live statuses"
+    );
     report.nodes().iter().map(|n| (n.name, n.status)).collect()
 }
 

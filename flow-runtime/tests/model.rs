@@ -802,6 +802,14 @@ fn run(wf: &Wf, graph: &'static Graph, options: RunOptions) -> Result<Observed, 
         .map_err(|_| "the run never finished".to_string())?
         .output(|| Ok(()));
     let log = std::mem::take(&mut *shared.log.borrow_mut());
+    // The run's event log replays to the statuses the scheduler reports.
+    let live: Vec<NodeStatus> = outcome.report.nodes().iter().map(|n| n.status).collect();
+    let replayed = outcome.report.log().statuses(live.len());
+    if replayed != live {
+        return Err(format!(
+            "the log replays to {replayed:?}, the run ended with {live:?}"
+        ));
+    }
     let listed = match &outcome.result {
         Ok(()) => BTreeSet::new(),
         Err(error) => error

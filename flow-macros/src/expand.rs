@@ -144,8 +144,8 @@ fn generate(workflow: &Workflow, checked: &Checked) -> TokenStream {
             #[doc = #run_doc]
             #vis async fn run(#(#param_names: #param_types),*) -> ::flow::__private::Result<#output_ty, ::flow::__private::WorkflowError> {
                 let mut runner = Self::runner();
-                // No report is returned, so no event log is kept (observers are not possible here).
-                runner.options.record(false);
+                // No report is returned: no event log is kept and no per-node report is built.
+                runner.options.result_only();
                 runner.execute(#(#param_names),*).await.result
             }
 

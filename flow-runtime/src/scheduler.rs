@@ -36,6 +36,7 @@ pub struct RunOptions {
     deadline: Option<Duration>,
     observers: Vec<Arc<dyn Observer>>,
     record: bool,
+    report: bool,
 }
 
 impl Default for RunOptions {
@@ -47,6 +48,7 @@ impl Default for RunOptions {
             deadline: None,
             observers: Vec::new(),
             record: true,
+            report: true,
         }
     }
 }
@@ -68,6 +70,15 @@ impl RunOptions {
     /// Adds an observer: it sees every event of the run as it happens.
     pub fn observer(&mut self, observer: impl Observer + 'static) -> &mut Self {
         self.observers.push(Arc::new(observer));
+        self
+    }
+
+    /// For a caller that only wants the result (a workflow's plain `run`): no event log, and
+    /// no per-node report is built.
+    #[doc(hidden)]
+    pub fn result_only(&mut self) -> &mut Self {
+        self.record = false;
+        self.report = false;
         self
     }
 
@@ -245,6 +256,8 @@ struct Scheduler {
     recording: Option<Box<Recording>>,
     /// The branch the decision being settled took.
     decided: Option<bool>,
+    /// Whether the caller wants the per-node report.
+    report: bool,
 }
 
 impl Scheduler {
@@ -296,6 +309,7 @@ impl Scheduler {
                 })
             }),
             decided: None,
+            report: options.report,
         };
         scheduler.emit(None, 0, || EventKind::RunStarted {
             workflow: graph.name,
@@ -351,7 +365,11 @@ impl Scheduler {
     }
 
     /// The policy in force for `node`: the step's own settings, then its operation's defaults.
+    #[inline]
     fn node_policy(&self, node: u32) -> NodePolicy {
+        if self.plan().policies.is_empty() && self.extras.operations.is_empty() {
+            return NodePolicy::NONE;
+        }
         let own = self.plan().policy(node as usize);
         match self.extras.operations.get(node as usize).copied().flatten() {
             Some(spec) => own.or(&spec.policy),
@@ -911,6 +929,7 @@ impl Scheduler {
             run: recording.as_ref().map(|r| r.run),
             elapsed: recording.as_ref().map(|r| r.start.elapsed()),
             log: recording.and_then(|r| r.log),
+            report: self.report,
         }
     }
 }
@@ -1132,6 +1151,8 @@ pub struct Finished {
     run: Option<RunId>,
     elapsed: Option<Duration>,
     log: Option<EventLog>,
+    /// Whether to build the per-node report (not for a plain `run`).
+    report: bool,
 }
 
 impl Finished {
@@ -1156,6 +1177,7 @@ impl Finished {
             run,
             elapsed,
             log,
+            report: wants_report,
         } = self;
         let attempts = |id: usize, status: NodeStatus| attempts_of(&extras.attempts, id, status);
         let report = Report::new(ReportParts {
@@ -1168,6 +1190,7 @@ impl Finished {
                 .nodes
                 .iter()
                 .zip(&statuses)
+                .take(if wants_report { usize::MAX } else { 0 })
                 .enumerate()
                 .map(|(id, (node, &status))| NodeReport {
                     name: node.name,

@@ -1,0 +1,273 @@
+//! Run time of flow against hand-written async code and dagrs, side by side in one run.
+//!
+//! Shapes of 1000 operations (chain, fan-out/fan-in, 100 layers of 10) and the 50-node mixed
+//! workflow, each with the immediate and the yielding operation, on a tokio `current_thread`
+//! runtime; the yielding fan and layered graphs and the mixed workflow also on a multi-thread
+//! runtime (where dagrs's per-node tasks can use both cores); and the cost of observers.
+//!
+//! `cargo bench --bench shapes` runs everything (about ten minutes on two cores);
+//! `cargo bench --bench shapes -- chain_` runs one group. `python3 benches/report.py` turns
+//! criterion's estimates into the tables of docs/performance.md.
+
+mod common;
+
+use std::future::Future;
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::measurement::WallTime;
+use criterion::{BatchSize, BenchmarkGroup, Criterion, Throughput};
+use tokio::runtime::Runtime;
+
+use common::{MIXED_NODES, MIXED_OUTPUT, NODES, WIDTH, dag, hand, ok, ops};
+
+/// One module per operation, each with every benchmarked workflow calling it as `op`.
+macro_rules! workflows {
+    ($($variant:ident),*) => {$(
+        /// The workflows with the operation of the same name.
+        mod $variant {
+            use flow::workflow;
+            use crate::common::ops::$variant as op;
+            include!("generated/chain_1000.rs");
+            include!("generated/fan_1000.rs");
+            include!("generated/layered_1000.rs");
+            include!("common/mixed.rs");
+        }
+    )*};
+}
+
+workflows!(imm, yld);
+
+/// Benchmarks `run` on `rt`: one call of `run` is one iteration.
+fn bench<F, Fut>(group: &mut BenchmarkGroup<'_, WallTime>, id: &str, rt: &Runtime, run: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future,
+{
+    group.bench_function(id, |b| b.iter(|| rt.block_on(run())));
+}
+
+/// Benchmarks a dagrs run: the graph is built outside the timed part, and dropped outside it.
+fn bench_dagrs(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    rt: &Runtime,
+    build: impl Fn() -> dagrs::Graph,
+) {
+    group.bench_function("dagrs", |b| {
+        b.iter_batched(
+            &build,
+            |mut graph| {
+                rt.block_on(graph.async_start()).expect("dagrs run");
+                graph
+            },
+            BatchSize::SmallInput,
+        )
+    });
+}
+
+/// Checks once, before timing, that every contender computes the same thing.
+fn check(rt: &Runtime) {
+    for yielding in [false, true] {
+        let (chain, fan, layered, mixed) = if yielding {
+            rt.block_on(async {
+                (
+                    yld::Chain1000::run(0).await,
+                    yld::Fan1000::run(0).await,
+                    yld::Layered1000::run(0).await,
+                    yld::Mixed::run(0).await,
+                )
+            })
+        } else {
+            rt.block_on(async {
+                (
+                    imm::Chain1000::run(0).await,
+                    imm::Fan1000::run(0).await,
+                    imm::Layered1000::run(0).await,
+                    imm::Mixed::run(0).await,
+                )
+            })
+        };
+        assert_eq!(chain.ok(), Some(NODES as u64));
+        assert_eq!(fan.ok(), Some(2));
+        assert_eq!(layered.ok(), Some((NODES / WIDTH) as u64));
+        assert_eq!(mixed.ok(), Some(MIXED_OUTPUT));
+        for (expected, (mut graph, last)) in [
+            (NODES as u64, dag::chain(NODES, yielding)),
+            (2, dag::fan(NODES, yielding)),
+            ((NODES / WIDTH) as u64, dag::layered(NODES, WIDTH, yielding)),
+        ] {
+            rt.block_on(graph.async_start()).expect("dagrs run");
+            assert_eq!(dag::output(&graph, last), Some(expected));
+        }
+    }
+    assert_eq!(imm::Mixed::GRAPH.nodes.len(), MIXED_NODES);
+    assert_eq!(ok(rt.block_on(hand::mixed(ops::imm, 0))), MIXED_OUTPUT);
+    assert_eq!(ok(rt.block_on(hand::fan_unordered(ops::yld, 0, NODES))), 2);
+    assert_eq!(
+        ok(rt.block_on(hand::layered(ops::yld, 0, NODES, WIDTH))),
+        (NODES / WIDTH) as u64
+    );
+}
+
+/// The three shapes and the mixed workflow with one operation on one runtime.
+macro_rules! shapes {
+    ($c:expr, $rt:expr, $suffix:literal, $variant:ident, $yielding:expr) => {{
+        let (c, rt): (&mut Criterion, &Runtime) = ($c, $rt);
+        let op = ops::$variant;
+
+        let mut g = c.benchmark_group(concat!("chain_", $suffix));
+        g.throughput(Throughput::Elements(NODES as u64));
+        bench(&mut g, "flow_run", rt, || {
+            $variant::Chain1000::run(black_box(0))
+        });
+        bench(&mut g, "flow_log", rt, || {
+            $variant::Chain1000::runner().execute(black_box(0))
+        });
+        bench(&mut g, "hand_await", rt, || {
+            hand::chain(op, black_box(0), NODES)
+        });
+        bench_dagrs(&mut g, rt, || dag::chain(NODES, $yielding).0);
+        g.finish();
+
+        let mut g = c.benchmark_group(concat!("fan_", $suffix));
+        g.throughput(Throughput::Elements(NODES as u64));
+        bench(&mut g, "flow_run", rt, || {
+            $variant::Fan1000::run(black_box(0))
+        });
+        bench(&mut g, "flow_log", rt, || {
+            $variant::Fan1000::runner().execute(black_box(0))
+        });
+        bench(&mut g, "hand_join_all", rt, || {
+            hand::fan_join_all(op, black_box(0), NODES)
+        });
+        bench(&mut g, "hand_unordered", rt, || {
+            hand::fan_unordered(op, black_box(0), NODES)
+        });
+        bench_dagrs(&mut g, rt, || dag::fan(NODES, $yielding).0);
+        g.finish();
+
+        let mut g = c.benchmark_group(concat!("layered_", $suffix));
+        g.throughput(Throughput::Elements(NODES as u64));
+        bench(&mut g, "flow_run", rt, || {
+            $variant::Layered1000::run(black_box(0))
+        });
+        bench(&mut g, "flow_log", rt, || {
+            $variant::Layered1000::runner().execute(black_box(0))
+        });
+        bench(&mut g, "hand_join_all", rt, || {
+            hand::layered(op, black_box(0), NODES, WIDTH)
+        });
+        bench_dagrs(&mut g, rt, || dag::layered(NODES, WIDTH, $yielding).0);
+        g.finish();
+
+        let mut g = c.benchmark_group(concat!("mixed_", $suffix));
+        g.throughput(Throughput::Elements(MIXED_NODES as u64));
+        bench(&mut g, "flow_run", rt, || {
+            $variant::Mixed::run(black_box(0))
+        });
+        bench(&mut g, "flow_log", rt, || {
+            $variant::Mixed::runner().execute(black_box(0))
+        });
+        bench(&mut g, "hand_try_join", rt, || {
+            hand::mixed(op, black_box(0))
+        });
+        g.finish();
+    }};
+}
+
+/// On a multi-thread runtime: the yielding fan and layered graphs and the mixed workflow. flow
+/// and the hand-written code run in the caller's task; dagrs spawns a task per node.
+fn multi_thread(c: &mut Criterion, rt: &Runtime) {
+    let op = ops::yld;
+
+    let mut g = c.benchmark_group("mt_fan_yield");
+    g.throughput(Throughput::Elements(NODES as u64));
+    bench(&mut g, "flow_run", rt, || yld::Fan1000::run(black_box(0)));
+    bench(&mut g, "hand_join_all", rt, || {
+        hand::fan_join_all(op, black_box(0), NODES)
+    });
+    bench(&mut g, "hand_unordered", rt, || {
+        hand::fan_unordered(op, black_box(0), NODES)
+    });
+    bench_dagrs(&mut g, rt, || dag::fan(NODES, true).0);
+    g.finish();
+
+    let mut g = c.benchmark_group("mt_layered_yield");
+    g.throughput(Throughput::Elements(NODES as u64));
+    bench(&mut g, "flow_run", rt, || {
+        yld::Layered1000::run(black_box(0))
+    });
+    bench(&mut g, "hand_join_all", rt, || {
+        hand::layered(op, black_box(0), NODES, WIDTH)
+    });
+    bench_dagrs(&mut g, rt, || dag::layered(NODES, WIDTH, true).0);
+    g.finish();
+
+    let mut g = c.benchmark_group("mt_mixed_yield");
+    g.throughput(Throughput::Elements(MIXED_NODES as u64));
+    bench(&mut g, "flow_run", rt, || yld::Mixed::run(black_box(0)));
+    bench(&mut g, "hand_try_join", rt, || {
+        hand::mixed(op, black_box(0))
+    });
+    g.finish();
+}
+
+/// The cost of observing a run (immediate operation, `current_thread`): no observer and no log
+/// (`run`), the runner with its log turned off (the same code path plus the report), an
+/// observer that does nothing, a `Recorder` (fresh for every run), and the event log.
+macro_rules! observer_group {
+    ($c:expr, $rt:expr, $name:literal, $workflow:ty, $nodes:expr) => {{
+        let (c, rt): (&mut Criterion, &Runtime) = ($c, $rt);
+        let mut g = c.benchmark_group(concat!("observer_", $name));
+        g.throughput(Throughput::Elements($nodes as u64));
+        bench(&mut g, "run", rt, || <$workflow>::run(black_box(0)));
+        bench(&mut g, "runner_no_log", rt, || {
+            <$workflow>::runner().record(false).execute(black_box(0))
+        });
+        bench(&mut g, "noop_observer", rt, || {
+            <$workflow>::runner()
+                .record(false)
+                .observer(|_: &flow::Event| {})
+                .execute(black_box(0))
+        });
+        g.bench_function("recorder", |b| {
+            b.iter_batched(
+                flow::Recorder::new,
+                |recorder| {
+                    let outcome = rt.block_on(
+                        <$workflow>::runner()
+                            .record(false)
+                            .observer(recorder.clone())
+                            .execute(black_box(0)),
+                    );
+                    // Dropped after the timed part, with the recorded events.
+                    (outcome, recorder)
+                },
+                BatchSize::SmallInput,
+            )
+        });
+        bench(&mut g, "event_log", rt, || {
+            <$workflow>::runner().execute(black_box(0))
+        });
+        g.finish();
+    }};
+}
+
+fn main() {
+    let mut c = Criterion::default()
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .configure_from_args();
+    let rt = common::current_thread();
+    check(&rt);
+    shapes!(&mut c, &rt, "imm", imm, false);
+    shapes!(&mut c, &rt, "yield", yld, true);
+    observer_group!(&mut c, &rt, "chain", imm::Chain1000, NODES);
+    observer_group!(&mut c, &rt, "fan", imm::Fan1000, NODES);
+    observer_group!(&mut c, &rt, "layered", imm::Layered1000, NODES);
+    observer_group!(&mut c, &rt, "mixed", imm::Mixed, MIXED_NODES);
+    let mt = common::multi_thread();
+    multi_thread(&mut c, &mt);
+    c.final_summary();
+}

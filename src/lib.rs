@@ -66,6 +66,8 @@
 
 pub use flow_macros::{operation, workflow};
 /// The items of optional features (`progress`: `Progress`, `ProgressBar`), whichever are on.
+// With no feature on the module is empty and the glob imports nothing.
+#[allow(unused_imports)]
 pub use flow_runtime::features::*;
 pub use flow_runtime::{
     AppendError, ChannelObserver, Event, EventKind, EventLog, EventStream, Observer, Recorder,

@@ -1256,7 +1256,7 @@ pub fn require<'a, T>(slot: &'a Slot<T>, node: &'static str) -> Result<&'a T, No
 /// starts a node only then).
 #[inline]
 pub fn input<'a, T>(slot: &'a Slot<T>, node: &'static str) -> Result<&'a T, NodeError> {
-    slot.get().ok_or(NodeError::Aborted { cause: node })
+    slot.get().ok_or_else(|| NodeError::Aborted { cause: node })
 }
 
 /// Stores an operation's result in its slot, or turns its error into a [`NodeError`].

@@ -369,31 +369,15 @@ fn graph_const(names: &Names<'_>) -> TokenStream {
         quote!(::flow::__private::Edge { from: #from, to: #to, kind: ::flow::__private::EdgeKind::#kind })
     });
 
-    let mut pred_count = vec![0u32; n];
-    let mut succ_start = Vec::with_capacity(n + 1);
-    let mut succ = Vec::with_capacity(edges.len());
-    let data_flag: u32 = 1 << 31;
-    let caught_flag: u32 = 1 << 30;
-    let mut cursor = 0;
-    for from in 0..n {
-        succ_start.push(succ.len() as u32);
-        while cursor < edges.len() && edges[cursor].0 == from {
-            let (_, to, why) = edges[cursor];
-            pred_count[to] += 1;
-            let mut entry = to as u32;
-            if why & edge::DATA != 0 {
-                entry |= data_flag;
-            }
-            if why & (edge::DATA | edge::OPTIONAL_READ) != 0
-                && dag.nodes[checked.order[to]].kind == Kind::Decision
-            {
-                entry |= caught_flag;
-            }
-            succ.push(entry);
-            cursor += 1;
-        }
-    }
-    succ_start.push(succ.len() as u32);
+    let plan = plan_tables(checked, &edges);
+    let Tables {
+        pred_count,
+        succ_start,
+        succ,
+        join_pred_count,
+        join_succ_start,
+        join_succ,
+    } = &plan;
     let roots: Vec<u32> = (0..n)
         .filter(|&p| pred_count[p] == 0)
         .map(|p| p as u32)
@@ -448,6 +432,9 @@ fn graph_const(names: &Names<'_>) -> TokenStream {
                 succ_start: &[#(#succ_start),*],
                 succ: &[#(#succ),*],
                 roots: &[#(#roots),*],
+                join_pred_count: &[#(#join_pred_count),*],
+                join_succ_start: &[#(#join_succ_start),*],
+                join_succ: &[#(#join_succ),*],
                 then_nodes: #then_nodes,
                 else_nodes: #else_nodes,
                 group_limits: &[#(#group_limits),*],
@@ -456,6 +443,124 @@ fn graph_const(names: &Names<'_>) -> TokenStream {
                 failure: #failure,
             },
         }
+    }
+}
+
+/// The scheduling tables of a plan (see `flow_runtime::Plan`).
+struct Tables {
+    pred_count: Vec<u32>,
+    succ_start: Vec<u32>,
+    succ: Vec<u32>,
+    join_pred_count: Vec<u32>,
+    join_succ_start: Vec<u32>,
+    join_succ: Vec<u32>,
+}
+
+/// Flag bits of a successor entry, as `flow_runtime::Plan` defines them.
+const DATA_FLAG: u32 = 1 << 31;
+const CAUGHT_FLAG: u32 = 1 << 30;
+const JOIN_FLAG: u32 = 1 << 29;
+
+/// Builds the successor lists from `edges` (runtime indices, sorted by source), routing each
+/// complete bipartite set of ordering edges through a join.
+///
+/// A `Sequential` of `Parallel`s makes every exit of one step a predecessor of every entry of
+/// the next: `p * s` edges, each a counter decrement at run time. Targets whose ordering
+/// predecessors (sequence and `after` edges that a test does not catch) are the same set share
+/// one join when that saves entries (`p * s > p + s`): each source lists the join, the join
+/// lists the targets. An edge that also carries data keeps a direct data entry beside the join,
+/// so a skipped source still skips its reader, and an edge a test catches stays direct.
+fn plan_tables(checked: &Checked, edges: &[(usize, usize, u8)]) -> Tables {
+    let dag = &checked.dag;
+    let n = checked.order.len();
+    let is_decision = |p: usize| dag.nodes[checked.order[p]].kind == Kind::Decision;
+    let caught =
+        |to: usize, why: u8| why & (edge::DATA | edge::OPTIONAL_READ) != 0 && is_decision(to);
+    let ordering =
+        |to: usize, why: u8| why & (edge::SEQUENCE | edge::AFTER) != 0 && !caught(to, why);
+
+    // Each target's ordering predecessors, and the targets that share each such set.
+    let mut ordering_preds: Vec<Vec<u32>> = vec![Vec::new(); n];
+    for &(from, to, why) in edges {
+        if ordering(to, why) {
+            ordering_preds[to].push(from as u32);
+        }
+    }
+    let mut groups: std::collections::BTreeMap<&[u32], Vec<usize>> = Default::default();
+    for (to, preds) in ordering_preds.iter().enumerate() {
+        if preds.len() > 1 {
+            groups.entry(preds.as_slice()).or_default().push(to);
+        }
+    }
+    // join_of[to]: the join that carries `to`'s ordering edges.
+    let mut join_of: Vec<Option<u32>> = vec![None; n];
+    let mut join_sources: Vec<&[u32]> = Vec::new();
+    let mut join_targets: Vec<Vec<u32>> = Vec::new();
+    for (preds, targets) in &groups {
+        let (p, t) = (preds.len(), targets.len());
+        if p * t <= p + t {
+            continue;
+        }
+        let join = join_sources.len() as u32;
+        for &to in targets {
+            join_of[to] = Some(join);
+        }
+        join_sources.push(preds);
+        join_targets.push(targets.iter().map(|&t| t as u32).collect());
+    }
+    // The joins each source feeds, in join order.
+    let mut feeds: Vec<Vec<u32>> = vec![Vec::new(); n];
+    for (join, sources) in join_sources.iter().enumerate() {
+        for &from in *sources {
+            feeds[from as usize].push(join as u32);
+        }
+    }
+
+    let mut pred_count = vec![0u32; n];
+    let mut succ_start = Vec::with_capacity(n + 1);
+    let mut succ = Vec::with_capacity(edges.len());
+    let mut cursor = 0;
+    for (from, joins) in feeds.iter().enumerate() {
+        succ_start.push(succ.len() as u32);
+        succ.extend(joins.iter().map(|&join| join | JOIN_FLAG));
+        while cursor < edges.len() && edges[cursor].0 == from {
+            let (_, to, why) = edges[cursor];
+            cursor += 1;
+            let joined = join_of[to].is_some() && ordering(to, why);
+            if joined && why & edge::DATA == 0 {
+                continue;
+            }
+            pred_count[to] += 1;
+            let mut entry = to as u32;
+            if why & edge::DATA != 0 {
+                entry |= DATA_FLAG;
+            }
+            if caught(to, why) {
+                entry |= CAUGHT_FLAG;
+            }
+            succ.push(entry);
+        }
+    }
+    succ_start.push(succ.len() as u32);
+    for (to, join) in join_of.iter().enumerate() {
+        if join.is_some() {
+            pred_count[to] += 1;
+        }
+    }
+    let mut join_succ_start = Vec::with_capacity(join_targets.len() + 1);
+    let mut join_succ = Vec::new();
+    for targets in &join_targets {
+        join_succ_start.push(join_succ.len() as u32);
+        join_succ.extend(targets);
+    }
+    join_succ_start.push(join_succ.len() as u32);
+    Tables {
+        pred_count,
+        succ_start,
+        succ,
+        join_pred_count: join_sources.iter().map(|s| s.len() as u32).collect(),
+        join_succ_start,
+        join_succ,
     }
 }
 

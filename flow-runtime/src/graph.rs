@@ -99,6 +99,12 @@ impl EdgeKind {
 /// `succ[succ_start[i]..succ_start[i + 1]]`. Each successor entry carries flags (see
 /// [`Plan::DATA`], [`Plan::CAUGHT`]). A node becomes decidable when its count of settled
 /// predecessors reaches `pred_count[i]`: one counter decrement per edge, no traversal.
+///
+/// A *join* stands for a complete bipartite set of ordering edges (every exit of one
+/// `Sequential` step to every entry of the next): its sources list the join (an entry with
+/// [`Plan::JOIN`]) instead of each target, and the join lists the targets. `p` sources and `s`
+/// targets then cost `p + s` entries instead of `p * s`. A join has no status and no events; it
+/// fires when all its sources have settled, passing on the first failure that reached it.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy)]
 pub struct Plan {
@@ -110,6 +116,12 @@ pub struct Plan {
     pub succ: &'static [u32],
     /// Nodes with no predecessor.
     pub roots: &'static [u32],
+    /// Number of sources of each join.
+    pub join_pred_count: &'static [u32],
+    /// Offsets into `join_succ`, one more than there are joins.
+    pub join_succ_start: &'static [u32],
+    /// The targets of each join (node ids, without flags).
+    pub join_succ: &'static [u32],
     /// For each decision node, the nodes of its `then` branch (all depths); empty otherwise.
     pub then_nodes: &'static [&'static [u32]],
     /// For each decision node, the nodes of its `else` branch (all depths); empty otherwise.
@@ -130,14 +142,19 @@ impl Plan {
     /// Flag bit on a successor entry: the target is a decision whose test names the source, so
     /// a failure of the source is caught instead of aborting the target.
     pub const CAUGHT: u32 = 1 << 30;
-    /// Mask of the node id in a successor entry.
-    pub const NODE: u32 = !(Self::DATA | Self::CAUGHT);
+    /// Flag bit on a successor entry: the entry is a join id, not a node id.
+    pub const JOIN: u32 = 1 << 29;
+    /// Mask of the node (or join) id in a successor entry.
+    pub const NODE: u32 = !(Self::DATA | Self::CAUGHT | Self::JOIN);
     /// A plan with no nodes.
     pub const EMPTY: Plan = Plan {
         pred_count: &[],
         succ_start: &[0],
         succ: &[],
         roots: &[],
+        join_pred_count: &[],
+        join_succ_start: &[0],
+        join_succ: &[],
         then_nodes: &[],
         else_nodes: &[],
         group_limits: &[],
@@ -150,6 +167,26 @@ impl Plan {
         let start = self.succ_start[node] as usize;
         let end = self.succ_start[node + 1] as usize;
         &self.succ[start..end]
+    }
+
+    /// The targets of join `join`.
+    pub(crate) fn join_targets(&self, join: usize) -> &'static [u32] {
+        let start = self.join_succ_start[join] as usize;
+        let end = self.join_succ_start[join + 1] as usize;
+        &self.join_succ[start..end]
+    }
+
+    /// Calls `f` with every node that node `node` reaches in one step (through its joins too)
+    /// and whether the edge is [`Plan::CAUGHT`].
+    pub(crate) fn for_each_target(&self, node: usize, mut f: impl FnMut(usize, bool)) {
+        for &entry in self.successors(node) {
+            let id = (entry & Self::NODE) as usize;
+            if entry & Self::JOIN != 0 {
+                self.join_targets(id).iter().for_each(|&t| f(t as usize, false));
+            } else {
+                f(id, entry & Self::CAUGHT != 0);
+            }
+        }
     }
 
     pub(crate) fn policy(&self, node: usize) -> NodePolicy {

@@ -1,14 +1,18 @@
 //! The node set of a run: the generated code hands the scheduler one value that holds every
 //! node's future-maker, and the scheduler addresses nodes by index.
 //!
-//! The set is a balanced binary tree of [`Pair`]s whose leaves are [`Op`]s and [`Decide`]s.
-//! Every leaf keeps its closure and, while running, its future inline: no per-node heap
-//! allocation, and the tree is `Send` exactly when every node's closure and future are. Reaching
-//! leaf `i` costs one comparison per level (about ten for a thousand nodes).
+//! The set is a balanced binary tree of [`Pair`]s whose leaves are [`Op`]s, [`BoxedOp`]s and
+//! [`Decide`]s: the tree owns every node (so the run is `Send` exactly when every node's
+//! closure and future are), and its type is built without naming any node's type. The
+//! scheduler pins the tree once and collects one `Pin<&mut dyn Leaf>` per node ([`Table`]), so
+//! reaching node `i` is an index and one indirect call, not a walk down the tree.
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
-use std::sync::OnceLock;
+use std::cell::UnsafeCell;
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
@@ -16,32 +20,38 @@ use pin_project_lite::pin_project;
 use crate::error::NodeError;
 use crate::scheduler::RunState;
 
-/// A set of nodes addressed by index `0..LEN`. Implemented by [`Pair`], [`Op`] and [`Decide`];
-/// generated code builds the tree, the scheduler drives it.
+/// One node of a run as the scheduler drives it: an operation ([`Op`], [`BoxedOp`]) or a
+/// decision ([`Decide`]). Object safe: the scheduler keeps one `Pin<&mut dyn Leaf>` per node,
+/// so reaching a node is one indirect call whatever the workflow's size.
+pub trait Leaf {
+    /// Makes the future of a new attempt (dropping any earlier one). No effect on a decision.
+    fn start(self: Pin<&mut Self>);
+
+    /// Polls the current attempt. Resolves to `Ready(Err(..))` when the operation failed.
+    /// A decision is always ready.
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), NodeError>>;
+
+    /// Drops the current attempt's future, if any (completion, cancellation, timeout).
+    fn stop(self: Pin<&mut Self>);
+
+    /// Evaluates a decision's test; `false` for an operation.
+    fn decide(self: Pin<&mut Self>, state: &RunState) -> bool;
+}
+
+/// A set of nodes: generated code builds one value holding every node, the scheduler pins it
+/// once and collects a pointer to each node, in index order.
 pub trait Nodes {
     /// The number of nodes in the set.
     const LEN: usize;
 
-    /// Creates the future of operation `i` (a new attempt). No effect on a decision.
-    fn start(self: Pin<&mut Self>, i: usize);
-
-    /// Polls the future of operation `i`. Resolves to `Ready(Err(..))` when the operation
-    /// failed. Must only be called between [`Nodes::start`] and completion.
-    fn poll_node(
-        self: Pin<&mut Self>,
-        i: usize,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<(), NodeError>>;
-
-    /// Drops the future of operation `i`, if any (cancellation, completion, timeout).
-    fn stop(self: Pin<&mut Self>, i: usize);
-
-    /// Evaluates the test of decision `i`.
-    fn decide(self: Pin<&mut Self>, i: usize, state: &RunState) -> bool;
+    /// Appends every node of the set to `out`, in index order.
+    fn collect<'a>(self: Pin<&'a mut Self>, out: &mut Vec<Pin<&'a mut (dyn Leaf + 'a)>>)
+    where
+        Self: 'a;
 }
 
 pin_project! {
-    /// Two node sets side by side: indices `0..A::LEN` go left, the rest go right.
+    /// Two node sets side by side: indices `0..A::LEN` are the left set's, the rest the right's.
     #[derive(Debug)]
     pub struct Pair<A, B> {
         #[pin]
@@ -51,7 +61,7 @@ pin_project! {
     }
 }
 
-impl<A: Nodes, B: Nodes> Pair<A, B> {
+impl<A, B> Pair<A, B> {
     /// Joins two node sets.
     pub const fn new(left: A, right: B) -> Self {
         Pair { left, right }
@@ -62,48 +72,29 @@ impl<A: Nodes, B: Nodes> Nodes for Pair<A, B> {
     const LEN: usize = A::LEN + B::LEN;
 
     #[inline]
-    fn start(self: Pin<&mut Self>, i: usize) {
+    fn collect<'a>(self: Pin<&'a mut Self>, out: &mut Vec<Pin<&'a mut (dyn Leaf + 'a)>>)
+    where
+        Self: 'a,
+    {
         let this = self.project();
-        if i < A::LEN {
-            this.left.start(i)
-        } else {
-            this.right.start(i - A::LEN)
-        }
+        this.left.collect(out);
+        this.right.collect(out);
     }
+}
 
-    #[inline]
-    fn poll_node(
-        self: Pin<&mut Self>,
-        i: usize,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<(), NodeError>> {
-        let this = self.project();
-        if i < A::LEN {
-            this.left.poll_node(i, cx)
-        } else {
-            this.right.poll_node(i - A::LEN, cx)
-        }
-    }
+/// Every leaf is a node set of one.
+macro_rules! one_node {
+    ($($ty:tt)*) => {
+        const LEN: usize = 1;
 
-    #[inline]
-    fn stop(self: Pin<&mut Self>, i: usize) {
-        let this = self.project();
-        if i < A::LEN {
-            this.left.stop(i)
-        } else {
-            this.right.stop(i - A::LEN)
+        #[inline]
+        fn collect<'a>(self: Pin<&'a mut Self>, out: &mut Vec<Pin<&'a mut (dyn Leaf + 'a)>>)
+        where
+            Self: 'a,
+        {
+            out.push(self);
         }
-    }
-
-    #[inline]
-    fn decide(self: Pin<&mut Self>, i: usize, state: &RunState) -> bool {
-        let this = self.project();
-        if i < A::LEN {
-            this.left.decide(i, state)
-        } else {
-            this.right.decide(i - A::LEN, state)
-        }
-    }
+    };
 }
 
 pin_project! {
@@ -136,37 +127,43 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = Result<(), NodeError>>,
 {
-    const LEN: usize = 1;
+    one_node!();
+}
 
+/// What a node answers when the scheduler polls it without starting it first: a scheduler bug,
+/// reported as the node's failure instead of a panic in the caller's process.
+fn not_started() -> Poll<Result<(), NodeError>> {
+    Poll::Ready(Err(NodeError::Panicked(
+        "flow internal error: polled an operation that was not started".to_string(),
+    )))
+}
+
+impl<F, Fut> Leaf for Op<F, Fut>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<(), NodeError>>,
+{
     #[inline]
-    fn start(self: Pin<&mut Self>, _: usize) {
+    fn start(self: Pin<&mut Self>) {
         let mut this = self.project();
         let fut = (this.make)();
         this.running.set(Some(fut));
     }
 
     #[inline]
-    fn poll_node(
-        self: Pin<&mut Self>,
-        _: usize,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<(), NodeError>> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), NodeError>> {
         match self.project().running.as_pin_mut() {
             Some(fut) => fut.poll(cx),
-            // The scheduler polls only started nodes; answering instead of panicking keeps a
-            // scheduler bug from taking the caller's process down.
-            None => Poll::Ready(Err(NodeError::Panicked(
-                "flow internal error: polled an operation that was not started".to_string(),
-            ))),
+            None => not_started(),
         }
     }
 
     #[inline]
-    fn stop(self: Pin<&mut Self>, _: usize) {
+    fn stop(self: Pin<&mut Self>) {
         self.project().running.set(None);
     }
 
-    fn decide(self: Pin<&mut Self>, _: usize, _: &RunState) -> bool {
+    fn decide(self: Pin<&mut Self>, _: &RunState) -> bool {
         false
     }
 }
@@ -208,34 +205,34 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = Result<(), NodeError>>,
 {
-    const LEN: usize = 1;
+    one_node!();
+}
 
+impl<F, Fut> Leaf for BoxedOp<F, Fut>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<(), NodeError>>,
+{
     #[inline]
-    fn start(self: Pin<&mut Self>, _: usize) {
+    fn start(self: Pin<&mut Self>) {
         let this = self.get_mut();
         this.running = Some(Box::pin((this.make)()));
     }
 
     #[inline]
-    fn poll_node(
-        self: Pin<&mut Self>,
-        _: usize,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<(), NodeError>> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), NodeError>> {
         match &mut self.get_mut().running {
             Some(fut) => fut.as_mut().poll(cx),
-            None => Poll::Ready(Err(NodeError::Panicked(
-                "flow internal error: polled an operation that was not started".to_string(),
-            ))),
+            None => not_started(),
         }
     }
 
     #[inline]
-    fn stop(self: Pin<&mut Self>, _: usize) {
+    fn stop(self: Pin<&mut Self>) {
         self.get_mut().running = None;
     }
 
-    fn decide(self: Pin<&mut Self>, _: usize, _: &RunState) -> bool {
+    fn decide(self: Pin<&mut Self>, _: &RunState) -> bool {
         false
     }
 }
@@ -264,22 +261,20 @@ impl<F: Fn(&RunState) -> bool> Decide<F> {
 }
 
 impl<F: Fn(&RunState) -> bool> Nodes for Decide<F> {
-    const LEN: usize = 1;
+    one_node!();
+}
 
-    fn start(self: Pin<&mut Self>, _: usize) {}
+impl<F: Fn(&RunState) -> bool> Leaf for Decide<F> {
+    fn start(self: Pin<&mut Self>) {}
 
-    fn poll_node(
-        self: Pin<&mut Self>,
-        _: usize,
-        _: &mut Context<'_>,
-    ) -> Poll<Result<(), NodeError>> {
+    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), NodeError>> {
         Poll::Ready(Ok(()))
     }
 
-    fn stop(self: Pin<&mut Self>, _: usize) {}
+    fn stop(self: Pin<&mut Self>) {}
 
     #[inline]
-    fn decide(self: Pin<&mut Self>, _: usize, state: &RunState) -> bool {
+    fn decide(self: Pin<&mut Self>, state: &RunState) -> bool {
         (self.test)(state)
     }
 }
@@ -293,30 +288,112 @@ impl<F> std::fmt::Debug for Decide<F> {
 // Decide holds no pinned data.
 impl<F> Unpin for Decide<F> {}
 
+/// One pointer per node of a run, in index order: what the scheduler works on.
+pub(crate) type Leaves<'a> = [Pin<&'a mut (dyn Leaf + 'a)>];
+
+/// The nodes of one run, pinned where the run keeps them, as one pointer per node in index
+/// order: reaching node `i` is an index and one indirect call.
+pub(crate) struct Table<'a, N> {
+    leaves: Vec<Pin<&'a mut (dyn Leaf + 'a)>>,
+    /// The table borrows the set `N` mutably, and only its parts.
+    _set: PhantomData<Pin<&'a mut N>>,
+}
+
+impl<'a, N: Nodes> Table<'a, N> {
+    pub(crate) fn new(set: Pin<&'a mut N>) -> Self {
+        let mut leaves = Vec::with_capacity(N::LEN.min(1 << 20));
+        set.collect(&mut leaves);
+        Table {
+            leaves,
+            _set: PhantomData,
+        }
+    }
+}
+
+impl<'a, N> Table<'a, N> {
+    /// Every node, in index order.
+    #[inline]
+    pub(crate) fn leaves(&mut self) -> &mut Leaves<'a> {
+        &mut self.leaves
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.leaves.len()
+    }
+}
+
+// SAFETY: the table holds exclusive borrows of the parts of one `N` and nothing else, so moving
+// it to another thread moves `&mut N`, which is `Send` when `N` is. The trait objects merely
+// forget that the parts are `Send`. Shared access (`&Table`) reaches no leaf, so it is `Sync`
+// whenever `N` is.
+unsafe impl<N: Send> Send for Table<'_, N> {}
+// SAFETY: see above; `&Table` gives no access to the leaves.
+unsafe impl<N: Sync> Sync for Table<'_, N> {}
+
 /// The output of one named node: written once when the node completes, then read by reference
 /// by every node that names it.
+///
+/// A write-once cell like `OnceLock`, without its blocking machinery: a second write is
+/// ignored, and a read during the write sees no value.
 pub struct Slot<T> {
-    value: OnceLock<T>,
+    state: AtomicU8,
+    value: UnsafeCell<MaybeUninit<T>>,
 }
+
+const EMPTY: u8 = 0;
+const WRITING: u8 = 1;
+const FULL: u8 = 2;
+
+// SAFETY: as `OnceLock<T>`: the value is written once, by whoever wins `EMPTY -> WRITING`, and
+// read only after `FULL` is published with release/acquire ordering. Sharing a slot shares `&T`
+// (needs `Sync`) and lets another thread put the value (needs `Send`).
+unsafe impl<T: Send + Sync> Sync for Slot<T> {}
+// SAFETY: a slot owns its value.
+unsafe impl<T: Send> Send for Slot<T> {}
 
 impl<T> Slot<T> {
     /// An empty slot.
     pub const fn new() -> Self {
         Slot {
-            value: OnceLock::new(),
+            state: AtomicU8::new(EMPTY),
+            value: UnsafeCell::new(MaybeUninit::uninit()),
         }
     }
 
     /// The value, once the node has completed.
     #[inline]
     pub fn get(&self) -> Option<&T> {
-        self.value.get()
+        if self.state.load(Ordering::Acquire) == FULL {
+            // SAFETY: `FULL` is stored after the value is written, and the value is never
+            // written again nor dropped while `&self` lives.
+            Some(unsafe { (*self.value.get()).assume_init_ref() })
+        } else {
+            None
+        }
     }
 
     /// Stores the node's value. A second write is ignored (a node completes once).
     #[inline]
     pub fn put(&self, value: T) {
-        let _ = self.value.set(value);
+        if self
+            .state
+            .compare_exchange(EMPTY, WRITING, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            // SAFETY: winning `EMPTY -> WRITING` gives this call the only access to the value;
+            // readers wait for `FULL`. Writing moves `value` and cannot unwind.
+            unsafe { (*self.value.get()).write(value) };
+            self.state.store(FULL, Ordering::Release);
+        }
+    }
+}
+
+impl<T> Drop for Slot<T> {
+    fn drop(&mut self) {
+        if *self.state.get_mut() == FULL {
+            // SAFETY: the value was written (`FULL`) and is dropped once, here.
+            unsafe { self.value.get_mut().assume_init_drop() };
+        }
     }
 }
 
@@ -328,6 +405,6 @@ impl<T> Default for Slot<T> {
 
 impl<T: std::fmt::Debug> std::fmt::Debug for Slot<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("Slot").field(&self.value.get()).finish()
+        f.debug_tuple("Slot").field(&self.get()).finish()
     }
 }

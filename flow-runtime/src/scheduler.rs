@@ -21,7 +21,7 @@ use tokio::time::Sleep;
 use crate::error::{NodeError, NodeFailure, WorkflowError};
 use crate::events::{Event, EventKind, EventLog, Observer, RunId};
 use crate::graph::{Graph, NodeKind, Plan};
-use crate::nodes::{Nodes, Slot};
+use crate::nodes::{Leaves, Nodes, Slot, Table};
 use crate::policy::{CancelReason, CancelToken, FailurePolicy, NodePolicy};
 use crate::report::{NodeReport, Outcome, Report, ReportParts};
 use crate::scope::{OperationSpec, listen};
@@ -230,10 +230,20 @@ enum Halt {
     NoTimer(String),
 }
 
+/// A join of the plan during a run.
+#[derive(Clone, Copy)]
+struct JoinState {
+    /// Sources not yet settled.
+    remaining: u32,
+    /// The first failure that reached the join, or `NO_CAUSE`.
+    cause: u32,
+}
+
 /// The scheduler's state for one run.
 struct Scheduler {
     graph: &'static Graph,
     nodes: Vec<NodeState>,
+    joins: Vec<JoinState>,
     state: RunState,
     ready: Vec<u32>,
     running: Vec<Running>,
@@ -276,9 +286,18 @@ impl Scheduler {
         let limit = options
             .max_concurrency
             .map_or(usize::MAX, NonZeroUsize::get);
+        let joins = plan
+            .join_pred_count
+            .iter()
+            .map(|&count| JoinState {
+                remaining: count,
+                cause: NO_CAUSE,
+            })
+            .collect();
         let mut scheduler = Scheduler {
             graph,
             nodes,
+            joins,
             state: RunState { errors: Vec::new() },
             ready: Vec::with_capacity(plan.roots.len()),
             running: Vec::new(),
@@ -399,7 +418,7 @@ impl Scheduler {
     }
 
     /// Starts every ready node that may start. Decisions are evaluated on the spot.
-    fn start_ready<N: Nodes>(&mut self, mut set: Pin<&mut N>) {
+    fn start_ready(&mut self, leaves: &mut Leaves<'_>) {
         let mut i = 0;
         while i < self.ready.len() && self.halt.is_none() {
             let node = self.ready[i];
@@ -414,7 +433,7 @@ impl Scheduler {
                 self.ready.swap_remove(i);
             }
             match kind {
-                NodeKind::Decision => self.decide(set.as_mut(), node),
+                NodeKind::Decision => self.decide(leaves, node),
                 NodeKind::Operation => {
                     self.nodes[node as usize].status = NodeStatus::Running;
                     self.occupy(node, 1);
@@ -437,7 +456,7 @@ impl Scheduler {
                     let index = self.running.len() - 1;
                     let started = deadline.and_then(|deadline| {
                         self.running[index].deadline = deadline;
-                        self.start_attempt(set.as_mut(), index)
+                        self.start_attempt(leaves, index)
                     });
                     if let Err(error) = started {
                         self.running.pop();
@@ -450,9 +469,9 @@ impl Scheduler {
     }
 
     /// Makes the future of the next attempt of `running[index]`.
-    fn start_attempt<N: Nodes>(&mut self, set: Pin<&mut N>, index: usize) -> Result<(), NodeError> {
+    fn start_attempt(&mut self, leaves: &mut Leaves<'_>, index: usize) -> Result<(), NodeError> {
         let node = self.running[index].node;
-        let started = catch_unwind(AssertUnwindSafe(|| set.start(node as usize)));
+        let started = catch_unwind(AssertUnwindSafe(|| leaves[node as usize].as_mut().start()));
         if let Err(payload) = started {
             return Err(NodeError::Panicked(panic_message(payload)));
         }
@@ -476,9 +495,11 @@ impl Scheduler {
         Ok(())
     }
 
-    fn decide<N: Nodes>(&mut self, set: Pin<&mut N>, node: u32) {
+    fn decide(&mut self, leaves: &mut Leaves<'_>, node: u32) {
         let state = &self.state;
-        let chosen = catch_unwind(AssertUnwindSafe(|| set.decide(node as usize, state)));
+        let chosen = catch_unwind(AssertUnwindSafe(|| {
+            leaves[node as usize].as_mut().decide(state)
+        }));
         match chosen {
             Ok(branch) => {
                 // The test ran: every failure it named is caught.
@@ -519,10 +540,9 @@ impl Scheduler {
             let plan = self.plan();
             let mut catchable = vec![false; self.len()];
             for n in (0..self.len()).rev() {
-                catchable[n] = plan
-                    .successors(n)
-                    .iter()
-                    .any(|&e| e & Plan::CAUGHT != 0 || catchable[(e & Plan::NODE) as usize]);
+                let mut any = false;
+                plan.for_each_target(n, |target, caught| any |= caught || catchable[target]);
+                catchable[n] = any;
             }
             self.catchable = catchable;
         }
@@ -568,7 +588,7 @@ impl Scheduler {
     }
 
     /// Polls `running[from..]`, keeping the pending ones in order.
-    fn poll_running<N: Nodes>(&mut self, mut set: Pin<&mut N>, from: usize, cx: &mut Context<'_>) {
+    fn poll_running(&mut self, leaves: &mut Leaves<'_>, from: usize, cx: &mut Context<'_>) {
         let mut write = from;
         for read in from..self.running.len() {
             if self.halt.is_some() {
@@ -578,13 +598,13 @@ impl Scheduler {
                 continue;
             }
             let node = self.running[read].node;
-            match self.poll_one(set.as_mut(), read, cx) {
+            match self.poll_one(leaves, read, cx) {
                 None => {
                     self.running.swap(write, read);
                     write += 1;
                 }
                 Some(result) => {
-                    set.as_mut().stop(node as usize);
+                    leaves[node as usize].as_mut().stop();
                     self.occupy(node, -1);
                     let attempts = self.running[read].attempt;
                     self.record_attempts(node, attempts, 1);
@@ -600,9 +620,9 @@ impl Scheduler {
 
     /// Polls one running node: its deadline, its backoff, then its attempt. `None` while it
     /// is still going; `Some` with its final result.
-    fn poll_one<N: Nodes>(
+    fn poll_one(
         &mut self,
-        mut set: Pin<&mut N>,
+        leaves: &mut Leaves<'_>,
         index: usize,
         cx: &mut Context<'_>,
     ) -> Option<Result<(), NodeError>> {
@@ -618,11 +638,11 @@ impl Scheduler {
                 if backoff.as_mut().poll(cx).is_pending() {
                     return None;
                 }
-                if let Err(error) = self.start_attempt(set.as_mut(), index) {
+                if let Err(error) = self.start_attempt(leaves, index) {
                     return Some(Err(error));
                 }
             }
-            let error = match self.poll_attempt(set.as_mut(), index, cx) {
+            let error = match self.poll_attempt(leaves, index, cx) {
                 Poll::Pending => return None,
                 Poll::Ready(Ok(())) => return Some(Ok(())),
                 Poll::Ready(Err(error)) => error,
@@ -634,7 +654,7 @@ impl Scheduler {
             if attempt > policy.retries() {
                 return Some(Err(error));
             }
-            set.as_mut().stop(node as usize);
+            leaves[node as usize].as_mut().stop();
             self.record_attempt_error(node, &error);
             let mut delay = policy.backoff.unwrap_or_default().delay(attempt);
             if policy.jitter.unwrap_or(false) {
@@ -656,9 +676,9 @@ impl Scheduler {
     }
 
     /// Polls the current attempt of `running[index]` and its timeout.
-    fn poll_attempt<N: Nodes>(
+    fn poll_attempt(
         &mut self,
-        mut set: Pin<&mut N>,
+        leaves: &mut Leaves<'_>,
         index: usize,
         cx: &mut Context<'_>,
     ) -> Poll<Result<(), NodeError>> {
@@ -670,18 +690,14 @@ impl Scheduler {
         let polled = if self.running[index].fresh {
             self.running[index].fresh = false;
             let (polled, heard) = listen(|| {
-                catch_unwind(AssertUnwindSafe(|| {
-                    set.as_mut().poll_node(node as usize, cx)
-                }))
+                catch_unwind(AssertUnwindSafe(|| leaves[node as usize].as_mut().poll(cx)))
             });
             match heard.map(|spec| self.heard(index, spec)) {
                 Some(Err(error)) => Ok(Poll::Ready(Err(error))),
                 _ => polled,
             }
         } else {
-            catch_unwind(AssertUnwindSafe(|| {
-                set.as_mut().poll_node(node as usize, cx)
-            }))
+            catch_unwind(AssertUnwindSafe(|| leaves[node as usize].as_mut().poll(cx)))
         };
         match polled {
             Ok(Poll::Ready(result)) => Poll::Ready(result),
@@ -726,12 +742,12 @@ impl Scheduler {
         Ok(())
     }
 
-    fn poll<N: Nodes>(&mut self, mut set: Pin<&mut N>, cx: &mut Context<'_>) -> Poll<()> {
+    fn poll(&mut self, leaves: &mut Leaves<'_>, cx: &mut Context<'_>) -> Poll<()> {
         let mut from = 0;
         loop {
-            self.start_ready(set.as_mut());
+            self.start_ready(leaves);
             if self.halt.is_some() {
-                self.stop_all(set.as_mut());
+                self.stop_all(leaves);
                 return Poll::Ready(());
             }
             if from == self.running.len() {
@@ -741,9 +757,9 @@ impl Scheduler {
                     Poll::Pending
                 };
             }
-            self.poll_running(set.as_mut(), from, cx);
+            self.poll_running(leaves, from, cx);
             if self.halt.is_some() {
-                self.stop_all(set.as_mut());
+                self.stop_all(leaves);
                 return Poll::Ready(());
             }
             if self.settled == self.len() {
@@ -756,9 +772,9 @@ impl Scheduler {
     }
 
     /// Ends the run early: drops every running operation and aborts every unfinished node.
-    fn stop_all<N: Nodes>(&mut self, mut set: Pin<&mut N>) {
+    fn stop_all(&mut self, leaves: &mut Leaves<'_>) {
         for running in std::mem::take(&mut self.running) {
-            set.as_mut().stop(running.node as usize);
+            leaves[running.node as usize].as_mut().stop();
             self.record_attempts(running.node, running.attempt, 0);
         }
         self.ready.clear();
@@ -877,8 +893,28 @@ impl Scheduler {
             Settle::Aborted(cause) => cause,
             _ => NO_CAUSE,
         };
-        for &entry in self.plan().successors(node as usize) {
+        let skipped = matches!(how, Settle::Skipped);
+        self.reach(self.plan().successors(node as usize), node, cause, skipped);
+    }
+
+    /// Tells the targets of `entries` that `node` has settled; `cause` is the failure it passes
+    /// on (`NO_CAUSE` if none), `skipped` whether it was skipped.
+    fn reach(&mut self, entries: &'static [u32], node: u32, cause: u32, skipped: bool) {
+        for &entry in entries {
             let succ = entry & Plan::NODE;
+            if entry & Plan::JOIN != 0 {
+                let join = &mut self.joins[succ as usize];
+                join.remaining -= 1;
+                if join.cause == NO_CAUSE {
+                    join.cause = cause;
+                }
+                if join.remaining == 0 {
+                    // Skips do not pass through joins: they join ordering edges, not data.
+                    let cause = join.cause;
+                    self.reach(self.plan().join_targets(succ as usize), node, cause, false);
+                }
+                continue;
+            }
             let state = &mut self.nodes[succ as usize];
             if state.status.is_terminal() {
                 continue;
@@ -890,11 +926,10 @@ impl Scheduler {
                 } else if state.abort_cause == NO_CAUSE {
                     state.abort_cause = cause;
                 }
-            } else if matches!(how, Settle::Skipped) && entry & Plan::DATA != 0 {
+            } else if skipped && entry & Plan::DATA != 0 {
                 state.skip = true;
             }
             if state.remaining > 0 {
-                state.status = NodeStatus::Waiting;
                 continue;
             }
             let next = if state.abort_cause != NO_CAUSE {
@@ -978,16 +1013,15 @@ impl Verdict {
                 NodeStatus::Failed => vec![node as u32],
                 _ => roots[node].clone(),
             };
-            for &entry in graph.plan.successors(node) {
-                let succ = (entry & Plan::NODE) as usize;
-                if entry & Plan::CAUGHT == 0 && statuses[succ] == NodeStatus::Aborted {
+            graph.plan.for_each_target(node, |succ, caught| {
+                if !caught && statuses[succ] == NodeStatus::Aborted {
                     for &root in &from {
                         if !roots[succ].contains(&root) {
                             roots[succ].push(root);
                         }
                     }
                 }
-            }
+            });
         }
         let mut is_named = vec![false; n];
         let mut caught = vec![false; n];
@@ -1096,13 +1130,15 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 /// Dropping the returned future drops every running operation's future.
 pub async fn execute<N: Nodes>(graph: &'static Graph, options: RunOptions, nodes: N) -> Finished {
     debug_assert!(N::LEN >= graph.nodes.len());
-    let mut nodes = Box::pin(nodes);
+    let nodes = std::pin::pin!(nodes);
+    let mut table = Table::new(nodes);
+    debug_assert_eq!(table.len(), graph.nodes.len());
     let mut scheduler = Scheduler::new(graph, &options);
     let mut deadline = match options.deadline.map(timer).transpose() {
         Ok(deadline) => deadline,
         Err(error) => {
             scheduler.halt = Some(Halt::NoTimer(error.to_string()));
-            scheduler.stop_all(nodes.as_mut());
+            scheduler.stop_all(table.leaves());
             return scheduler.finish();
         }
     };
@@ -1116,6 +1152,7 @@ pub async fn execute<N: Nodes>(graph: &'static Graph, options: RunOptions, nodes
     let mut cancelled = std::pin::pin!(cancelled);
     let watched = token.is_some() || deadline.is_some();
     std::future::poll_fn(|cx| {
+        let leaves = table.leaves();
         if watched {
             let reason = if cancelled.as_mut().poll(cx).is_ready() {
                 Some(CancelReason::Token)
@@ -1129,11 +1166,11 @@ pub async fn execute<N: Nodes>(graph: &'static Graph, options: RunOptions, nodes
             };
             if let Some(reason) = reason {
                 scheduler.halt = Some(Halt::Cancelled(reason));
-                scheduler.stop_all(nodes.as_mut());
+                scheduler.stop_all(leaves);
                 return Poll::Ready(());
             }
         }
-        scheduler.poll(nodes.as_mut(), cx)
+        scheduler.poll(leaves, cx)
     })
     .await;
     scheduler.finish()

@@ -23,27 +23,34 @@ pub struct OperationSpec {
     pub policy: NodePolicy,
 }
 
-thread_local! {
-    static LISTENING: Cell<bool> = const { Cell::new(false) };
-    static HEARD: Cell<Option<&'static OperationSpec>> = const { Cell::new(None) };
+/// What the current thread's node is listening for.
+#[derive(Clone, Copy)]
+enum Ear {
+    /// No node is being polled for the first time.
+    Deaf,
+    /// A node's first poll is under way and no operation has reported yet.
+    Listening,
+    /// The first operation polled during that poll.
+    Heard(&'static OperationSpec),
 }
 
-/// Runs `poll` while listening for the first [`OperationScope`] polled inside it.
+thread_local! {
+    static EAR: Cell<Ear> = const { Cell::new(Ear::Deaf) };
+}
+
+/// Runs `poll` while listening for the first [`OperationScope`] polled inside it; an outer
+/// listener (a workflow run inside an operation) is restored afterwards.
+///
+/// `poll` must not unwind (the scheduler passes a `catch_unwind`ed poll); if it did, the
+/// thread would go on listening, which only attributes a later node's defaults wrongly.
+#[inline]
 pub(crate) fn listen<R>(poll: impl FnOnce() -> R) -> (R, Option<&'static OperationSpec>) {
-    let was_listening = LISTENING.with(|l| l.replace(true));
-    let before = HEARD.with(|h| h.replace(None));
-    // Restores the outer listener even if `poll` unwinds (the scheduler catches panics).
-    struct Restore(bool, Option<&'static OperationSpec>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            LISTENING.with(|l| l.set(self.0));
-            HEARD.with(|h| h.set(self.1));
-        }
-    }
-    let restore = Restore(was_listening, before);
+    let outer = EAR.with(|ear| ear.replace(Ear::Listening));
     let result = poll();
-    let heard = HEARD.with(|h| h.get());
-    drop(restore);
+    let heard = match EAR.with(|ear| ear.replace(outer)) {
+        Ear::Heard(spec) => Some(spec),
+        Ear::Deaf | Ear::Listening => None,
+    };
     (result, heard)
 }
 
@@ -78,14 +85,12 @@ impl<F: Future> Future for OperationScope<F> {
         let this = self.project();
         if !*this.reported {
             *this.reported = true;
-            if LISTENING.with(Cell::get) {
-                let spec = *this.spec;
-                HEARD.with(|h| {
-                    if h.get().is_none() {
-                        h.set(Some(spec));
-                    }
-                });
-            }
+            let spec = *this.spec;
+            EAR.with(|ear| {
+                if let Ear::Listening = ear.get() {
+                    ear.set(Ear::Heard(spec));
+                }
+            });
         }
         this.body.poll(cx)
     }

@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use flow_runtime::NodeStatus::{Aborted, Completed, Failed, Skipped};
 use flow_runtime::{
-    Edge, EdgeKind, FailurePolicy, Graph, NodeError, NodeInfo, NodeKind, NodeStatus, Nodes, Plan,
-    RunOptions, RunState, Slot, execute,
+    Edge, EdgeKind, FailurePolicy, Graph, Leaf, NodeError, NodeInfo, NodeKind, NodeStatus, Nodes,
+    Plan, RunOptions, RunState, Slot, execute,
 };
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -447,24 +447,68 @@ fn graph(wf: &Wf, limits: bool) -> &'static Graph {
             },
         })
         .collect();
+    // Half the workflows route ordering edges through joins, as the macro does for a
+    // `Sequential` of `Parallel`s; here every target with two or more ordering predecessors
+    // gets one (shared by targets with the same set), to exercise joins as often as possible.
+    let use_joins = wf.edges.len() % 2 == 0;
+    let caught = |to: usize, why: u8| why & DATA != 0 && wf.nodes[to].kind == NodeKind::Decision;
+    let ordering = |to: usize, why: u8| why & (SEQUENCE | AFTER) != 0 && !caught(to, why);
+    let mut ordering_preds: Vec<Vec<u32>> = vec![Vec::new(); n];
+    for (&(from, to), &why) in &wf.edges {
+        if use_joins && ordering(to, why) {
+            ordering_preds[to].push(from as u32);
+        }
+    }
+    let mut groups: BTreeMap<Vec<u32>, Vec<u32>> = BTreeMap::new();
+    for (to, preds) in ordering_preds.into_iter().enumerate() {
+        if preds.len() > 1 {
+            groups.entry(preds).or_default().push(to as u32);
+        }
+    }
+    let mut join_of = vec![None; n];
+    let mut feeds: Vec<Vec<u32>> = vec![Vec::new(); n];
+    let mut join_pred_count = Vec::new();
+    let mut join_succ_start = Vec::new();
+    let mut join_succ = Vec::new();
+    for (join, (preds, targets)) in groups.iter().enumerate() {
+        for &from in preds {
+            feeds[from as usize].push(join as u32);
+        }
+        for &to in targets {
+            join_of[to as usize] = Some(join);
+        }
+        join_pred_count.push(preds.len() as u32);
+        join_succ_start.push(join_succ.len() as u32);
+        join_succ.extend(targets);
+    }
+    join_succ_start.push(join_succ.len() as u32);
     let mut pred_count = vec![0u32; n];
     let mut succ_start = Vec::with_capacity(n + 1);
     let mut succ = Vec::new();
-    for from in 0..n {
+    for (from, joins) in feeds.iter().enumerate() {
         succ_start.push(succ.len() as u32);
+        succ.extend(joins.iter().map(|&join| join | Plan::JOIN));
         for (&(_, to), &why) in wf.edges.range((from, 0)..(from + 1, 0)) {
+            if join_of[to].is_some() && ordering(to, why) && why & DATA == 0 {
+                continue;
+            }
             pred_count[to] += 1;
             let mut entry = to as u32;
             if why & DATA != 0 {
                 entry |= Plan::DATA;
-                if wf.nodes[to].kind == NodeKind::Decision {
-                    entry |= Plan::CAUGHT;
-                }
+            }
+            if caught(to, why) {
+                entry |= Plan::CAUGHT;
             }
             succ.push(entry);
         }
     }
     succ_start.push(succ.len() as u32);
+    for (to, join) in join_of.iter().enumerate() {
+        if join.is_some() {
+            pred_count[to] += 1;
+        }
+    }
     let roots = (0..n)
         .filter(|&i| pred_count[i] == 0)
         .map(|i| i as u32)
@@ -483,6 +527,9 @@ fn graph(wf: &Wf, limits: bool) -> &'static Graph {
         succ_start: leak(succ_start),
         succ: leak(succ),
         roots: leak(roots),
+        join_pred_count: leak(join_pred_count),
+        join_succ_start: leak(join_succ_start),
+        join_succ: leak(join_succ),
         then_nodes: lists(|node| &node.then_nodes),
         else_nodes: lists(|node| &node.else_nodes),
         group_limits: if limited {
@@ -662,20 +709,40 @@ impl Shared {
 
 type NodeFuture = Pin<Box<dyn Future<Output = Result<(), NodeError>>>>;
 
+/// The node set: one [`HarnessNode`] per node of the workflow.
 struct Harness {
-    shared: Rc<Shared>,
-    running: Vec<Option<NodeFuture>>,
+    nodes: Vec<HarnessNode>,
 }
 
 impl Nodes for Harness {
     const LEN: usize = usize::MAX;
 
-    fn start(self: Pin<&mut Self>, i: usize) {
+    fn collect<'a>(self: Pin<&'a mut Self>, out: &mut Vec<Pin<&'a mut (dyn Leaf + 'a)>>)
+    where
+        Self: 'a,
+    {
+        for node in &mut self.get_mut().nodes {
+            let node: Pin<&mut HarnessNode> = Pin::new(node);
+            out.push(node);
+        }
+    }
+}
+
+/// Node `i`: logs every call the scheduler makes and runs the node's behaviour.
+struct HarnessNode {
+    shared: Rc<Shared>,
+    i: usize,
+    running: Option<NodeFuture>,
+}
+
+impl Leaf for HarnessNode {
+    fn start(self: Pin<&mut Self>) {
         let this = self.get_mut();
+        let i = this.i;
         let node = &this.shared.wf.nodes[i];
         {
             let mut log = this.shared.log.borrow_mut();
-            if node.kind != NodeKind::Operation || this.running[i].is_some() {
+            if node.kind != NodeKind::Operation || this.running.is_some() {
                 log.misuse
                     .push(format!("start({i}) on a decision or a running node"));
             }
@@ -690,7 +757,7 @@ impl Nodes for Harness {
         let shared = Rc::clone(&this.shared);
         let behaviour = node.behaviour;
         let reads = node.reads.clone();
-        this.running[i] = Some(Box::pin(async move {
+        this.running = Some(Box::pin(async move {
             // As generated code does: an input that is missing aborts the node.
             if reads.iter().any(|&r| shared.slots[r].get().is_none()) {
                 shared.record(Event::End(i, Instant::now(), true));
@@ -715,13 +782,10 @@ impl Nodes for Harness {
         }));
     }
 
-    fn poll_node(
-        self: Pin<&mut Self>,
-        i: usize,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<(), NodeError>> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), NodeError>> {
         let this = self.get_mut();
-        match &mut this.running[i] {
+        let i = this.i;
+        match &mut this.running {
             Some(future) => future.as_mut().poll(cx),
             None => {
                 let mut log = this.shared.log.borrow_mut();
@@ -732,9 +796,10 @@ impl Nodes for Harness {
         }
     }
 
-    fn stop(self: Pin<&mut Self>, i: usize) {
+    fn stop(self: Pin<&mut Self>) {
         let this = self.get_mut();
-        if this.running[i].take().is_some() {
+        let i = this.i;
+        if this.running.take().is_some() {
             let mut log = this.shared.log.borrow_mut();
             log.running -= 1;
             for &g in &this.shared.wf.nodes[i].groups {
@@ -743,7 +808,8 @@ impl Nodes for Harness {
         }
     }
 
-    fn decide(self: Pin<&mut Self>, i: usize, state: &RunState) -> bool {
+    fn decide(self: Pin<&mut Self>, state: &RunState) -> bool {
+        let i = self.i;
         let shared = &self.get_mut().shared;
         let node = &shared.wf.nodes[i];
         let mut log = shared.log.borrow_mut();
@@ -782,8 +848,13 @@ fn run(wf: &Wf, graph: &'static Graph, options: RunOptions) -> Result<Observed, 
         }),
     });
     let harness = Harness {
-        shared: Rc::clone(&shared),
-        running: (0..wf.len()).map(|_| None).collect(),
+        nodes: (0..wf.len())
+            .map(|i| HarnessNode {
+                shared: Rc::clone(&shared),
+                i,
+                running: None,
+            })
+            .collect(),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -1351,6 +1422,8 @@ fn generator_covers_the_interesting_cases() {
     let samples = 1000;
     let mut sizes = Vec::new();
     let [mut fails, mut caught, mut skipped, mut aborted, mut nested] = [0usize; 5];
+    // Workflows whose plan routes edges through joins, and of those, ones with a failure.
+    let [mut joined, mut joined_fails] = [0usize; 2];
     for _ in 0..samples {
         let body = workflow()
             .new_tree(&mut runner)
@@ -1371,10 +1444,14 @@ fn generator_covers_the_interesting_cases() {
         skipped += usize::from(m.status.contains(&Skipped));
         aborted += usize::from(m.status.contains(&Aborted));
         nested += usize::from(wf.nodes.iter().any(|n| n.branches.len() >= 2));
+        if !graph(&wf, false).plan.join_pred_count.is_empty() {
+            joined += 1;
+            joined_fails += usize::from(m.status.contains(&Failed));
+        }
     }
     sizes.sort_unstable();
     let summary = format!(
-        "sizes: median {}, max {}; runs failing {fails}, with a caught failure {caught}, with skips {skipped}, with aborts {aborted}, with nested branches {nested} (of {samples})",
+        "sizes: median {}, max {}; runs failing {fails}, with a caught failure {caught}, with skips {skipped}, with aborts {aborted}, with nested branches {nested}, with joins {joined} ({joined_fails} with a failure) (of {samples})",
         sizes[samples / 2],
         sizes[samples - 1]
     );
@@ -1384,6 +1461,10 @@ fn generator_covers_the_interesting_cases() {
     );
     assert!(fails > samples / 5 && fails < samples * 9 / 10, "{summary}");
     assert!(caught > samples / 50, "{summary}");
+    assert!(
+        joined > samples / 5 && joined_fails > samples / 10,
+        "{summary}"
+    );
     assert!(
         skipped > samples / 3 && aborted > samples / 3 && nested > samples / 5,
         "{summary}"

@@ -1,16 +1,15 @@
 //! The run future is `Send` when the operations' futures are, so it can be spawned on a
 //! multi-thread runtime; a workflow whose operations hold an `Rc` still runs on one thread.
 
+#[macro_use]
 mod common;
 
-use std::future::Future;
-use std::marker::PhantomData;
 use std::rc::Rc;
 use std::sync::Arc;
 
 use flow::prelude::*;
 
-use common::{Boom, Log};
+use common::{Boom, Log, require_send};
 
 /// Logs start and end around a yield, so the operation really suspends.
 async fn step(log: &Log, name: &'static str, n: u64) -> Result<u64, Boom> {
@@ -57,44 +56,6 @@ workflow! {
         }
         => b
     }
-}
-
-fn require_send<F: Future + Send>(future: F) -> F {
-    future
-}
-
-/// Autoref specialization: `is_send!(value)` is `true` exactly when the value's
-/// type is `Send`, decided at compile time for a concrete type.
-struct Probe<T>(PhantomData<T>);
-
-fn probe<T>(_: &T) -> Probe<T> {
-    Probe(PhantomData)
-}
-
-trait SendProbe {
-    fn is_send(&self) -> bool {
-        true
-    }
-}
-impl<T: Send> SendProbe for &Probe<T> {}
-
-trait AnyProbe {
-    fn is_send(&self) -> bool {
-        false
-    }
-}
-impl<T> AnyProbe for Probe<T> {}
-
-/// Whether the value of `$value` has a `Send` type.
-macro_rules! is_send {
-    ($value:expr) => {{
-        #[allow(
-            clippy::needless_borrow,
-            reason = "autoref specialization needs both borrows"
-        )]
-        let send = (&&probe(&$value)).is_send();
-        send
-    }};
 }
 
 #[test]

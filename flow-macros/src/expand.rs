@@ -259,7 +259,7 @@ fn leaf(names: &Names<'_>, id: usize) -> TokenStream {
             let op = if checked.order.len() <= INLINE_LIMIT {
                 quote!(Op)
             } else {
-                quote!(BoxedOp)
+                quote!(ArenaOp)
             };
             quote! {
                 ::flow::__private::#op::new(move || async move {

@@ -182,7 +182,9 @@ impl Plan {
         for &entry in self.successors(node) {
             let id = (entry & Self::NODE) as usize;
             if entry & Self::JOIN != 0 {
-                self.join_targets(id).iter().for_each(|&t| f(t as usize, false));
+                self.join_targets(id)
+                    .iter()
+                    .for_each(|&t| f(t as usize, false));
             } else {
                 f(id, entry & Self::CAUGHT != 0);
             }

@@ -28,7 +28,7 @@ pub use events::{
     RunId, channel,
 };
 pub use graph::{Edge, EdgeKind, Graph, NodeInfo, NodeKind, Plan};
-pub use nodes::{BoxedOp, Decide, Leaf, Nodes, Op, Pair, Slot};
+pub use nodes::{ArenaOp, Decide, Leaf, Nodes, Op, Pair, Slot};
 pub use policy::{Backoff, CancelReason, CancelToken, FailurePolicy, NodePolicy};
 /// The items of optional features, whichever are enabled: the facade re-exports this module
 /// whole, so a feature turned on anywhere in the build shows its items through `flow`.

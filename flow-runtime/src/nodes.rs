@@ -1,17 +1,19 @@
 //! The node set of a run: the generated code hands the scheduler one value that holds every
 //! node's future-maker, and the scheduler addresses nodes by index.
 //!
-//! The set is a balanced binary tree of [`Pair`]s whose leaves are [`Op`]s, [`BoxedOp`]s and
+//! The set is a balanced binary tree of [`Pair`]s whose leaves are [`Op`]s, [`ArenaOp`]s and
 //! [`Decide`]s: the tree owns every node (so the run is `Send` exactly when every node's
 //! closure and future are), and its type is built without naming any node's type. The
 //! scheduler pins the tree once and collects one `Pin<&mut dyn Leaf>` per node ([`Table`]), so
 //! reaching node `i` is an index and one indirect call, not a walk down the tree.
 
+use std::alloc::Layout;
+use std::cell::UnsafeCell;
 use std::future::Future;
 use std::marker::PhantomData;
-use std::pin::Pin;
-use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
+use std::pin::Pin;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::task::{Context, Poll};
 
@@ -36,6 +38,22 @@ pub trait Leaf {
 
     /// Evaluates a decision's test; `false` for an operation.
     fn decide(self: Pin<&mut Self>, state: &RunState) -> bool;
+
+    /// The space this node's future needs in the run's arena ([`ArenaOp`]); nodes that keep
+    /// their future elsewhere need none.
+    fn arena_layout(&self) -> Layout {
+        Layout::new::<()>()
+    }
+
+    /// Gives the node its place in the run's arena, before its first start.
+    ///
+    /// # Safety
+    ///
+    /// `place` must be valid for `self.arena_layout()`, aligned to it, used by no other node,
+    /// and stay valid until the node has been stopped for the last time.
+    unsafe fn set_place(self: Pin<&mut Self>, place: NonNull<u8>) {
+        let _ = place;
+    }
 }
 
 /// A set of nodes: generated code builds one value holding every node, the scheduler pins it
@@ -176,31 +194,40 @@ impl<F, Fut> std::fmt::Debug for Op<F, Fut> {
     }
 }
 
-/// An operation node whose future lives on the heap while it runs: one allocation per attempt,
-/// and no space reserved for nodes that are not running.
+/// An operation node whose future lives in the run's node arena: one allocation per run for
+/// every such node together (sized from each node's future type), instead of one per node.
 ///
 /// Generated code uses it for large workflows, where keeping every future inline ([`Op`])
-/// would make the run's future as large as all node futures together.
-pub struct BoxedOp<F, Fut> {
+/// would make the run's future as large as all node futures together, and building that
+/// future could overflow a thread's stack in a debug build. Outside a run (before the
+/// scheduler hands it its place) it has no future.
+pub struct ArenaOp<F, Fut> {
     make: F,
-    running: Option<Pin<Box<Fut>>>,
+    /// The node's place in the arena, set by the scheduler before the first start.
+    place: Option<NonNull<Fut>>,
+    /// Whether `place` holds a live future.
+    running: bool,
+    /// The node owns a `Fut` while running.
+    _future: PhantomData<Fut>,
 }
 
-impl<F, Fut> BoxedOp<F, Fut>
+impl<F, Fut> ArenaOp<F, Fut>
 where
     F: Fn() -> Fut,
     Fut: Future<Output = Result<(), NodeError>>,
 {
     /// Wraps the closure that makes the node's future.
     pub const fn new(make: F) -> Self {
-        BoxedOp {
+        ArenaOp {
             make,
-            running: None,
+            place: None,
+            running: false,
+            _future: PhantomData,
         }
     }
 }
 
-impl<F, Fut> Nodes for BoxedOp<F, Fut>
+impl<F, Fut> Nodes for ArenaOp<F, Fut>
 where
     F: Fn() -> Fut,
     Fut: Future<Output = Result<(), NodeError>>,
@@ -208,7 +235,7 @@ where
     one_node!();
 }
 
-impl<F, Fut> Leaf for BoxedOp<F, Fut>
+impl<F, Fut> Leaf for ArenaOp<F, Fut>
 where
     F: Fn() -> Fut,
     Fut: Future<Output = Result<(), NodeError>>,
@@ -216,34 +243,74 @@ where
     #[inline]
     fn start(self: Pin<&mut Self>) {
         let this = self.get_mut();
-        this.running = Some(Box::pin((this.make)()));
+        this.stop_future();
+        let Some(place) = this.place else {
+            return;
+        };
+        let future = (this.make)();
+        // SAFETY: `place` is this node's own, suitably aligned part of the arena, and holds no
+        // live future (stopped above).
+        unsafe { place.as_ptr().write(future) };
+        this.running = true;
     }
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), NodeError>> {
-        match &mut self.get_mut().running {
-            Some(fut) => fut.as_mut().poll(cx),
-            None => not_started(),
+        let this = self.get_mut();
+        match this.place {
+            // SAFETY: a running node's future lives at `place`, which does not move until the
+            // arena is freed, after every node was stopped.
+            Some(place) if this.running => {
+                unsafe { Pin::new_unchecked(&mut *place.as_ptr()) }.poll(cx)
+            }
+            _ => not_started(),
         }
     }
 
     #[inline]
     fn stop(self: Pin<&mut Self>) {
-        self.get_mut().running = None;
+        self.get_mut().stop_future();
     }
 
     fn decide(self: Pin<&mut Self>, _: &RunState) -> bool {
         false
     }
+
+    fn arena_layout(&self) -> Layout {
+        Layout::new::<Fut>()
+    }
+
+    unsafe fn set_place(self: Pin<&mut Self>, place: NonNull<u8>) {
+        self.get_mut().place = Some(place.cast());
+    }
 }
 
-// Nothing in a `BoxedOp` is structurally pinned: the future is pinned in its own box.
-impl<F, Fut> Unpin for BoxedOp<F, Fut> {}
+impl<F, Fut> ArenaOp<F, Fut> {
+    /// Drops the running future, if any.
+    #[inline]
+    fn stop_future(&mut self) {
+        if let (true, Some(place)) = (self.running, self.place) {
+            // Cleared first: a future whose drop panics is not dropped twice.
+            self.running = false;
+            // SAFETY: `running` says `place` holds a live future; it is dropped once, here.
+            unsafe { place.as_ptr().drop_in_place() };
+        }
+    }
+}
 
-impl<F, Fut> std::fmt::Debug for BoxedOp<F, Fut> {
+// Nothing in an `ArenaOp` is structurally pinned: the future is pinned in the arena.
+impl<F, Fut> Unpin for ArenaOp<F, Fut> {}
+
+// SAFETY: an `ArenaOp` owns its closure and (while running) its future, as `Option<Box<Fut>>`
+// would; the pointer only says where the future lives.
+unsafe impl<F: Send, Fut: Send> Send for ArenaOp<F, Fut> {}
+// SAFETY: `&ArenaOp` gives no access to the future.
+unsafe impl<F: Sync, Fut: Sync> Sync for ArenaOp<F, Fut> {}
+
+impl<F, Fut> std::fmt::Debug for ArenaOp<F, Fut> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BoxedOp")
-            .field("running", &self.running.is_some())
+        f.debug_struct("ArenaOp")
+            .field("running", &self.running)
             .finish()
     }
 }
@@ -292,9 +359,12 @@ impl<F> Unpin for Decide<F> {}
 pub(crate) type Leaves<'a> = [Pin<&'a mut (dyn Leaf + 'a)>];
 
 /// The nodes of one run, pinned where the run keeps them, as one pointer per node in index
-/// order: reaching node `i` is an index and one indirect call.
+/// order: reaching node `i` is an index and one indirect call. The table also owns the arena
+/// where [`ArenaOp`] nodes keep their futures; dropping it stops every node first.
 pub(crate) struct Table<'a, N> {
     leaves: Vec<Pin<&'a mut (dyn Leaf + 'a)>>,
+    /// The arena and its layout; `None` when no node needs one.
+    arena: Option<(NonNull<u8>, Layout)>,
     /// The table borrows the set `N` mutably, and only its parts.
     _set: PhantomData<Pin<&'a mut N>>,
 }
@@ -303,14 +373,52 @@ impl<'a, N: Nodes> Table<'a, N> {
     pub(crate) fn new(set: Pin<&'a mut N>) -> Self {
         let mut leaves = Vec::with_capacity(N::LEN.min(1 << 20));
         set.collect(&mut leaves);
-        Table {
+        let mut table = Table {
             leaves,
+            arena: None,
             _set: PhantomData,
-        }
+        };
+        table.place_futures();
+        table
     }
 }
 
 impl<'a, N> Table<'a, N> {
+    /// Lays out one arena for every node that asks for space, allocates it and hands each
+    /// node its place. Without memory for it the nodes get no place, and fail when started.
+    fn place_futures(&mut self) {
+        let mut total = Layout::new::<()>();
+        let mut offsets = Vec::new();
+        for (i, leaf) in self.leaves.iter().enumerate() {
+            let layout = leaf.arena_layout();
+            if layout.size() == 0 {
+                continue;
+            }
+            let Ok((extended, offset)) = total.extend(layout) else {
+                return;
+            };
+            total = extended;
+            offsets.push((i, offset));
+        }
+        if offsets.is_empty() {
+            return;
+        }
+        // SAFETY: `total` has a non-zero size (some node asked for space).
+        let Some(base) = NonNull::new(unsafe { std::alloc::alloc(total) }) else {
+            return;
+        };
+        self.arena = Some((base, total));
+        for (i, offset) in offsets {
+            // SAFETY: `offset` is where `Layout::extend` put this node's layout inside the
+            // arena: in bounds, aligned, and no other node's. The arena lives until `drop`,
+            // which stops every node first.
+            unsafe {
+                let place = base.add(offset);
+                self.leaves[i].as_mut().set_place(place);
+            }
+        }
+    }
+
     /// Every node, in index order.
     #[inline]
     pub(crate) fn leaves(&mut self) -> &mut Leaves<'a> {
@@ -322,10 +430,24 @@ impl<'a, N> Table<'a, N> {
     }
 }
 
-// SAFETY: the table holds exclusive borrows of the parts of one `N` and nothing else, so moving
-// it to another thread moves `&mut N`, which is `Send` when `N` is. The trait objects merely
-// forget that the parts are `Send`. Shared access (`&Table`) reaches no leaf, so it is `Sync`
-// whenever `N` is.
+impl<N> Drop for Table<'_, N> {
+    fn drop(&mut self) {
+        if let Some((base, layout)) = self.arena.take() {
+            // Every future in the arena is dropped before the arena is freed.
+            for leaf in &mut self.leaves {
+                leaf.as_mut().stop();
+            }
+            // SAFETY: allocated in `place_futures` with this layout; no node holds a live
+            // future in it any more.
+            unsafe { std::alloc::dealloc(base.as_ptr(), layout) };
+        }
+    }
+}
+
+// SAFETY: the table holds exclusive borrows of the parts of one `N`, and the arena where some of
+// those parts keep their futures, so moving it to another thread moves `&mut N`, which is
+// `Send` when `N` is. The trait objects merely forget that the parts are `Send`. Shared access
+// (`&Table`) reaches no leaf, so it is `Sync` whenever `N` is.
 unsafe impl<N: Send> Send for Table<'_, N> {}
 // SAFETY: see above; `&Table` gives no access to the leaves.
 unsafe impl<N: Sync> Sync for Table<'_, N> {}

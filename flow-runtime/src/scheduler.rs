@@ -299,8 +299,9 @@ impl Scheduler {
             nodes,
             joins,
             state: RunState { errors: Vec::new() },
-            ready: Vec::with_capacity(plan.roots.len()),
-            running: Vec::new(),
+            // Room for the usual widths up front: growing these lists showed in profiles.
+            ready: Vec::with_capacity(plan.roots.len().max(plan.pred_count.len().min(64))),
+            running: Vec::with_capacity(plan.pred_count.len().min(64)),
             group_running: vec![0; plan.group_limits.len()],
             limit,
             limited: limit != usize::MAX || !plan.group_limits.is_empty(),
@@ -593,14 +594,14 @@ impl Scheduler {
         for read in from..self.running.len() {
             if self.halt.is_some() {
                 // Keep the rest for `halt` to drop.
-                self.running.swap(write, read);
+                self.keep_running(write, read);
                 write += 1;
                 continue;
             }
             let node = self.running[read].node;
             match self.poll_one(leaves, read, cx) {
                 None => {
-                    self.running.swap(write, read);
+                    self.keep_running(write, read);
                     write += 1;
                 }
                 Some(result) => {
@@ -616,6 +617,14 @@ impl Scheduler {
             }
         }
         self.running.truncate(write);
+    }
+
+    /// Moves `running[read]` down to `running[write]` (compacting the list in place).
+    #[inline]
+    fn keep_running(&mut self, write: usize, read: usize) {
+        if write != read {
+            self.running.swap(write, read);
+        }
     }
 
     /// Polls one running node: its deadline, its backoff, then its attempt. `None` while it

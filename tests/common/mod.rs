@@ -2,6 +2,8 @@
 #![allow(dead_code)]
 
 use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -137,4 +139,45 @@ pub async fn fail(log: &Log, name: &'static str, millis: u64) -> Result<u64, Boo
     sleep(ms(millis)).await;
     log.record(name, "end");
     Err(Boom(name))
+}
+
+/// Returns `future` unchanged; compiles only if it is `Send`.
+pub fn require_send<F: Future + Send>(future: F) -> F {
+    future
+}
+
+/// Autoref specialization: `is_send!(value)` is `true` exactly when the value's
+/// type is `Send`, decided at compile time for a concrete type.
+pub struct Probe<T>(PhantomData<T>);
+
+pub fn probe<T>(_: &T) -> Probe<T> {
+    Probe(PhantomData)
+}
+
+pub trait SendProbe {
+    fn is_send(&self) -> bool {
+        true
+    }
+}
+impl<T: Send> SendProbe for &Probe<T> {}
+
+pub trait AnyProbe {
+    fn is_send(&self) -> bool {
+        false
+    }
+}
+impl<T> AnyProbe for Probe<T> {}
+
+/// Whether the value of `$value` has a `Send` type.
+macro_rules! is_send {
+    ($value:expr) => {{
+        #[allow(
+            clippy::needless_borrow,
+            reason = "autoref specialization needs both borrows"
+        )]
+        #[allow(unused_imports)]
+        use $crate::common::{AnyProbe as _, SendProbe as _};
+        let send = (&&$crate::common::probe(&$value)).is_send();
+        send
+    }};
 }

@@ -283,3 +283,42 @@ async fn a_failure_before_a_join_aborts_every_node_after_it() {
     }
     assert!(error.to_string().contains("b1"), "{error}");
 }
+
+/// A value that must sit on a 64-byte boundary.
+#[repr(align(64))]
+struct Aligned(u64);
+
+/// Holds an over-aligned value across a suspension and reports whether it was aligned.
+async fn aligned(small: &u8) -> Result<bool, Boom> {
+    let value = Aligned(u64::from(*small));
+    tokio::task::yield_now().await;
+    let address = std::ptr::from_ref(&value) as usize;
+    Ok(address % 64 == 0 && value.0 == 7)
+}
+
+/// Makes a small output, so that arena places of different sizes and alignments alternate.
+async fn byte() -> Result<u8, Boom> {
+    Ok(7)
+}
+
+macro_rules! over_aligned {
+    ($($name:ident)*) => {
+        workflow! {
+            /// Sixty-six over-aligned futures after one small one.
+            OverAligned() -> bool {
+                Sequential {
+                    seed = Operation(byte()),
+                    Parallel { $( $name = Operation(aligned(&seed)), )* },
+                }
+                => [$( $name ),*].iter().all(|ok| *ok)
+            }
+        }
+    };
+}
+
+over_aligned!(a00 a01 a02 a03 a04 a05 a06 a07 a08 a09 a10 a11 a12 a13 a14 a15 a16 a17 a18 a19 a20 a21 a22 a23 a24 a25 a26 a27 a28 a29 a30 a31 a32 a33 a34 a35 a36 a37 a38 a39 a40 a41 a42 a43 a44 a45 a46 a47 a48 a49 a50 a51 a52 a53 a54 a55 a56 a57 a58 a59 a60 a61 a62 a63 a64 a65);
+
+#[tokio::test]
+async fn arena_places_keep_each_future_aligned() {
+    assert!(OverAligned::run().await.expect("every node succeeds"));
+}

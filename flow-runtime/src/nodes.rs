@@ -38,22 +38,6 @@ pub trait Leaf {
 
     /// Evaluates a decision's test; `false` for an operation.
     fn decide(self: Pin<&mut Self>, state: &RunState) -> bool;
-
-    /// The space this node's future needs in the run's arena ([`ArenaOp`]); nodes that keep
-    /// their future elsewhere need none.
-    fn arena_layout(&self) -> Layout {
-        Layout::new::<()>()
-    }
-
-    /// Gives the node its place in the run's arena, before its first start.
-    ///
-    /// # Safety
-    ///
-    /// `place` must be valid for `self.arena_layout()`, aligned to it, used by no other node,
-    /// and stay valid until the node has been stopped for the last time.
-    unsafe fn set_place(self: Pin<&mut Self>, place: NonNull<u8>) {
-        let _ = place;
-    }
 }
 
 /// A set of nodes: generated code builds one value holding every node, the scheduler pins it
@@ -62,9 +46,23 @@ pub trait Nodes {
     /// The number of nodes in the set.
     const LEN: usize;
 
-    /// Appends every node of the set to `out`, in index order.
-    fn collect<'a>(self: Pin<&'a mut Self>, out: &mut Vec<Pin<&'a mut (dyn Leaf + 'a)>>)
-    where
+    /// Size and alignment of the arena space the set's [`ArenaOp`]s need for their futures,
+    /// laid out like a struct of them; known at compile time, so a run allocates it at once.
+    const ARENA: (usize, usize) = (0, 1);
+
+    /// Appends every node of the set to `out`, in index order, and gives each [`ArenaOp`] its
+    /// place in `arena`.
+    ///
+    /// # Safety
+    ///
+    /// When [`Nodes::ARENA`] has a non-zero size, `arena` must point to that many bytes with
+    /// that alignment, used by nothing else, and stay valid until every node of the set has
+    /// been stopped for the last time ([`Leaf::stop`]).
+    unsafe fn collect<'a>(
+        self: Pin<&'a mut Self>,
+        arena: *mut u8,
+        out: &mut Vec<Pin<&'a mut (dyn Leaf + 'a)>>,
+    ) where
         Self: 'a;
 }
 
@@ -86,28 +84,52 @@ impl<A, B> Pair<A, B> {
     }
 }
 
+impl<A: Nodes, B: Nodes> Pair<A, B> {
+    /// Where the right set's arena space starts: after the left's, aligned for the right's.
+    const RIGHT_OFFSET: usize = A::ARENA.0.next_multiple_of(B::ARENA.1);
+}
+
 impl<A: Nodes, B: Nodes> Nodes for Pair<A, B> {
     const LEN: usize = A::LEN + B::LEN;
+    const ARENA: (usize, usize) = (
+        Self::RIGHT_OFFSET + B::ARENA.0,
+        if A::ARENA.1 > B::ARENA.1 {
+            A::ARENA.1
+        } else {
+            B::ARENA.1
+        },
+    );
 
     #[inline]
-    fn collect<'a>(self: Pin<&'a mut Self>, out: &mut Vec<Pin<&'a mut (dyn Leaf + 'a)>>)
-    where
+    unsafe fn collect<'a>(
+        self: Pin<&'a mut Self>,
+        arena: *mut u8,
+        out: &mut Vec<Pin<&'a mut (dyn Leaf + 'a)>>,
+    ) where
         Self: 'a,
     {
         let this = self.project();
-        this.left.collect(out);
-        this.right.collect(out);
+        // SAFETY: the left set's space is the start of this set's, the right set's starts at
+        // `RIGHT_OFFSET` (aligned for it): disjoint, and both inside `Self::ARENA`.
+        unsafe {
+            this.left.collect(arena, out);
+            this.right
+                .collect(arena.wrapping_add(Self::RIGHT_OFFSET), out);
+        }
     }
 }
 
-/// Every leaf is a node set of one.
+/// Every leaf but [`ArenaOp`] is a node set of one that needs no arena space.
 macro_rules! one_node {
-    ($($ty:tt)*) => {
+    () => {
         const LEN: usize = 1;
 
         #[inline]
-        fn collect<'a>(self: Pin<&'a mut Self>, out: &mut Vec<Pin<&'a mut (dyn Leaf + 'a)>>)
-        where
+        unsafe fn collect<'a>(
+            self: Pin<&'a mut Self>,
+            _arena: *mut u8,
+            out: &mut Vec<Pin<&'a mut (dyn Leaf + 'a)>>,
+        ) where
             Self: 'a,
         {
             out.push(self);
@@ -232,7 +254,24 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = Result<(), NodeError>>,
 {
-    one_node!();
+    const LEN: usize = 1;
+    const ARENA: (usize, usize) = (size_of::<Fut>(), align_of::<Fut>());
+
+    #[inline]
+    unsafe fn collect<'a>(
+        mut self: Pin<&'a mut Self>,
+        arena: *mut u8,
+        out: &mut Vec<Pin<&'a mut (dyn Leaf + 'a)>>,
+    ) where
+        Self: 'a,
+    {
+        self.place = if size_of::<Fut>() == 0 {
+            Some(NonNull::dangling())
+        } else {
+            NonNull::new(arena.cast())
+        };
+        out.push(self);
+    }
 }
 
 impl<F, Fut> Leaf for ArenaOp<F, Fut>
@@ -274,14 +313,6 @@ where
 
     fn decide(self: Pin<&mut Self>, _: &RunState) -> bool {
         false
-    }
-
-    fn arena_layout(&self) -> Layout {
-        Layout::new::<Fut>()
-    }
-
-    unsafe fn set_place(self: Pin<&mut Self>, place: NonNull<u8>) {
-        self.get_mut().place = Some(place.cast());
     }
 }
 
@@ -372,53 +403,33 @@ pub(crate) struct Table<'a, N> {
 impl<'a, N: Nodes> Table<'a, N> {
     pub(crate) fn new(set: Pin<&'a mut N>) -> Self {
         let mut leaves = Vec::with_capacity(N::LEN.min(1 << 20));
-        set.collect(&mut leaves);
-        let mut table = Table {
-            leaves,
-            arena: None,
-            _set: PhantomData,
+        let (size, align) = N::ARENA;
+        let arena = match Layout::from_size_align(size, align) {
+            Ok(layout) if size > 0 => {
+                // SAFETY: the layout has a non-zero size.
+                let base = unsafe { std::alloc::alloc(layout) };
+                match NonNull::new(base) {
+                    Some(base) => Some((base, layout)),
+                    None => std::alloc::handle_alloc_error(layout),
+                }
+            }
+            // A set too large to lay out gets no arena: its `ArenaOp`s fail when started.
+            _ => None,
         };
-        table.place_futures();
-        table
+        let base = arena.map_or(std::ptr::null_mut(), |(base, _)| base.as_ptr());
+        // SAFETY: `base` is null only when no node needs space (or none can have it), else it
+        // points to `N::ARENA` bytes owned by the table, freed in `drop` after every node has
+        // been stopped.
+        unsafe { set.collect(base, &mut leaves) };
+        Table {
+            leaves,
+            arena,
+            _set: PhantomData,
+        }
     }
 }
 
 impl<'a, N> Table<'a, N> {
-    /// Lays out one arena for every node that asks for space, allocates it and hands each
-    /// node its place. Without memory for it the nodes get no place, and fail when started.
-    fn place_futures(&mut self) {
-        let mut total = Layout::new::<()>();
-        let mut offsets = Vec::new();
-        for (i, leaf) in self.leaves.iter().enumerate() {
-            let layout = leaf.arena_layout();
-            if layout.size() == 0 {
-                continue;
-            }
-            let Ok((extended, offset)) = total.extend(layout) else {
-                return;
-            };
-            total = extended;
-            offsets.push((i, offset));
-        }
-        if offsets.is_empty() {
-            return;
-        }
-        // SAFETY: `total` has a non-zero size (some node asked for space).
-        let Some(base) = NonNull::new(unsafe { std::alloc::alloc(total) }) else {
-            return;
-        };
-        self.arena = Some((base, total));
-        for (i, offset) in offsets {
-            // SAFETY: `offset` is where `Layout::extend` put this node's layout inside the
-            // arena: in bounds, aligned, and no other node's. The arena lives until `drop`,
-            // which stops every node first.
-            unsafe {
-                let place = base.add(offset);
-                self.leaves[i].as_mut().set_place(place);
-            }
-        }
-    }
-
     /// Every node, in index order.
     #[inline]
     pub(crate) fn leaves(&mut self) -> &mut Leaves<'a> {
@@ -528,5 +539,35 @@ impl<T> Default for Slot<T> {
 impl<T: std::fmt::Debug> std::fmt::Debug for Slot<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("Slot").field(&self.get()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::rc::Rc;
+
+    use super::Slot;
+
+    #[test]
+    fn slot_keeps_the_first_value_and_drops_it_once() {
+        let first = Rc::new(1);
+        let second = Rc::new(2);
+        let slot = Slot::new();
+        assert!(slot.get().is_none());
+        slot.put(Rc::clone(&first));
+        slot.put(Rc::clone(&second));
+        assert_eq!(slot.get().map(|v| **v), Some(1));
+        // The refused value was dropped at once; the kept one lives in the slot.
+        assert_eq!(Rc::strong_count(&second), 1);
+        assert_eq!(Rc::strong_count(&first), 2);
+        drop(slot);
+        assert_eq!(Rc::strong_count(&first), 1);
+    }
+
+    #[test]
+    fn empty_slot_drops_nothing() {
+        let slot: Slot<Rc<u8>> = Slot::default();
+        assert_eq!(format!("{slot:?}"), "Slot(None)");
+        drop(slot);
     }
 }

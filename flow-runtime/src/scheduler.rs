@@ -143,15 +143,34 @@ struct Running {
     attempt: u32,
     /// Not polled yet: the first poll of an attempt listens for `#[operation]` defaults.
     fresh: bool,
+    /// Timers and span, only for a node that has any: most have none, and a small `Running`
+    /// keeps the list of running nodes cheap to grow and compact.
+    watch: Option<Box<Watch>>,
+}
+
+impl Running {
+    /// The node's timers and span, made on first use.
+    fn watch(&mut self) -> &mut Watch {
+        self.watch.get_or_insert_with(Box::default)
+    }
+
+    fn deadline(&mut self) -> Option<&mut Pin<Box<Sleep>>> {
+        self.watch.as_mut().and_then(|w| w.deadline.as_mut())
+    }
+}
+
+/// What a running node may have besides its future.
+#[derive(Default)]
+struct Watch {
     /// The current attempt's timeout.
     timeout: Option<Pin<Box<Sleep>>>,
     /// The node's deadline over all attempts.
     deadline: Option<Pin<Box<Sleep>>>,
     /// Waiting before the next attempt.
     backoff: Option<Pin<Box<Sleep>>>,
-    /// The attempt's span, entered while it is polled.
+    /// The attempt's span, entered while it is polled (when a subscriber wants it).
     #[cfg(feature = "tracing")]
-    span: tracing::Span,
+    span: Option<tracing::Span>,
 }
 
 /// What a decision's test can see: the errors of failed and aborted nodes.
@@ -448,15 +467,13 @@ impl Scheduler {
                         node,
                         attempt: 0,
                         fresh: true,
-                        timeout: None,
-                        deadline: None,
-                        backoff: None,
-                        #[cfg(feature = "tracing")]
-                        span: tracing::Span::none(),
+                        watch: None,
                     });
                     let index = self.running.len() - 1;
                     let started = deadline.and_then(|deadline| {
-                        self.running[index].deadline = deadline;
+                        if let Some(deadline) = deadline {
+                            self.running[index].watch().deadline = Some(deadline);
+                        }
                         self.start_attempt(leaves, index)
                     });
                     if let Err(error) = started {
@@ -480,17 +497,27 @@ impl Scheduler {
         let running = &mut self.running[index];
         running.attempt += 1;
         running.fresh = true;
-        running.backoff = None;
-        running.timeout = timeout;
+        if let Some(watch) = &mut running.watch {
+            watch.backoff = None;
+            watch.timeout = None;
+        }
+        if let Some(timeout) = timeout {
+            running.watch().timeout = Some(timeout);
+        }
         let attempt = running.attempt;
         #[cfg(feature = "tracing")]
         {
-            running.span = tracing::info_span!(
+            let span = tracing::info_span!(
                 "flow_node",
                 workflow = self.graph.name,
                 node = self.graph.nodes[node as usize].name,
                 attempt
             );
+            if !span.is_disabled() {
+                running.watch().span = Some(span);
+            } else if let Some(watch) = &mut running.watch {
+                watch.span = None;
+            }
         }
         self.emit(Some(node), attempt, || EventKind::Requested);
         Ok(())
@@ -637,13 +664,17 @@ impl Scheduler {
     ) -> Option<Result<(), NodeError>> {
         let node = self.running[index].node;
         loop {
-            if let Some(deadline) = &mut self.running[index].deadline
+            if let Some(deadline) = self.running[index].deadline()
                 && deadline.as_mut().poll(cx).is_ready()
             {
                 let after = self.node_policy(node).deadline().unwrap_or_default();
                 return Some(Err(NodeError::DeadlineExceeded(after)));
             }
-            if let Some(backoff) = &mut self.running[index].backoff {
+            if let Some(backoff) = self.running[index]
+                .watch
+                .as_mut()
+                .and_then(|w| w.backoff.as_mut())
+            {
                 if backoff.as_mut().poll(cx).is_pending() {
                     return None;
                 }
@@ -677,9 +708,9 @@ impl Scheduler {
                 Ok(backoff) => backoff,
                 Err(error) => return Some(Err(error)),
             };
-            let running = &mut self.running[index];
-            running.timeout = None;
-            running.backoff = Some(backoff);
+            let watch = self.running[index].watch();
+            watch.timeout = None;
+            watch.backoff = Some(backoff);
             // Loop: poll the new backoff so that its timer is registered (or fires at once).
         }
     }
@@ -693,9 +724,12 @@ impl Scheduler {
     ) -> Poll<Result<(), NodeError>> {
         let node = self.running[index].node;
         #[cfg(feature = "tracing")]
-        let span = self.running[index].span.clone();
+        let span = self.running[index]
+            .watch
+            .as_ref()
+            .and_then(|w| w.span.clone());
         #[cfg(feature = "tracing")]
-        let _entered = span.enter();
+        let _entered = span.as_ref().map(tracing::Span::enter);
         let polled = if self.running[index].fresh {
             self.running[index].fresh = false;
             let (polled, heard) = listen(|| {
@@ -712,7 +746,11 @@ impl Scheduler {
             Ok(Poll::Ready(result)) => Poll::Ready(result),
             Err(payload) => Poll::Ready(Err(NodeError::Panicked(panic_message(payload)))),
             Ok(Poll::Pending) => {
-                let expired = match &mut self.running[index].timeout {
+                let expired = match self.running[index]
+                    .watch
+                    .as_mut()
+                    .and_then(|w| w.timeout.as_mut())
+                {
                     Some(timeout) => timeout.as_mut().poll(cx).is_ready(),
                     None => false,
                 };
@@ -740,13 +778,13 @@ impl Scheduler {
         if own.timeout_ms.is_none()
             && let Some(after) = spec.policy.timeout()
         {
-            self.running[index].timeout = Some(timer(after)?);
+            self.running[index].watch().timeout = Some(timer(after)?);
         }
         if first
             && own.deadline_ms.is_none()
             && let Some(after) = spec.policy.deadline()
         {
-            self.running[index].deadline = Some(timer(after)?);
+            self.running[index].watch().deadline = Some(timer(after)?);
         }
         Ok(())
     }

@@ -717,8 +717,11 @@ struct Harness {
 impl Nodes for Harness {
     const LEN: usize = usize::MAX;
 
-    fn collect<'a>(self: Pin<&'a mut Self>, out: &mut Vec<Pin<&'a mut (dyn Leaf + 'a)>>)
-    where
+    unsafe fn collect<'a>(
+        self: Pin<&'a mut Self>,
+        _arena: *mut u8,
+        out: &mut Vec<Pin<&'a mut (dyn Leaf + 'a)>>,
+    ) where
         Self: 'a,
     {
         for node in &mut self.get_mut().nodes {

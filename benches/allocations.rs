@@ -211,7 +211,9 @@ fn main() {
         }
     }
 
-    println!("\nGrowth per added node (between the two sizes, boxed futures above 64 nodes):\n");
+    println!(
+        "\nGrowth per added node (between the two sizes, node futures in the run arena above 64 nodes):\n"
+    );
     println!(
         "| shape | sizes | flow `run` calls/node | flow + log calls/node | hand-written calls/node |"
     );

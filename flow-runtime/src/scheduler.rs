@@ -861,6 +861,10 @@ impl Scheduler {
             Settle::Skipped => NodeStatus::Skipped,
         };
         self.settled += 1;
+        if matches!(how, Settle::Completed) && self.recording.is_none() {
+            // The common case: nothing to record, no failure to pass on.
+            return;
+        }
         if let Settle::Aborted(cause) = how {
             state.abort_cause = cause;
         }
@@ -911,17 +915,23 @@ impl Scheduler {
 
     fn settle(&mut self, node: u32, how: Settle) {
         self.mark(node, how);
-        self.work.push((node, how));
+        self.settled_one(node, how);
         while let Some((node, how)) = self.work.pop() {
-            if matches!(how, Settle::Skipped)
-                && self.graph.nodes[node as usize].kind == NodeKind::Decision
-            {
-                let plan = self.plan();
-                self.skip_all(plan.then_nodes[node as usize]);
-                self.skip_all(plan.else_nodes[node as usize]);
-            }
-            self.propagate(node, how);
+            self.settled_one(node, how);
         }
+    }
+
+    /// Tells everything after `node` that it has settled; nodes settled in turn go on `work`.
+    #[inline]
+    fn settled_one(&mut self, node: u32, how: Settle) {
+        if matches!(how, Settle::Skipped)
+            && self.graph.nodes[node as usize].kind == NodeKind::Decision
+        {
+            let plan = self.plan();
+            self.skip_all(plan.then_nodes[node as usize]);
+            self.skip_all(plan.else_nodes[node as usize]);
+        }
+        self.propagate(node, how);
     }
 
     /// Marks a whole untaken branch skipped, then tells the nodes outside it.
@@ -977,6 +987,7 @@ impl Scheduler {
                 state.skip = true;
             }
             if state.remaining > 0 {
+                state.status = NodeStatus::Waiting;
                 continue;
             }
             let next = if state.abort_cause != NO_CAUSE {

@@ -169,6 +169,7 @@ pub trait AnyProbe {
 impl<T> AnyProbe for Probe<T> {}
 
 /// Whether the value of `$value` has a `Send` type.
+#[allow(unused_macros, reason = "only some test crates ask")]
 macro_rules! is_send {
     ($value:expr) => {{
         #[allow(

@@ -1186,52 +1186,63 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 /// # Cancel safety
 ///
 /// Dropping the returned future drops every running operation's future.
-pub async fn execute<N: Nodes>(graph: &'static Graph, options: RunOptions, nodes: N) -> Finished {
+pub fn execute<N: Nodes>(
+    graph: &'static Graph,
+    options: RunOptions,
+    mut nodes: N,
+) -> impl Future<Output = Finished> {
     debug_assert!(N::LEN >= graph.nodes.len());
-    let nodes = std::pin::pin!(nodes);
-    let mut table = Table::new(nodes);
-    debug_assert_eq!(table.len(), graph.nodes.len());
-    let mut scheduler = Scheduler::new(graph, &options);
-    let mut deadline = match options.deadline.map(timer).transpose() {
-        Ok(deadline) => deadline,
-        Err(error) => {
-            scheduler.halt = Some(Halt::NoTimer(error.to_string()));
-            scheduler.stop_all(table.leaves());
-            return scheduler.finish();
-        }
-    };
-    let token = options.cancel.clone();
-    let cancelled = async {
-        match &token {
-            Some(token) => token.cancelled().await,
-            None => std::future::pending().await,
-        }
-    };
-    let mut cancelled = std::pin::pin!(cancelled);
-    let watched = token.is_some() || deadline.is_some();
-    std::future::poll_fn(|cx| {
-        let leaves = table.leaves();
-        if watched {
-            let reason = if cancelled.as_mut().poll(cx).is_ready() {
-                Some(CancelReason::Token)
-            } else if deadline
-                .as_mut()
-                .is_some_and(|d| d.as_mut().poll(cx).is_ready())
-            {
-                options.deadline.map(CancelReason::Deadline)
-            } else {
-                None
-            };
-            if let Some(reason) = reason {
-                scheduler.halt = Some(Halt::Cancelled(reason));
-                scheduler.stop_all(leaves);
-                return Poll::Ready(());
+    // An `async` block (not an `async fn`) so that the node set is stored once in the run's
+    // future, as the block's captured variable, and pinned right there: an `async fn` would keep
+    // its argument and the pinned copy side by side, doubling every inline node future.
+    async move {
+        // SAFETY: `nodes` is a variable of this future's state, which is pinned while it is
+        // polled, and it is never moved again: the name now stands for the pinned reference.
+        let nodes = unsafe { Pin::new_unchecked(&mut nodes) };
+        let mut table = Table::new(nodes);
+        debug_assert_eq!(table.len(), graph.nodes.len());
+        let mut scheduler = Scheduler::new(graph, &options);
+        let mut deadline = match options.deadline.map(timer).transpose() {
+            Ok(deadline) => deadline,
+            Err(error) => {
+                scheduler.halt = Some(Halt::NoTimer(error.to_string()));
+                scheduler.stop_all(table.leaves());
+                return scheduler.finish();
             }
-        }
-        scheduler.poll(leaves, cx)
-    })
-    .await;
-    scheduler.finish()
+        };
+        let token = options.cancel.clone();
+        let cancelled = async {
+            match &token {
+                Some(token) => token.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        let mut cancelled = std::pin::pin!(cancelled);
+        let watched = token.is_some() || deadline.is_some();
+        std::future::poll_fn(|cx| {
+            let leaves = table.leaves();
+            if watched {
+                let reason = if cancelled.as_mut().poll(cx).is_ready() {
+                    Some(CancelReason::Token)
+                } else if deadline
+                    .as_mut()
+                    .is_some_and(|d| d.as_mut().poll(cx).is_ready())
+                {
+                    options.deadline.map(CancelReason::Deadline)
+                } else {
+                    None
+                };
+                if let Some(reason) = reason {
+                    scheduler.halt = Some(Halt::Cancelled(reason));
+                    scheduler.stop_all(leaves);
+                    return Poll::Ready(());
+                }
+            }
+            scheduler.poll(leaves, cx)
+        })
+        .await;
+        scheduler.finish()
+    }
 }
 
 /// A run that has ended: every node's status and every failure. Generated code turns it into an

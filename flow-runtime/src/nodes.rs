@@ -42,7 +42,13 @@ pub trait Leaf {
 
 /// A set of nodes: generated code builds one value holding every node, the scheduler pins it
 /// once and collects a pointer to each node, in index order.
-pub trait Nodes {
+///
+/// # Safety
+///
+/// [`Nodes::collect`] must push only nodes that are parts of `self` (reached through the pinned
+/// `self`), each once. The scheduler's node table relies on it: the table is `Send` or `Sync`
+/// exactly when the set is, which holds only if every collected node belongs to the set.
+pub unsafe trait Nodes {
     /// The number of nodes in the set.
     const LEN: usize;
 
@@ -89,7 +95,8 @@ impl<A: Nodes, B: Nodes> Pair<A, B> {
     const RIGHT_OFFSET: usize = A::ARENA.0.next_multiple_of(B::ARENA.1);
 }
 
-impl<A: Nodes, B: Nodes> Nodes for Pair<A, B> {
+// SAFETY: collects the two halves' nodes, which are parts of the pair.
+unsafe impl<A: Nodes, B: Nodes> Nodes for Pair<A, B> {
     const LEN: usize = A::LEN + B::LEN;
     const ARENA: (usize, usize) = (
         Self::RIGHT_OFFSET + B::ARENA.0,
@@ -162,7 +169,8 @@ where
     }
 }
 
-impl<F, Fut> Nodes for Op<F, Fut>
+// SAFETY: collects itself.
+unsafe impl<F, Fut> Nodes for Op<F, Fut>
 where
     F: Fn() -> Fut,
     Fut: Future<Output = Result<(), NodeError>>,
@@ -249,7 +257,8 @@ where
     }
 }
 
-impl<F, Fut> Nodes for ArenaOp<F, Fut>
+// SAFETY: collects itself.
+unsafe impl<F, Fut> Nodes for ArenaOp<F, Fut>
 where
     F: Fn() -> Fut,
     Fut: Future<Output = Result<(), NodeError>>,
@@ -358,7 +367,8 @@ impl<F: Fn(&RunState) -> bool> Decide<F> {
     }
 }
 
-impl<F: Fn(&RunState) -> bool> Nodes for Decide<F> {
+// SAFETY: collects itself.
+unsafe impl<F: Fn(&RunState) -> bool> Nodes for Decide<F> {
     one_node!();
 }
 
@@ -455,9 +465,9 @@ impl<N> Drop for Table<'_, N> {
     }
 }
 
-// SAFETY: the table holds exclusive borrows of the parts of one `N`, and the arena where some of
-// those parts keep their futures, so moving it to another thread moves `&mut N`, which is
-// `Send` when `N` is. The trait objects merely forget that the parts are `Send`. Shared access
+// SAFETY: the table holds exclusive borrows of the parts of one `N` (the contract of `Nodes`),
+// and the arena where some of those parts keep their futures, so moving it to another thread
+// moves `&mut N`, which is `Send` when `N` is. The trait objects merely forget that the parts are `Send`. Shared access
 // (`&Table`) reaches no leaf, so it is `Sync` whenever `N` is.
 unsafe impl<N: Send> Send for Table<'_, N> {}
 // SAFETY: see above; `&Table` gives no access to the leaves.

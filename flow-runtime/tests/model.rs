@@ -714,7 +714,8 @@ struct Harness {
     nodes: Vec<HarnessNode>,
 }
 
-impl Nodes for Harness {
+// SAFETY: collects its own nodes, each once.
+unsafe impl Nodes for Harness {
     const LEN: usize = usize::MAX;
 
     unsafe fn collect<'a>(

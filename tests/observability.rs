@@ -428,6 +428,9 @@ fn tracing_gets_a_span_per_attempt_and_warnings_for_failures() {
         .build()
         .expect("runtime");
     tracing::subscriber::with_default(capture.clone(), || {
+        // Other tests of this binary may have met flow's callsites first, with no subscriber,
+        // on another thread: recompute their interest now that the capture is in place.
+        tracing::callsite::rebuild_interest_cache();
         runtime.block_on(async {
             let _ = Eventful::runner().execute().await;
         })

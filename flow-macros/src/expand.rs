@@ -495,7 +495,8 @@ fn plan_tables(checked: &Checked, edges: &[(usize, usize, u8)]) -> Tables {
     // join_of[to]: the join that carries `to`'s ordering edges.
     let mut join_of: Vec<Option<u32>> = vec![None; n];
     let mut join_sources: Vec<&[u32]> = Vec::new();
-    let mut join_targets: Vec<Vec<u32>> = Vec::new();
+    let mut join_succ_start = vec![0];
+    let mut join_succ = Vec::new();
     for (preds, targets) in &groups {
         let (p, t) = (preds.len(), targets.len());
         if p * t <= p + t {
@@ -506,7 +507,8 @@ fn plan_tables(checked: &Checked, edges: &[(usize, usize, u8)]) -> Tables {
             join_of[to] = Some(join);
         }
         join_sources.push(preds);
-        join_targets.push(targets.iter().map(|&t| t as u32).collect());
+        join_succ.extend(targets.iter().map(|&t| t as u32));
+        join_succ_start.push(join_succ.len() as u32);
     }
     // The joins each source feeds, in join order.
     let mut feeds: Vec<Vec<u32>> = vec![Vec::new(); n];
@@ -547,13 +549,6 @@ fn plan_tables(checked: &Checked, edges: &[(usize, usize, u8)]) -> Tables {
             pred_count[to] += 1;
         }
     }
-    let mut join_succ_start = Vec::with_capacity(join_targets.len() + 1);
-    let mut join_succ = Vec::new();
-    for targets in &join_targets {
-        join_succ_start.push(join_succ.len() as u32);
-        join_succ.extend(targets);
-    }
-    join_succ_start.push(join_succ.len() as u32);
     Tables {
         pred_count,
         succ_start,

@@ -22,7 +22,7 @@ use pin_project_lite::pin_project;
 use crate::error::NodeError;
 use crate::scheduler::RunState;
 
-/// One node of a run as the scheduler drives it: an operation ([`Op`], [`BoxedOp`]) or a
+/// One node of a run as the scheduler drives it: an operation ([`Op`], [`ArenaOp`]) or a
 /// decision ([`Decide`]). Object safe: the scheduler keeps one `Pin<&mut dyn Leaf>` per node,
 /// so reaching a node is one indirect call whatever the workflow's size.
 pub trait Leaf {
@@ -458,8 +458,8 @@ impl<N> Drop for Table<'_, N> {
             for leaf in &mut self.leaves {
                 leaf.as_mut().stop();
             }
-            // SAFETY: allocated in `place_futures` with this layout; no node holds a live
-            // future in it any more.
+            // SAFETY: allocated in `Table::new` with this layout; no node holds a live future
+            // in it any more.
             unsafe { std::alloc::dealloc(base.as_ptr(), layout) };
         }
     }
@@ -467,8 +467,8 @@ impl<N> Drop for Table<'_, N> {
 
 // SAFETY: the table holds exclusive borrows of the parts of one `N` (the contract of `Nodes`),
 // and the arena where some of those parts keep their futures, so moving it to another thread
-// moves `&mut N`, which is `Send` when `N` is. The trait objects merely forget that the parts are `Send`. Shared access
-// (`&Table`) reaches no leaf, so it is `Sync` whenever `N` is.
+// moves `&mut N`, which is `Send` when `N` is. The trait objects merely forget that the parts
+// are `Send`. Shared access (`&Table`) reaches no leaf, so it is `Sync` whenever `N` is.
 unsafe impl<N: Send> Send for Table<'_, N> {}
 // SAFETY: see above; `&Table` gives no access to the leaves.
 unsafe impl<N: Sync> Sync for Table<'_, N> {}

@@ -154,8 +154,12 @@ impl Running {
         self.watch.get_or_insert_with(Box::default)
     }
 
-    fn deadline(&mut self) -> Option<&mut Pin<Box<Sleep>>> {
-        self.watch.as_mut().and_then(|w| w.deadline.as_mut())
+    /// One of the node's timers (`|w| &mut w.deadline`), if it has it.
+    fn timer(
+        &mut self,
+        which: fn(&mut Watch) -> &mut Option<Pin<Box<Sleep>>>,
+    ) -> Option<&mut Pin<Box<Sleep>>> {
+        self.watch.as_deref_mut().and_then(|w| which(w).as_mut())
     }
 }
 
@@ -500,6 +504,10 @@ impl Scheduler {
         if let Some(watch) = &mut running.watch {
             watch.backoff = None;
             watch.timeout = None;
+            #[cfg(feature = "tracing")]
+            {
+                watch.span = None;
+            }
         }
         if let Some(timeout) = timeout {
             running.watch().timeout = Some(timeout);
@@ -515,8 +523,6 @@ impl Scheduler {
             );
             if !span.is_disabled() {
                 running.watch().span = Some(span);
-            } else if let Some(watch) = &mut running.watch {
-                watch.span = None;
             }
         }
         self.emit(Some(node), attempt, || EventKind::Requested);
@@ -664,17 +670,13 @@ impl Scheduler {
     ) -> Option<Result<(), NodeError>> {
         let node = self.running[index].node;
         loop {
-            if let Some(deadline) = self.running[index].deadline()
+            if let Some(deadline) = self.running[index].timer(|w| &mut w.deadline)
                 && deadline.as_mut().poll(cx).is_ready()
             {
                 let after = self.node_policy(node).deadline().unwrap_or_default();
                 return Some(Err(NodeError::DeadlineExceeded(after)));
             }
-            if let Some(backoff) = self.running[index]
-                .watch
-                .as_mut()
-                .and_then(|w| w.backoff.as_mut())
-            {
+            if let Some(backoff) = self.running[index].timer(|w| &mut w.backoff) {
                 if backoff.as_mut().poll(cx).is_pending() {
                     return None;
                 }
@@ -746,11 +748,7 @@ impl Scheduler {
             Ok(Poll::Ready(result)) => Poll::Ready(result),
             Err(payload) => Poll::Ready(Err(NodeError::Panicked(panic_message(payload)))),
             Ok(Poll::Pending) => {
-                let expired = match self.running[index]
-                    .watch
-                    .as_mut()
-                    .and_then(|w| w.timeout.as_mut())
-                {
+                let expired = match self.running[index].timer(|w| &mut w.timeout) {
                     Some(timeout) => timeout.as_mut().poll(cx).is_ready(),
                     None => false,
                 };

@@ -100,7 +100,6 @@ fn generate(workflow: &Workflow, checked: &Checked) -> TokenStream {
         checked,
         pos,
     };
-    let dag = &checked.dag;
     let name = &workflow.name;
     let vis = &workflow.vis;
     let attrs = &workflow.attrs;
@@ -111,17 +110,28 @@ fn generate(workflow: &Workflow, checked: &Checked) -> TokenStream {
     let param_names: Vec<&Ident> = workflow.params.iter().map(|p| &p.name).collect();
     let param_types: Vec<&syn::Type> = workflow.params.iter().map(|p| &p.ty).collect();
 
-    let slots = checked
+    // One statement per slot and per node, each slot right before the node that fills it, then
+    // one call with the tuple tree of the nodes (see `node_statements`).
+    let statements: Vec<TokenStream> = checked
         .order
         .iter()
-        .filter(|&&id| dag.nodes[id].kind == Kind::Operation && dag.nodes[id].name.is_some())
-        .map(|&id| {
-            let slot = names.slot(id);
-            quote!(let #slot = &::flow::__private::Slot::new();)
-        });
-
-    let leaves: Vec<TokenStream> = checked.order.iter().map(|&id| leaf(&names, id)).collect();
-    let tree = balanced(&leaves);
+        .map(|&id| node_statements(&names, id))
+        .collect();
+    let tree = balanced(
+        &(0..checked.order.len())
+            .map(|p| {
+                let node = node_ident(p);
+                quote!(#node)
+            })
+            .collect::<Vec<_>>(),
+    );
+    // Small workflows keep every node's future inline (no allocation per node); large ones put
+    // them in one arena per run, so the run's future does not hold a thousand.
+    let execute = if checked.order.len() <= INLINE_LIMIT {
+        quote!(execute)
+    } else {
+        quote!(execute_in_arena)
+    };
     let graph = graph_const(&names);
     let output = output(&names);
     let name_str = name.to_string();
@@ -197,8 +207,8 @@ fn generate(workflow: &Workflow, checked: &Checked) -> TokenStream {
             /// Dropping the returned future cancels the run and drops every running operation.
             #vis async fn execute(self, #(#param_names: #param_types),*) -> ::flow::__private::Outcome<#output_ty> {
                 #(let #param_names = &#param_names;)*
-                #(#slots)*
-                let __flow_finished = ::flow::__private::execute(&Self::GRAPH, self.options, #tree).await;
+                #(#statements)*
+                let __flow_finished = ::flow::__private::#execute(&Self::GRAPH, self.options, #tree).await;
                 __flow_finished.output(move || #output)
             }
         }
@@ -208,6 +218,12 @@ fn generate(workflow: &Workflow, checked: &Checked) -> TokenStream {
 /// Workflows with at most this many nodes keep node futures inline.
 const INLINE_LIMIT: usize = 64;
 
+/// The variable that holds the node at runtime index `p` until the final call.
+fn node_ident(p: usize) -> Ident {
+    format_ident!("__flow_node_{}", p, span = Span::mixed_site())
+}
+
+/// A balanced tree of 2-tuples over `leaves`.
 fn balanced(leaves: &[TokenStream]) -> TokenStream {
     match leaves {
         [] => quote!(::core::compile_error!(
@@ -218,17 +234,27 @@ fn balanced(leaves: &[TokenStream]) -> TokenStream {
             let (left, right) = leaves.split_at(leaves.len() / 2);
             let left = balanced(left);
             let right = balanced(right);
-            quote!(::flow::__private::Pair::new(#left, #right))
+            quote!((#left, #right))
         }
     }
 }
 
-fn leaf(names: &Names<'_>, id: usize) -> TokenStream {
+/// The statements of one node: its output slot (a named operation only), then a `let` of the
+/// node as a plain tuple: `(make,)` for an operation, whose closure makes its future, and
+/// `(Decision, test)` for a decision.
+///
+/// The shape is chosen for the type checker. A closure passed to a generic function (such as
+/// `Op::new`) leaves obligations that every later statement rescans, and a slot declared far
+/// from its producer stays untyped until the producer is checked: both made `cargo check`
+/// quadratic in the node count. Plain tuples in `let`s, slots declared where they are filled,
+/// and one generic call at the end (`IntoNodes`, in the runtime) keep it close to linear.
+fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
     let checked = names.checked;
     let node = &checked.dag.nodes[id];
     let uses = &checked.uses[id];
     let expr = names.rewrite(&node.expr, uses.iter().map(|u| &u.ident));
     let span = node.expr.span();
+    let var = node_ident(names.pos[id]);
     match node.kind {
         Kind::Operation => {
             let inputs = uses.iter().map(
@@ -248,24 +274,24 @@ fn leaf(names: &Names<'_>, id: usize) -> TokenStream {
                 },
             );
             let awaited = quote_spanned!(span=> (#expr).await);
-            let finish = if node.name.is_some() {
+            let (slot, finish) = if node.name.is_some() {
                 let slot = names.slot(id);
-                quote_spanned!(span=> ::flow::__private::complete(#slot, #awaited))
+                (
+                    quote!(let #slot = &::flow::__private::Slot::new();),
+                    quote_spanned!(span=> ::flow::__private::complete(#slot, #awaited)),
+                )
             } else {
-                quote_spanned!(span=> ::flow::__private::discard(#awaited))
-            };
-            // Small workflows keep every node's future inline (no allocation per node); large
-            // ones box each running future, so the run's future does not hold a thousand.
-            let op = if checked.order.len() <= INLINE_LIMIT {
-                quote!(Op)
-            } else {
-                quote!(ArenaOp)
+                (
+                    TokenStream::new(),
+                    quote_spanned!(span=> ::flow::__private::discard(#awaited)),
+                )
             };
             quote! {
-                ::flow::__private::#op::new(move || async move {
+                #slot
+                let #var = (move || async move {
                     #(#inputs)*
                     #finish
-                })
+                },);
             }
         }
         Kind::Decision => {
@@ -288,10 +314,10 @@ fn leaf(names: &Names<'_>, id: usize) -> TokenStream {
             );
             let test = quote_spanned!(span=> { let __flow_test: bool = #expr; __flow_test });
             quote! {
-                ::flow::__private::Decide::new(move |#state: &::flow::__private::RunState| -> bool {
+                let #var = (::flow::__private::Decision, move |#state: &::flow::__private::RunState| -> bool {
                     #(#inputs)*
                     #test
-                })
+                });
             }
         }
     }
@@ -331,19 +357,24 @@ fn graph_const(names: &Names<'_>) -> TokenStream {
     let n = checked.order.len();
     let workflow_name = names.workflow.name.to_string();
 
+    // Short local names for the types of the rows: a 1000-node layered graph has ~10,000 edges,
+    // and full paths made most of the tokens rustc had to parse.
+    let alias = |name: &str| Ident::new(name, Span::mixed_site());
+    let (node_info, node_kind) = (alias("__FlowNodeInfo"), alias("__FlowNodeKind"));
+    let (edge_ty, edge_kind) = (alias("__FlowEdge"), alias("__FlowEdgeKind"));
     let nodes = checked.order.iter().map(|&id| {
         let node = &dag.nodes[id];
         let display = &node.display;
         let label = graph::source_text(&node.expr);
         let kind = match node.kind {
-            Kind::Operation => quote!(::flow::__private::NodeKind::Operation),
-            Kind::Decision => quote!(::flow::__private::NodeKind::Decision),
+            Kind::Operation => quote!(#node_kind::Operation),
+            Kind::Decision => quote!(#node_kind::Decision),
         };
         let start = node.keyword.span().start();
         let line = start.line as u32;
         let column = start.column as u32 + 1;
         quote! {
-            ::flow::__private::NodeInfo { name: #display, kind: #kind, label: #label, line: #line, column: #column }
+            #node_info { name: #display, kind: #kind, label: #label, line: #line, column: #column }
         }
     });
 
@@ -366,7 +397,7 @@ fn graph_const(names: &Names<'_>) -> TokenStream {
             quote!(Sequence)
         };
         let (from, to) = (from as u32, to as u32);
-        quote!(::flow::__private::Edge { from: #from, to: #to, kind: ::flow::__private::EdgeKind::#kind })
+        quote!(#edge_ty { from: #from, to: #to, kind: #edge_kind::#kind })
     });
 
     let plan = plan_tables(checked, &edges);
@@ -422,7 +453,11 @@ fn graph_const(names: &Names<'_>) -> TokenStream {
         false => quote!(::flow::__private::FailurePolicy::ContinueIndependent),
     };
 
-    quote! {
+    quote! {{
+        #[allow(unused_imports)]
+        use ::flow::__private::{
+            Edge as #edge_ty, EdgeKind as #edge_kind, NodeInfo as #node_info, NodeKind as #node_kind,
+        };
         ::flow::__private::Graph {
             name: #workflow_name,
             nodes: &[#(#nodes),*],
@@ -443,7 +478,7 @@ fn graph_const(names: &Names<'_>) -> TokenStream {
                 failure: #failure,
             },
         }
-    }
+    }}
 }
 
 /// The scheduling tables of a plan (see `flow_runtime::Plan`).

@@ -28,7 +28,7 @@ pub use events::{
     RunId, channel,
 };
 pub use graph::{Edge, EdgeKind, Graph, NodeInfo, NodeKind, Plan};
-pub use nodes::{ArenaOp, Decide, Leaf, Nodes, Op, Pair, Slot};
+pub use nodes::{ArenaOp, Decide, Decision, IntoNodes, Leaf, Nodes, Op, Pair, Slot};
 pub use policy::{Backoff, CancelReason, CancelToken, FailurePolicy, NodePolicy};
 /// The items of optional features, whichever are enabled: the facade re-exports this module
 /// whole, so a feature turned on anywhere in the build shows its items through `flow`.
@@ -41,6 +41,9 @@ pub mod features {
     pub use crate::progress::Progress;
 }
 pub use report::{NodeReport, Outcome, Report, TraceColumn, TraceMatrix};
-pub use scheduler::{Finished, RunOptions, RunState, complete, discard, execute, input, require};
+pub use scheduler::{
+    Finished, RunOptions, RunState, complete, discard, execute, execute_in_arena, execute_nodes,
+    input, require,
+};
 pub use scope::{OperationScope, OperationSpec};
 pub use status::NodeStatus;

@@ -2,7 +2,8 @@
 //! node's future-maker, and the scheduler addresses nodes by index.
 //!
 //! The set is a balanced binary tree of [`Pair`]s whose leaves are [`Op`]s, [`ArenaOp`]s and
-//! [`Decide`]s: the tree owns every node (so the run is `Send` exactly when every node's
+//! [`Decide`]s, which [`IntoNodes`] builds from the tree of plain tuples that generated code
+//! writes: the tree owns every node (so the run is `Send` exactly when every node's
 //! closure and future are), and its type is built without naming any node's type. The
 //! scheduler pins the tree once and collects one `Pin<&mut dyn Leaf>` per node ([`Table`]), so
 //! reaching node `i` is an index and one indirect call, not a walk down the tree.
@@ -395,6 +396,92 @@ impl<F> std::fmt::Debug for Decide<F> {
 
 // Decide holds no pinned data.
 impl<F> Unpin for Decide<F> {}
+
+/// Marks a decision in the tuple tree that generated code hands to [`execute`]: the pair
+/// `(Decision, test)` becomes a [`Decide`].
+///
+/// [`execute`]: crate::execute
+#[derive(Debug, Clone, Copy)]
+pub struct Decision;
+
+/// A tree of plain tuples that becomes a node set: `(make,)` is an operation whose closure
+/// makes its future, `(Decision, test)` a decision, `(left, right)` two sets side by side.
+///
+/// Generated code builds the tree from `let` statements, one per node, and calls [`execute`]
+/// (small workflows: futures inline, [`IntoNodes::Inline`]) or [`execute_in_arena`] (large
+/// ones: futures in the run's arena, [`IntoNodes::InArena`]) once with it. Nothing generic sees
+/// a node's closure before that one call: a closure handed to a generic constructor
+/// (`Op::new(..)`) leaves obligations that the type checker carries through the rest of the
+/// function, which made `cargo check` grow with the square of the node count (see
+/// docs/performance.md, "Compile time").
+///
+/// [`execute`]: crate::execute
+/// [`execute_in_arena`]: crate::execute_in_arena
+pub trait IntoNodes {
+    /// The node set with every operation's future inline ([`Op`]).
+    type Inline: Nodes;
+
+    /// The node set with every operation's future in the run's arena ([`ArenaOp`]).
+    type InArena: Nodes;
+
+    /// Builds the node set with futures inline.
+    fn inline(self) -> Self::Inline;
+
+    /// Builds the node set with futures in the run's arena.
+    fn in_arena(self) -> Self::InArena;
+}
+
+impl<F, Fut> IntoNodes for (F,)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<(), NodeError>>,
+{
+    type Inline = Op<F, Fut>;
+    type InArena = ArenaOp<F, Fut>;
+
+    #[inline]
+    fn inline(self) -> Self::Inline {
+        Op::new(self.0)
+    }
+
+    #[inline]
+    fn in_arena(self) -> Self::InArena {
+        ArenaOp::new(self.0)
+    }
+}
+
+impl<F> IntoNodes for (Decision, F)
+where
+    F: Fn(&RunState) -> bool,
+{
+    type Inline = Decide<F>;
+    type InArena = Decide<F>;
+
+    #[inline]
+    fn inline(self) -> Self::Inline {
+        Decide::new(self.1)
+    }
+
+    #[inline]
+    fn in_arena(self) -> Self::InArena {
+        Decide::new(self.1)
+    }
+}
+
+impl<A: IntoNodes, B: IntoNodes> IntoNodes for (A, B) {
+    type Inline = Pair<A::Inline, B::Inline>;
+    type InArena = Pair<A::InArena, B::InArena>;
+
+    #[inline]
+    fn inline(self) -> Self::Inline {
+        Pair::new(self.0.inline(), self.1.inline())
+    }
+
+    #[inline]
+    fn in_arena(self) -> Self::InArena {
+        Pair::new(self.0.in_arena(), self.1.in_arena())
+    }
+}
 
 /// One pointer per node of a run, in index order: what the scheduler works on.
 pub(crate) type Leaves<'a> = [Pin<&'a mut (dyn Leaf + 'a)>];

@@ -21,7 +21,7 @@ use tokio::time::Sleep;
 use crate::error::{NodeError, NodeFailure, WorkflowError};
 use crate::events::{Event, EventKind, EventLog, Observer, RunId};
 use crate::graph::{Graph, NodeKind, Plan};
-use crate::nodes::{Leaves, Nodes, Slot, Table};
+use crate::nodes::{IntoNodes, Leaves, Nodes, Slot, Table};
 use crate::policy::{CancelReason, CancelToken, FailurePolicy, NodePolicy};
 use crate::report::{NodeReport, Outcome, Report, ReportParts};
 use crate::scope::{OperationSpec, listen};
@@ -1176,7 +1176,9 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-/// Runs a node set to the end. Called by generated code.
+/// Runs a workflow's nodes to the end, each operation's future inline in the run's future.
+/// Called by the code `workflow!` generates for small workflows, with the tuple tree of its
+/// nodes (see [`IntoNodes`]).
 ///
 /// Node ids must be in topological order (every edge from a lower id to a higher one), as the
 /// macro generates them.
@@ -1184,7 +1186,27 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 /// # Cancel safety
 ///
 /// Dropping the returned future drops every running operation's future.
-pub fn execute<N: Nodes>(
+pub fn execute<T: IntoNodes>(
+    graph: &'static Graph,
+    options: RunOptions,
+    tree: T,
+) -> impl Future<Output = Finished> {
+    execute_nodes(graph, options, tree.inline())
+}
+
+/// As [`execute`], with each operation's future in one arena allocated per run: for large
+/// workflows, whose run future would otherwise hold every node's future.
+pub fn execute_in_arena<T: IntoNodes>(
+    graph: &'static Graph,
+    options: RunOptions,
+    tree: T,
+) -> impl Future<Output = Finished> {
+    execute_nodes(graph, options, tree.in_arena())
+}
+
+/// As [`execute`], over a node set built some other way: any [`Nodes`] implementation whose
+/// nodes match `graph` in number and order.
+pub fn execute_nodes<N: Nodes>(
     graph: &'static Graph,
     options: RunOptions,
     mut nodes: N,

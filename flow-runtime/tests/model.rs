@@ -3,7 +3,7 @@
 //!
 //! A random workflow is generated as a tree of `Sequential`, `Parallel`, `Conditional` and
 //! `Operation` steps, compiled to a [`Graph`] the way `workflow!` compiles it, and run by
-//! [`flow_runtime::execute`] on tokio's paused clock with a hand-written [`Nodes`] set that logs
+//! [`flow_runtime::execute_nodes`] on tokio's paused clock with a hand-written [`Nodes`] set that logs
 //! every start, end and decision. The model walks the same nodes in topological order and
 //! applies the rules of the design one node at a time; the two must agree on every status, on
 //! the run's result, on the failures it lists and on the causes of aborts.
@@ -21,7 +21,7 @@ use std::time::Duration;
 use flow_runtime::NodeStatus::{Aborted, Completed, Failed, Skipped};
 use flow_runtime::{
     Edge, EdgeKind, FailurePolicy, Graph, Leaf, NodeError, NodeInfo, NodeKind, NodeStatus, Nodes,
-    Plan, RunOptions, RunState, Slot, execute,
+    Plan, RunOptions, RunState, Slot, execute_nodes,
 };
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -869,7 +869,7 @@ fn run(wf: &Wf, graph: &'static Graph, options: RunOptions) -> Result<Observed, 
         // On the paused clock a run that hangs meets this timeout at once.
         tokio::time::timeout(
             Duration::from_secs(24 * 3600),
-            execute(graph, options, harness),
+            execute_nodes(graph, options, harness),
         )
         .await
     });

@@ -21,6 +21,7 @@ mod report;
 mod scheduler;
 mod scope;
 mod status;
+mod wake;
 
 pub use error::{BoxError, IntoNodeResult, NodeError, NodeFailure, WorkflowError};
 pub use events::{

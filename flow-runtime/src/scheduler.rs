@@ -26,6 +26,7 @@ use crate::policy::{CancelReason, CancelToken, FailurePolicy, NodePolicy};
 use crate::report::{NodeReport, Outcome, Report, ReportParts};
 use crate::scope::{OperationSpec, listen};
 use crate::status::NodeStatus;
+use crate::wake::WakeSet;
 
 /// Options of one run, set through a workflow's `runner()`.
 #[derive(Clone)]
@@ -136,9 +137,10 @@ enum Settle {
     Skipped,
 }
 
-/// A started operation: its current attempt, or the delay before its next one.
+/// A started operation: its current attempt, or the delay before its next one. One per node,
+/// in use while the node's status is `Running`.
+#[derive(Default)]
 struct Running {
-    node: u32,
     /// 1 for the first attempt.
     attempt: u32,
     /// Not polled yet: the first poll of an attempt listens for `#[operation]` defaults.
@@ -269,7 +271,13 @@ struct Scheduler {
     joins: Vec<JoinState>,
     state: RunState,
     ready: Vec<u32>,
+    /// Indexed by node; in use for the nodes whose status is `Running`.
     running: Vec<Running>,
+    /// How many nodes are running.
+    in_flight: usize,
+    /// The nodes to poll in this wake-up: those started since the last poll and those woken.
+    due: Vec<u32>,
+    wakes: Arc<WakeSet>,
     group_running: Vec<u32>,
     limit: usize,
     limited: bool,
@@ -324,7 +332,12 @@ impl Scheduler {
             state: RunState { errors: Vec::new() },
             // Room for the usual widths up front: growing these lists showed in profiles.
             ready: Vec::with_capacity(plan.roots.len().max(plan.pred_count.len().min(64))),
-            running: Vec::with_capacity(plan.pred_count.len().min(64)),
+            running: std::iter::repeat_with(Running::default)
+                .take(plan.pred_count.len())
+                .collect(),
+            in_flight: 0,
+            due: Vec::with_capacity(plan.pred_count.len().min(64)),
+            wakes: WakeSet::new(plan.pred_count.len()),
             group_running: vec![0; plan.group_limits.len()],
             limit,
             limited: limit != usize::MAX || !plan.group_limits.is_empty(),
@@ -421,7 +434,7 @@ impl Scheduler {
     }
 
     fn has_capacity(&self, node: u32) -> bool {
-        if self.running.len() >= self.limit {
+        if self.in_flight >= self.limit {
             return false;
         }
         match self.plan().node_groups.get(node as usize) {
@@ -461,44 +474,46 @@ impl Scheduler {
                 NodeKind::Operation => {
                     self.nodes[node as usize].status = NodeStatus::Running;
                     self.occupy(node, 1);
+                    self.in_flight += 1;
                     let deadline = self
                         .plan()
                         .policy(node as usize)
                         .deadline()
                         .map(timer)
                         .transpose();
-                    self.running.push(Running {
-                        node,
-                        attempt: 0,
-                        fresh: true,
-                        watch: None,
-                    });
-                    let index = self.running.len() - 1;
                     let started = deadline.and_then(|deadline| {
                         if let Some(deadline) = deadline {
-                            self.running[index].watch().deadline = Some(deadline);
+                            self.running[node as usize].watch().deadline = Some(deadline);
                         }
-                        self.start_attempt(leaves, index)
+                        self.start_attempt(leaves, node)
                     });
-                    if let Err(error) = started {
-                        self.running.pop();
-                        self.occupy(node, -1);
-                        self.fail(node, error);
+                    match started {
+                        Ok(()) => self.due.push(node),
+                        Err(error) => {
+                            self.release(node);
+                            self.fail(node, error);
+                        }
                     }
                 }
             }
         }
     }
 
-    /// Makes the future of the next attempt of `running[index]`.
-    fn start_attempt(&mut self, leaves: &mut Leaves<'_>, index: usize) -> Result<(), NodeError> {
-        let node = self.running[index].node;
+    /// A running node has stopped: it no longer counts against any limit, and its timers go.
+    fn release(&mut self, node: u32) {
+        self.running[node as usize] = Running::default();
+        self.in_flight -= 1;
+        self.occupy(node, -1);
+    }
+
+    /// Makes the future of `node`'s next attempt.
+    fn start_attempt(&mut self, leaves: &mut Leaves<'_>, node: u32) -> Result<(), NodeError> {
         let started = catch_unwind(AssertUnwindSafe(|| leaves[node as usize].as_mut().start()));
         if let Err(payload) = started {
             return Err(NodeError::Panicked(panic_message(payload)));
         }
         let timeout = self.node_policy(node).timeout().map(timer).transpose()?;
-        let running = &mut self.running[index];
+        let running = &mut self.running[node as usize];
         running.attempt += 1;
         running.fresh = true;
         if let Some(watch) = &mut running.watch {
@@ -621,43 +636,37 @@ impl Scheduler {
         (x >> 11) as f64 / (1u64 << 53) as f64
     }
 
-    /// Polls `running[from..]`, keeping the pending ones in order.
-    fn poll_running(&mut self, leaves: &mut Leaves<'_>, from: usize, cx: &mut Context<'_>) {
-        let mut write = from;
-        for read in from..self.running.len() {
+    /// Polls the due nodes (started or woken since the last poll), each with its own waker.
+    fn poll_due(&mut self, leaves: &mut Leaves<'_>) {
+        let mut due = std::mem::take(&mut self.due);
+        let wakes = Arc::clone(&self.wakes);
+        for &node in &due {
             if self.halt.is_some() {
-                // Keep the rest for `halt` to drop.
-                self.keep_running(write, read);
-                write += 1;
+                // `halt` stops whatever is still running.
+                break;
+            }
+            if self.nodes[node as usize].status != NodeStatus::Running {
+                // Woken after it ended (a timer or an earlier attempt's future).
                 continue;
             }
-            let node = self.running[read].node;
-            match self.poll_one(leaves, read, cx) {
-                None => {
-                    self.keep_running(write, read);
-                    write += 1;
-                }
-                Some(result) => {
-                    leaves[node as usize].as_mut().stop();
-                    self.occupy(node, -1);
-                    let attempts = self.running[read].attempt;
-                    self.record_attempts(node, attempts, 1);
-                    match result {
-                        Ok(()) => self.settle(node, Settle::Completed),
-                        Err(error) => self.fail(node, error),
-                    }
+            wakes.polling(node);
+            let waker = wakes.waker(node);
+            let mut cx = Context::from_waker(&waker);
+            if let Some(result) = self.poll_one(leaves, node, &mut cx) {
+                leaves[node as usize].as_mut().stop();
+                let attempts = self.running[node as usize].attempt;
+                self.release(node);
+                self.record_attempts(node, attempts, 1);
+                match result {
+                    Ok(()) => self.settle(node, Settle::Completed),
+                    Err(error) => self.fail(node, error),
                 }
             }
         }
-        self.running.truncate(write);
-    }
-
-    /// Moves `running[read]` down to `running[write]` (compacting the list in place).
-    #[inline]
-    fn keep_running(&mut self, write: usize, read: usize) {
-        if write != read {
-            self.running.swap(write, read);
-        }
+        // Keep the list's room for the next wake-up.
+        due.clear();
+        due.append(&mut self.due);
+        self.due = due;
     }
 
     /// Polls one running node: its deadline, its backoff, then its attempt. `None` while it
@@ -665,10 +674,10 @@ impl Scheduler {
     fn poll_one(
         &mut self,
         leaves: &mut Leaves<'_>,
-        index: usize,
+        node: u32,
         cx: &mut Context<'_>,
     ) -> Option<Result<(), NodeError>> {
-        let node = self.running[index].node;
+        let index = node as usize;
         loop {
             if let Some(deadline) = self.running[index].timer(|w| &mut w.deadline)
                 && deadline.as_mut().poll(cx).is_ready()
@@ -680,11 +689,11 @@ impl Scheduler {
                 if backoff.as_mut().poll(cx).is_pending() {
                     return None;
                 }
-                if let Err(error) = self.start_attempt(leaves, index) {
+                if let Err(error) = self.start_attempt(leaves, node) {
                     return Some(Err(error));
                 }
             }
-            let error = match self.poll_attempt(leaves, index, cx) {
+            let error = match self.poll_attempt(leaves, node, cx) {
                 Poll::Pending => return None,
                 Poll::Ready(Ok(())) => return Some(Ok(())),
                 Poll::Ready(Err(error)) => error,
@@ -717,14 +726,14 @@ impl Scheduler {
         }
     }
 
-    /// Polls the current attempt of `running[index]` and its timeout.
+    /// Polls the current attempt of `node` and its timeout.
     fn poll_attempt(
         &mut self,
         leaves: &mut Leaves<'_>,
-        index: usize,
+        node: u32,
         cx: &mut Context<'_>,
     ) -> Poll<Result<(), NodeError>> {
-        let node = self.running[index].node;
+        let index = node as usize;
         #[cfg(feature = "tracing")]
         let span = self.running[index]
             .watch
@@ -737,7 +746,7 @@ impl Scheduler {
             let (polled, heard) = listen(|| {
                 catch_unwind(AssertUnwindSafe(|| leaves[node as usize].as_mut().poll(cx)))
             });
-            match heard.map(|spec| self.heard(index, spec)) {
+            match heard.map(|spec| self.heard(node, spec)) {
                 Some(Err(error)) => Ok(Poll::Ready(Err(error))),
                 _ => polled,
             }
@@ -764,9 +773,9 @@ impl Scheduler {
         }
     }
 
-    /// Applies the defaults of the `#[operation]` that `running[index]` called.
-    fn heard(&mut self, index: usize, spec: &'static OperationSpec) -> Result<(), NodeError> {
-        let node = self.running[index].node as usize;
+    /// Applies the defaults of the `#[operation]` that `node` called.
+    fn heard(&mut self, node: u32, spec: &'static OperationSpec) -> Result<(), NodeError> {
+        let (index, node) = (node as usize, node as usize);
         if self.extras.operations.is_empty() {
             self.extras.operations.resize(self.len(), None);
         }
@@ -788,21 +797,22 @@ impl Scheduler {
     }
 
     fn poll(&mut self, leaves: &mut Leaves<'_>, cx: &mut Context<'_>) -> Poll<()> {
-        let mut from = 0;
+        self.wakes.register(cx.waker());
+        self.wakes.take(&mut self.due);
         loop {
             self.start_ready(leaves);
             if self.halt.is_some() {
                 self.stop_all(leaves);
                 return Poll::Ready(());
             }
-            if from == self.running.len() {
+            if self.due.is_empty() {
                 return if self.settled == self.len() {
                     Poll::Ready(())
                 } else {
                     Poll::Pending
                 };
             }
-            self.poll_running(leaves, from, cx);
+            self.poll_due(leaves);
             if self.halt.is_some() {
                 self.stop_all(leaves);
                 return Poll::Ready(());
@@ -810,17 +820,18 @@ impl Scheduler {
             if self.settled == self.len() {
                 return Poll::Ready(());
             }
-            // Everything still running has just been polled; only nodes started from here on
-            // need a first poll in this wake-up.
-            from = self.running.len();
         }
     }
 
     /// Ends the run early: drops every running operation and aborts every unfinished node.
     fn stop_all(&mut self, leaves: &mut Leaves<'_>) {
-        for running in std::mem::take(&mut self.running) {
-            leaves[running.node as usize].as_mut().stop();
-            self.record_attempts(running.node, running.attempt, 0);
+        for node in 0..self.len() as u32 {
+            if self.nodes[node as usize].status == NodeStatus::Running {
+                leaves[node as usize].as_mut().stop();
+                let attempts = self.running[node as usize].attempt;
+                self.release(node);
+                self.record_attempts(node, attempts, 0);
+            }
         }
         self.ready.clear();
         let len = self.len();

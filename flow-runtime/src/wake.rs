@@ -1,0 +1,265 @@
+//! Per-node wakers: when an operation's future is woken, the run is woken too, and on its next
+//! poll the scheduler polls that operation, and only the operations woken since.
+//!
+//! Without them every wake-up of the run polled every running operation: a fan of a thousand
+//! I/O calls that finish one at a time made a million polls (`FuturesUnordered` makes a
+//! thousand). Here each node has an [`Entry`] in one shared [`WakeSet`] per run; a node's waker
+//! points at its entry, and waking it pushes the node on a lock-free stack (once: a flag keeps
+//! it from being pushed twice) and wakes the run's own waker. The scheduler takes the whole
+//! stack at the start of each poll.
+
+use std::mem::ManuallyDrop;
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{RawWaker, RawWakerVTable, Waker};
+
+/// The end of the stack of woken nodes.
+const EMPTY: u32 = u32::MAX;
+
+/// The woken nodes of one run and the run's own waker. Shared by every node waker of the run
+/// (each holds a strong count), so a waker that outlives the run stays valid.
+pub(crate) struct WakeSet {
+    /// The waker of the task polling the run: woken whenever a node is.
+    parent: Mutex<Option<Waker>>,
+    /// The last node pushed on the stack of woken nodes (`EMPTY` when none): a Treiber stack
+    /// linked through [`Entry::next`]. Nodes are only pushed, and taken all at once.
+    head: AtomicU32,
+    entries: Box<[Entry]>,
+}
+
+/// One node's place in its run's [`WakeSet`]: what the node's waker points at.
+struct Entry {
+    /// The set this entry belongs to: the waker's strong count is on it.
+    set: *const WakeSet,
+    index: u32,
+    /// On the stack, or taken but not yet polled: a second wake has nothing to add.
+    woken: AtomicBool,
+    /// The node below this one on the stack.
+    next: AtomicU32,
+}
+
+// SAFETY: `set` is only read, to reach the set's atomics and mutex (which are `Sync`) and to
+// change its `Arc` strong count; everything else in an entry is atomic.
+unsafe impl Send for Entry {}
+// SAFETY: as above.
+unsafe impl Sync for Entry {}
+
+impl WakeSet {
+    /// A set for `len` nodes, none of them woken.
+    pub(crate) fn new(len: usize) -> Arc<WakeSet> {
+        let entries = (0..len)
+            .map(|index| Entry {
+                set: ptr::null(),
+                index: index as u32,
+                woken: AtomicBool::new(false),
+                next: AtomicU32::new(EMPTY),
+            })
+            .collect();
+        let mut set = Arc::new(WakeSet {
+            parent: Mutex::new(None),
+            head: AtomicU32::new(EMPTY),
+            entries,
+        });
+        let at = Arc::as_ptr(&set);
+        // Always `Some`: the `Arc` was made just above and has not been shared.
+        if let Some(fresh) = Arc::get_mut(&mut set) {
+            for entry in fresh.entries.iter_mut() {
+                entry.set = at;
+            }
+        }
+        set
+    }
+
+    /// Remembers the waker of the task polling the run (clones it only when it changed).
+    pub(crate) fn register(&self, waker: &Waker) {
+        let mut parent = self.parent.lock().unwrap_or_else(PoisonError::into_inner);
+        match &*parent {
+            Some(known) if known.will_wake(waker) => {}
+            _ => *parent = Some(waker.clone()),
+        }
+    }
+
+    /// Moves every node woken since the last call to the end of `out`, in the order they were
+    /// woken. Each stays marked woken until [`WakeSet::polling`]: a wake before then is not
+    /// lost, since the node is about to be polled.
+    pub(crate) fn take(&self, out: &mut Vec<u32>) {
+        let mut top = self.head.swap(EMPTY, Ordering::Acquire);
+        let start = out.len();
+        while top != EMPTY {
+            out.push(top);
+            top = self.entries[top as usize].next.load(Ordering::Relaxed);
+        }
+        out[start..].reverse();
+    }
+
+    /// Marks `node` not woken: called right before the scheduler polls it, so that a wake
+    /// during or after that poll pushes it again.
+    #[inline]
+    pub(crate) fn polling(&self, node: u32) {
+        self.entries[node as usize]
+            .woken
+            .store(false, Ordering::Release);
+    }
+
+    /// The waker of `node`, borrowed from the set: valid while the caller holds the set.
+    /// A future that keeps it clones it, which takes a strong count.
+    #[inline]
+    pub(crate) fn waker(&self, node: u32) -> ManuallyDrop<Waker> {
+        let entry: *const Entry = &self.entries[node as usize];
+        // SAFETY: the vtable's contract holds for an entry of a live set (see `VTABLE`); the
+        // `ManuallyDrop` keeps this borrowed waker from giving back a count it never took.
+        ManuallyDrop::new(unsafe { Waker::from_raw(RawWaker::new(entry.cast(), &VTABLE)) })
+    }
+
+    fn wake(&self, index: u32) {
+        let entry = &self.entries[index as usize];
+        if entry.woken.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let mut head = self.head.load(Ordering::Relaxed);
+        loop {
+            entry.next.store(head, Ordering::Relaxed);
+            match self
+                .head
+                .compare_exchange_weak(head, index, Ordering::Release, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(now) => head = now,
+            }
+        }
+        let parent = self.parent.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(parent) = &*parent {
+            parent.wake_by_ref();
+        }
+    }
+}
+
+/// A node waker's data pointer is its `*const Entry`; the entry's set is kept alive by one
+/// strong count per waker (none for the borrowed wakers of [`WakeSet::waker`]).
+static VTABLE: RawWakerVTable =
+    RawWakerVTable::new(waker_clone, waker_wake, waker_wake_by_ref, waker_drop);
+
+/// # Safety (all four)
+///
+/// `data` is a `*const Entry` of a set that is alive: its `Arc` has a strong count that this
+/// waker owns, or that the lender of a borrowed waker holds.
+unsafe fn waker_clone(data: *const ()) -> RawWaker {
+    // SAFETY: see above; the new waker owns the count taken here.
+    unsafe {
+        let entry = &*data.cast::<Entry>();
+        Arc::increment_strong_count(entry.set);
+    }
+    RawWaker::new(data, &VTABLE)
+}
+
+unsafe fn waker_wake(data: *const ()) {
+    // SAFETY: see above; `waker_drop` gives back this waker's count after the wake.
+    unsafe {
+        waker_wake_by_ref(data);
+        waker_drop(data);
+    }
+}
+
+unsafe fn waker_wake_by_ref(data: *const ()) {
+    // SAFETY: see above.
+    let entry = unsafe { &*data.cast::<Entry>() };
+    // SAFETY: the set is alive (see above).
+    let set = unsafe { &*entry.set };
+    set.wake(entry.index);
+}
+
+unsafe fn waker_drop(data: *const ()) {
+    // SAFETY: see above. The pointer is read before the count is given back, which may free
+    // the set and with it the entry.
+    unsafe {
+        let set = (*data.cast::<Entry>()).set;
+        Arc::decrement_strong_count(set);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::task::Wake;
+
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn parent() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        (count.clone(), Waker::from(count))
+    }
+
+    #[test]
+    fn woken_nodes_come_out_once_in_wake_order_and_wake_the_run() {
+        let set = WakeSet::new(4);
+        let (count, waker) = parent();
+        set.register(&waker);
+        set.waker(2).wake_by_ref();
+        set.waker(0).wake_by_ref();
+        set.waker(2).wake_by_ref();
+        let mut out = Vec::new();
+        set.take(&mut out);
+        assert_eq!(out, [2, 0]);
+        assert_eq!(
+            count.0.load(Ordering::SeqCst),
+            2,
+            "a repeated wake is not passed on"
+        );
+        set.take(&mut out);
+        assert_eq!(out, [2, 0], "nothing new was woken");
+        // Until the scheduler polls a node, waking it again adds nothing.
+        set.waker(0).wake_by_ref();
+        set.take(&mut out);
+        assert_eq!(out, [2, 0]);
+        set.polling(0);
+        set.waker(0).wake_by_ref();
+        out.clear();
+        set.take(&mut out);
+        assert_eq!(out, [0]);
+    }
+
+    #[test]
+    fn a_cloned_waker_keeps_the_set_alive_and_wakes_from_another_thread() {
+        let set = WakeSet::new(3);
+        let (count, waker) = parent();
+        set.register(&waker);
+        let node: Waker = (*set.waker(1)).clone();
+        assert_eq!(Arc::strong_count(&set), 2);
+        let weak = Arc::downgrade(&set);
+        std::thread::spawn(move || node.wake())
+            .join()
+            .expect("the waking thread");
+        assert_eq!(Arc::strong_count(&set), 1, "wake gave its count back");
+        let mut out = Vec::new();
+        set.take(&mut out);
+        assert_eq!(out, [1]);
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        // A clone that outlives the run's own handle still points at a live set.
+        let late: Waker = (*set.waker(2)).clone();
+        drop(set);
+        assert!(weak.upgrade().is_some());
+        late.wake_by_ref();
+        drop(late);
+        assert!(weak.upgrade().is_none(), "the last waker freed the set");
+    }
+
+    #[test]
+    fn a_changed_parent_waker_is_the_one_woken() {
+        let set = WakeSet::new(1);
+        let (first, waker) = parent();
+        set.register(&waker);
+        let (second, waker) = parent();
+        set.register(&waker);
+        set.waker(0).wake_by_ref();
+        assert_eq!(first.0.load(Ordering::SeqCst), 0);
+        assert_eq!(second.0.load(Ordering::SeqCst), 1);
+    }
+}

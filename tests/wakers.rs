@@ -1,0 +1,125 @@
+//! Each operation has its own waker: when one operation is woken, the run polls that one, not
+//! every operation in flight. A fan of gated operations, opened one at a time, counts the polls.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use flow::prelude::*;
+
+/// Gates that operations wait on, opened from outside, and a count of every poll they see.
+struct Gates {
+    open: Vec<AtomicBool>,
+    wakers: Mutex<Vec<Option<Waker>>>,
+    polls: AtomicUsize,
+}
+
+impl Gates {
+    fn new(len: usize) -> Arc<Gates> {
+        Arc::new(Gates {
+            open: (0..len).map(|_| AtomicBool::new(false)).collect(),
+            wakers: Mutex::new(vec![None; len]),
+            polls: AtomicUsize::new(0),
+        })
+    }
+
+    fn open(&self, gate: usize) {
+        self.open[gate].store(true, Ordering::SeqCst);
+        let waker = self.wakers.lock().expect("gates")[gate].take();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+/// Waits until its gate is open, counting its polls.
+struct Gate<'a> {
+    gates: &'a Gates,
+    gate: usize,
+}
+
+impl Future for Gate<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.gates.polls.fetch_add(1, Ordering::SeqCst);
+        let mut wakers = self.gates.wakers.lock().expect("gates");
+        if self.gates.open[self.gate].load(Ordering::SeqCst) {
+            return Poll::Ready(());
+        }
+        wakers[self.gate] = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+async fn wait(gates: &Gates, gate: usize) -> Result<usize, Infallible> {
+    Gate { gates, gate }.await;
+    Ok(gate)
+}
+
+const GATES: usize = 24;
+
+macro_rules! fan {
+    ($($gate:literal)*) => {
+        workflow! {
+            /// Every operation waits on its own gate.
+            Fan(gates: Arc<Gates>) {
+                Parallel {
+                    $( Operation(wait(&gates, $gate)), )*
+                }
+            }
+        }
+    };
+}
+
+fan!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23);
+
+/// Opens every gate, last first, one per turn of the runtime.
+async fn open_all(gates: Arc<Gates>) {
+    for gate in (0..GATES).rev() {
+        gates.open(gate);
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_woken_operation_is_polled_alone() {
+    let gates = Gates::new(GATES);
+    let opener = tokio::spawn(open_all(gates.clone()));
+    Fan::run(gates.clone()).await.expect("the fan succeeds");
+    opener.await.expect("the opener");
+    let polls = gates.polls.load(Ordering::SeqCst);
+    // One poll to start each operation and one after its gate opened: 48. Polling every
+    // operation in flight on every wake-up makes 24 + (24 + 23 + .. + 1) = 324.
+    assert!(
+        (GATES..=2 * GATES).contains(&polls),
+        "{polls} polls for {GATES} gates opened one at a time"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wakes_from_other_threads_are_not_lost() {
+    for _ in 0..20 {
+        let gates = Gates::new(GATES);
+        let opener = std::thread::spawn({
+            let gates = gates.clone();
+            move || {
+                for gate in 0..GATES {
+                    gates.open(gate);
+                    std::thread::yield_now();
+                }
+            }
+        });
+        // A lost wake-up would leave the run pending forever: fail instead of hanging.
+        let run = tokio::time::timeout(Duration::from_secs(60), Fan::run(gates.clone()));
+        run.await
+            .expect("a lost wake-up: the run never finished")
+            .expect("the fan succeeds");
+        opener.join().expect("the opener");
+        assert!(gates.polls.load(Ordering::SeqCst) <= 2 * GATES);
+    }
+}

@@ -110,6 +110,9 @@ def main() -> int:
                         f"| {shape} | {variant} | dagrs ÷ flow | {speedup:.1f}x | ≥ 10x | "
                         f"{'met' if speedup >= 10 else 'MISSED'} |"
                     )
+    table, _ = shape_table(root, "fan_gated", NODES["fan"])
+    if table is not None:
+        print(table + "\n")
     for shape in ("chain", "fan", "layered", "mixed"):
         table, _ = shape_table(root, f"observer_{shape}", NODES[shape], reference="run")
         if table is not None:

@@ -3,7 +3,8 @@
 //! Shapes of 1000 operations (chain, fan-out/fan-in, 100 layers of 10) and the 50-node mixed
 //! workflow, each with the immediate and the yielding operation, on a tokio `current_thread`
 //! runtime; the yielding fan and layered graphs and the mixed workflow also on a multi-thread
-//! runtime (where dagrs's per-node tasks can use both cores); and the cost of observers.
+//! runtime (where dagrs's per-node tasks can use both cores); the fan with nodes that finish
+//! one per turn of the runtime (`fan_gated`); and the cost of observers.
 //!
 //! `cargo bench --bench shapes` runs everything (about ten minutes on two cores);
 //! `cargo bench --bench shapes -- chain_` runs one group. `python3 benches/report.py` turns
@@ -19,7 +20,7 @@ use criterion::measurement::WallTime;
 use criterion::{BatchSize, BenchmarkGroup, Criterion, Throughput};
 use tokio::runtime::Runtime;
 
-use common::{MIXED_NODES, MIXED_OUTPUT, NODES, WIDTH, dag, hand, ok, ops};
+use common::{MIXED_NODES, MIXED_OUTPUT, NODES, WIDTH, dag, gate, hand, ok, ops};
 
 /// One module per operation, each with every benchmarked workflow calling it as `op`.
 macro_rules! workflows {
@@ -37,6 +38,13 @@ macro_rules! workflows {
 }
 
 workflows!(imm, yld);
+
+/// The fan with the gated operation: its nodes finish one per turn of the runtime.
+mod gated {
+    use crate::common::gate::gated as op;
+    use flow::workflow;
+    include!("generated/fan_1000.rs");
+}
 
 /// Benchmarks `run` on `rt`: one call of `run` is one iteration.
 fn bench<F, Fut>(group: &mut BenchmarkGroup<'_, WallTime>, id: &str, rt: &Runtime, run: F)
@@ -102,6 +110,19 @@ fn check(rt: &Runtime) {
     }
     assert_eq!(imm::Mixed::GRAPH.nodes.len(), MIXED_NODES);
     assert_eq!(ok(rt.block_on(hand::mixed(ops::imm, 0))), MIXED_OUTPUT);
+    let (gated, ()) = rt.block_on(async {
+        gate::reset();
+        tokio::join!(gated::Fan1000::run(0), gate::open(NODES))
+    });
+    assert_eq!(gated.ok(), Some(2));
+    let (gated, ()) = rt.block_on(async {
+        gate::reset();
+        tokio::join!(
+            hand::fan_unordered(gate::gated, 0, NODES),
+            gate::open(NODES)
+        )
+    });
+    assert_eq!(ok(gated), 2);
     assert_eq!(ok(rt.block_on(hand::fan_unordered(ops::yld, 0, NODES))), 2);
     assert_eq!(
         ok(rt.block_on(hand::layered(ops::yld, 0, NODES, WIDTH))),
@@ -212,6 +233,34 @@ fn multi_thread(c: &mut Criterion, rt: &Runtime) {
     g.finish();
 }
 
+/// The fan whose nodes finish one per turn (`common::gate`): each contender runs beside the
+/// task that opens the gates, in one `join!`.
+fn gated_fan(c: &mut Criterion, rt: &Runtime) {
+    let mut g = c.benchmark_group("fan_gated");
+    g.throughput(Throughput::Elements(NODES as u64));
+    bench(&mut g, "flow_run", rt, || async {
+        gate::reset();
+        tokio::join!(gated::Fan1000::run(black_box(0)), gate::open(NODES)).0
+    });
+    bench(&mut g, "hand_join_all", rt, || async {
+        gate::reset();
+        tokio::join!(
+            hand::fan_join_all(gate::gated, black_box(0), NODES),
+            gate::open(NODES)
+        )
+        .0
+    });
+    bench(&mut g, "hand_unordered", rt, || async {
+        gate::reset();
+        tokio::join!(
+            hand::fan_unordered(gate::gated, black_box(0), NODES),
+            gate::open(NODES)
+        )
+        .0
+    });
+    g.finish();
+}
+
 /// The cost of observing a run (immediate operation, `current_thread`): no observer and no log
 /// (`run`), the runner with its log turned off (the same code path plus the report), an
 /// observer that does nothing, a `Recorder` (fresh for every run), and the event log.
@@ -263,6 +312,7 @@ fn main() {
     check(&rt);
     shapes!(&mut c, &rt, "imm", imm, false);
     shapes!(&mut c, &rt, "yield", yld, true);
+    gated_fan(&mut c, &rt);
     observer_group!(&mut c, &rt, "chain", imm::Chain1000, NODES);
     observer_group!(&mut c, &rt, "fan", imm::Fan1000, NODES);
     observer_group!(&mut c, &rt, "layered", imm::Layered1000, NODES);

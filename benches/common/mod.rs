@@ -32,6 +32,81 @@ pub mod ops {
     }
 }
 
+/// An operation that waits for its turn: each call takes a ticket on its first poll, and
+/// [`gate::open`] opens one ticket per turn of the runtime. A fan of gated operations finishes
+/// one node per turn, as a fan of real I/O calls does; what it measures is the cost of a wake-up
+/// that concerns one node out of a thousand in flight.
+pub mod gate {
+    use super::Infallible;
+    use std::cell::RefCell;
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Poll, Waker};
+
+    #[derive(Default)]
+    struct Gates {
+        tickets: usize,
+        opened: usize,
+        wakers: Vec<Option<Waker>>,
+    }
+
+    thread_local! {
+        static GATES: RefCell<Gates> = RefCell::default();
+    }
+
+    struct Ticket(Option<usize>);
+
+    impl Future for Ticket {
+        type Output = ();
+
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            GATES.with_borrow_mut(|gates| {
+                let ticket = *self.0.get_or_insert_with(|| {
+                    gates.tickets += 1;
+                    gates.tickets - 1
+                });
+                if ticket < gates.opened {
+                    return Poll::Ready(());
+                }
+                if gates.wakers.len() <= ticket {
+                    gates.wakers.resize(ticket + 1, None);
+                }
+                gates.wakers[ticket] = Some(cx.waker().clone());
+                Poll::Pending
+            })
+        }
+    }
+
+    /// `x + 1`, once this call's ticket is open.
+    pub async fn gated(x: u64) -> Result<u64, Infallible> {
+        Ticket(None).await;
+        Ok(x + 1)
+    }
+
+    /// Forgets every ticket: call it before each run.
+    pub fn reset() {
+        GATES.with_borrow_mut(|gates| *gates = Gates::default());
+    }
+
+    /// Opens `n` tickets, one per turn of the runtime. Run it beside the workflow in one task
+    /// (`join!`), on one thread, after [`reset`].
+    pub async fn open(n: usize) {
+        for _ in 0..n {
+            let waker = GATES.with_borrow_mut(|gates| {
+                gates.opened += 1;
+                gates
+                    .wakers
+                    .get_mut(gates.opened - 1)
+                    .and_then(Option::take)
+            });
+            if let Some(waker) = waker {
+                waker.wake();
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
 /// The hand-written equivalents, generic over the operation.
 pub mod hand {
     use super::Future;

@@ -1,5 +1,7 @@
-//! Each operation has its own waker: when one operation is woken, the run polls that one, not
-//! every operation in flight. A fan of gated operations, opened one at a time, counts the polls.
+//! Above a few operations in flight each operation has its own waker: when one is woken, the
+//! run polls that one, not every operation in flight. A fan of gated operations, opened one at
+//! a time, counts the polls; a wide fan with timeouts and retries checks that the timers of a
+//! node wake that node.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -121,5 +123,83 @@ async fn wakes_from_other_threads_are_not_lost() {
             .expect("the fan succeeds");
         opener.join().expect("the opener");
         assert!(gates.polls.load(Ordering::SeqCst) <= 2 * GATES);
+    }
+}
+
+/// Fails its first attempt, after sleeping a little.
+#[derive(Debug)]
+struct Flaked;
+
+impl std::fmt::Display for Flaked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("flaked")
+    }
+}
+
+impl std::error::Error for Flaked {}
+
+/// Attempts per operation of the wide fan.
+struct Attempts(Vec<AtomicUsize>);
+
+async fn flaky(attempts: &Attempts, index: usize) -> Result<usize, Flaked> {
+    tokio::time::sleep(Duration::from_millis(1 + index as u64)).await;
+    match attempts.0[index].fetch_add(1, Ordering::SeqCst) {
+        0 => Err(Flaked),
+        _ => Ok(index),
+    }
+}
+
+async fn slow() -> Result<(), Infallible> {
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    Ok(())
+}
+
+macro_rules! wide {
+    ($($index:literal)*) => {
+        workflow! {
+            /// More operations in flight than share the run's waker, each with its own timers.
+            Wide(attempts: Arc<Attempts>) {
+                Parallel {
+                    $( Operation(flaky(&attempts, $index), retries = 1, backoff = "3ms"), )*
+                    late = Operation(slow(), timeout = "50ms"),
+                }
+            }
+        }
+    };
+}
+
+wide!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23);
+
+#[tokio::test(start_paused = true)]
+async fn timers_of_a_node_wake_that_node() {
+    let attempts = Arc::new(Attempts((0..GATES).map(|_| AtomicUsize::new(0)).collect()));
+    // A timer that woke nobody would leave the run pending; the paused clock then jumps to
+    // this limit and the test fails instead of hanging.
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(3600),
+        Wide::runner().execute(attempts.clone()),
+    )
+    .await
+    .expect("a lost timer wake-up: the run never finished");
+    let report = &outcome.report;
+    for node in report.nodes() {
+        if node.name == "late" {
+            assert_eq!(node.status, NodeStatus::Failed);
+            assert!(
+                node.error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("timed out")),
+                "{node:?}"
+            );
+        } else {
+            assert_eq!(node.status, NodeStatus::Completed, "{node:?}");
+            assert_eq!(node.attempts, 2, "{node:?}");
+            assert_eq!(node.failed_attempts, ["flaked"], "{node:?}");
+        }
+    }
+    assert_eq!(report.nodes().len(), GATES + 1);
+    assert!(outcome.result.is_err(), "the timed-out node fails the run");
+    for count in &attempts.0 {
+        assert_eq!(count.load(Ordering::SeqCst), 2);
     }
 }

@@ -118,6 +118,11 @@ impl RunOptions {
 
 const NO_CAUSE: u32 = u32::MAX;
 
+/// Up to this many operations in flight, the scheduler polls them with the run's own waker
+/// (and all of them on each wake-up); above it, each with its own (`wake.rs`). `join_all`
+/// makes the same switch at 30.
+const SHARED_WAKER_LIMIT: usize = 16;
+
 #[derive(Clone, Copy)]
 struct NodeState {
     status: NodeStatus,
@@ -277,7 +282,8 @@ struct Scheduler {
     in_flight: usize,
     /// The nodes to poll in this wake-up: those started since the last poll and those woken.
     due: Vec<u32>,
-    wakes: Arc<WakeSet>,
+    /// Running nodes last polled with the run's own waker: due on every wake-up.
+    shared: Vec<u32>,
     group_running: Vec<u32>,
     limit: usize,
     limited: bool,
@@ -337,7 +343,7 @@ impl Scheduler {
                 .collect(),
             in_flight: 0,
             due: Vec::with_capacity(plan.pred_count.len().min(64)),
-            wakes: WakeSet::new(plan.pred_count.len()),
+            shared: Vec::with_capacity(SHARED_WAKER_LIMIT),
             group_running: vec![0; plan.group_limits.len()],
             limit,
             limited: limit != usize::MAX || !plan.group_limits.is_empty(),
@@ -637,9 +643,18 @@ impl Scheduler {
     }
 
     /// Polls the due nodes (started or woken since the last poll), each with its own waker.
-    fn poll_due(&mut self, leaves: &mut Leaves<'_>) {
+    ///
+    /// While few nodes are in flight (`SHARED_WAKER_LIMIT`), a node is polled with the run's own
+    /// waker instead, as `join_all` does for small sets: its wake-up then costs what a
+    /// hand-written `join!` pays, and the run polls every such node (at most that many) on each
+    /// wake-up, since it cannot tell which one was woken.
+    fn poll_due(
+        &mut self,
+        leaves: &mut Leaves<'_>,
+        wakes: &mut Option<Arc<WakeSet>>,
+        parent: &Context<'_>,
+    ) {
         let mut due = std::mem::take(&mut self.due);
-        let wakes = Arc::clone(&self.wakes);
         for &node in &due {
             if self.halt.is_some() {
                 // `halt` stops whatever is still running.
@@ -649,10 +664,24 @@ impl Scheduler {
                 // Woken after it ended (a timer or an earlier attempt's future).
                 continue;
             }
-            wakes.polling(node);
-            let waker = wakes.waker(node);
-            let mut cx = Context::from_waker(&waker);
-            if let Some(result) = self.poll_one(leaves, node, &mut cx) {
+            let result = if self.in_flight <= SHARED_WAKER_LIMIT {
+                let result = self.poll_one(leaves, node, &mut Context::from_waker(parent.waker()));
+                if result.is_none() {
+                    self.shared.push(node);
+                }
+                result
+            } else {
+                // Made on first use: small and narrow workflows never need it.
+                let wakes = wakes.get_or_insert_with(|| {
+                    let wakes = WakeSet::new(self.len());
+                    wakes.register(parent.waker());
+                    wakes
+                });
+                wakes.polling(node);
+                let waker = wakes.waker(node);
+                self.poll_one(leaves, node, &mut Context::from_waker(&waker))
+            };
+            if let Some(result) = result {
                 leaves[node as usize].as_mut().stop();
                 let attempts = self.running[node as usize].attempt;
                 self.release(node);
@@ -796,9 +825,20 @@ impl Scheduler {
         Ok(())
     }
 
-    fn poll(&mut self, leaves: &mut Leaves<'_>, cx: &mut Context<'_>) -> Poll<()> {
-        self.wakes.register(cx.waker());
-        self.wakes.take(&mut self.due);
+    /// Polls the run: starts what is ready and polls the nodes started or woken (`wakes` holds
+    /// the nodes' wakers) until nothing more can happen in this wake-up.
+    fn poll(
+        &mut self,
+        leaves: &mut Leaves<'_>,
+        wakes: &mut Option<Arc<WakeSet>>,
+        cx: &Context<'_>,
+    ) -> Poll<()> {
+        // Nodes polled with the run's waker may be the ones woken; the others say so.
+        self.due.append(&mut self.shared);
+        if let Some(wakes) = wakes {
+            wakes.register(cx.waker());
+            wakes.take(&mut self.due);
+        }
         loop {
             self.start_ready(leaves);
             if self.halt.is_some() {
@@ -812,7 +852,7 @@ impl Scheduler {
                     Poll::Pending
                 };
             }
-            self.poll_due(leaves);
+            self.poll_due(leaves, wakes, cx);
             if self.halt.is_some() {
                 self.stop_all(leaves);
                 return Poll::Ready(());
@@ -1233,6 +1273,8 @@ pub fn execute_nodes<N: Nodes>(
         let mut table = Table::new(nodes);
         debug_assert_eq!(table.len(), graph.nodes.len());
         let mut scheduler = Scheduler::new(graph, &options);
+        // The nodes' own wakers, made when the first node needs one.
+        let mut wakes = None;
         let mut deadline = match options.deadline.map(timer).transpose() {
             Ok(deadline) => deadline,
             Err(error) => {
@@ -1269,7 +1311,7 @@ pub fn execute_nodes<N: Nodes>(
                     return Poll::Ready(());
                 }
             }
-            scheduler.poll(leaves, cx)
+            scheduler.poll(leaves, &mut wakes, cx)
         })
         .await;
         scheduler.finish()

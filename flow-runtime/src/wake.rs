@@ -10,7 +10,7 @@
 
 use std::mem::ManuallyDrop;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{RawWaker, RawWakerVTable, Waker};
 
@@ -22,6 +22,11 @@ const EMPTY: u32 = u32::MAX;
 pub(crate) struct WakeSet {
     /// The waker of the task polling the run: woken whenever a node is.
     parent: Mutex<Option<Waker>>,
+    /// Which waker `parent` holds (its data and vtable pointers), so that the usual poll, by
+    /// the same task as the last one, finds it unchanged without taking the lock. Written only
+    /// by [`WakeSet::register`], which only the polling side calls.
+    parent_data: AtomicPtr<()>,
+    parent_vtable: AtomicPtr<RawWakerVTable>,
     /// The last node pushed on the stack of woken nodes (`EMPTY` when none): a Treiber stack
     /// linked through [`Entry::next`]. Nodes are only pushed, and taken all at once.
     head: AtomicU32,
@@ -58,6 +63,8 @@ impl WakeSet {
             .collect();
         let mut set = Arc::new(WakeSet {
             parent: Mutex::new(None),
+            parent_data: AtomicPtr::new(ptr::null_mut()),
+            parent_vtable: AtomicPtr::new(ptr::null_mut()),
             head: AtomicU32::new(EMPTY),
             entries,
         });
@@ -73,17 +80,27 @@ impl WakeSet {
 
     /// Remembers the waker of the task polling the run (clones it only when it changed).
     pub(crate) fn register(&self, waker: &Waker) {
-        let mut parent = self.parent.lock().unwrap_or_else(PoisonError::into_inner);
-        match &*parent {
-            Some(known) if known.will_wake(waker) => {}
-            _ => *parent = Some(waker.clone()),
+        let data = waker.data().cast_mut();
+        let vtable = ptr::from_ref(waker.vtable()).cast_mut();
+        if self.parent_data.load(Ordering::Relaxed) == data
+            && self.parent_vtable.load(Ordering::Relaxed) == vtable
+        {
+            // The same waker as last time (what `Waker::will_wake` compares).
+            return;
         }
+        let mut parent = self.parent.lock().unwrap_or_else(PoisonError::into_inner);
+        *parent = Some(waker.clone());
+        self.parent_data.store(data, Ordering::Relaxed);
+        self.parent_vtable.store(vtable, Ordering::Relaxed);
     }
 
     /// Moves every node woken since the last call to the end of `out`, in the order they were
     /// woken. Each stays marked woken until [`WakeSet::polling`]: a wake before then is not
     /// lost, since the node is about to be polled.
     pub(crate) fn take(&self, out: &mut Vec<u32>) {
+        if self.head.load(Ordering::Relaxed) == EMPTY {
+            return;
+        }
         let mut top = self.head.swap(EMPTY, Ordering::Acquire);
         let start = out.len();
         while top != EMPTY {

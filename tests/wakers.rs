@@ -203,3 +203,67 @@ async fn timers_of_a_node_wake_that_node() {
         assert_eq!(count.load(Ordering::SeqCst), 2);
     }
 }
+
+/// Never finishes and never wakes anyone: only its deadline, an `#[operation]` default, ends it.
+#[operation(deadline = "50ms")]
+async fn hangs() -> Result<(), Infallible> {
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+workflow! {
+    /// One hanging operation alone: it shares the run's waker.
+    Alone() {
+        stuck = Operation(hangs())
+    }
+}
+
+macro_rules! crowd {
+    ($($index:literal)*) => {
+        workflow! {
+            /// A hanging operation among more than share the run's waker.
+            Crowd(attempts: Arc<Attempts>) {
+                Parallel {
+                    $( Operation(flaky(&attempts, $index), retries = 1), )*
+                    stuck = Operation(hangs()),
+                }
+            }
+        }
+    };
+}
+
+crowd!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23);
+
+/// The status, error and end (on the run's clock) of the node named `stuck`.
+fn stuck(report: &flow::Report) -> (NodeStatus, Option<String>, Option<Duration>) {
+    let node = report
+        .nodes()
+        .iter()
+        .find(|node| node.name == "stuck")
+        .expect("a node named stuck");
+    (node.status, node.error.clone(), node.ended)
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_operation_default_deadline_ends_a_node_that_nobody_wakes() {
+    // On the paused clock a hung run makes the guard jump an hour ahead (and poll the run once
+    // more on the way out), so the check is on the report's clock: the node must end at its
+    // 50 ms deadline, not when the guard fires.
+    let limit = Duration::from_secs(3600);
+    let alone = tokio::time::timeout(limit, Alone::runner().execute())
+        .await
+        .expect("the deadline never fired: the run hung");
+    let attempts = Arc::new(Attempts((0..GATES).map(|_| AtomicUsize::new(0)).collect()));
+    let crowd = tokio::time::timeout(limit, Crowd::runner().execute(attempts))
+        .await
+        .expect("the deadline never fired among many: the run hung");
+    for outcome in [&alone.report, &crowd.report] {
+        let (status, error, ended) = stuck(outcome);
+        assert_eq!(status, NodeStatus::Failed);
+        assert_eq!(ended, Some(Duration::from_millis(50)), "{error:?}");
+        assert!(
+            error.as_deref().is_some_and(|e| e.contains("deadline")),
+            "{error:?}"
+        );
+    }
+}

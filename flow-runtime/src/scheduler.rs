@@ -722,8 +722,21 @@ impl Scheduler {
                     return Some(Err(error));
                 }
             }
+            let had_deadline = self.running[index].timer(|w| &mut w.deadline).is_some();
             let error = match self.poll_attempt(leaves, node, cx) {
-                Poll::Pending => return None,
+                Poll::Pending => {
+                    // A deadline that this poll made (an `#[operation]`'s default, heard on the
+                    // attempt's first poll) must be polled once to wake the node when it passes:
+                    // nothing else polls a node that nobody wakes.
+                    if !had_deadline
+                        && let Some(deadline) = self.running[index].timer(|w| &mut w.deadline)
+                        && deadline.as_mut().poll(cx).is_ready()
+                    {
+                        let after = self.node_policy(node).deadline().unwrap_or_default();
+                        return Some(Err(NodeError::DeadlineExceeded(after)));
+                    }
+                    return None;
+                }
                 Poll::Ready(Ok(())) => return Some(Ok(())),
                 Poll::Ready(Err(error)) => error,
             };

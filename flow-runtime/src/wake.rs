@@ -8,7 +8,9 @@
 //! it from being pushed twice) and, when the stack was empty, wakes the run's own waker. The
 //! scheduler takes the whole stack at the start of each poll.
 
+use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
+use std::ops::Deref;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -31,6 +33,22 @@ pub(crate) struct WakeSet {
     /// linked through [`Entry::next`]. Nodes are only pushed, and taken all at once.
     head: AtomicU32,
     entries: Box<[Entry]>,
+}
+
+/// A node's waker borrowed from its [`WakeSet`] (no strong count of its own): usable only as
+/// `&Waker` and only while the set is borrowed.
+pub(crate) struct NodeWaker<'a> {
+    waker: ManuallyDrop<Waker>,
+    _set: PhantomData<&'a WakeSet>,
+}
+
+impl Deref for NodeWaker<'_> {
+    type Target = Waker;
+
+    #[inline]
+    fn deref(&self) -> &Waker {
+        &self.waker
+    }
 }
 
 /// One node's place in its run's [`WakeSet`]: what the node's waker points at.
@@ -89,9 +107,15 @@ impl WakeSet {
             return;
         }
         let mut parent = self.parent.lock().unwrap_or_else(PoisonError::into_inner);
-        *parent = Some(waker.clone());
-        self.parent_data.store(data, Ordering::Relaxed);
-        self.parent_vtable.store(vtable, Ordering::Relaxed);
+        let kept = waker.clone();
+        // The pointers of the waker kept (a clone may have other ones than the original): the
+        // check above is then `kept.will_wake(waker)`, and the kept clone keeps its data alive,
+        // so no other waker can take that address while it is recorded.
+        self.parent_data
+            .store(kept.data().cast_mut(), Ordering::Relaxed);
+        self.parent_vtable
+            .store(ptr::from_ref(kept.vtable()).cast_mut(), Ordering::Relaxed);
+        *parent = Some(kept);
     }
 
     /// Moves every node woken since the last call to the end of `out`, in the order they were
@@ -112,21 +136,31 @@ impl WakeSet {
 
     /// Marks `node` not woken: called right before the scheduler polls it, so that a wake
     /// during or after that poll pushes it again.
+    ///
+    /// A swap, not a store: a wake that finds the flag still set pushes nothing, so whatever its
+    /// waker saw before waking must be visible to the poll that follows. The swap reads the
+    /// flag that wake wrote (acquire), as `FuturesUnordered` does with its `queued` flag.
     #[inline]
     pub(crate) fn polling(&self, node: u32) {
         self.entries[node as usize]
             .woken
-            .store(false, Ordering::Release);
+            .swap(false, Ordering::AcqRel);
     }
 
-    /// The waker of `node`, borrowed from the set: valid while the caller holds the set.
-    /// A future that keeps it clones it, which takes a strong count.
+    /// The waker of `node`, borrowed from the set for as long as the set is borrowed. A future
+    /// that keeps it clones it, which takes a strong count.
     #[inline]
-    pub(crate) fn waker(&self, node: u32) -> ManuallyDrop<Waker> {
+    pub(crate) fn waker(&self, node: u32) -> NodeWaker<'_> {
         let entry: *const Entry = &self.entries[node as usize];
-        // SAFETY: the vtable's contract holds for an entry of a live set (see `VTABLE`); the
-        // `ManuallyDrop` keeps this borrowed waker from giving back a count it never took.
-        ManuallyDrop::new(unsafe { Waker::from_raw(RawWaker::new(entry.cast(), &VTABLE)) })
+        // SAFETY: the vtable's contract holds for an entry of a live set (see `VTABLE`), and the
+        // set outlives the returned borrow. The `ManuallyDrop` keeps this borrowed waker from
+        // giving back a count it never took; `NodeWaker` hands out only `&Waker`.
+        let waker =
+            ManuallyDrop::new(unsafe { Waker::from_raw(RawWaker::new(entry.cast(), &VTABLE)) });
+        NodeWaker {
+            waker,
+            _set: PhantomData,
+        }
     }
 
     fn wake(&self, index: u32) {

@@ -4,8 +4,9 @@
     python3 benches/gen/typeck_shapes.py VARIANT SHAPE N [--slots ..] [--ty u64|string] > /tmp/w.rs
     time rustc --edition 2024 --crate-type lib --emit=metadata -o /dev/null /tmp/w.rs
 
-e.g. VARIANT `base` (the first round's expansion) or `tt_lets` with `--slots interarena` (the
-candidate of docs/performance.md, "A measured way out"); SHAPE chain, fan or layered. The mock
+e.g. VARIANT `base` (the first round's expansion) or `tt_lets` with `--slots inter` (the shape
+`workflow!` generates since the third round; `--slots interarena` puts the slots in a heap arena;
+docs/performance.md, "The shape that fixed it"); SHAPE chain, fan or layered. The mock
 runtime mirrors the first round's `Pair`/`Op`/`BoxedOp` signatures, which is what the type
 checker sees of the generated code; the tables in docs/performance.md came from it.
 

@@ -6,41 +6,21 @@
 //! then, on CI too). Here the capturing subscriber is the global default, installed
 //! before any flow callsite is met, and no other test shares the process.
 
-use std::convert::Infallible;
-use std::fmt;
-use std::time::Duration;
+mod common;
 
 use flow::prelude::*;
-use tokio::time::sleep;
 
-#[derive(Debug)]
-struct Broken;
-impl fmt::Display for Broken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("broken")
-    }
-}
-impl std::error::Error for Broken {}
-
-async fn task(ms: u64) -> Result<u64, Infallible> {
-    sleep(Duration::from_millis(ms)).await;
-    Ok(ms)
-}
-
-async fn broken(ms: u64) -> Result<u64, Broken> {
-    sleep(Duration::from_millis(ms)).await;
-    Err(Broken)
-}
+use common::{Log, fail, work};
 
 workflow! {
     /// A node that fails and is retried once, and a node that times out.
-    Traced() {
+    Traced(log: Log) {
         Parallel {
             Sequential {
-                bad = Operation(broken(5), retries = 1, backoff = "10ms"),
-                Operation(task(1)),
+                bad = Operation(fail(&log, "bad", 5), retries = 1, backoff = "10ms"),
+                Operation(work(&log, "after", 1)),
             },
-            slow = Operation(task(100), timeout = "20ms"),
+            slow = Operation(work(&log, "slow", 100), timeout = "20ms"),
         }
     }
 }
@@ -111,7 +91,7 @@ fn tracing_gets_a_span_per_attempt_and_warnings_for_failures() {
         .start_paused(true)
         .build()
         .expect("runtime");
-    let outcome = runtime.block_on(Traced::runner().execute());
+    let outcome = runtime.block_on(async { Traced::runner().execute(Log::new()).await });
     assert!(outcome.result.is_err(), "bad and slow fail the run");
     let spans = capture.spans.lock().expect("not poisoned").clone();
     for attempt in [1, 2] {

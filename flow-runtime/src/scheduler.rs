@@ -817,7 +817,7 @@ impl Scheduler {
 
     /// Applies the defaults of the `#[operation]` that `node` called.
     fn heard(&mut self, node: u32, spec: &'static OperationSpec) -> Result<(), NodeError> {
-        let (index, node) = (node as usize, node as usize);
+        let node = node as usize;
         if self.extras.operations.is_empty() {
             self.extras.operations.resize(self.len(), None);
         }
@@ -827,13 +827,13 @@ impl Scheduler {
         if own.timeout_ms.is_none()
             && let Some(after) = spec.policy.timeout()
         {
-            self.running[index].watch().timeout = Some(timer(after)?);
+            self.running[node].watch().timeout = Some(timer(after)?);
         }
         if first
             && own.deadline_ms.is_none()
             && let Some(after) = spec.policy.deadline()
         {
-            self.running[index].watch().deadline = Some(timer(after)?);
+            self.running[node].watch().deadline = Some(timer(after)?);
         }
         Ok(())
     }

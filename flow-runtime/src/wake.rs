@@ -2,7 +2,7 @@
 //! poll the scheduler polls that operation, and only the operations woken since.
 //!
 //! Without them every wake-up of the run polled every running operation: a fan of a thousand
-//! I/O calls that finish one at a time made a million polls (`FuturesUnordered` makes a
+//! I/O calls that finish one at a time made half a million polls (`FuturesUnordered` makes a
 //! thousand). Here each node has an [`Entry`] in one shared [`WakeSet`] per run; a node's waker
 //! points at its entry, and waking it pushes the node on a lock-free stack (once: a flag keeps
 //! it from being pushed twice) and, when the stack was empty, wakes the run's own waker. The

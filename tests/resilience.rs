@@ -242,6 +242,51 @@ async fn retries_until_success_with_fixed_backoff() {
     assert_eq!(ms, [0, 100, 200]);
 }
 
+/// Waits `ms` first, then fails until the `succeed_on`-th attempt: each failure comes on a later
+/// poll than the attempt's first, and attempt 2 panics instead of returning an error.
+async fn slow_flaky(
+    log: &Log,
+    name: &'static str,
+    ms: u64,
+    succeed_on: usize,
+) -> Result<u32, Failure> {
+    log.note(name);
+    let attempt = log.count(name);
+    sleep(Duration::from_millis(ms)).await;
+    match attempt {
+        a if a >= succeed_on => Ok(a as u32),
+        2 => panic!("attempt 2 panicked"),
+        a => Err(Failure(format!("attempt {a} failed"))),
+    }
+}
+
+workflow! {
+    /// Retries of attempts that fail after they were pending, beside a node that is not retried.
+    RetriedLater(log: &Log) -> u32 {
+        Parallel {
+            value = Operation(slow_flaky(log, "slow", 10, 3), retries = 2, backoff = "100ms"),
+            other = Operation(ok(log, "other", 5)),
+        }
+        => value + other
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn attempts_that_fail_after_pending_are_retried() {
+    let log = Log::default();
+    let outcome = RetriedLater::runner().execute(&log).await;
+    assert_eq!(outcome.result.expect("third attempt succeeds"), 4);
+    let node = &outcome.report.nodes()[0];
+    assert_eq!(node.attempts, 3);
+    assert_eq!(
+        node.failed_attempts,
+        ["attempt 1 failed", "panicked: attempt 2 panicked"]
+    );
+    // Each attempt waits 10 ms before it fails; then the backoff of 100 ms.
+    let ms: Vec<u128> = log.times("slow").iter().map(Duration::as_millis).collect();
+    assert_eq!(ms, [0, 110, 220]);
+}
+
 workflow! {
     /// Exponential backoff with a cap; gives up after the last retry.
     Exhausted(log: &Log) {

@@ -184,6 +184,19 @@ struct Watch {
     span: Option<tracing::Span>,
 }
 
+/// A node's poll, with a panic caught.
+type PollResult = std::thread::Result<Poll<Result<(), NodeError>>>;
+
+/// What [`Scheduler::poll_one`] did before it handed a node to [`Scheduler::poll_watched`].
+enum Polled {
+    /// Nothing: the node has timers or a span, the long way polls it.
+    Not,
+    /// It polled the node and the attempt failed.
+    Failed(NodeError),
+    /// It made the attempt's first poll, which heard an `#[operation]`'s defaults.
+    Given(PollResult, Option<&'static OperationSpec>),
+}
+
 /// What a decision's test can see: the errors of failed and aborted nodes.
 ///
 /// Generated code reads it through [`RunState::outcome`]; users never build one.
@@ -479,20 +492,26 @@ impl Scheduler {
                 NodeKind::Decision => self.decide(leaves, node),
                 NodeKind::Operation => {
                     self.nodes[node as usize].status = NodeStatus::Running;
-                    self.occupy(node, 1);
+                    if self.limited {
+                        self.occupy(node, 1);
+                    }
                     self.in_flight += 1;
-                    let deadline = self
-                        .plan()
-                        .policy(node as usize)
-                        .deadline()
-                        .map(timer)
-                        .transpose();
-                    let started = deadline.and_then(|deadline| {
-                        if let Some(deadline) = deadline {
-                            self.running[node as usize].watch().deadline = Some(deadline);
-                        }
+                    let started = if self.plan().policies.is_empty() {
+                        // No step of the workflow has a policy: no deadline to set.
                         self.start_attempt(leaves, node)
-                    });
+                    } else {
+                        self.plan()
+                            .policy(node as usize)
+                            .deadline()
+                            .map(timer)
+                            .transpose()
+                            .and_then(|deadline| {
+                                if let Some(deadline) = deadline {
+                                    self.running[node as usize].watch().deadline = Some(deadline);
+                                }
+                                self.start_attempt(leaves, node)
+                            })
+                    };
                     match started {
                         Ok(()) => self.due.push(node),
                         Err(error) => {
@@ -506,10 +525,18 @@ impl Scheduler {
     }
 
     /// A running node has stopped: it no longer counts against any limit, and its timers go.
+    #[inline(always)]
     fn release(&mut self, node: u32) {
-        self.running[node as usize] = Running::default();
+        let running = &mut self.running[node as usize];
+        running.attempt = 0;
+        running.fresh = false;
+        if running.watch.is_some() {
+            running.watch = None;
+        }
         self.in_flight -= 1;
-        self.occupy(node, -1);
+        if self.limited {
+            self.occupy(node, -1);
+        }
     }
 
     /// Makes the future of `node`'s next attempt.
@@ -518,7 +545,11 @@ impl Scheduler {
         if let Err(payload) = started {
             return Err(NodeError::Panicked(panic_message(payload)));
         }
-        let timeout = self.node_policy(node).timeout().map(timer).transpose()?;
+        let timeout = if self.plan().policies.is_empty() && self.extras.operations.is_empty() {
+            None
+        } else {
+            self.node_policy(node).timeout().map(timer).transpose()?
+        };
         let running = &mut self.running[node as usize];
         running.attempt += 1;
         running.fresh = true;
@@ -698,8 +729,11 @@ impl Scheduler {
         self.due = due;
     }
 
-    /// Polls one running node: its deadline, its backoff, then its attempt. `None` while it
-    /// is still going; `Some` with its final result.
+    /// Polls one running node. `None` while it is still going; `Some` with its final result.
+    ///
+    /// The common case is short: a node without timers or span. Everything else (timers, an
+    /// `#[operation]`'s defaults heard on the first poll, a failed attempt) goes through
+    /// [`Scheduler::poll_watched`].
     fn poll_one(
         &mut self,
         leaves: &mut Leaves<'_>,
@@ -707,7 +741,60 @@ impl Scheduler {
         cx: &mut Context<'_>,
     ) -> Option<Result<(), NodeError>> {
         let index = node as usize;
+        let running = &mut self.running[index];
+        if running.watch.is_some() {
+            return self.poll_watched(leaves, node, cx, Polled::Not);
+        }
+        let polled = if running.fresh {
+            running.fresh = false;
+            // The attempt's first poll: it may hear an `#[operation]`'s defaults.
+            let (polled, heard) =
+                listen(|| catch_unwind(AssertUnwindSafe(|| leaves[index].as_mut().poll(cx))));
+            if heard.is_some() {
+                // Its defaults may bring timers: the long way applies them.
+                return self.poll_watched(leaves, node, cx, Polled::Given(polled, heard));
+            }
+            polled
+        } else {
+            catch_unwind(AssertUnwindSafe(|| leaves[index].as_mut().poll(cx)))
+        };
+        match polled {
+            Ok(Poll::Pending) => None,
+            Ok(Poll::Ready(Ok(()))) => Some(Ok(())),
+            Ok(Poll::Ready(Err(error))) => {
+                self.poll_watched(leaves, node, cx, Polled::Failed(error))
+            }
+            Err(payload) => {
+                let error = NodeError::Panicked(panic_message(payload));
+                self.poll_watched(leaves, node, cx, Polled::Failed(error))
+            }
+        }
+    }
+
+    /// Polls one running node the long way: its deadline, its backoff, then its attempt and
+    /// the attempt's timeout. `polled` says what [`Scheduler::poll_one`] has already done.
+    #[inline(never)]
+    fn poll_watched(
+        &mut self,
+        leaves: &mut Leaves<'_>,
+        node: u32,
+        cx: &mut Context<'_>,
+        polled: Polled,
+    ) -> Option<Result<(), NodeError>> {
+        let index = node as usize;
+        let (mut failed, mut given) = match polled {
+            Polled::Not => (None, None),
+            Polled::Failed(error) => (Some(error), None),
+            Polled::Given(result, heard) => (None, Some((result, heard))),
+        };
         loop {
+            if let Some(error) = failed.take() {
+                // An attempt that failed: retry it after its backoff, or give up.
+                if let Some(done) = self.retry_or_give_up(leaves, node, error) {
+                    return Some(done);
+                }
+                continue;
+            }
             if let Some(deadline) = self.running[index].timer(|w| &mut w.deadline)
                 && deadline.as_mut().poll(cx).is_ready()
             {
@@ -723,7 +810,7 @@ impl Scheduler {
                 }
             }
             let had_deadline = self.running[index].timer(|w| &mut w.deadline).is_some();
-            let error = match self.poll_attempt(leaves, node, cx) {
+            let error = match self.poll_attempt(leaves, node, cx, given.take()) {
                 Poll::Pending => {
                     // A deadline that this poll made (an `#[operation]`'s default, heard on the
                     // attempt's first poll) must be polled once to wake the node when it passes:
@@ -740,40 +827,55 @@ impl Scheduler {
                 Poll::Ready(Ok(())) => return Some(Ok(())),
                 Poll::Ready(Err(error)) => error,
             };
-            // The attempt failed: retry after a delay, or give up.
-            let running = &self.running[index];
-            let attempt = running.attempt;
-            let policy = self.node_policy(node);
-            if attempt > policy.retries() {
-                return Some(Err(error));
+            if let Some(done) = self.retry_or_give_up(leaves, node, error) {
+                return Some(done);
             }
-            leaves[node as usize].as_mut().stop();
-            self.record_attempt_error(node, &error);
-            let mut delay = policy.backoff.unwrap_or_default().delay(attempt);
-            if policy.jitter.unwrap_or(false) {
-                delay = delay.mul_f64(self.jitter_fraction(node, attempt));
-            }
-            self.emit(Some(node), attempt, || EventKind::Retrying {
-                error: error.to_string(),
-                delay,
-            });
-            let backoff = match timer(delay) {
-                Ok(backoff) => backoff,
-                Err(error) => return Some(Err(error)),
-            };
-            let watch = self.running[index].watch();
-            watch.timeout = None;
-            watch.backoff = Some(backoff);
             // Loop: poll the new backoff so that its timer is registered (or fires at once).
         }
     }
 
+    /// An attempt of `node` failed: sets the backoff timer before the next attempt and returns
+    /// `None`, or returns the node's final error when no retry is left (or no timer can be made).
+    fn retry_or_give_up(
+        &mut self,
+        leaves: &mut Leaves<'_>,
+        node: u32,
+        error: NodeError,
+    ) -> Option<Result<(), NodeError>> {
+        let attempt = self.running[node as usize].attempt;
+        let policy = self.node_policy(node);
+        if attempt > policy.retries() {
+            return Some(Err(error));
+        }
+        leaves[node as usize].as_mut().stop();
+        self.record_attempt_error(node, &error);
+        let mut delay = policy.backoff.unwrap_or_default().delay(attempt);
+        if policy.jitter.unwrap_or(false) {
+            delay = delay.mul_f64(self.jitter_fraction(node, attempt));
+        }
+        self.emit(Some(node), attempt, || EventKind::Retrying {
+            error: error.to_string(),
+            delay,
+        });
+        let backoff = match timer(delay) {
+            Ok(backoff) => backoff,
+            Err(error) => return Some(Err(error)),
+        };
+        let watch = self.running[node as usize].watch();
+        watch.timeout = None;
+        watch.backoff = Some(backoff);
+        None
+    }
+
     /// Polls the current attempt of `node` and its timeout.
+    ///
+    /// `given` is the result and what was heard of a first poll already made.
     fn poll_attempt(
         &mut self,
         leaves: &mut Leaves<'_>,
         node: u32,
         cx: &mut Context<'_>,
+        given: Option<(PollResult, Option<&'static OperationSpec>)>,
     ) -> Poll<Result<(), NodeError>> {
         let index = node as usize;
         #[cfg(feature = "tracing")]
@@ -783,7 +885,12 @@ impl Scheduler {
             .and_then(|w| w.span.clone());
         #[cfg(feature = "tracing")]
         let _entered = span.as_ref().map(tracing::Span::enter);
-        let polled = if self.running[index].fresh {
+        let polled = if let Some((polled, heard)) = given {
+            match heard.map(|spec| self.heard(node, spec)) {
+                Some(Err(error)) => Ok(Poll::Ready(Err(error))),
+                _ => polled,
+            }
+        } else if self.running[index].fresh {
             self.running[index].fresh = false;
             let (polled, heard) = listen(|| {
                 catch_unwind(AssertUnwindSafe(|| leaves[node as usize].as_mut().poll(cx)))
@@ -914,19 +1021,26 @@ impl Scheduler {
         }
     }
 
+    #[inline(always)]
     fn mark(&mut self, node: u32, how: Settle) {
-        let state = &mut self.nodes[node as usize];
-        state.status = match how {
+        self.nodes[node as usize].status = match how {
             Settle::Completed => NodeStatus::Completed,
             Settle::Failed => NodeStatus::Failed,
             Settle::Aborted(_) => NodeStatus::Aborted,
             Settle::Skipped => NodeStatus::Skipped,
         };
         self.settled += 1;
-        if matches!(how, Settle::Completed) && self.recording.is_none() {
-            // The common case: nothing to record, no failure to pass on.
-            return;
+        if !matches!(how, Settle::Completed) || self.recording.is_some() {
+            // Not the common case, where there is nothing to record and no failure to pass on.
+            self.mark_more(node, how);
         }
+    }
+
+    /// The rest of [`Scheduler::mark`]: passes a failure on and records the event.
+    #[cold]
+    #[inline(never)]
+    fn mark_more(&mut self, node: u32, how: Settle) {
+        let state = &mut self.nodes[node as usize];
         if let Settle::Aborted(cause) = how {
             state.abort_cause = cause;
         }

@@ -302,7 +302,51 @@ macro_rules! observer_group {
     }};
 }
 
+/// Runs one contender `runs` times (`repeat <shape>_<op> <runs>` on the command line), for
+/// counting instructions under callgrind, which this machine's timing noise does not touch:
+///
+/// ```text
+/// valgrind --tool=callgrind --collect-atstart=no --toggle-collect='shapes::repeat' \
+///     target/release/deps/shapes-<hash> repeat chain_yield 20
+/// ```
+///
+/// The count divided by `runs × 1000` is instructions per node (the run's set-up included).
+#[inline(never)]
+fn repeat(rt: &Runtime, which: &str, runs: usize) -> Option<u64> {
+    let mut total = 0;
+    for _ in 0..runs {
+        total += match which {
+            "chain_imm" => rt.block_on(imm::Chain1000::run(black_box(0))).ok()?,
+            "chain_yield" => rt.block_on(yld::Chain1000::run(black_box(0))).ok()?,
+            "fan_imm" => rt.block_on(imm::Fan1000::run(black_box(0))).ok()?,
+            "fan_yield" => rt.block_on(yld::Fan1000::run(black_box(0))).ok()?,
+            "layered_imm" => rt.block_on(imm::Layered1000::run(black_box(0))).ok()?,
+            "layered_yield" => rt.block_on(yld::Layered1000::run(black_box(0))).ok()?,
+            "hand_chain_yield" => ok(rt.block_on(hand::chain(ops::yld, black_box(0), NODES))),
+            "hand_layered_yield" => {
+                ok(rt.block_on(hand::layered(ops::yld, black_box(0), NODES, WIDTH)))
+            }
+            _ => return None,
+        };
+    }
+    Some(total)
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let [_, mode, which, runs] = &args[..]
+        && mode == "repeat"
+    {
+        let runs = runs.parse().unwrap_or(1);
+        let rt = common::current_thread();
+        match repeat(&rt, which, runs) {
+            Some(total) => println!("{which}: {runs} runs, outputs sum to {total}"),
+            None => {
+                eprintln!("repeat: unknown contender `{which}` (see `repeat` in benches/shapes.rs)")
+            }
+        }
+        return;
+    }
     let mut c = Criterion::default()
         .sample_size(20)
         .warm_up_time(Duration::from_millis(500))

@@ -685,8 +685,11 @@ impl Scheduler {
         wakes: &mut Option<Arc<WakeSet>>,
         parent: &Context<'_>,
     ) {
-        let mut due = std::mem::take(&mut self.due);
-        for &node in &due {
+        // Polling adds nothing to `due` (nodes started from here on are polled by the next
+        // round), so the list is walked by index and cleared at the end, keeping its room.
+        let mut i = 0;
+        while let Some(&node) = self.due.get(i) {
+            i += 1;
             if self.halt.is_some() {
                 // `halt` stops whatever is still running.
                 break;
@@ -723,10 +726,7 @@ impl Scheduler {
                 }
             }
         }
-        // Keep the list's room for the next wake-up.
-        due.clear();
-        due.append(&mut self.due);
-        self.due = due;
+        self.due.clear();
     }
 
     /// Polls one running node. `None` while it is still going; `Some` with its final result.
@@ -954,7 +954,11 @@ impl Scheduler {
         cx: &Context<'_>,
     ) -> Poll<()> {
         // Nodes polled with the run's waker may be the ones woken; the others say so.
-        self.due.append(&mut self.shared);
+        if self.due.is_empty() {
+            std::mem::swap(&mut self.due, &mut self.shared);
+        } else {
+            self.due.append(&mut self.shared);
+        }
         if let Some(wakes) = wakes {
             wakes.register(cx.waker());
             wakes.take(&mut self.due);

@@ -1095,7 +1095,12 @@ impl Scheduler {
 
     fn settle(&mut self, node: u32, how: Settle) {
         self.mark(node, how);
-        self.settled_one(node, how);
+        if matches!(how, Settle::Completed) {
+            // The common case: a completed node passes on no failure and no skip.
+            self.reach(self.plan().successors(node as usize), node, NO_CAUSE, false);
+        } else {
+            self.settled_one(node, how);
+        }
         while let Some((node, how)) = self.work.pop() {
             self.settled_one(node, how);
         }

@@ -337,7 +337,10 @@ fn main() {
     if let [_, mode, which, runs] = &args[..]
         && mode == "repeat"
     {
-        let runs = runs.parse().unwrap_or(1);
+        let Ok(runs) = runs.parse() else {
+            eprintln!("repeat: `{runs}` is not a number of runs");
+            return;
+        };
         let rt = common::current_thread();
         match repeat(&rt, which, runs) {
             Some(total) => println!("{which}: {runs} runs, outputs sum to {total}"),

@@ -496,22 +496,18 @@ impl Scheduler {
                         self.occupy(node, 1);
                     }
                     self.in_flight += 1;
-                    let started = if self.plan().policies.is_empty() {
-                        // No step of the workflow has a policy: no deadline to set.
+                    let deadline = self
+                        .plan()
+                        .policy(node as usize)
+                        .deadline()
+                        .map(timer)
+                        .transpose();
+                    let started = deadline.and_then(|deadline| {
+                        if let Some(deadline) = deadline {
+                            self.running[node as usize].watch().deadline = Some(deadline);
+                        }
                         self.start_attempt(leaves, node)
-                    } else {
-                        self.plan()
-                            .policy(node as usize)
-                            .deadline()
-                            .map(timer)
-                            .transpose()
-                            .and_then(|deadline| {
-                                if let Some(deadline) = deadline {
-                                    self.running[node as usize].watch().deadline = Some(deadline);
-                                }
-                                self.start_attempt(leaves, node)
-                            })
-                    };
+                    });
                     match started {
                         Ok(()) => self.due.push(node),
                         Err(error) => {
@@ -530,6 +526,8 @@ impl Scheduler {
         let running = &mut self.running[node as usize];
         running.attempt = 0;
         running.fresh = false;
+        // Tested first: assigning alone calls the box's drop glue out of line for every node
+        // (~10 instructions per node in the counts), though most have no `Watch`.
         if running.watch.is_some() {
             running.watch = None;
         }
@@ -545,11 +543,7 @@ impl Scheduler {
         if let Err(payload) = started {
             return Err(NodeError::Panicked(panic_message(payload)));
         }
-        let timeout = if self.plan().policies.is_empty() && self.extras.operations.is_empty() {
-            None
-        } else {
-            self.node_policy(node).timeout().map(timer).transpose()?
-        };
+        let timeout = self.node_policy(node).timeout().map(timer).transpose()?;
         let running = &mut self.running[node as usize];
         running.attempt += 1;
         running.fresh = true;
@@ -1095,28 +1089,37 @@ impl Scheduler {
 
     fn settle(&mut self, node: u32, how: Settle) {
         self.mark(node, how);
-        if matches!(how, Settle::Completed) {
-            // The common case: a completed node passes on no failure and no skip.
-            self.reach(self.plan().successors(node as usize), node, NO_CAUSE, false);
-        } else {
-            self.settled_one(node, how);
-        }
+        self.settled_one(node, how);
         while let Some((node, how)) = self.work.pop() {
             self.settled_one(node, how);
         }
     }
 
-    /// Tells everything after `node` that it has settled; nodes settled in turn go on `work`.
-    #[inline]
+    /// Tells everything after `node` that it has settled, passing on its failure (the cause)
+    /// or its skip; nodes settled in turn go on `work`.
+    #[inline(always)]
     fn settled_one(&mut self, node: u32, how: Settle) {
-        if matches!(how, Settle::Skipped)
-            && self.graph.nodes[node as usize].kind == NodeKind::Decision
-        {
+        let (cause, skipped) = match how {
+            // The common case: nothing to pass on.
+            Settle::Completed => (NO_CAUSE, false),
+            Settle::Failed => (node, false),
+            Settle::Aborted(cause) => (cause, false),
+            Settle::Skipped => {
+                self.skip_branches(node);
+                (NO_CAUSE, true)
+            }
+        };
+        self.reach(self.plan().successors(node as usize), node, cause, skipped);
+    }
+
+    /// A skipped decision takes neither branch: both are skipped.
+    #[cold]
+    fn skip_branches(&mut self, node: u32) {
+        if self.graph.nodes[node as usize].kind == NodeKind::Decision {
             let plan = self.plan();
             self.skip_all(plan.then_nodes[node as usize]);
             self.skip_all(plan.else_nodes[node as usize]);
         }
-        self.propagate(node, how);
     }
 
     /// Marks a whole untaken branch skipped, then tells the nodes outside it.
@@ -1127,16 +1130,6 @@ impl Scheduler {
                 self.work.push((node, Settle::Skipped));
             }
         }
-    }
-
-    fn propagate(&mut self, node: u32, how: Settle) {
-        let cause = match how {
-            Settle::Failed => node,
-            Settle::Aborted(cause) => cause,
-            _ => NO_CAUSE,
-        };
-        let skipped = matches!(how, Settle::Skipped);
-        self.reach(self.plan().successors(node as usize), node, cause, skipped);
     }
 
     /// Tells the targets of `entries` that `node` has settled; `cause` is the failure it passes

@@ -1376,12 +1376,18 @@ pub fn execute<T: IntoNodes>(
 
 /// As [`execute`], with each operation's future in one arena allocated per run: for large
 /// workflows, whose run future would otherwise hold every node's future.
+///
+/// The node set itself (every node's closure and record, tens of bytes each) goes to the heap
+/// too: inline, it made a 1000-node run future about 49 KB, which every move of the future
+/// copies (tokio's `block_on` moves it and boxes it, a caller's `async fn` moves it into its
+/// own state); about a fifth of the instructions of such a run were those copies.
 pub fn execute_in_arena<T: IntoNodes>(
     graph: &'static Graph,
     options: RunOptions,
     tree: T,
 ) -> impl Future<Output = Finished> {
-    execute_nodes(graph, options, tree.in_arena())
+    let mut nodes = Box::pin(tree.in_arena());
+    async move { run_nodes(graph, options, nodes.as_mut()).await }
 }
 
 /// As [`execute`], over a node set built some other way: any [`Nodes`] implementation whose
@@ -1399,52 +1405,62 @@ pub fn execute_nodes<N: Nodes>(
         // SAFETY: `nodes` is a variable of this future's state, which is pinned while it is
         // polled, and it is never moved again: the name now stands for the pinned reference.
         let nodes = unsafe { Pin::new_unchecked(&mut nodes) };
-        let mut table = Table::new(nodes);
-        debug_assert_eq!(table.len(), graph.nodes.len());
-        let mut scheduler = Scheduler::new(graph, &options);
-        // The nodes' own wakers, made when the first node needs one.
-        let mut wakes = None;
-        let mut deadline = match options.deadline.map(timer).transpose() {
-            Ok(deadline) => deadline,
-            Err(error) => {
-                scheduler.halt = Some(Halt::NoTimer(error.to_string()));
-                scheduler.stop_all(table.leaves());
-                return scheduler.finish();
-            }
-        };
-        let token = options.cancel.clone();
-        let cancelled = async {
-            match &token {
-                Some(token) => token.cancelled().await,
-                None => std::future::pending().await,
-            }
-        };
-        let mut cancelled = std::pin::pin!(cancelled);
-        let watched = token.is_some() || deadline.is_some();
-        std::future::poll_fn(|cx| {
-            let leaves = table.leaves();
-            if watched {
-                let reason = if cancelled.as_mut().poll(cx).is_ready() {
-                    Some(CancelReason::Token)
-                } else if deadline
-                    .as_mut()
-                    .is_some_and(|d| d.as_mut().poll(cx).is_ready())
-                {
-                    options.deadline.map(CancelReason::Deadline)
-                } else {
-                    None
-                };
-                if let Some(reason) = reason {
-                    scheduler.halt = Some(Halt::Cancelled(reason));
-                    scheduler.stop_all(leaves);
-                    return Poll::Ready(());
-                }
-            }
-            scheduler.poll(leaves, &mut wakes, cx)
-        })
-        .await;
-        scheduler.finish()
+        run_nodes(graph, options, nodes).await
     }
+}
+
+/// Runs the pinned node set `nodes` to the end: the body of [`execute_nodes`] and
+/// [`execute_in_arena`], which differ only in where the set lives.
+async fn run_nodes<N: Nodes>(
+    graph: &'static Graph,
+    options: RunOptions,
+    nodes: Pin<&mut N>,
+) -> Finished {
+    let mut table = Table::new(nodes);
+    debug_assert_eq!(table.len(), graph.nodes.len());
+    let mut scheduler = Scheduler::new(graph, &options);
+    // The nodes' own wakers, made when the first node needs one.
+    let mut wakes = None;
+    let mut deadline = match options.deadline.map(timer).transpose() {
+        Ok(deadline) => deadline,
+        Err(error) => {
+            scheduler.halt = Some(Halt::NoTimer(error.to_string()));
+            scheduler.stop_all(table.leaves());
+            return scheduler.finish();
+        }
+    };
+    let token = options.cancel.clone();
+    let cancelled = async {
+        match &token {
+            Some(token) => token.cancelled().await,
+            None => std::future::pending().await,
+        }
+    };
+    let mut cancelled = std::pin::pin!(cancelled);
+    let watched = token.is_some() || deadline.is_some();
+    std::future::poll_fn(|cx| {
+        let leaves = table.leaves();
+        if watched {
+            let reason = if cancelled.as_mut().poll(cx).is_ready() {
+                Some(CancelReason::Token)
+            } else if deadline
+                .as_mut()
+                .is_some_and(|d| d.as_mut().poll(cx).is_ready())
+            {
+                options.deadline.map(CancelReason::Deadline)
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                scheduler.halt = Some(Halt::Cancelled(reason));
+                scheduler.stop_all(leaves);
+                return Poll::Ready(());
+            }
+        }
+        scheduler.poll(leaves, &mut wakes, cx)
+    })
+    .await;
+    scheduler.finish()
 }
 
 /// A run that has ended: every node's status and every failure. Generated code turns it into an

@@ -322,3 +322,17 @@ over_aligned!(a00 a01 a02 a03 a04 a05 a06 a07 a08 a09 a10 a11 a12 a13 a14 a15 a1
 async fn arena_places_keep_each_future_aligned() {
     assert!(OverAligned::run().await.expect("every node succeeds"));
 }
+
+#[test]
+fn a_large_run_future_does_not_carry_its_nodes() {
+    let live = Live::default();
+    let run = Wide::run(&live);
+    // Measured: 2304 bytes with the node set on the heap, 4536 with it inline in the future
+    // (its 70 nodes at 32 bytes each), where every move of the future copied it. What stays
+    // per node (about 33 bytes) is the generated `execute`'s own state, not analysed.
+    let size = std::mem::size_of_val(&run);
+    assert!(
+        size < 70 * 48,
+        "the run future of a 70-node workflow is {size} bytes"
+    );
+}

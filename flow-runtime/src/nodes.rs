@@ -31,10 +31,13 @@ pub trait Leaf {
     fn start(self: Pin<&mut Self>);
 
     /// Polls the current attempt. Resolves to `Ready(Err(..))` when the operation failed.
+    /// When it resolves, the leaf drops the attempt's future before returning, so the
+    /// scheduler calls [`stop`](Leaf::stop) only on an attempt cut short (one call fewer per
+    /// node that ends by itself).
     /// A decision is always ready.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), NodeError>>;
 
-    /// Drops the current attempt's future, if any (completion, cancellation, timeout).
+    /// Drops the current attempt's future, if any (cancellation, a timeout, a panic, a retry).
     fn stop(self: Pin<&mut Self>);
 
     /// Evaluates a decision's test; `false` for an operation.
@@ -201,10 +204,15 @@ where
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), NodeError>> {
-        match self.project().running.as_pin_mut() {
-            Some(fut) => fut.poll(cx),
-            None => not_started(),
+        let mut running = self.project().running;
+        let Some(fut) = running.as_mut().as_pin_mut() else {
+            return not_started();
+        };
+        let polled = fut.poll(cx);
+        if polled.is_ready() {
+            running.set(None);
         }
+        polled
     }
 
     #[inline]
@@ -310,7 +318,11 @@ where
             // SAFETY: a running node's future lives at `place`, which does not move until the
             // arena is freed, after every node was stopped.
             Some(place) if this.running => {
-                unsafe { Pin::new_unchecked(&mut *place.as_ptr()) }.poll(cx)
+                let polled = unsafe { Pin::new_unchecked(&mut *place.as_ptr()) }.poll(cx);
+                if polled.is_ready() {
+                    this.stop_future();
+                }
+                polled
             }
             _ => not_started(),
         }

@@ -126,6 +126,9 @@ const SHARED_WAKER_LIMIT: usize = 16;
 #[derive(Clone, Copy)]
 struct NodeState {
     status: NodeStatus,
+    /// A decision (else an operation): kept here, beside the status that starting a node
+    /// writes, rather than looked up in the graph's node list.
+    decision: bool,
     /// Predecessors not yet settled.
     remaining: u32,
     /// The failed node whose failure reached this one, or `NO_CAUSE`.
@@ -318,6 +321,10 @@ struct Scheduler {
     decided: Option<bool>,
     /// Whether the caller wants the per-node report.
     report: bool,
+    /// Starting an attempt is making its future and nothing else: no step has a policy, no
+    /// `#[operation]`'s defaults were heard, nobody records events and no subscriber can want
+    /// a span. Cleared when an operation is heard.
+    lean: bool,
 }
 
 impl Scheduler {
@@ -326,8 +333,10 @@ impl Scheduler {
         let nodes: Vec<NodeState> = plan
             .pred_count
             .iter()
-            .map(|&count| NodeState {
+            .zip(graph.nodes)
+            .map(|(&count, info)| NodeState {
                 status: NodeStatus::Idle,
+                decision: info.kind == NodeKind::Decision,
                 remaining: count,
                 abort_cause: NO_CAUSE,
                 skip: false,
@@ -385,7 +394,9 @@ impl Scheduler {
             }),
             decided: None,
             report: options.report,
+            lean: false,
         };
+        scheduler.lean = plan.policies.is_empty() && scheduler.recording.is_none() && !spans();
         scheduler.emit(None, 0, || EventKind::RunStarted {
             workflow: graph.name,
             nodes: graph.nodes.len() as u32,
@@ -478,8 +489,8 @@ impl Scheduler {
         let mut i = 0;
         while i < self.ready.len() && self.halt.is_none() {
             let node = self.ready[i];
-            let kind = self.graph.nodes[node as usize].kind;
-            if kind == NodeKind::Operation && self.limited && !self.has_capacity(node) {
+            let decision = self.nodes[node as usize].decision;
+            if !decision && self.limited && !self.has_capacity(node) {
                 i += 1;
                 continue;
             }
@@ -488,33 +499,25 @@ impl Scheduler {
             } else {
                 self.ready.swap_remove(i);
             }
-            match kind {
-                NodeKind::Decision => self.decide(leaves, node),
-                NodeKind::Operation => {
-                    self.nodes[node as usize].status = NodeStatus::Running;
-                    if self.limited {
-                        self.occupy(node, 1);
-                    }
-                    self.in_flight += 1;
-                    let deadline = self
-                        .plan()
-                        .policy(node as usize)
-                        .deadline()
-                        .map(timer)
-                        .transpose();
-                    let started = deadline.and_then(|deadline| {
-                        if let Some(deadline) = deadline {
-                            self.running[node as usize].watch().deadline = Some(deadline);
-                        }
-                        self.start_attempt(leaves, node)
-                    });
-                    match started {
-                        Ok(()) => self.due.push(node),
-                        Err(error) => {
-                            self.release(node);
-                            self.fail(node, error);
-                        }
-                    }
+            if decision {
+                self.decide(leaves, node);
+                continue;
+            }
+            self.nodes[node as usize].status = NodeStatus::Running;
+            if self.limited {
+                self.occupy(node, 1);
+            }
+            self.in_flight += 1;
+            let started = if self.lean {
+                self.start_attempt(leaves, node)
+            } else {
+                self.start_first(leaves, node)
+            };
+            match started {
+                Ok(()) => self.due.push(node),
+                Err(error) => {
+                    self.release(node);
+                    self.fail(node, error);
                 }
             }
         }
@@ -537,16 +540,39 @@ impl Scheduler {
         }
     }
 
-    /// Makes the future of `node`'s next attempt.
+    /// Starts `node`'s first attempt when the run is not lean: its deadline over all attempts
+    /// first.
+    #[inline(never)]
+    fn start_first(&mut self, leaves: &mut Leaves<'_>, node: u32) -> Result<(), NodeError> {
+        if let Some(after) = self.plan().policy(node as usize).deadline() {
+            self.running[node as usize].watch().deadline = Some(timer(after)?);
+        }
+        self.start_attempt(leaves, node)
+    }
+
+    /// Makes the future of `node`'s next attempt. In a lean run that is all; otherwise
+    /// [`Scheduler::attempt_started`] sets the attempt's timeout and span and records it.
+    #[inline(always)]
     fn start_attempt(&mut self, leaves: &mut Leaves<'_>, node: u32) -> Result<(), NodeError> {
         let started = catch_unwind(AssertUnwindSafe(|| leaves[node as usize].as_mut().start()));
         if let Err(payload) = started {
             return Err(NodeError::Panicked(panic_message(payload)));
         }
-        let timeout = self.node_policy(node).timeout().map(timer).transpose()?;
         let running = &mut self.running[node as usize];
         running.attempt += 1;
         running.fresh = true;
+        if self.lean {
+            return Ok(());
+        }
+        self.attempt_started(node)
+    }
+
+    /// The rest of [`Scheduler::start_attempt`] outside a lean run: the attempt's timeout, its
+    /// span, its event; what the previous attempt left (backoff, timeout, span) goes.
+    #[inline(never)]
+    fn attempt_started(&mut self, node: u32) -> Result<(), NodeError> {
+        let timeout = self.node_policy(node).timeout().map(timer).transpose()?;
+        let running = &mut self.running[node as usize];
         if let Some(watch) = &mut running.watch {
             watch.backoff = None;
             watch.timeout = None;
@@ -692,12 +718,10 @@ impl Scheduler {
                 // Woken after it ended (a timer or an earlier attempt's future).
                 continue;
             }
-            let result = if self.in_flight <= SHARED_WAKER_LIMIT {
-                let result = self.poll_one(leaves, node, &mut Context::from_waker(parent.waker()));
-                if result.is_none() {
-                    self.shared.push(node);
-                }
-                result
+            let shared = self.in_flight <= SHARED_WAKER_LIMIT;
+            let own;
+            let waker = if shared {
+                parent.waker()
             } else {
                 // Made on first use: small and narrow workflows never need it.
                 let wakes = wakes.get_or_insert_with(|| {
@@ -706,11 +730,17 @@ impl Scheduler {
                     wakes
                 });
                 wakes.polling(node);
-                let waker = wakes.waker(node);
-                self.poll_one(leaves, node, &mut Context::from_waker(&waker))
+                own = wakes.waker(node);
+                &*own
             };
+            // One call site, so that the short path is inlined here.
+            let result = self.poll_one(leaves, node, &mut Context::from_waker(waker));
             if let Some(result) = result {
-                leaves[node as usize].as_mut().stop();
+                if result.is_err() {
+                    // A failed future has ended, but a timeout, a deadline or a panic leaves
+                    // the attempt's future in place (a completed one dropped itself).
+                    leaves[node as usize].as_mut().stop();
+                }
                 let attempts = self.running[node as usize].attempt;
                 self.release(node);
                 self.record_attempts(node, attempts, 1);
@@ -718,6 +748,8 @@ impl Scheduler {
                     Ok(()) => self.settle(node, Settle::Completed),
                     Err(error) => self.fail(node, error),
                 }
+            } else if shared {
+                self.shared.push(node);
             }
         }
         self.due.clear();
@@ -728,6 +760,7 @@ impl Scheduler {
     /// The common case is short: a node without timers or span. Everything else (timers, an
     /// `#[operation]`'s defaults heard on the first poll, a failed attempt) goes through
     /// [`Scheduler::poll_watched`].
+    #[inline(always)]
     fn poll_one(
         &mut self,
         leaves: &mut Leaves<'_>,
@@ -919,6 +952,8 @@ impl Scheduler {
     /// Applies the defaults of the `#[operation]` that `node` called.
     fn heard(&mut self, node: u32, spec: &'static OperationSpec) -> Result<(), NodeError> {
         let node = node as usize;
+        // From now on attempts may have defaults to apply.
+        self.lean = false;
         if self.extras.operations.is_empty() {
             self.extras.operations.resize(self.len(), None);
         }
@@ -1344,6 +1379,19 @@ fn timer(after: Duration) -> Result<Pin<Box<Sleep>>, NodeError> {
             panic_message(payload)
         ))
     })
+}
+
+/// Whether a `tracing` subscriber may want the attempts' spans: their level is enabled by the
+/// current max level hint. Without the `tracing` feature there are none.
+fn spans() -> bool {
+    #[cfg(feature = "tracing")]
+    {
+        tracing::level_enabled!(tracing::Level::INFO)
+    }
+    #[cfg(not(feature = "tracing"))]
+    {
+        false
+    }
 }
 
 fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {

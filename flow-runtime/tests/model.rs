@@ -739,6 +739,19 @@ struct HarnessNode {
     running: Option<NodeFuture>,
 }
 
+impl HarnessNode {
+    /// Drops the running future, if any, and counts it out.
+    fn end(&mut self) {
+        if self.running.take().is_some() {
+            let mut log = self.shared.log.borrow_mut();
+            log.running -= 1;
+            for &g in &self.shared.wf.nodes[self.i].groups {
+                log.group_running[g] -= 1;
+            }
+        }
+    }
+}
+
 impl Leaf for HarnessNode {
     fn start(self: Pin<&mut Self>) {
         let this = self.get_mut();
@@ -790,7 +803,14 @@ impl Leaf for HarnessNode {
         let this = self.get_mut();
         let i = this.i;
         match &mut this.running {
-            Some(future) => future.as_mut().poll(cx),
+            Some(future) => {
+                let polled = future.as_mut().poll(cx);
+                if polled.is_ready() {
+                    // The `Leaf` contract: a future that has resolved is dropped at once.
+                    this.end();
+                }
+                polled
+            }
             None => {
                 let mut log = this.shared.log.borrow_mut();
                 log.misuse
@@ -801,15 +821,7 @@ impl Leaf for HarnessNode {
     }
 
     fn stop(self: Pin<&mut Self>) {
-        let this = self.get_mut();
-        let i = this.i;
-        if this.running.take().is_some() {
-            let mut log = this.shared.log.borrow_mut();
-            log.running -= 1;
-            for &g in &this.shared.wf.nodes[i].groups {
-                log.group_running[g] -= 1;
-            }
-        }
+        self.get_mut().end();
     }
 
     fn decide(self: Pin<&mut Self>, state: &RunState) -> bool {

@@ -269,8 +269,9 @@ fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
                         // In a branch this step is not in: `Option<&T>`, `None` when skipped.
                         quote!(let #ident = &#slot.get();)
                     } else {
-                        let cause = &checked.dag.nodes[*source].display;
-                        quote!(let #ident = ::flow::__private::input(#slot, #cause)?;)
+                        // No name of the producer here: a constant in each node's code would
+                        // keep LLVM from merging the code of nodes of the same shape.
+                        quote!(let #ident = ::flow::__private::input(#slot)?;)
                     }
                 },
             );

@@ -1636,3 +1636,41 @@ fn invalid_inputs_give_their_messages() {
     );
     assert_eq!(errors.len(), 3, "{errors:#?}");
 }
+
+#[test]
+fn node_code_holds_no_constant_of_its_own() {
+    // Nodes of one shape must compile to the same machine code, so that LLVM merges their
+    // functions (docs/architecture.md, "Nodes of one shape share code"): a node's closure may
+    // hold the user's expression, never a literal of the macro's own, such as the name of the
+    // node it reads.
+    let output = expand::workflow(parse(
+        "W(x: u64) -> u64 { Sequential { a = Operation(f(x)), b = Operation(g(a)), \
+         c = Operation(g(b)), Operation(h(&a, &c)) } => c }",
+    ))
+    .to_string();
+    let opening = "move || async move {";
+    let bodies: Vec<&str> = output
+        .match_indices(opening)
+        .map(|(start, _)| {
+            let body = &output[start + opening.len()..];
+            let mut depth = 1;
+            let end = body
+                .char_indices()
+                .find_map(|(i, c)| {
+                    depth += match c {
+                        '{' => 1,
+                        '}' => -1,
+                        _ => 0,
+                    };
+                    (depth == 0).then_some(i)
+                })
+                .expect("each body is closed");
+            &body[..end]
+        })
+        .collect();
+    assert_eq!(bodies.len(), 4, "one closure per node: {output}");
+    assert_eq!(bodies.iter().filter(|b| b.contains("input")).count(), 3);
+    for body in bodies {
+        assert!(!body.contains('"'), "a node's code holds a string: {body}");
+    }
+}

@@ -1624,11 +1624,27 @@ pub fn require<'a, T>(slot: &'a Slot<T>, node: &'static str) -> Result<&'a T, No
     })
 }
 
-/// Reads an input of an operation: the output of `node`, which has completed (the scheduler
-/// starts a node only then).
+/// Reads an input of an operation: the output of a node that has completed (the scheduler
+/// starts a node only then, so a missing input is a flow bug, reported as the step's failure).
+///
+/// It takes no name of the producer: generated code would pass a different constant in every
+/// node, and nodes of the same shape would no longer compile to the same machine code, which
+/// LLVM merges into one function (`docs/architecture.md`, "Nodes of one shape share code").
 #[inline]
-pub fn input<'a, T>(slot: &'a Slot<T>, node: &'static str) -> Result<&'a T, NodeError> {
-    slot.get().ok_or_else(|| NodeError::Aborted { cause: node })
+pub fn input<T>(slot: &Slot<T>) -> Result<&T, NodeError> {
+    match slot.get() {
+        Some(value) => Ok(value),
+        None => Err(missing_input()),
+    }
+}
+
+/// The error of a missing input: out of line, one copy for every node.
+#[cold]
+#[inline(never)]
+fn missing_input() -> NodeError {
+    NodeError::Panicked(
+        "flow internal error: a step started before one of its inputs was ready".to_string(),
+    )
 }
 
 /// Stores an operation's result in its slot, or turns its error into a [`NodeError`].

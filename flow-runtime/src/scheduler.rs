@@ -1013,6 +1013,11 @@ impl Scheduler {
             if self.settled == self.len() {
                 return Poll::Ready(());
             }
+            if self.ready.is_empty() {
+                // `poll_due` left `due` empty, and nothing new is ready: nothing more can
+                // happen in this wake-up (a node woken meanwhile has woken the run).
+                return Poll::Pending;
+            }
         }
     }
 
@@ -1122,6 +1127,7 @@ impl Scheduler {
         }
     }
 
+    #[inline(always)]
     fn settle(&mut self, node: u32, how: Settle) {
         self.mark(node, how);
         self.settled_one(node, how);
@@ -1169,54 +1175,65 @@ impl Scheduler {
 
     /// Tells the targets of `entries` that `node` has settled; `cause` is the failure it passes
     /// on (`NO_CAUSE` if none), `skipped` whether it was skipped.
+    ///
+    /// Not recursive (a join lists nodes, never joins), so that it inlines where a node settles.
+    #[inline(always)]
     fn reach(&mut self, entries: &'static [u32], node: u32, cause: u32, skipped: bool) {
         for &entry in entries {
-            let succ = entry & Plan::NODE;
-            if entry & Plan::JOIN != 0 {
-                let join = &mut self.joins[succ as usize];
-                join.remaining -= 1;
-                if join.cause == NO_CAUSE {
-                    join.cause = cause;
-                }
-                if join.remaining == 0 {
-                    // Skips do not pass through joins: they join ordering edges, not data.
-                    let cause = join.cause;
-                    self.reach(self.plan().join_targets(succ as usize), node, cause, false);
-                }
+            if entry & Plan::JOIN == 0 {
+                self.reach_one(entry, node, cause, skipped);
                 continue;
             }
-            let state = &mut self.nodes[succ as usize];
-            if state.status.is_terminal() {
-                continue;
+            let join_id = (entry & Plan::NODE) as usize;
+            let join = &mut self.joins[join_id];
+            join.remaining -= 1;
+            if join.cause == NO_CAUSE {
+                join.cause = cause;
             }
-            state.remaining -= 1;
-            if cause != NO_CAUSE {
-                if entry & Plan::CAUGHT != 0 {
-                    self.catches.push((succ, node));
-                } else if state.abort_cause == NO_CAUSE {
-                    state.abort_cause = cause;
+            if join.remaining == 0 {
+                // Skips do not pass through joins: they join ordering edges, not data.
+                let cause = join.cause;
+                for &target in self.plan().join_targets(join_id) {
+                    self.reach_one(target, node, cause, false);
                 }
-            } else if skipped && entry & Plan::DATA != 0 {
-                state.skip = true;
-            }
-            if state.remaining > 0 {
-                state.status = NodeStatus::Waiting;
-                continue;
-            }
-            let next = if state.abort_cause != NO_CAUSE {
-                Some(Settle::Aborted(state.abort_cause))
-            } else if state.skip {
-                Some(Settle::Skipped)
-            } else {
-                state.status = NodeStatus::Ready;
-                self.ready.push(succ);
-                None
-            };
-            if let Some(next) = next {
-                self.mark(succ, next);
-                self.work.push((succ, next));
             }
         }
+    }
+
+    /// Tells one target, through the successor `entry` (its index and flags), that `node` has
+    /// settled: the target is decided when this was its last unsettled predecessor.
+    #[inline(always)]
+    fn reach_one(&mut self, entry: u32, node: u32, cause: u32, skipped: bool) {
+        let succ = entry & Plan::NODE;
+        let state = &mut self.nodes[succ as usize];
+        if state.status.is_terminal() {
+            return;
+        }
+        state.remaining -= 1;
+        if cause != NO_CAUSE {
+            if entry & Plan::CAUGHT != 0 {
+                self.catches.push((succ, node));
+            } else if state.abort_cause == NO_CAUSE {
+                state.abort_cause = cause;
+            }
+        } else if skipped && entry & Plan::DATA != 0 {
+            state.skip = true;
+        }
+        if state.remaining > 0 {
+            state.status = NodeStatus::Waiting;
+            return;
+        }
+        let next = if state.abort_cause != NO_CAUSE {
+            Settle::Aborted(state.abort_cause)
+        } else if state.skip {
+            Settle::Skipped
+        } else {
+            state.status = NodeStatus::Ready;
+            self.ready.push(succ);
+            return;
+        };
+        self.mark(succ, next);
+        self.work.push((succ, next));
     }
 
     fn finish(mut self) -> Finished {
@@ -1434,8 +1451,9 @@ pub fn execute_in_arena<T: IntoNodes>(
     options: RunOptions,
     tree: T,
 ) -> impl Future<Output = Finished> {
-    let mut nodes = Box::pin(tree.in_arena());
-    async move { run_nodes(graph, options, nodes.as_mut()).await }
+    // The run's own future is `run_nodes`'s, with the box as its argument: no async layer of
+    // its own to pass through on every wake-up.
+    run_nodes(graph, options, Box::pin(tree.in_arena()))
 }
 
 /// As [`execute`], over a node set built some other way: any [`Nodes`] implementation whose
@@ -1457,14 +1475,15 @@ pub fn execute_nodes<N: Nodes>(
     }
 }
 
-/// Runs the pinned node set `nodes` to the end: the body of [`execute_nodes`] and
-/// [`execute_in_arena`], which differ only in where the set lives.
-async fn run_nodes<N: Nodes>(
-    graph: &'static Graph,
-    options: RunOptions,
-    nodes: Pin<&mut N>,
-) -> Finished {
-    let mut table = Table::new(nodes);
+/// Runs the pinned node set `nodes` to the end: the body of [`execute_nodes`] (a pinned
+/// reference into its future) and [`execute_in_arena`] (a pinned box), which differ only in
+/// where the set lives.
+async fn run_nodes<P, N>(graph: &'static Graph, options: RunOptions, mut nodes: Pin<P>) -> Finished
+where
+    P: std::ops::DerefMut<Target = N>,
+    N: Nodes,
+{
+    let mut table = Table::new(nodes.as_mut());
     debug_assert_eq!(table.len(), graph.nodes.len());
     let mut scheduler = Scheduler::new(graph, &options);
     // The nodes' own wakers, made when the first node needs one.

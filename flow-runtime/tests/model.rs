@@ -775,7 +775,8 @@ impl Leaf for HarnessNode {
         let behaviour = node.behaviour;
         let reads = node.reads.clone();
         this.running = Some(Box::pin(async move {
-            // As generated code does: an input that is missing aborts the node.
+            // An input that is missing fails the node, as generated code's `input` does (there
+            // with an internal error): the scheduler must never start a node that early.
             if reads.iter().any(|&r| shared.slots[r].get().is_none()) {
                 shared.record(Event::End(i, Instant::now(), true));
                 return Err(NodeError::Aborted {

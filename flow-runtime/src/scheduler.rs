@@ -123,18 +123,25 @@ const NO_CAUSE: u32 = u32::MAX;
 /// makes the same switch at 30.
 const SHARED_WAKER_LIMIT: usize = 16;
 
+/// One node's record during a run: where it stands, what reached it, and (while it runs) its
+/// attempt. Plain data in one array, so a node's start, polls and end touch one record.
 #[derive(Clone, Copy)]
 struct NodeState {
     status: NodeStatus,
     /// A decision (else an operation): kept here, beside the status that starting a node
     /// writes, rather than looked up in the graph's node list.
     decision: bool,
+    /// A data predecessor was skipped.
+    skip: bool,
+    /// The current attempt has not been polled yet: its first poll listens for an
+    /// `#[operation]`'s defaults.
+    fresh: bool,
     /// Predecessors not yet settled.
     remaining: u32,
     /// The failed node whose failure reached this one, or `NO_CAUSE`.
     abort_cause: u32,
-    /// A data predecessor was skipped.
-    skip: bool,
+    /// The current attempt while the node runs, 1 for the first.
+    attempt: u32,
 }
 
 #[derive(Clone, Copy)]
@@ -145,35 +152,8 @@ enum Settle {
     Skipped,
 }
 
-/// A started operation: its current attempt, or the delay before its next one. One per node,
-/// in use while the node's status is `Running`.
-#[derive(Default)]
-struct Running {
-    /// 1 for the first attempt.
-    attempt: u32,
-    /// Not polled yet: the first poll of an attempt listens for `#[operation]` defaults.
-    fresh: bool,
-    /// Timers and span, only for a node that has any: most have none, and a small `Running`
-    /// keeps the list of running nodes cheap to grow and compact.
-    watch: Option<Box<Watch>>,
-}
-
-impl Running {
-    /// The node's timers and span, made on first use.
-    fn watch(&mut self) -> &mut Watch {
-        self.watch.get_or_insert_with(Box::default)
-    }
-
-    /// One of the node's timers (`|w| &mut w.deadline`), if it has it.
-    fn timer(
-        &mut self,
-        which: fn(&mut Watch) -> &mut Option<Pin<Box<Sleep>>>,
-    ) -> Option<&mut Pin<Box<Sleep>>> {
-        self.watch.as_deref_mut().and_then(|w| which(w).as_mut())
-    }
-}
-
-/// What a running node may have besides its future.
+/// What a running node may have besides its future: kept apart from its [`NodeState`], in
+/// `Scheduler::watches`, which a run allocates only when some node needs one.
 #[derive(Default)]
 struct Watch {
     /// The current attempt's timeout.
@@ -292,8 +272,10 @@ struct Scheduler {
     joins: Vec<JoinState>,
     state: RunState,
     ready: Vec<u32>,
-    /// Indexed by node; in use for the nodes whose status is `Running`.
-    running: Vec<Running>,
+    /// Timers and spans of running nodes, indexed by node: empty until a node needs one (a
+    /// step with a policy, an `#[operation]`'s defaults, a span), so a plain run neither
+    /// allocates nor drops it, and testing a node for one is a length check.
+    watches: Vec<Option<Box<Watch>>>,
     /// How many nodes are running.
     in_flight: usize,
     /// The nodes to poll in this wake-up: those started since the last poll and those woken.
@@ -337,9 +319,11 @@ impl Scheduler {
             .map(|(&count, info)| NodeState {
                 status: NodeStatus::Idle,
                 decision: info.kind == NodeKind::Decision,
+                skip: false,
+                fresh: false,
                 remaining: count,
                 abort_cause: NO_CAUSE,
-                skip: false,
+                attempt: 0,
             })
             .collect();
         let limit = options
@@ -360,9 +344,7 @@ impl Scheduler {
             state: RunState { errors: Vec::new() },
             // Room for the usual widths up front: growing these lists showed in profiles.
             ready: Vec::with_capacity(plan.roots.len().max(plan.pred_count.len().min(64))),
-            running: std::iter::repeat_with(Running::default)
-                .take(plan.pred_count.len())
-                .collect(),
+            watches: Vec::new(),
             in_flight: 0,
             due: Vec::with_capacity(plan.pred_count.len().min(64)),
             shared: Vec::with_capacity(SHARED_WAKER_LIMIT),
@@ -450,6 +432,31 @@ impl Scheduler {
         self.nodes.len()
     }
 
+    /// `node`'s timers and span, if it has any.
+    #[inline(always)]
+    fn watch_of(&mut self, node: u32) -> Option<&mut Watch> {
+        self.watches
+            .get_mut(node as usize)
+            .and_then(Option::as_deref_mut)
+    }
+
+    /// `node`'s timers and span, made on first use.
+    fn watch(&mut self, node: u32) -> &mut Watch {
+        if self.watches.is_empty() {
+            self.watches.resize_with(self.len(), || None);
+        }
+        self.watches[node as usize].get_or_insert_with(Box::default)
+    }
+
+    /// One of `node`'s timers (`|w| &mut w.deadline`), if it has it.
+    fn timer(
+        &mut self,
+        node: u32,
+        which: fn(&mut Watch) -> &mut Option<Pin<Box<Sleep>>>,
+    ) -> Option<&mut Pin<Box<Sleep>>> {
+        self.watch_of(node).and_then(|w| which(w).as_mut())
+    }
+
     /// The policy in force for `node`: the step's own settings, then its operation's defaults.
     #[inline]
     fn node_policy(&self, node: u32) -> NodePolicy {
@@ -526,13 +533,15 @@ impl Scheduler {
     /// A running node has stopped: it no longer counts against any limit, and its timers go.
     #[inline(always)]
     fn release(&mut self, node: u32) {
-        let running = &mut self.running[node as usize];
-        running.attempt = 0;
-        running.fresh = false;
-        // Tested first: assigning alone calls the box's drop glue out of line for every node
-        // (~10 instructions per node in the counts), though most have no `Watch`.
-        if running.watch.is_some() {
-            running.watch = None;
+        let state = &mut self.nodes[node as usize];
+        state.attempt = 0;
+        state.fresh = false;
+        // Tested first: assigning alone calls the box's drop glue out of line for every node,
+        // though most have no `Watch` (and most runs no `watches` at all).
+        if let Some(watch) = self.watches.get_mut(node as usize)
+            && watch.is_some()
+        {
+            *watch = None;
         }
         self.in_flight -= 1;
         if self.limited {
@@ -545,7 +554,7 @@ impl Scheduler {
     #[inline(never)]
     fn start_first(&mut self, leaves: &mut Leaves<'_>, node: u32) -> Result<(), NodeError> {
         if let Some(after) = self.plan().policy(node as usize).deadline() {
-            self.running[node as usize].watch().deadline = Some(timer(after)?);
+            self.watch(node).deadline = Some(timer(after)?);
         }
         self.start_attempt(leaves, node)
     }
@@ -558,9 +567,9 @@ impl Scheduler {
         if let Err(payload) = started {
             return Err(NodeError::Panicked(panic_message(payload)));
         }
-        let running = &mut self.running[node as usize];
-        running.attempt += 1;
-        running.fresh = true;
+        let state = &mut self.nodes[node as usize];
+        state.attempt += 1;
+        state.fresh = true;
         if self.lean {
             return Ok(());
         }
@@ -572,8 +581,7 @@ impl Scheduler {
     #[inline(never)]
     fn attempt_started(&mut self, node: u32) -> Result<(), NodeError> {
         let timeout = self.node_policy(node).timeout().map(timer).transpose()?;
-        let running = &mut self.running[node as usize];
-        if let Some(watch) = &mut running.watch {
+        if let Some(watch) = self.watch_of(node) {
             watch.backoff = None;
             watch.timeout = None;
             #[cfg(feature = "tracing")]
@@ -582,9 +590,9 @@ impl Scheduler {
             }
         }
         if let Some(timeout) = timeout {
-            running.watch().timeout = Some(timeout);
+            self.watch(node).timeout = Some(timeout);
         }
-        let attempt = running.attempt;
+        let attempt = self.nodes[node as usize].attempt;
         #[cfg(feature = "tracing")]
         {
             let span = tracing::info_span!(
@@ -594,7 +602,7 @@ impl Scheduler {
                 attempt
             );
             if !span.is_disabled() {
-                running.watch().span = Some(span);
+                self.watch(node).span = Some(span);
             }
         }
         self.emit(Some(node), attempt, || EventKind::Requested);
@@ -741,7 +749,7 @@ impl Scheduler {
                     // the attempt's future in place (a completed one dropped itself).
                     leaves[node as usize].as_mut().stop();
                 }
-                let attempts = self.running[node as usize].attempt;
+                let attempts = self.nodes[node as usize].attempt;
                 self.release(node);
                 self.record_attempts(node, attempts, 1);
                 match result {
@@ -768,12 +776,12 @@ impl Scheduler {
         cx: &mut Context<'_>,
     ) -> Option<Result<(), NodeError>> {
         let index = node as usize;
-        let running = &mut self.running[index];
-        if running.watch.is_some() {
+        if self.watches.get(index).is_some_and(Option::is_some) {
             return self.poll_watched(leaves, node, cx, Polled::Not);
         }
-        let polled = if running.fresh {
-            running.fresh = false;
+        let state = &mut self.nodes[index];
+        let polled = if state.fresh {
+            state.fresh = false;
             // The attempt's first poll: it may hear an `#[operation]`'s defaults.
             let (polled, heard) =
                 listen(|| catch_unwind(AssertUnwindSafe(|| leaves[index].as_mut().poll(cx))));
@@ -808,7 +816,6 @@ impl Scheduler {
         cx: &mut Context<'_>,
         polled: Polled,
     ) -> Option<Result<(), NodeError>> {
-        let index = node as usize;
         let (mut failed, mut given) = match polled {
             Polled::Not => (None, None),
             Polled::Failed(error) => (Some(error), None),
@@ -822,13 +829,13 @@ impl Scheduler {
                 }
                 continue;
             }
-            if let Some(deadline) = self.running[index].timer(|w| &mut w.deadline)
+            if let Some(deadline) = self.timer(node, |w| &mut w.deadline)
                 && deadline.as_mut().poll(cx).is_ready()
             {
                 let after = self.node_policy(node).deadline().unwrap_or_default();
                 return Some(Err(NodeError::DeadlineExceeded(after)));
             }
-            if let Some(backoff) = self.running[index].timer(|w| &mut w.backoff) {
+            if let Some(backoff) = self.timer(node, |w| &mut w.backoff) {
                 if backoff.as_mut().poll(cx).is_pending() {
                     return None;
                 }
@@ -836,14 +843,14 @@ impl Scheduler {
                     return Some(Err(error));
                 }
             }
-            let had_deadline = self.running[index].timer(|w| &mut w.deadline).is_some();
+            let had_deadline = self.timer(node, |w| &mut w.deadline).is_some();
             let error = match self.poll_attempt(leaves, node, cx, given.take()) {
                 Poll::Pending => {
                     // A deadline that this poll made (an `#[operation]`'s default, heard on the
                     // attempt's first poll) must be polled once to wake the node when it passes:
                     // nothing else polls a node that nobody wakes.
                     if !had_deadline
-                        && let Some(deadline) = self.running[index].timer(|w| &mut w.deadline)
+                        && let Some(deadline) = self.timer(node, |w| &mut w.deadline)
                         && deadline.as_mut().poll(cx).is_ready()
                     {
                         let after = self.node_policy(node).deadline().unwrap_or_default();
@@ -869,7 +876,7 @@ impl Scheduler {
         node: u32,
         error: NodeError,
     ) -> Option<Result<(), NodeError>> {
-        let attempt = self.running[node as usize].attempt;
+        let attempt = self.nodes[node as usize].attempt;
         let policy = self.node_policy(node);
         if attempt > policy.retries() {
             return Some(Err(error));
@@ -888,7 +895,7 @@ impl Scheduler {
             Ok(backoff) => backoff,
             Err(error) => return Some(Err(error)),
         };
-        let watch = self.running[node as usize].watch();
+        let watch = self.watch(node);
         watch.timeout = None;
         watch.backoff = Some(backoff);
         None
@@ -906,9 +913,10 @@ impl Scheduler {
     ) -> Poll<Result<(), NodeError>> {
         let index = node as usize;
         #[cfg(feature = "tracing")]
-        let span = self.running[index]
-            .watch
-            .as_ref()
+        let span = self
+            .watches
+            .get(index)
+            .and_then(Option::as_ref)
             .and_then(|w| w.span.clone());
         #[cfg(feature = "tracing")]
         let _entered = span.as_ref().map(tracing::Span::enter);
@@ -917,8 +925,8 @@ impl Scheduler {
                 Some(Err(error)) => Ok(Poll::Ready(Err(error))),
                 _ => polled,
             }
-        } else if self.running[index].fresh {
-            self.running[index].fresh = false;
+        } else if self.nodes[index].fresh {
+            self.nodes[index].fresh = false;
             let (polled, heard) = listen(|| {
                 catch_unwind(AssertUnwindSafe(|| leaves[node as usize].as_mut().poll(cx)))
             });
@@ -933,13 +941,13 @@ impl Scheduler {
             Ok(Poll::Ready(result)) => Poll::Ready(result),
             Err(payload) => Poll::Ready(Err(NodeError::Panicked(panic_message(payload)))),
             Ok(Poll::Pending) => {
-                let expired = match self.running[index].timer(|w| &mut w.timeout) {
+                let expired = match self.timer(node, |w| &mut w.timeout) {
                     Some(timeout) => timeout.as_mut().poll(cx).is_ready(),
                     None => false,
                 };
                 if expired {
                     let after = self.node_policy(node).timeout().unwrap_or_default();
-                    let attempt = self.running[index].attempt;
+                    let attempt = self.nodes[index].attempt;
                     self.emit(Some(node), attempt, || EventKind::TimedOut { after });
                     Poll::Ready(Err(NodeError::TimedOut(after)))
                 } else {
@@ -963,13 +971,13 @@ impl Scheduler {
         if own.timeout_ms.is_none()
             && let Some(after) = spec.policy.timeout()
         {
-            self.running[node].watch().timeout = Some(timer(after)?);
+            self.watch(node as u32).timeout = Some(timer(after)?);
         }
         if first
             && own.deadline_ms.is_none()
             && let Some(after) = spec.policy.deadline()
         {
-            self.running[node].watch().deadline = Some(timer(after)?);
+            self.watch(node as u32).deadline = Some(timer(after)?);
         }
         Ok(())
     }
@@ -1026,7 +1034,7 @@ impl Scheduler {
         for node in 0..self.len() as u32 {
             if self.nodes[node as usize].status == NodeStatus::Running {
                 leaves[node as usize].as_mut().stop();
-                let attempts = self.running[node as usize].attempt;
+                let attempts = self.nodes[node as usize].attempt;
                 self.release(node);
                 self.record_attempts(node, attempts, 0);
             }

@@ -42,6 +42,26 @@ workflow! {
 }
 
 workflow! {
+    /// Steps that become ready together: four at the start, four when the first four are done.
+    Waves() {
+        Sequential {
+            Parallel {
+                w0 = Operation(task(1)),
+                w1 = Operation(task(1)),
+                w2 = Operation(task(1)),
+                w3 = Operation(task(1)),
+            },
+            Parallel {
+                v0 = Operation(task(1)),
+                v1 = Operation(task(1)),
+                v2 = Operation(task(1)),
+                v3 = Operation(task(1)),
+            },
+        }
+    }
+}
+
+workflow! {
     /// Every kind of event: retries, a timeout, a failure, an abort, a skip and a decision.
     Eventful() {
         Parallel {
@@ -101,6 +121,25 @@ async fn node_statuses_are_a_projection_of_the_log() {
     }
     assert_eq!(kinds.first(), Some(&"RunStarted"));
     assert_eq!(kinds.last(), Some(&"RunFinished"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn steps_ready_together_start_in_the_order_they_became_ready() {
+    let outcome = Waves::runner().execute().await;
+    let started: Vec<&str> = outcome
+        .report
+        .log()
+        .events()
+        .iter()
+        .filter(|e| e.kind.name() == "Requested")
+        .filter_map(|e| e.node)
+        .map(|n| Waves::GRAPH.nodes[n as usize].name)
+        .collect();
+    assert_eq!(
+        started,
+        ["w0", "w1", "w2", "w3", "v0", "v1", "v2", "v3"],
+        "in the order written, wave by wave"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -491,41 +491,68 @@ impl Scheduler {
         }
     }
 
-    /// Starts every ready node that may start. Decisions are evaluated on the spot.
+    /// Starts every ready node that may start, in the order they became ready. Decisions are
+    /// evaluated on the spot.
     fn start_ready(&mut self, leaves: &mut Leaves<'_>) {
+        if self.limited {
+            return self.start_ready_limited(leaves);
+        }
+        // Walked by index: a node made ready meanwhile (by a decision, or a start that failed)
+        // joins the end of the list and is started in this walk too.
         let mut i = 0;
-        while i < self.ready.len() && self.halt.is_none() {
-            let node = self.ready[i];
-            let decision = self.nodes[node as usize].decision;
-            if !decision && self.limited && !self.has_capacity(node) {
+        while self.halt.is_none()
+            && let Some(&node) = self.ready.get(i)
+        {
+            i += 1;
+            self.start_one(leaves, node);
+        }
+        if i == self.ready.len() {
+            self.ready.clear();
+        } else {
+            // `halt`: the rest is never started (`stop_all` aborts it).
+            self.ready.drain(..i);
+        }
+    }
+
+    /// [`Scheduler::start_ready`] under concurrency limits: a node without room stays ready,
+    /// in its place, for a later turn.
+    #[inline(never)]
+    fn start_ready_limited(&mut self, leaves: &mut Leaves<'_>) {
+        let mut i = 0;
+        while self.halt.is_none()
+            && let Some(&node) = self.ready.get(i)
+        {
+            if !self.nodes[node as usize].decision && !self.has_capacity(node) {
                 i += 1;
                 continue;
             }
-            if self.limited {
-                self.ready.remove(i);
-            } else {
-                self.ready.swap_remove(i);
-            }
-            if decision {
-                self.decide(leaves, node);
-                continue;
-            }
-            self.nodes[node as usize].status = NodeStatus::Running;
-            if self.limited {
-                self.occupy(node, 1);
-            }
-            self.in_flight += 1;
-            let started = if self.lean {
-                self.start_attempt(leaves, node)
-            } else {
-                self.start_first(leaves, node)
-            };
-            match started {
-                Ok(()) => self.due.push(node),
-                Err(error) => {
-                    self.release(node);
-                    self.fail(node, error);
-                }
+            self.ready.remove(i);
+            self.start_one(leaves, node);
+        }
+    }
+
+    /// Starts a ready node: evaluates a decision, or starts an operation's first attempt.
+    #[inline(always)]
+    fn start_one(&mut self, leaves: &mut Leaves<'_>, node: u32) {
+        if self.nodes[node as usize].decision {
+            self.decide(leaves, node);
+            return;
+        }
+        self.nodes[node as usize].status = NodeStatus::Running;
+        if self.limited {
+            self.occupy(node, 1);
+        }
+        self.in_flight += 1;
+        let started = if self.lean {
+            self.start_attempt(leaves, node)
+        } else {
+            self.start_first(leaves, node)
+        };
+        match started {
+            Ok(()) => self.due.push(node),
+            Err(error) => {
+                self.release(node);
+                self.fail(node, error);
             }
         }
     }

@@ -286,6 +286,9 @@ struct Scheduler {
     limit: usize,
     limited: bool,
     settled: usize,
+    /// How many nodes ended failed or aborted: none in most runs, which then need no verdict
+    /// and (without a report) no list of final statuses.
+    failures: usize,
     work: Vec<(u32, Settle)>,
     /// (decision, node) pairs: the decision's test names a failed or aborted node.
     catches: Vec<(u32, u32)>,
@@ -352,6 +355,7 @@ impl Scheduler {
             limit,
             limited: limit != usize::MAX || !plan.group_limits.is_empty(),
             settled: 0,
+            failures: 0,
             work: Vec::new(),
             catches: Vec::new(),
             caught: Vec::new(),
@@ -1074,6 +1078,7 @@ impl Scheduler {
             }
             self.nodes[node].status = NodeStatus::Aborted;
             self.settled += 1;
+            self.failures += 1;
             let cause_id = match &self.halt {
                 Some(Halt::FailFast(cause)) => *cause,
                 _ => NO_CAUSE,
@@ -1113,6 +1118,9 @@ impl Scheduler {
     #[cold]
     #[inline(never)]
     fn mark_more(&mut self, node: u32, how: Settle) {
+        if matches!(how, Settle::Failed | Settle::Aborted(_)) {
+            self.failures += 1;
+        }
         let state = &mut self.nodes[node as usize];
         if let Settle::Aborted(cause) = how {
             state.abort_cause = cause;
@@ -1272,8 +1280,24 @@ impl Scheduler {
     }
 
     fn finish(mut self) -> Finished {
-        let statuses: Vec<NodeStatus> = self.nodes.iter().map(|n| n.status).collect();
-        let verdict = Verdict::judge(self.graph, &statuses, &self.caught);
+        debug_assert_eq!(
+            self.failures,
+            self.nodes
+                .iter()
+                .filter(|n| matches!(n.status, NodeStatus::Failed | NodeStatus::Aborted))
+                .count()
+        );
+        // A run where nothing failed needs the statuses only for its report.
+        let statuses: Vec<NodeStatus> = if self.failures > 0 || self.report {
+            self.nodes.iter().map(|n| n.status).collect()
+        } else {
+            Vec::new()
+        };
+        let verdict = if self.failures == 0 {
+            Verdict::SUCCEEDED
+        } else {
+            Verdict::judge(self.graph, &statuses, &self.caught)
+        };
         let succeeded = self.cancelled.is_none() && verdict.succeeded;
         self.emit(None, 0, || EventKind::RunFinished { succeeded });
         let recording = self.recording.take();
@@ -1311,6 +1335,12 @@ struct Verdict {
 }
 
 impl Verdict {
+    /// The verdict of a run where no node failed or was aborted.
+    const SUCCEEDED: Verdict = Verdict {
+        succeeded: true,
+        listed: Vec::new(),
+    };
+
     /// The run fails when a failure reached the end of the graph (a node without successors
     /// ended failed or aborted), when it was cancelled, or when a failed node's failure was not
     /// caught: no `Conditional` test that ran named it, or named a node its failure aborted.
@@ -1320,10 +1350,7 @@ impl Verdict {
         let n = statuses.len();
         let bad = |s: NodeStatus| matches!(s, NodeStatus::Failed | NodeStatus::Aborted);
         if !statuses.iter().any(|&s| bad(s)) {
-            return Verdict {
-                succeeded: true,
-                listed: Vec::new(),
-            };
+            return Verdict::SUCCEEDED;
         }
         // The failed nodes whose failure reached each aborted node, in one forward pass (ids
         // are in topological order). Aborts with no failure behind them are cancellations.

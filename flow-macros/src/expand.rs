@@ -427,8 +427,20 @@ fn graph_const(names: &Names<'_>) -> TokenStream {
         });
         quote!(&[#(#lists),*])
     };
-    let then_nodes = branch(|node| &node.then_nodes);
-    let else_nodes = branch(|node| &node.else_nodes);
+    // Without a decision every list would be empty: none at all, so that a run need not look
+    // for decisions (`Plan::then_nodes`).
+    let decisions = checked
+        .order
+        .iter()
+        .any(|&id| dag.nodes[id].kind == Kind::Decision);
+    let (then_nodes, else_nodes) = if decisions {
+        (
+            branch(|node| &node.then_nodes),
+            branch(|node| &node.else_nodes),
+        )
+    } else {
+        (quote!(&[]), quote!(&[]))
+    };
 
     let group_limits = &dag.group_limits;
     let node_groups = if group_limits.is_empty() {

@@ -123,8 +123,10 @@ pub struct Plan {
     /// The targets of each join (node ids, without flags).
     pub join_succ: &'static [u32],
     /// For each decision node, the nodes of its `then` branch (all depths); empty otherwise.
+    /// One entry per node, or none at all when the workflow has no decision.
     pub then_nodes: &'static [&'static [u32]],
     /// For each decision node, the nodes of its `else` branch (all depths); empty otherwise.
+    /// One entry per node, or none at all when the workflow has no decision.
     pub else_nodes: &'static [&'static [u32]],
     /// Concurrency limits of `Parallel(max_concurrency = N)` blocks, one per limited block.
     pub group_limits: &'static [u32],

@@ -315,13 +315,12 @@ struct Scheduler {
 impl Scheduler {
     fn new(graph: &'static Graph, options: &RunOptions) -> Self {
         let plan = &graph.plan;
-        let nodes: Vec<NodeState> = plan
+        let mut nodes: Vec<NodeState> = plan
             .pred_count
             .iter()
-            .zip(graph.nodes)
-            .map(|(&count, info)| NodeState {
+            .map(|&count| NodeState {
                 status: NodeStatus::Idle,
-                decision: info.kind == NodeKind::Decision,
+                decision: false,
                 skip: false,
                 fresh: false,
                 remaining: count,
@@ -329,6 +328,12 @@ impl Scheduler {
                 attempt: 0,
             })
             .collect();
+        // A workflow without decisions has no branch lists, and its node list need not be read.
+        if !plan.then_nodes.is_empty() {
+            for (state, info) in nodes.iter_mut().zip(graph.nodes) {
+                state.decision = info.kind == NodeKind::Decision;
+            }
+        }
         let limit = options
             .max_concurrency
             .map_or(usize::MAX, NonZeroUsize::get);

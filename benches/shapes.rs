@@ -322,6 +322,14 @@ fn repeat(rt: &Runtime, which: &str, runs: usize) -> Option<u64> {
             "fan_yield" => rt.block_on(yld::Fan1000::run(black_box(0))).ok()?,
             "layered_imm" => rt.block_on(imm::Layered1000::run(black_box(0))).ok()?,
             "layered_yield" => rt.block_on(yld::Layered1000::run(black_box(0))).ok()?,
+            "log_layered_imm" => rt
+                .block_on(imm::Layered1000::runner().execute(black_box(0)))
+                .result
+                .ok()?,
+            "log_chain_yield" => rt
+                .block_on(yld::Chain1000::runner().execute(black_box(0)))
+                .result
+                .ok()?,
             "hand_chain_yield" => ok(rt.block_on(hand::chain(ops::yld, black_box(0), NODES))),
             "hand_layered_yield" => {
                 ok(rt.block_on(hand::layered(ops::yld, black_box(0), NODES, WIDTH)))

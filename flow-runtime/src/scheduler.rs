@@ -812,7 +812,7 @@ impl Scheduler {
         cx: &mut Context<'_>,
     ) -> Option<Result<(), NodeError>> {
         let index = node as usize;
-        if self.watches.get(index).is_some_and(Option::is_some) {
+        if self.watch_of(node).is_some() {
             return self.poll_watched(leaves, node, cx, Polled::Not);
         }
         let state = &mut self.nodes[index];
@@ -949,11 +949,7 @@ impl Scheduler {
     ) -> Poll<Result<(), NodeError>> {
         let index = node as usize;
         #[cfg(feature = "tracing")]
-        let span = self
-            .watches
-            .get(index)
-            .and_then(Option::as_ref)
-            .and_then(|w| w.span.clone());
+        let span = self.watch_of(node).and_then(|w| w.span.clone());
         #[cfg(feature = "tracing")]
         let _entered = span.as_ref().map(tracing::Span::enter);
         let polled = if let Some((polled, heard)) = given {
@@ -1350,13 +1346,11 @@ impl Verdict {
     /// ended failed or aborted), when it was cancelled, or when a failed node's failure was not
     /// caught: no `Conditional` test that ran named it, or named a node its failure aborted.
     /// The error lists every failed node not caught, every aborted node no test named, and
-    /// every failure that reached an aborted node it lists.
+    /// every failure that reached an aborted node it lists. Called only when some node failed
+    /// or was aborted ([`Verdict::SUCCEEDED`] otherwise).
     fn judge(graph: &Graph, statuses: &[NodeStatus], named: &[u32]) -> Verdict {
         let n = statuses.len();
         let bad = |s: NodeStatus| matches!(s, NodeStatus::Failed | NodeStatus::Aborted);
-        if !statuses.iter().any(|&s| bad(s)) {
-            return Verdict::SUCCEEDED;
-        }
         // The failed nodes whose failure reached each aborted node, in one forward pass (ids
         // are in topological order). Aborts with no failure behind them are cancellations.
         let mut roots: Vec<Vec<u32>> = vec![Vec::new(); n];

@@ -2,7 +2,8 @@
 //! hand-written code: a counting global allocator around one run on a `current_thread` runtime
 //! (after one warm-up run, so that thread-locals and the runtime's own buffers are in place).
 //!
-//! `cargo bench --bench allocations` prints the markdown tables of docs/performance.md.
+//! `cargo bench -p flow-benches --bench allocations` prints the markdown tables of
+//! docs/performance.md.
 
 mod common;
 

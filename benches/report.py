@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Turns criterion's estimates of `cargo bench --bench shapes` into the tables of
+"""Turns criterion's estimates of `cargo bench -p flow-benches --bench shapes` into the tables of
 docs/performance.md, with flow's ratio to every competitor and the budget verdicts.
 
     python3 benches/report.py [target/criterion]

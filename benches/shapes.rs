@@ -6,9 +6,10 @@
 //! runtime (where dagrs's per-node tasks can use both cores); the fan with nodes that finish
 //! one per turn of the runtime (`fan_gated`); and the cost of observers.
 //!
-//! `cargo bench --bench shapes` runs everything (about ten minutes on two cores);
-//! `cargo bench --bench shapes -- chain_` runs one group. `python3 benches/report.py` turns
-//! criterion's estimates into the tables of docs/performance.md.
+//! `cargo bench -p flow-benches --bench shapes` runs everything (about ten minutes on two
+//! cores); `cargo bench -p flow-benches --bench shapes -- chain_` runs one group.
+//! `python3 benches/report.py` turns criterion's estimates into the tables of
+//! docs/performance.md.
 
 mod common;
 

@@ -2,8 +2,8 @@
 //! multi-thread tokio runtime (one worker per core), then joined; the same with the
 //! hand-written `try_join!` equivalent.
 //!
-//! `cargo bench --bench throughput` prints the table of docs/performance.md.
-//! `RUNS=100000 REPEAT=3 cargo bench --bench throughput` changes the counts.
+//! `cargo bench -p flow-benches --bench throughput` prints the table of docs/performance.md.
+//! `RUNS=100000 REPEAT=3 cargo bench -p flow-benches --bench throughput` changes the counts.
 
 mod common;
 

@@ -30,7 +30,7 @@ static ATTEMPTS: AtomicU32 = AtomicU32::new(0);
 async fn process(item: u32) -> Result<u32, Flaky> {
     tokio::time::sleep(Duration::from_millis(40 + u64::from(item % 5) * 15)).await;
     let attempt = ATTEMPTS.fetch_add(1, Ordering::Relaxed);
-    if item % 7 == 3 && attempt % 2 == 0 {
+    if item % 7 == 3 && attempt.is_multiple_of(2) {
         return Err(Flaky(item));
     }
     Ok(item * 2)

@@ -62,28 +62,210 @@
 //! # }).unwrap();
 //! ```
 //!
-//! See `docs/dsl.md` for the whole language and `docs/semantics.md` for what a run does.
+//! [`workflow!`] documents the whole language (its page is `docs/dsl.md`); what a run does,
+//! statuses, failure propagation and skipping, is in `docs/semantics.md`.
 
-pub use flow_macros::{operation, workflow};
+/// Turns a block of `Sequential` / `Parallel` / `Conditional` / `Operation` steps into a
+/// workflow type checked at compile time.
+///
+/// The rest of this page is the language reference, `docs/dsl.md` in the repository.
+///
+#[doc = include_str!("../docs/dsl.md")]
+pub use flow_macros::workflow;
+
+/// Gives an operation defaults (`name`, `timeout`, `retries`, `backoff`, …) that every step
+/// calling it inherits. See [`workflow!`], section "Operations and `#[operation]`".
+pub use flow_macros::operation;
+
 /// The items of optional features (`progress`: `Progress`, `ProgressBar`), whichever are on.
 // With no feature on the module is empty and the glob imports nothing.
 #[allow(unused_imports)]
 pub use flow_runtime::features::*;
 pub use flow_runtime::{
-    AppendError, ChannelObserver, Event, EventKind, EventLog, EventStream, Observer, Recorder,
-    RunId, TraceColumn, TraceMatrix, channel,
+    AppendError, ChannelObserver, Event, EventKind, EventStream, Observer, Recorder, RunId,
+    TraceColumn, TraceMatrix, channel,
 };
 pub use flow_runtime::{
     Backoff, BoxError, CancelReason, CancelToken, Edge, EdgeKind, FailurePolicy, Graph,
-    IntoNodeResult, NodeError, NodeFailure, NodeInfo, NodeKind, NodePolicy, NodeReport, NodeStatus,
-    Outcome, Report, RunOptions, WorkflowError,
+    IntoNodeResult, NodeFailure, NodeInfo, NodeKind, NodePolicy, NodeReport, NodeStatus,
+    RunOptions,
 };
 
+/// # Example
+///
+/// ```
+/// use flow::prelude::*;
+/// # use std::convert::Infallible;
+/// # async fn load(n: u32) -> Result<u32, Infallible> { Ok(n) }
+/// # async fn double(n: &u32) -> Result<u32, Infallible> { Ok(n * 2) }
+///
+/// workflow! {
+///     Twice(n: u32) -> u32 {
+///         Sequential {
+///             loaded = Operation(load(n)),
+///             doubled = Operation(double(&loaded)),
+///         }
+///         => doubled
+///     }
+/// }
+///
+/// # futures::executor::block_on(async {
+/// let outcome: Outcome<u32> = Twice::runner().execute(21).await;
+/// assert!(outcome.report.succeeded());
+/// assert_eq!(outcome.into_result()?, 42);
+/// # Ok::<(), WorkflowError>(())
+/// # }).unwrap();
+/// ```
+pub use flow_runtime::Outcome;
+
+/// # Example
+///
+/// ```
+/// use flow::prelude::*;
+/// # use std::convert::Infallible;
+/// # async fn ping(host: &str) -> Result<u32, Infallible> { Ok(host.len() as u32) }
+///
+/// workflow! {
+///     Ping(host: String) -> u32 {
+///         Parallel {
+///             first = Operation(ping(&host)),
+///             second = Operation(ping(&host)),
+///         }
+///         => first + second
+///     }
+/// }
+///
+/// # futures::executor::block_on(async {
+/// let report = Ping::runner().execute("example.org".to_string()).await.report;
+/// assert!(report.succeeded());
+/// assert_eq!(report.status("first"), Some(NodeStatus::Completed));
+/// assert_eq!(report.count(NodeStatus::Completed), 2);
+/// assert_eq!(report.node("second").map(|n| n.attempts), Some(1));
+/// println!("{report}"); // a table: one line per node with its status, attempts and time
+/// # });
+/// ```
+pub use flow_runtime::Report;
+
+/// # Example
+///
+/// ```
+/// use flow::prelude::*;
+/// # #[derive(Debug)]
+/// # struct Unreachable;
+/// # impl std::fmt::Display for Unreachable {
+/// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+/// #         f.write_str("host unreachable")
+/// #     }
+/// # }
+/// # impl std::error::Error for Unreachable {}
+/// # async fn connect(_port: u16) -> Result<u16, Unreachable> { Err(Unreachable) }
+/// # async fn send(port: &u16) -> Result<(), Unreachable> { Ok(()) }
+///
+/// workflow! {
+///     Deliver(port: u16) {
+///         Sequential {
+///             connection = Operation(connect(port)),
+///             Operation(send(&connection)),
+///         }
+///     }
+/// }
+///
+/// # futures::executor::block_on(async {
+/// let error: WorkflowError = Deliver::run(443).await.unwrap_err();
+/// let failed: Vec<&str> = error.failed().map(|f| f.node).collect();
+/// assert_eq!(failed, ["connection"]);
+/// let aborted: Vec<&str> = error.aborted().map(|f| f.node).collect();
+/// assert_eq!(aborted, ["send"]);
+/// assert!(error.error_of("connection").is_some());
+/// assert!(!error.is_cancelled());
+/// # });
+/// ```
+pub use flow_runtime::WorkflowError;
+
+/// # Example
+///
+/// ```
+/// use flow::prelude::*;
+/// # #[derive(Debug, PartialEq)]
+/// # struct Declined { code: u16 }
+/// # impl std::fmt::Display for Declined {
+/// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+/// #         write!(f, "declined with code {}", self.code)
+/// #     }
+/// # }
+/// # impl std::error::Error for Declined {}
+/// # async fn charge(_cents: u64) -> Result<u64, Declined> { Err(Declined { code: 51 }) }
+/// # async fn ship(_receipt: &u64) -> Result<(), Declined> { Ok(()) }
+///
+/// workflow! {
+///     Buy(cents: u64) {
+///         Sequential {
+///             receipt = Operation(charge(cents)),
+///             shipped = Operation(ship(&receipt)),
+///         }
+///     }
+/// }
+///
+/// # futures::executor::block_on(async {
+/// let error = Buy::run(1999).await.unwrap_err();
+///
+/// // The operation's own error, typed.
+/// let charge: &NodeError = error.error_of("receipt").expect("receipt failed");
+/// assert_eq!(charge.downcast_ref::<Declined>(), Some(&Declined { code: 51 }));
+/// assert!(matches!(charge, NodeError::Failed(_)));
+///
+/// // A node that never ran because of it names the cause.
+/// let ship = error.error_of("shipped").expect("shipped was aborted");
+/// assert!(ship.is_aborted());
+/// assert!(matches!(ship, NodeError::Aborted { cause: "receipt" }));
+/// # });
+/// ```
+pub use flow_runtime::NodeError;
+
+/// # Example
+///
+/// ```
+/// use flow::prelude::*;
+/// # use std::convert::Infallible;
+/// # async fn step(n: u8) -> Result<u8, Infallible> { Ok(n) }
+///
+/// workflow! {
+///     Steps(n: u8) {
+///         Sequential {
+///             one = Operation(step(n)),
+///             two = Operation(step(one + 1)),
+///         }
+///     }
+/// }
+///
+/// # futures::executor::block_on(async {
+/// let log: EventLog = Steps::runner().execute(1).await.report.log().clone();
+/// for event in &log {
+///     // Node events carry the node's name: `one attempt 1 Requested`, …
+///     println!("{event}");
+/// }
+/// let requested: Vec<&str> = log
+///     .events()
+///     .iter()
+///     .filter(|e| e.kind == EventKind::Requested)
+///     .filter_map(|e| e.node_name)
+///     .collect();
+/// assert_eq!(requested, ["one", "two"]);
+/// assert_eq!(log.statuses(), [NodeStatus::Completed, NodeStatus::Completed]);
+/// # });
+/// ```
+pub use flow_runtime::EventLog;
+
 /// Everything a workflow file needs: `use flow::prelude::*;`.
+///
+/// The macros, the types a run returns ([`Outcome`], [`Report`], [`WorkflowError`],
+/// [`NodeError`], [`NodeStatus`]), the run options ([`CancelToken`], [`FailurePolicy`]), and
+/// what a user of events needs ([`Event`], [`EventKind`], [`EventLog`], [`Recorder`],
+/// [`CancelReason`], [`TraceMatrix`]).
 pub mod prelude {
     pub use crate::{
-        CancelToken, FailurePolicy, NodeError, NodeStatus, Outcome, Report, WorkflowError,
-        operation, workflow,
+        CancelReason, CancelToken, Event, EventKind, EventLog, FailurePolicy, NodeError,
+        NodeStatus, Outcome, Recorder, Report, TraceMatrix, WorkflowError, operation, workflow,
     };
 }
 

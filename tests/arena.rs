@@ -293,7 +293,7 @@ async fn aligned(small: &u8) -> Result<bool, Boom> {
     let value = Aligned(u64::from(*small));
     tokio::task::yield_now().await;
     let address = std::ptr::from_ref(&value) as usize;
-    Ok(address % 64 == 0 && value.0 == 7)
+    Ok(address.is_multiple_of(64) && value.0 == 7)
 }
 
 /// Makes a small output, so that arena places of different sizes and alignments alternate.

@@ -48,7 +48,7 @@ fn assert_edges_respected(graph: &Graph, log: &Log) {
 fn statuses(report: &Report) -> Vec<(&'static str, NodeStatus)> {
     let live: Vec<NodeStatus> = report.nodes().iter().map(|n| n.status).collect();
     assert_eq!(
-        report.log().statuses(live.len()),
+        report.log().statuses(),
         live,
         "the log replays to the live statuses"
     );

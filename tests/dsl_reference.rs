@@ -1,4 +1,4 @@
-//! Keeps `docs/dsl.md` true. Its Rust code blocks, joined in order and followed by
+//! Keeps `docs/dsl.md` true. Its Rust code blocks (```rust and ```rust,ignore), joined in order and followed by
 //! `tests/data/dsl-reference-main.rs`, must equal `tests/ui-pass/dsl-reference.rs`, which the
 //! compile test (`tests/compiletest.rs`) builds and runs. After editing the reference, refresh the
 //! file with `DSL_REFERENCE=overwrite cargo test --test dsl_reference`.
@@ -16,8 +16,17 @@ fn generate(root: &Path) -> String {
     let mut out = String::from(HEADER);
     let mut rest = reference.as_str();
     let mut block = 0;
-    while let Some(start) = rest.find("```rust\n") {
-        let body = &rest[start + "```rust\n".len()..];
+    // The definitions are a plain ```rust block; the examples after them are ```rust,ignore,
+    // since rustdoc (which shows this file as `workflow!`'s documentation) compiles each block
+    // alone. Both kinds go into the file.
+    while let Some(start) = rest.find("```rust") {
+        let info_end = rest[start..].find('\n').map_or(rest.len(), |i| start + i);
+        let info = &rest[start + "```rust".len()..info_end];
+        assert!(
+            info.is_empty() || info == ",ignore",
+            "a ```rust block is plain or `ignore`, found ```rust{info}"
+        );
+        let body = &rest[(info_end + 1).min(rest.len())..];
         let end = body.find("```").expect("every ```rust block is closed");
         out.push_str(&format!("\n// ---- docs/dsl.md, block {block}\n"));
         out.push_str(&body[..end]);

@@ -85,7 +85,7 @@ workflow! {
 }
 
 fn assert_projection(report: &Report) {
-    let replayed = report.log().statuses(report.nodes().len());
+    let replayed = report.log().statuses();
     let live: Vec<NodeStatus> = report.nodes().iter().map(|n| n.status).collect();
     assert_eq!(replayed, live, "replaying the log gives the live statuses");
 }
@@ -189,6 +189,7 @@ fn appending_an_event_twice_changes_nothing() {
         run: RunId(7),
         seq,
         node: Some(0),
+        node_name: Some("a"),
         attempt: 1,
         at: Duration::ZERO,
         kind: EventKind::Requested,
@@ -205,6 +206,51 @@ fn appending_an_event_twice_changes_nothing() {
         ..event(2)
     };
     assert!(log.append(other).is_err(), "another run's event is refused");
+}
+
+#[tokio::test(start_paused = true)]
+async fn events_name_their_node() {
+    let outcome = MeetsAndJoins::runner().execute().await;
+    let events = outcome.report.log().events();
+    assert!(events.iter().any(|e| e.node.is_some()));
+    for event in events {
+        let expected = event
+            .node
+            .map(|n| MeetsAndJoins::GRAPH.nodes[n as usize].name);
+        assert_eq!(event.node_name, expected, "{event}");
+    }
+    let first_request = events
+        .iter()
+        .find(|e| e.kind == EventKind::Requested)
+        .expect("a node started");
+    let name = first_request.node_name.expect("a node event");
+    assert!(
+        first_request
+            .to_string()
+            .contains(&format!("{name} attempt 1")),
+        "an event prints its node's name: {first_request}"
+    );
+}
+
+#[test]
+fn a_log_without_its_run_started_event_replays_the_nodes_it_names() {
+    let event = |seq, node, kind| Event {
+        run: RunId(3),
+        seq,
+        node: Some(node),
+        node_name: None,
+        attempt: 1,
+        at: Duration::ZERO,
+        kind,
+    };
+    let mut log = EventLog::new();
+    assert_eq!(log.append(event(0, 2, EventKind::Requested)), Ok(true));
+    assert_eq!(log.append(event(1, 0, EventKind::Skipped)), Ok(true));
+    assert_eq!(
+        log.statuses(),
+        [NodeStatus::Skipped, NodeStatus::Idle, NodeStatus::Running]
+    );
+    assert!(EventLog::new().statuses().is_empty());
 }
 
 #[tokio::test(start_paused = true)]

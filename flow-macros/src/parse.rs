@@ -364,13 +364,13 @@ fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
     };
     let rest: Vec<TokenTree> = trees.collect();
     let kind = keyword.to_string();
-    if kind != "Operation" {
-        if let Some(name) = &name {
-            cx.error(
-                name.span(),
-                format!("only an `Operation` can be named, not a `{kind}` block; name the operations inside it"),
-            );
-        }
+    if kind != "Operation"
+        && let Some(name) = &name
+    {
+        cx.error(
+            name.span(),
+            format!("only an `Operation` can be named, not a `{kind}` block; name the operations inside it"),
+        );
     }
     match kind.as_str() {
         "Operation" => operation(name, keyword, rest, cx).map(Step::Operation),

@@ -43,8 +43,12 @@ pub struct Event {
     pub run: RunId,
     /// Its position in the run's log, from 0.
     pub seq: u64,
-    /// The node it concerns; `None` for run-level events.
+    /// The node it concerns, by index in the workflow's `GRAPH.nodes`; `None` for run-level
+    /// events.
     pub node: Option<u32>,
+    /// The name of that node, as in `GRAPH` (`"fetch_user"`, `"decision#1"`); `None` for
+    /// run-level events.
+    pub node_name: Option<&'static str>,
     /// The node's attempt (1 for the first); 0 for events outside an attempt.
     pub attempt: u32,
     /// Time since the run started, from tokio's monotonic clock (paused in tests).
@@ -123,8 +127,10 @@ impl EventKind {
 impl fmt::Display for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} #{} {:>10.3?} ", self.run, self.seq, self.at)?;
-        if let Some(node) = self.node {
-            write!(f, "node {node} attempt {} ", self.attempt)?;
+        match (self.node_name, self.node) {
+            (Some(name), _) => write!(f, "{name} attempt {} ", self.attempt)?,
+            (None, Some(node)) => write!(f, "node {node} attempt {} ", self.attempt)?,
+            (None, None) => {}
         }
         match &self.kind {
             EventKind::RunStarted { workflow, nodes } => {
@@ -230,9 +236,51 @@ impl EventLog {
         self.events.is_empty()
     }
 
-    /// The status of each of `nodes` nodes, rebuilt from the log alone: `Idle` before any
-    /// event, `Running` from a `Requested`, and the status each terminal event names.
-    pub fn statuses(&self, nodes: usize) -> Vec<NodeStatus> {
+    /// The status of every node of the run, by node index, rebuilt from the log alone: `Idle`
+    /// before any event, `Running` from a `Requested`, and the status each terminal event names.
+    ///
+    /// The node count comes from the log's `RunStarted` event; a log without one (built by hand)
+    /// covers the nodes up to the highest index an event names.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use flow_runtime::{Event, EventKind, EventLog, NodeStatus, RunId};
+    ///
+    /// let event = |seq, node: Option<u32>, kind| Event {
+    ///     run: RunId(1),
+    ///     seq,
+    ///     node,
+    ///     node_name: node.map(|n| ["fetch", "store"][n as usize]),
+    ///     attempt: u32::from(node.is_some()),
+    ///     at: Duration::ZERO,
+    ///     kind,
+    /// };
+    /// let mut log = EventLog::new();
+    /// let run_started = EventKind::RunStarted { workflow: "Save", nodes: 2 };
+    /// log.append(event(0, None, run_started))?;
+    /// log.append(event(1, Some(0), EventKind::Requested))?;
+    /// log.append(event(2, Some(0), EventKind::Completed { branch: None }))?;
+    /// log.append(event(3, Some(1), EventKind::Requested))?;
+    ///
+    /// // By node index: `fetch` completed, `store` is still running.
+    /// assert_eq!(log.statuses(), [NodeStatus::Completed, NodeStatus::Running]);
+    /// # Ok::<(), flow_runtime::AppendError>(())
+    /// ```
+    pub fn statuses(&self) -> Vec<NodeStatus> {
+        let nodes = self
+            .events
+            .iter()
+            .find_map(|event| match event.kind {
+                EventKind::RunStarted { nodes, .. } => Some(nodes as usize),
+                _ => None,
+            })
+            .unwrap_or_else(|| {
+                self.events
+                    .iter()
+                    .filter_map(|event| event.node)
+                    .max()
+                    .map_or(0, |highest| highest as usize + 1)
+            });
         let mut statuses = vec![NodeStatus::Idle; nodes];
         for event in &self.events {
             let Some(node) = event.node else { continue };

@@ -409,6 +409,7 @@ impl Scheduler {
             run: recording.run,
             seq: recording.seq,
             node,
+            node_name: node.map(|n| self.graph.nodes[n as usize].name),
             attempt,
             at: recording.start.elapsed(),
             kind: kind(),

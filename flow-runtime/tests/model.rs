@@ -450,7 +450,7 @@ fn graph(wf: &Wf, limits: bool) -> &'static Graph {
     // Half the workflows route ordering edges through joins, as the macro does for a
     // `Sequential` of `Parallel`s; here every target with two or more ordering predecessors
     // gets one (shared by targets with the same set), to exercise joins as often as possible.
-    let use_joins = wf.edges.len() % 2 == 0;
+    let use_joins = wf.edges.len().is_multiple_of(2);
     let caught = |to: usize, why: u8| why & DATA != 0 && wf.nodes[to].kind == NodeKind::Decision;
     let ordering = |to: usize, why: u8| why & (SEQUENCE | AFTER) != 0 && !caught(to, why);
     let mut ordering_preds: Vec<Vec<u32>> = vec![Vec::new(); n];
@@ -892,7 +892,7 @@ fn run(wf: &Wf, graph: &'static Graph, options: RunOptions) -> Result<Observed, 
     let log = std::mem::take(&mut *shared.log.borrow_mut());
     // The run's event log replays to the statuses the scheduler reports.
     let live: Vec<NodeStatus> = outcome.report.nodes().iter().map(|n| n.status).collect();
-    let replayed = outcome.report.log().statuses(live.len());
+    let replayed = outcome.report.log().statuses();
     if replayed != live {
         return Err(format!(
             "the log replays to {replayed:?}, the run ended with {live:?}"

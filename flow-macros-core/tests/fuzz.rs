@@ -1,6 +1,6 @@
 //! Property and fuzz tests: `workflow!` never panics, whatever it is given.
 //!
-//! Every input goes through [`expand::workflow`] under `catch_unwind`, and the output must be
+//! Every input goes through [`flow_macros_core::workflow`] under `catch_unwind`, and the output must be
 //! either code without `compile_error!` that parses as a Rust file, or a set of
 //! `compile_error!` invocations (beside the workflow's skeleton, which must parse too).
 //!
@@ -13,7 +13,7 @@
 //!
 //! The seed is fixed so that runs are reproducible; `PROPTEST_RNG_SEED=<u64>` and
 //! `PROPTEST_CASES=<n>` override it and the case counts for a longer hunt, as in
-//! `PROPTEST_CASES=50000 PROPTEST_RNG_SEED=7 cargo test -p flow-macros fuzz`.
+//! `PROPTEST_CASES=50000 PROPTEST_RNG_SEED=7 cargo test -p flow-macros-core --test fuzz`.
 
 use std::cell::Cell;
 use std::fmt::Write as _;
@@ -23,8 +23,6 @@ use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
-
-use crate::expand;
 
 // ---------------------------------------------------------------------------------------------
 // The property
@@ -41,7 +39,7 @@ enum Verdict {
 
 /// Expands `input` and checks the property; `Err` explains how it was broken.
 fn check(input: TokenStream) -> Result<Verdict, String> {
-    check_with(expand::workflow, input)
+    check_with(flow_macros_core::workflow, input)
 }
 
 fn check_with(
@@ -1643,7 +1641,7 @@ fn node_code_holds_no_constant_of_its_own() {
     // functions (docs/architecture.md, "Nodes of one shape share code"): a node's closure may
     // hold the user's expression, never a literal of the macro's own, such as the name of the
     // node it reads.
-    let output = expand::workflow(parse(
+    let output = flow_macros_core::workflow(parse(
         "W(x: u64) -> u64 { Sequential { a = Operation(f(x)), b = Operation(g(a)), \
          c = Operation(g(b)), Operation(h(&a, &c)) } => c }",
     ))

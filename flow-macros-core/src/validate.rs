@@ -3,8 +3,6 @@
 
 use std::collections::{HashMap, HashSet};
 
-use petgraph::algo::tarjan_scc;
-use petgraph::graph::DiGraph;
 use syn::Ident;
 
 use crate::ctxt::Ctxt;
@@ -298,67 +296,10 @@ fn other_branch(dag: &Dag, a: usize, b: usize) -> bool {
     })
 }
 
-/// A topological order that keeps source order where it can; or errors on every cycle.
+/// A topological order that keeps source order where it can (Kahn's algorithm, lowest ready id
+/// first); or one error per dependency cycle.
 fn order_or_cycles(dag: &Dag, cx: &mut Ctxt) -> Option<Vec<usize>> {
     let n = dag.nodes.len();
-    let mut graph = DiGraph::<usize, ()>::with_capacity(n, dag.edges.len());
-    let ids: Vec<_> = (0..n).map(|i| graph.add_node(i)).collect();
-    for &(from, to) in dag.edges.keys() {
-        graph.add_edge(ids[from], ids[to], ());
-    }
-    let mut cyclic = false;
-    for scc in tarjan_scc(&graph) {
-        if scc.len() < 2 {
-            continue;
-        }
-        cyclic = true;
-        let mut members: Vec<usize> = scc.iter().map(|ix| graph[*ix]).collect();
-        members.sort_unstable();
-        // Name every member of a short cycle; past a few, count the rest, so that a long cycle
-        // does not repeat thousands of names in each of its thousands of errors.
-        const SHOWN: usize = 8;
-        let mut path = members
-            .iter()
-            .take(SHOWN)
-            .map(|&m| format!("`{}`", dag.nodes[m].display))
-            .collect::<Vec<_>>()
-            .join(", ");
-        if members.len() > SHOWN {
-            path.push_str(&format!(" and {} more", members.len() - SHOWN));
-        }
-        for &member in &members {
-            let node = &dag.nodes[member];
-            let closing: Vec<&Ident> = node
-                .after
-                .iter()
-                .filter(|t| {
-                    members
-                        .iter()
-                        .any(|&m| dag.nodes[m].name.as_ref() == Some(*t))
-                })
-                .collect();
-            if closing.is_empty() {
-                cx.error(
-                    node.span(),
-                    format!(
-                        "`{}` is part of a dependency cycle through {path}",
-                        node.display
-                    ),
-                );
-            } else {
-                for target in closing {
-                    cx.error(
-                        target.span(),
-                        format!("`after = [{target}]` closes a dependency cycle through {path}; a step cannot wait for a step that waits for it"),
-                    );
-                }
-            }
-        }
-    }
-    if cyclic {
-        return None;
-    }
-    // Kahn's algorithm, always taking the lowest ready id: source order where edges allow.
     let mut indegree = vec![0usize; n];
     for &(_, to) in dag.edges.keys() {
         indegree[to] += 1;
@@ -376,5 +317,129 @@ fn order_or_cycles(dag: &Dag, cx: &mut Ctxt) -> Option<Vec<usize>> {
             }
         }
     }
-    Some(order)
+    if order.len() == n {
+        return Some(order);
+    }
+    // What Kahn's algorithm could not order lies on a cycle or after one.
+    let mut left = vec![true; n];
+    for &node in &order {
+        left[node] = false;
+    }
+    for members in cycles(dag, &left) {
+        cycle_error(dag, &members, cx);
+    }
+    None
+}
+
+/// The dependency cycles among the nodes marked in `left`: the strongly connected components of
+/// more than one node (Tarjan's algorithm, iterative so that a long chain cannot overflow the
+/// stack), each sorted by id, ordered by their first member.
+fn cycles(dag: &Dag, left: &[bool]) -> Vec<Vec<usize>> {
+    const UNSEEN: usize = usize::MAX;
+    let n = dag.nodes.len();
+    let mut successors = vec![Vec::new(); n];
+    for &(from, to) in dag.edges.keys() {
+        if left[from] && left[to] {
+            successors[from].push(to);
+        }
+    }
+    let mut index = vec![UNSEEN; n];
+    let mut low = vec![0; n];
+    let mut on_stack = vec![false; n];
+    let mut stack = Vec::new();
+    let mut next = 0;
+    let mut found = Vec::new();
+    for root in (0..n).filter(|&v| left[v]) {
+        if index[root] != UNSEEN {
+            continue;
+        }
+        // Each frame is a node and how many of its successors it has visited.
+        let mut frames = vec![(root, 0)];
+        index[root] = next;
+        low[root] = next;
+        next += 1;
+        stack.push(root);
+        on_stack[root] = true;
+        while let Some(frame) = frames.last_mut() {
+            let (v, visited) = *frame;
+            if let Some(&w) = successors[v].get(visited) {
+                frame.1 += 1;
+                if index[w] == UNSEEN {
+                    index[w] = next;
+                    low[w] = next;
+                    next += 1;
+                    stack.push(w);
+                    on_stack[w] = true;
+                    frames.push((w, 0));
+                } else if on_stack[w] {
+                    low[v] = low[v].min(index[w]);
+                }
+                continue;
+            }
+            frames.pop();
+            if let Some(&(parent, _)) = frames.last() {
+                low[parent] = low[parent].min(low[v]);
+            }
+            if low[v] == index[v] {
+                let mut members = Vec::new();
+                while let Some(w) = stack.pop() {
+                    on_stack[w] = false;
+                    members.push(w);
+                    if w == v {
+                        break;
+                    }
+                }
+                if members.len() > 1 {
+                    members.sort_unstable();
+                    found.push(members);
+                }
+            }
+        }
+    }
+    found.sort_unstable();
+    found
+}
+
+/// One error for one cycle, naming every member once.
+fn cycle_error(dag: &Dag, members: &[usize], cx: &mut Ctxt) {
+    // Name every member of a short cycle; past a few, count the rest, so that a long cycle
+    // does not repeat thousands of names in each of its thousands of errors.
+    const SHOWN: usize = 8;
+    let mut path = members
+        .iter()
+        .take(SHOWN)
+        .map(|&m| format!("`{}`", dag.nodes[m].display))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if members.len() > SHOWN {
+        path.push_str(&format!(" and {} more", members.len() - SHOWN));
+    }
+    for &member in members {
+        let node = &dag.nodes[member];
+        let closing: Vec<&Ident> = node
+            .after
+            .iter()
+            .filter(|t| {
+                members
+                    .iter()
+                    .any(|&m| dag.nodes[m].name.as_ref() == Some(*t))
+            })
+            .collect();
+        if closing.is_empty() {
+            cx.error(
+                node.span(),
+                format!(
+                    "`{}` is part of a dependency cycle through {path}",
+                    node.display
+                ),
+            );
+        } else {
+            for target in closing {
+                cx.error(
+                    target.span(),
+                    format!("`after = [{target}]` closes a dependency cycle through {path}; a step cannot wait for a step that waits for it"),
+                );
+            }
+        }
+    }
 }

@@ -19,6 +19,7 @@ mod names;
 mod operation;
 mod options;
 mod parse;
+mod suggest;
 mod validate;
 
 use proc_macro2::TokenStream;

@@ -9,6 +9,7 @@ use crate::ctxt::Ctxt;
 use crate::graph::{Dag, Kind, edge};
 use crate::names;
 use crate::parse::Workflow;
+use crate::suggest::{at_line, did_you_mean, on_line};
 
 /// A name an expression reads.
 pub struct Use {
@@ -43,11 +44,11 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
         if let Some(first) = workflow.params[..i].iter().find(|p| p.name == param.name) {
             cx.error(
                 param.name.span(),
-                format!("duplicate parameter `{}`", param.name),
-            );
-            cx.error(
-                first.name.span(),
-                format!("`{}` is first declared here", first.name),
+                format!(
+                    "duplicate parameter `{}`: it is already declared{}; rename one of them",
+                    param.name,
+                    on_line(first.name.span()),
+                ),
             );
         }
     }
@@ -99,24 +100,22 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
                 continue;
             }
             if !is_ancestor(source, node) {
+                // The message names the other step involved, with its line.
+                let at = at_line(dag.nodes[source].span());
                 let why = if is_ancestor(node, source) {
                     format!(
-                        "`{ident}` runs after this step, so its output does not exist yet; move this step after it"
+                        "`{ident}`{at} runs after this step, so its output does not exist yet; move this step after it"
                     )
                 } else if other_branch(&dag, source, node) {
                     format!(
-                        "`{ident}` is in the other branch of the same `Conditional`, which never runs together with this one; to use `{ident}` in both branches, move its step before the `Conditional`"
+                        "`{ident}`{at} is in the other branch of the same `Conditional`, which never runs together with this one; to use `{ident}` in both branches, move its step before the `Conditional`"
                     )
                 } else {
                     format!(
-                        "`{ident}` may run at the same time as this step, so its output may not exist yet; add `after = [{ident}]` to the step, or move it after `{ident}` in a `Sequential`"
+                        "`{ident}`{at} may run at the same time as this step, so its output may not exist yet; add `after = [{ident}]` to the step, or move it after `{ident}` in a `Sequential`"
                     )
                 };
                 cx.error(ident.span(), why);
-                cx.error(
-                    dag.nodes[source].span(),
-                    format!("`{ident}` is defined here"),
-                );
                 continue;
             }
             let inside = &dag.nodes[node].branches;
@@ -151,22 +150,18 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
                 && !names.contains_key(&ident.to_string())
                 && !params.contains(&ident.to_string())
             {
-                let known: Vec<String> = dag
-                    .nodes
-                    .iter()
-                    .filter_map(|n| n.name.as_ref())
-                    .map(|n| format!("`{n}`"))
-                    .collect();
-                let listed = if known.is_empty() {
-                    "this workflow names no node".to_string()
-                } else {
-                    format!("the named nodes are {}", known.join(", "))
+                let name = ident.to_string();
+                let known = names.keys().chain(params.iter()).map(String::as_str);
+                let hint = match did_you_mean(&name, known) {
+                    hint if !hint.is_empty() => hint,
+                    _ if names.is_empty() => {
+                        "; this workflow names no node: name the step whose output it returns, as in `total = Operation(..)`".to_string()
+                    }
+                    _ => String::new(),
                 };
                 cx.error(
                     ident.span(),
-                    format!(
-                        "the output `{ident}` is no node or parameter of this workflow; {listed}"
-                    ),
+                    format!("the output `{ident}` is no node or parameter of this workflow{hint}"),
                 );
             }
             names::uses(expr, &readable)
@@ -226,23 +221,19 @@ fn check_names(workflow: &Workflow, dag: &Dag, cx: &mut Ctxt) -> HashMap<String,
             cx.error(
                 name.span(),
                 format!(
-                    "node name `{name}` shadows the workflow parameter `{name}`; rename the node"
+                    "node name `{name}` shadows the workflow parameter `{name}`{}; rename the node",
+                    at_line(param.name.span()),
                 ),
-            );
-            cx.error(
-                param.name.span(),
-                format!("parameter `{name}` is declared here"),
             );
         }
         match names.get(&name.to_string()) {
             Some(&first) => {
                 cx.error(
                     name.span(),
-                    format!("duplicate node name `{name}`; every node needs its own name"),
-                );
-                cx.error(
-                    dag.nodes[first].span(),
-                    format!("`{name}` is first defined here"),
+                    format!(
+                        "duplicate node name `{name}`: it is already defined{}; every node needs its own name",
+                        on_line(dag.nodes[first].span()),
+                    ),
                 );
             }
             None => {
@@ -264,18 +255,21 @@ fn resolve_after(dag: &mut Dag, names: &HashMap<String, usize>, cx: &mut Ctxt) {
                 ),
                 Some(&source) => edges.push((source, id)),
                 None => {
-                    let known: Vec<String> = names.keys().map(|n| format!("`{n}`")).collect();
-                    let mut known = known;
-                    known.sort();
-                    let message = if known.is_empty() {
-                        format!(
+                    let name = target.to_string();
+                    let mut known: Vec<&str> = names.keys().map(String::as_str).collect();
+                    known.sort_unstable();
+                    let message = match did_you_mean(&name, known) {
+                        _ if names.is_empty() => format!(
                             "`after` names `{target}`, but this workflow has no named node; name the step to wait for, as in `{target} = Operation(..)`"
-                        )
-                    } else {
-                        format!(
-                            "`after` names `{target}`, which is no node of this workflow; the named nodes are {}",
-                            known.join(", ")
-                        )
+                        ),
+                        hint if !hint.is_empty() => {
+                            format!(
+                                "`after` names `{target}`, which is no node of this workflow{hint}"
+                            )
+                        }
+                        _ => format!(
+                            "`after` names `{target}`, which is no node of this workflow; name the step to wait for, as in `{target} = Operation(..)`"
+                        ),
                     };
                     cx.error(target.span(), message);
                 }
@@ -400,46 +394,29 @@ fn cycles(dag: &Dag, left: &[bool]) -> Vec<Vec<usize>> {
     found
 }
 
-/// One error for one cycle, naming every member once.
+/// One error for one cycle, naming every member once with its line: on the first `after` that
+/// closes it, or on its first member.
 fn cycle_error(dag: &Dag, members: &[usize], cx: &mut Ctxt) {
-    // Name every member of a short cycle; past a few, count the rest, so that a long cycle
-    // does not repeat thousands of names in each of its thousands of errors.
-    const SHOWN: usize = 8;
-    let mut path = members
+    let names = members
         .iter()
-        .take(SHOWN)
-        .map(|&m| format!("`{}`", dag.nodes[m].display))
+        .map(|&m| format!("`{}`{}", dag.nodes[m].display, at_line(dag.nodes[m].span())))
         .collect::<Vec<_>>()
         .join(", ");
-    if members.len() > SHOWN {
-        path.push_str(&format!(" and {} more", members.len() - SHOWN));
-    }
-    for &member in members {
-        let node = &dag.nodes[member];
-        let closing: Vec<&Ident> = node
-            .after
-            .iter()
-            .filter(|t| {
-                members
-                    .iter()
-                    .any(|&m| dag.nodes[m].name.as_ref() == Some(*t))
-            })
-            .collect();
-        if closing.is_empty() {
-            cx.error(
-                node.span(),
-                format!(
-                    "`{}` is part of a dependency cycle through {path}",
-                    node.display
-                ),
-            );
-        } else {
-            for target in closing {
-                cx.error(
-                    target.span(),
-                    format!("`after = [{target}]` closes a dependency cycle through {path}; a step cannot wait for a step that waits for it"),
-                );
-            }
-        }
+    let closing = members.iter().find_map(|&m| {
+        dag.nodes[m].after.iter().find(|t| {
+            members
+                .iter()
+                .any(|&other| dag.nodes[other].name.as_ref() == Some(*t))
+        })
+    });
+    match closing {
+        Some(target) => cx.error(
+            target.span(),
+            format!("`after = [{target}]` closes a dependency cycle through {names}; a step cannot wait for a step that waits for it"),
+        ),
+        None => cx.error(
+            dag.nodes[members[0]].span(),
+            format!("dependency cycle through {names}; a step cannot wait for a step that waits for it"),
+        ),
     }
 }

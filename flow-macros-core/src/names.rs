@@ -22,19 +22,42 @@ use syn::{BinOp, Expr, Ident, Pat};
 
 /// The free uses, in order of first appearance, of any name in `names`.
 pub fn uses(expr: &Expr, names: &HashSet<String>) -> Vec<Ident> {
+    let (found, _) = walk(expr, names);
+    let mut seen = HashSet::new();
+    found
+        .into_iter()
+        .filter(|ident| seen.insert(ident.to_string()))
+        .collect()
+}
+
+/// The free lowercase names `expr` reads as values that are not in `names` nor bound inside
+/// it: items in scope (functions passed as values, statics), or misspelled nodes.
+pub fn others(expr: &Expr, names: &HashSet<String>) -> Vec<Ident> {
+    walk(expr, names).1
+}
+
+/// Whether `name` is any identifier token of `expr`, in any position.
+pub fn mentions(expr: &Expr, name: &str) -> bool {
+    fn any(tokens: TokenStream, name: &str) -> bool {
+        tokens.into_iter().any(|tree| match tree {
+            TokenTree::Ident(ident) => ident == name,
+            TokenTree::Group(group) => any(group.stream(), name),
+            _ => false,
+        })
+    }
+    any(quote::ToTokens::to_token_stream(expr), name)
+}
+
+fn walk(expr: &Expr, names: &HashSet<String>) -> (Vec<Ident>, Vec<Ident>) {
     let mut walker = Walker {
         names,
         shadowed: Vec::new(),
         found: Vec::new(),
+        others: Vec::new(),
         rewrite: false,
     };
     walker.visit_expr_mut(&mut expr.clone());
-    let mut seen = HashSet::new();
-    walker
-        .found
-        .into_iter()
-        .filter(|ident| seen.insert(ident.to_string()))
-        .collect()
+    (walker.found, walker.others)
 }
 
 /// Rewrites every free use of a name in `names` into `(*name)`, spanned on the user's token.
@@ -43,6 +66,7 @@ pub fn rewrite(expr: &mut Expr, names: &HashSet<String>) {
         names,
         shadowed: Vec::new(),
         found: Vec::new(),
+        others: Vec::new(),
         rewrite: true,
     };
     walker.visit_expr_mut(expr);
@@ -86,6 +110,8 @@ struct Walker<'a> {
     /// The names bound by the patterns in scope, innermost last.
     shadowed: Vec<String>,
     found: Vec<Ident>,
+    /// Free lowercase names outside `names`.
+    others: Vec<Ident>,
     rewrite: bool,
 }
 
@@ -144,6 +170,11 @@ impl VisitMut for Walker<'_> {
                     *expr = syn::parse_quote_spanned!(span=> (*#ident));
                 }
                 self.found.push(ident);
+            } else {
+                let name = ident.to_string();
+                if name.starts_with(|c: char| c.is_lowercase()) && !self.shadowed.contains(&name) {
+                    self.others.push(ident.clone());
+                }
             }
             return;
         }
@@ -284,6 +315,23 @@ mod tests {
         let mut expr = parse(source);
         super::rewrite(&mut expr, &names());
         expr.to_token_stream().to_string()
+    }
+
+    #[test]
+    fn other_names() {
+        let others = |source: &str| -> Vec<String> {
+            super::others(&parse(source), &names())
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        };
+        assert_eq!(
+            others("f(&usr, user, NONE, helper, |x| x + ordr)"),
+            ["usr", "helper", "ordr"]
+        );
+        assert_eq!(others("{ let usr = 1; usr }"), NONE);
+        assert!(super::mentions(&parse("user(1)"), "user"));
+        assert!(!super::mentions(&parse("users(1)"), "user"));
     }
 
     #[test]

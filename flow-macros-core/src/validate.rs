@@ -9,7 +9,7 @@ use crate::ctxt::Ctxt;
 use crate::graph::{Dag, Kind, edge};
 use crate::names;
 use crate::parse::Workflow;
-use crate::suggest::{at_line, did_you_mean, on_line};
+use crate::suggest::{at_line, closest, did_you_mean, on_line};
 
 /// A name an expression reads.
 pub struct Use {
@@ -33,6 +33,10 @@ pub struct Checked {
     pub sure: Vec<bool>,
     /// The node names the output expression reads.
     pub output_uses: Vec<(Ident, usize)>,
+    /// For each node, node names close to a name its expression reads that is no node: the
+    /// generated code binds each, unused, so that when rustc finds no such name it suggests the
+    /// node ("a local variable with a similar name exists").
+    pub hints: Vec<Vec<Ident>>,
 }
 
 pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked> {
@@ -63,6 +67,26 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
         .nodes
         .iter()
         .map(|n| names::uses(&n.expr, &readable))
+        .collect();
+
+    let hints: Vec<Vec<Ident>> = dag
+        .nodes
+        .iter()
+        .zip(&raw_uses)
+        .map(|(node, read)| {
+            let mut hints: Vec<Ident> = Vec::new();
+            for other in names::others(&node.expr, &readable) {
+                let candidates = readable.iter().map(String::as_str);
+                if let Some(close) = closest(&other.to_string(), candidates)
+                    && !read.iter().any(|r| r == close)
+                    && !hints.iter().any(|h| h == close)
+                    && !names::mentions(&node.expr, close)
+                {
+                    hints.push(Ident::new(close, other.span()));
+                }
+            }
+            hints
+        })
         .collect();
 
     let order = order_or_cycles(&dag, cx)?;
@@ -209,6 +233,7 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
         uses,
         sure,
         output_uses,
+        hints,
     })
 }
 

@@ -32,10 +32,12 @@ pub fn edit_distance(a: &str, b: &str) -> usize {
 /// The candidate closest to `name`, if one is close enough to be what was meant: at most
 /// `max(1, len / 3)` edits away, or the same name in another case. Ties go to the first.
 pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    let limit = (name.chars().count() / 3).max(1);
+    let length = name.chars().count();
+    let limit = (length / 3).max(1);
     let mut best: Option<(usize, &str)> = None;
     for candidate in candidates {
-        if candidate == name {
+        // Each edit changes the length by at most one: skip the table for far lengths.
+        if candidate == name || candidate.chars().count().abs_diff(length) > limit {
             continue;
         }
         let distance = if candidate.eq_ignore_ascii_case(name) {

@@ -69,6 +69,9 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
         .map(|n| names::uses(&n.expr, &readable))
         .collect();
 
+    // Sorted, so that a tie between two close names is decided the same way every time.
+    let mut candidates: Vec<&str> = readable.iter().map(String::as_str).collect();
+    candidates.sort_unstable();
     let hints: Vec<Vec<Ident>> = dag
         .nodes
         .iter()
@@ -76,8 +79,7 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
         .map(|(node, read)| {
             let mut hints: Vec<Ident> = Vec::new();
             for other in names::others(&node.expr, &readable) {
-                let candidates = readable.iter().map(String::as_str);
-                if let Some(close) = closest(&other.to_string(), candidates)
+                if let Some(close) = closest(&other.to_string(), candidates.iter().copied())
                     && !read.iter().any(|r| r == close)
                     && !hints.iter().any(|h| h == close)
                     && !names::mentions(&node.expr, close)
@@ -175,7 +177,12 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
                 && !params.contains(&ident.to_string())
             {
                 let name = ident.to_string();
-                let known = names.keys().chain(params.iter()).map(String::as_str);
+                let mut known: Vec<&str> = names
+                    .keys()
+                    .chain(params.iter())
+                    .map(String::as_str)
+                    .collect();
+                known.sort_unstable();
                 let hint = match did_you_mean(&name, known) {
                     hint if !hint.is_empty() => hint,
                     _ if names.is_empty() => {

@@ -1,34 +1,11 @@
 //! How long `workflow!` takes to expand generated workflows of 100, 500 and 1000 nodes.
 //!
-//! A proc-macro crate exports only its macros, so this bench compiles the macro's own modules
-//! into itself (`#[path]`) and calls `expand::workflow` directly on the tokens of the generated
-//! workflows, with proc-macro2's fallback implementation (outside the compiler). Inside rustc
-//! the same code talks to the compiler through the proc-macro bridge: benches/compile_time.sh
-//! reads that time from `-Z time-passes`.
+//! The macro's logic is the plain library `flow-macros-core`, which this bench calls directly
+//! on the tokens of the generated workflows, with proc-macro2's fallback implementation (outside
+//! the compiler). Inside rustc the same code talks to the compiler through the proc-macro
+//! bridge: benches/compile_time.sh reads that time from `-Z time-passes`.
 //!
-//! `cargo bench --bench expand` (criterion; prints the output size first).
-
-#[allow(dead_code, unused_imports, clippy::all)]
-#[path = "../flow-macros/src/ctxt.rs"]
-mod ctxt;
-#[allow(dead_code, unused_imports, clippy::all)]
-#[path = "../flow-macros/src/expand.rs"]
-mod expand;
-#[allow(dead_code, unused_imports, clippy::all)]
-#[path = "../flow-macros/src/graph.rs"]
-mod graph;
-#[allow(dead_code, unused_imports, clippy::all)]
-#[path = "../flow-macros/src/names.rs"]
-mod names;
-#[allow(dead_code, unused_imports, clippy::all)]
-#[path = "../flow-macros/src/options.rs"]
-mod options;
-#[allow(dead_code, unused_imports, clippy::all)]
-#[path = "../flow-macros/src/parse.rs"]
-mod parse;
-#[allow(dead_code, unused_imports, clippy::all)]
-#[path = "../flow-macros/src/validate.rs"]
-mod validate;
+//! `cargo bench -p flow-benches --bench expand` (criterion; prints the output size first).
 
 use std::time::Duration;
 
@@ -66,7 +43,7 @@ fn main() {
     println!("|---|---:|---:|---:|---|");
     for &(shape, nodes, source) in SOURCES {
         let tokens = input(source);
-        let output = expand::workflow(tokens.clone()).to_string();
+        let output = flow_macros_core::workflow(tokens.clone()).to_string();
         println!(
             "| {shape} | {nodes} | {} | {} | {} |",
             tokens.to_string().len(),
@@ -84,7 +61,11 @@ fn main() {
         let tokens = input(source);
         group.throughput(Throughput::Elements(nodes as u64));
         group.bench_function(format!("{shape}_{nodes}"), |b| {
-            b.iter_batched(|| tokens.clone(), expand::workflow, BatchSize::SmallInput)
+            b.iter_batched(
+                || tokens.clone(),
+                flow_macros_core::workflow,
+                BatchSize::SmallInput,
+            )
         });
     }
     group.finish();

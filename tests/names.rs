@@ -92,3 +92,29 @@ workflow! {
 async fn an_output_may_be_a_plain_value() {
     assert_eq!(NoneOutput::run().await.expect("runs"), None);
 }
+
+fn double(v: u32) -> u32 {
+    v * 2
+}
+
+async fn apply(x: u32, f: fn(u32) -> u32) -> Result<u32, Infallible> {
+    Ok(f(x))
+}
+
+workflow! {
+    /// `double` is a function one edit away from the node `doubles`: the step passes the
+    /// function (the node's name bound there for rustc's suggestions changes nothing).
+    Hinted() -> u32 {
+        Sequential {
+            doubles = Operation(apply(3, double)),
+            Operation(apply(doubles, double)),
+            Operation(apply(1, double)),
+        }
+        => doubles
+    }
+}
+
+#[tokio::test]
+async fn a_function_named_like_a_node_is_the_function() {
+    assert_eq!(Hinted::run().await.expect("runs"), 6);
+}

@@ -1,5 +1,7 @@
 //! Generated code raises no warnings in a crate that denies them: a workflow of one node (no
-//! edges), one with a `Conditional` and skipped reads, and one above the inline limit.
+//! edges), one with a `Conditional` and skipped reads, one above the inline limit, and one whose
+//! step passes a function named like a node (the macro binds the node's name there, unused, so
+//! that rustc could suggest it for a misspelling).
 #![deny(warnings, unused, missing_docs)]
 
 use flow::prelude::*;
@@ -52,6 +54,25 @@ workflow! {
     }
 }
 
+fn double(v: u64) -> u64 {
+    v * 2
+}
+
+async fn apply(x: &u64, f: fn(u64) -> u64) -> Result<u64, Infallible> {
+    Ok(f(*x))
+}
+
+workflow! {
+    /// `double` is a function, one edit away from the node `doubles`.
+    pub Hinted(x: u64) -> u64 {
+        Sequential {
+            doubles = Operation(apply(&x, double)),
+            Operation(apply(&x, double)),
+        }
+        => doubles
+    }
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
@@ -59,4 +80,5 @@ fn main() {
     assert_eq!(rt.block_on(Single::run(1)).ok(), Some(2));
     assert_eq!(rt.block_on(Branching::run(1)).ok(), Some(3));
     assert_eq!(rt.block_on(Large::run(1)).ok(), Some(3));
+    assert_eq!(rt.block_on(Hinted::run(4)).ok(), Some(8));
 }

@@ -8,7 +8,7 @@ workflow! {
     Unknown() {
         Parallel {
             fetch = Operation(step()),
-            store = Operation(step(), after = [fecth]),
+            store = Operation(step(), after = [ghost]),
         }
     }
 }

@@ -1,6 +1,6 @@
 use flow::prelude::*;
 
-#[operation(timout = "1s")]
+#[operation(colour = "red")]
 async fn fetch(id: u64) -> Result<u64, std::io::Error> {
     Ok(id)
 }

@@ -6,7 +6,7 @@ async fn step() -> Result<u32, std::io::Error> {
 
 workflow! {
     Options() {
-        Operation(step(), timout = "1s")
+        Operation(step(), colour = "red")
     }
 }
 

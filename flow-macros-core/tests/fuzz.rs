@@ -1,6 +1,6 @@
 //! Property and fuzz tests: `workflow!` never panics, whatever it is given.
 //!
-//! Every input goes through [`expand::workflow`] under `catch_unwind`, and the output must be
+//! Every input goes through [`flow_macros_core::workflow`] under `catch_unwind`, and the output must be
 //! either code without `compile_error!` that parses as a Rust file, or a set of
 //! `compile_error!` invocations (beside the workflow's skeleton, which must parse too).
 //!
@@ -13,7 +13,7 @@
 //!
 //! The seed is fixed so that runs are reproducible; `PROPTEST_RNG_SEED=<u64>` and
 //! `PROPTEST_CASES=<n>` override it and the case counts for a longer hunt, as in
-//! `PROPTEST_CASES=50000 PROPTEST_RNG_SEED=7 cargo test -p flow-macros fuzz`.
+//! `PROPTEST_CASES=50000 PROPTEST_RNG_SEED=7 cargo test -p flow-macros-core --test fuzz`.
 
 use std::cell::Cell;
 use std::fmt::Write as _;
@@ -23,8 +23,6 @@ use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
-
-use crate::expand;
 
 // ---------------------------------------------------------------------------------------------
 // The property
@@ -41,7 +39,7 @@ enum Verdict {
 
 /// Expands `input` and checks the property; `Err` explains how it was broken.
 fn check(input: TokenStream) -> Result<Verdict, String> {
-    check_with(expand::workflow, input)
+    check_with(flow_macros_core::workflow, input)
 }
 
 fn check_with(
@@ -125,6 +123,16 @@ fn assert_code(source: &str) {
 
 /// Expands `source`, which must give errors, among them one containing each of `expected`.
 #[track_caller]
+/// Checks that `source` gives exactly one error, and that it contains `expected`.
+fn assert_one_error(source: &str, expected: &str) {
+    let errors = assert_errors(source, &[expected]);
+    assert_eq!(
+        errors.len(),
+        1,
+        "one error for\n{source}\nerrors: {errors:#?}"
+    );
+}
+
 fn assert_errors(source: &str, expected: &[&str]) -> Vec<String> {
     match check(parse(source)) {
         Ok(Verdict::Errors(errors)) => {
@@ -1560,12 +1568,9 @@ fn invalid_inputs_give_their_messages() {
         "W() { Operation(f(), timeout = \"5 parsecs\") }",
         &["invalid duration \"5 parsecs\" for `timeout`"],
     );
-    assert_errors(
+    assert_one_error(
         "W() { Operation(f(), timeout = \"1s\", timeout = \"2s\") }",
-        &[
-            "duplicate option `timeout`",
-            "`timeout` is first given here",
-        ],
+        "duplicate option `timeout`: it is already given earlier in this list",
     );
     assert_errors(
         "W() { Operation(f(), colour = 3) }",
@@ -1575,13 +1580,25 @@ fn invalid_inputs_give_their_messages() {
         "W() { Sequential(max_concurrency = 2) { Operation(f()) } }",
         &["`Sequential` takes no options, found `max_concurrency`"],
     );
-    assert_errors(
+    assert_one_error(
         "W() { a = Operation(f()), Operation(g(), after = [ghost]) }",
-        &["`after` names `ghost`, which is no node of this workflow; the named nodes are `a`"],
+        "`after` names `ghost`, which is no node of this workflow; name the step to wait for, as in `ghost = Operation(..)`",
     );
-    assert_errors(
+    assert_one_error(
+        "W() { fetch_user = Operation(f()), Operation(g(), after = [fetch_usr]) }",
+        "`after` names `fetch_usr`, which is no node of this workflow; did you mean `fetch_user`?",
+    );
+    assert_one_error(
+        "W() { Operation(f(), retires = 3) }",
+        "unknown option `retires` for an `Operation`; did you mean `retries`?",
+    );
+    assert_one_error(
+        "W() { Parallel(max_concurency = 3) { Operation(f()) } }",
+        "unknown option `max_concurency` for `Parallel`; did you mean `max_concurrency`?",
+    );
+    assert_one_error(
         "W() { a = Operation(f(), after = [b]), b = Operation(g(), after = [a]) }",
-        &["closes a dependency cycle through `a`, `b`"],
+        "`after = [b]` closes a dependency cycle through `a` (line 1), `b` (line 1)",
     );
     assert_errors(
         "W() { a = Operation(f(&a)) }",
@@ -1589,29 +1606,27 @@ fn invalid_inputs_give_their_messages() {
     );
     assert_errors(
         "W() { a = Operation(f(&b)), b = Operation(g()) }",
-        &["`b` runs after this step"],
+        &["`b` (line 1) runs after this step"],
     );
-    assert_errors(
+    assert_one_error(
         "W() { Parallel { a = Operation(f()), Operation(g(&a)) } }",
-        &[
-            "`a` may run at the same time as this step",
-            "`a` is defined here",
-        ],
+        "`a` (line 1) may run at the same time as this step",
     );
     assert_errors(
         "W() { Conditional(x) { a = Operation(f()) } else { Operation(g(&a)) } }",
-        &["`a` is in the other branch of the same `Conditional`"],
+        &["`a` (line 1) is in the other branch of the same `Conditional`"],
     );
-    assert_errors(
+    assert_one_error(
         "W() { a = Operation(f()), a = Operation(g()) }",
-        &["duplicate node name `a`", "`a` is first defined here"],
+        "duplicate node name `a`: it is already defined on line 1",
     );
-    assert_errors(
+    assert_one_error(
         "W(order: u32) { order = Operation(f()) }",
-        &[
-            "node name `order` shadows the workflow parameter `order`",
-            "parameter `order` is declared here",
-        ],
+        "node name `order` shadows the workflow parameter `order` (line 1)",
+    );
+    assert_one_error(
+        "W(id: u32, id: u32) { Operation(f(id)) }",
+        "duplicate parameter `id`: it is already declared on line 1",
     );
     assert_errors(
         "W() -> u32 { Operation(f()) }",
@@ -1621,9 +1636,17 @@ fn invalid_inputs_give_their_messages() {
         "W() { a = Operation(f()) => a }",
         &["has an output but no output type"],
     );
-    assert_errors(
+    assert_one_error(
         "W() -> u32 { a = Operation(f()) => ghost }",
-        &["the output `ghost` is no node or parameter of this workflow; the named nodes are `a`"],
+        "the output `ghost` is no node or parameter of this workflow",
+    );
+    assert_one_error(
+        "W(count: u32) -> u32 { total = Operation(f()) => totl }",
+        "the output `totl` is no node or parameter of this workflow; did you mean `total`?",
+    );
+    assert_one_error(
+        "W(count: u32) -> u32 { total = Operation(f()) => cont }",
+        "the output `cont` is no node or parameter of this workflow; did you mean `count`?",
     );
     // Every mistake of one invocation is reported together.
     let errors = assert_errors(
@@ -1638,12 +1661,36 @@ fn invalid_inputs_give_their_messages() {
 }
 
 #[test]
+fn a_long_cycle_is_one_error_naming_every_member_once() {
+    let n = 3000;
+    let mut source = String::from("W() { Parallel { ");
+    for i in 0..n {
+        let before = (i + n - 1) % n;
+        write!(source, "n{i} = Operation(f(), after = [n{before}]), ")
+            .expect("a String takes writes");
+    }
+    source.push_str("} }");
+    let errors = assert_errors(
+        &source,
+        &["closes a dependency cycle through `n0` (line 1)"],
+    );
+    assert_eq!(errors.len(), 1, "one error for one cycle");
+    for i in 0..n {
+        assert_eq!(
+            errors[0].matches(&format!("`n{i}` ")).count(),
+            1,
+            "`n{i}` named once"
+        );
+    }
+}
+
+#[test]
 fn node_code_holds_no_constant_of_its_own() {
     // Nodes of one shape must compile to the same machine code, so that LLVM merges their
     // functions (docs/architecture.md, "Nodes of one shape share code"): a node's closure may
     // hold the user's expression, never a literal of the macro's own, such as the name of the
     // node it reads.
-    let output = expand::workflow(parse(
+    let output = flow_macros_core::workflow(parse(
         "W(x: u64) -> u64 { Sequential { a = Operation(f(x)), b = Operation(g(a)), \
          c = Operation(g(b)), Operation(h(&a, &c)) } => c }",
     ))

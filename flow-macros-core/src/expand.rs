@@ -256,6 +256,10 @@ fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
     let expr = names.rewrite(&node.expr, uses.iter().map(|u| &u.ident));
     let span = node.expr.span();
     let var = node_ident(names.pos[id]);
+    // Unused bindings that let rustc suggest a node for a misspelled name (`validate::Checked`).
+    let hints = checked.hints[id].iter().map(
+        |hint| quote!(#[allow(unused_variables)] let #hint = ::core::marker::PhantomData::<()>;),
+    );
     match node.kind {
         Kind::Operation => {
             let inputs = uses.iter().map(
@@ -292,6 +296,7 @@ fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
                 #slot
                 let #var = (move || async move {
                     #(#inputs)*
+                    #(#hints)*
                     #finish
                 },);
             }
@@ -318,6 +323,7 @@ fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
             quote! {
                 let #var = (::flow::__private::Decision, move |#state: &::flow::__private::RunState| -> bool {
                     #(#inputs)*
+                    #(#hints)*
                     #test
                 });
             }

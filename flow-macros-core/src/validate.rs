@@ -3,14 +3,13 @@
 
 use std::collections::{HashMap, HashSet};
 
-use petgraph::algo::tarjan_scc;
-use petgraph::graph::DiGraph;
 use syn::Ident;
 
 use crate::ctxt::Ctxt;
 use crate::graph::{Dag, Kind, edge};
 use crate::names;
 use crate::parse::Workflow;
+use crate::suggest::{at_line, closest, did_you_mean, on_line};
 
 /// A name an expression reads.
 pub struct Use {
@@ -34,6 +33,10 @@ pub struct Checked {
     pub sure: Vec<bool>,
     /// The node names the output expression reads.
     pub output_uses: Vec<(Ident, usize)>,
+    /// For each node, node names close to a name its expression reads that is no node: the
+    /// generated code binds each, unused, so that when rustc finds no such name it suggests the
+    /// node ("a local variable with a similar name exists").
+    pub hints: Vec<Vec<Ident>>,
 }
 
 pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked> {
@@ -45,11 +48,11 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
         if let Some(first) = workflow.params[..i].iter().find(|p| p.name == param.name) {
             cx.error(
                 param.name.span(),
-                format!("duplicate parameter `{}`", param.name),
-            );
-            cx.error(
-                first.name.span(),
-                format!("`{}` is first declared here", first.name),
+                format!(
+                    "duplicate parameter `{}`: it is already declared{}; rename one of them",
+                    param.name,
+                    on_line(first.name.span()),
+                ),
             );
         }
     }
@@ -64,6 +67,28 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
         .nodes
         .iter()
         .map(|n| names::uses(&n.expr, &readable))
+        .collect();
+
+    // Sorted, so that a tie between two close names is decided the same way every time.
+    let mut candidates: Vec<&str> = readable.iter().map(String::as_str).collect();
+    candidates.sort_unstable();
+    let hints: Vec<Vec<Ident>> = dag
+        .nodes
+        .iter()
+        .zip(&raw_uses)
+        .map(|(node, read)| {
+            let mut hints: Vec<Ident> = Vec::new();
+            for other in names::others(&node.expr, &readable) {
+                if let Some(close) = closest(&other.to_string(), candidates.iter().copied())
+                    && !read.iter().any(|r| r == close)
+                    && !hints.iter().any(|h| h == close)
+                    && !names::mentions(&node.expr, close)
+                {
+                    hints.push(Ident::new(close, other.span()));
+                }
+            }
+            hints
+        })
         .collect();
 
     let order = order_or_cycles(&dag, cx)?;
@@ -101,24 +126,22 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
                 continue;
             }
             if !is_ancestor(source, node) {
+                // The message names the other step involved, with its line.
+                let at = at_line(dag.nodes[source].span());
                 let why = if is_ancestor(node, source) {
                     format!(
-                        "`{ident}` runs after this step, so its output does not exist yet; move this step after it"
+                        "`{ident}`{at} runs after this step, so its output does not exist yet; move this step after it"
                     )
                 } else if other_branch(&dag, source, node) {
                     format!(
-                        "`{ident}` is in the other branch of the same `Conditional`, which never runs together with this one; to use `{ident}` in both branches, move its step before the `Conditional`"
+                        "`{ident}`{at} is in the other branch of the same `Conditional`, which never runs together with this one; to use `{ident}` in both branches, move its step before the `Conditional`"
                     )
                 } else {
                     format!(
-                        "`{ident}` may run at the same time as this step, so its output may not exist yet; add `after = [{ident}]` to the step, or move it after `{ident}` in a `Sequential`"
+                        "`{ident}`{at} may run at the same time as this step, so its output may not exist yet; add `after = [{ident}]` to the step, or move it after `{ident}` in a `Sequential`"
                     )
                 };
                 cx.error(ident.span(), why);
-                cx.error(
-                    dag.nodes[source].span(),
-                    format!("`{ident}` is defined here"),
-                );
                 continue;
             }
             let inside = &dag.nodes[node].branches;
@@ -153,22 +176,23 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
                 && !names.contains_key(&ident.to_string())
                 && !params.contains(&ident.to_string())
             {
-                let known: Vec<String> = dag
-                    .nodes
-                    .iter()
-                    .filter_map(|n| n.name.as_ref())
-                    .map(|n| format!("`{n}`"))
+                let name = ident.to_string();
+                let mut known: Vec<&str> = names
+                    .keys()
+                    .chain(params.iter())
+                    .map(String::as_str)
                     .collect();
-                let listed = if known.is_empty() {
-                    "this workflow names no node".to_string()
-                } else {
-                    format!("the named nodes are {}", known.join(", "))
+                known.sort_unstable();
+                let hint = match did_you_mean(&name, known) {
+                    hint if !hint.is_empty() => hint,
+                    _ if names.is_empty() => {
+                        "; this workflow names no node: name the step whose output it returns, as in `total = Operation(..)`".to_string()
+                    }
+                    _ => String::new(),
                 };
                 cx.error(
                     ident.span(),
-                    format!(
-                        "the output `{ident}` is no node or parameter of this workflow; {listed}"
-                    ),
+                    format!("the output `{ident}` is no node or parameter of this workflow{hint}"),
                 );
             }
             names::uses(expr, &readable)
@@ -216,6 +240,7 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
         uses,
         sure,
         output_uses,
+        hints,
     })
 }
 
@@ -228,23 +253,19 @@ fn check_names(workflow: &Workflow, dag: &Dag, cx: &mut Ctxt) -> HashMap<String,
             cx.error(
                 name.span(),
                 format!(
-                    "node name `{name}` shadows the workflow parameter `{name}`; rename the node"
+                    "node name `{name}` shadows the workflow parameter `{name}`{}; rename the node",
+                    at_line(param.name.span()),
                 ),
-            );
-            cx.error(
-                param.name.span(),
-                format!("parameter `{name}` is declared here"),
             );
         }
         match names.get(&name.to_string()) {
             Some(&first) => {
                 cx.error(
                     name.span(),
-                    format!("duplicate node name `{name}`; every node needs its own name"),
-                );
-                cx.error(
-                    dag.nodes[first].span(),
-                    format!("`{name}` is first defined here"),
+                    format!(
+                        "duplicate node name `{name}`: it is already defined{}; every node needs its own name",
+                        on_line(dag.nodes[first].span()),
+                    ),
                 );
             }
             None => {
@@ -266,18 +287,21 @@ fn resolve_after(dag: &mut Dag, names: &HashMap<String, usize>, cx: &mut Ctxt) {
                 ),
                 Some(&source) => edges.push((source, id)),
                 None => {
-                    let known: Vec<String> = names.keys().map(|n| format!("`{n}`")).collect();
-                    let mut known = known;
-                    known.sort();
-                    let message = if known.is_empty() {
-                        format!(
+                    let name = target.to_string();
+                    let mut known: Vec<&str> = names.keys().map(String::as_str).collect();
+                    known.sort_unstable();
+                    let message = match did_you_mean(&name, known) {
+                        _ if names.is_empty() => format!(
                             "`after` names `{target}`, but this workflow has no named node; name the step to wait for, as in `{target} = Operation(..)`"
-                        )
-                    } else {
-                        format!(
-                            "`after` names `{target}`, which is no node of this workflow; the named nodes are {}",
-                            known.join(", ")
-                        )
+                        ),
+                        hint if !hint.is_empty() => {
+                            format!(
+                                "`after` names `{target}`, which is no node of this workflow{hint}"
+                            )
+                        }
+                        _ => format!(
+                            "`after` names `{target}`, which is no node of this workflow; name the step to wait for, as in `{target} = Operation(..)`"
+                        ),
                     };
                     cx.error(target.span(), message);
                 }
@@ -298,67 +322,10 @@ fn other_branch(dag: &Dag, a: usize, b: usize) -> bool {
     })
 }
 
-/// A topological order that keeps source order where it can; or errors on every cycle.
+/// A topological order that keeps source order where it can (Kahn's algorithm, lowest ready id
+/// first); or one error per dependency cycle.
 fn order_or_cycles(dag: &Dag, cx: &mut Ctxt) -> Option<Vec<usize>> {
     let n = dag.nodes.len();
-    let mut graph = DiGraph::<usize, ()>::with_capacity(n, dag.edges.len());
-    let ids: Vec<_> = (0..n).map(|i| graph.add_node(i)).collect();
-    for &(from, to) in dag.edges.keys() {
-        graph.add_edge(ids[from], ids[to], ());
-    }
-    let mut cyclic = false;
-    for scc in tarjan_scc(&graph) {
-        if scc.len() < 2 {
-            continue;
-        }
-        cyclic = true;
-        let mut members: Vec<usize> = scc.iter().map(|ix| graph[*ix]).collect();
-        members.sort_unstable();
-        // Name every member of a short cycle; past a few, count the rest, so that a long cycle
-        // does not repeat thousands of names in each of its thousands of errors.
-        const SHOWN: usize = 8;
-        let mut path = members
-            .iter()
-            .take(SHOWN)
-            .map(|&m| format!("`{}`", dag.nodes[m].display))
-            .collect::<Vec<_>>()
-            .join(", ");
-        if members.len() > SHOWN {
-            path.push_str(&format!(" and {} more", members.len() - SHOWN));
-        }
-        for &member in &members {
-            let node = &dag.nodes[member];
-            let closing: Vec<&Ident> = node
-                .after
-                .iter()
-                .filter(|t| {
-                    members
-                        .iter()
-                        .any(|&m| dag.nodes[m].name.as_ref() == Some(*t))
-                })
-                .collect();
-            if closing.is_empty() {
-                cx.error(
-                    node.span(),
-                    format!(
-                        "`{}` is part of a dependency cycle through {path}",
-                        node.display
-                    ),
-                );
-            } else {
-                for target in closing {
-                    cx.error(
-                        target.span(),
-                        format!("`after = [{target}]` closes a dependency cycle through {path}; a step cannot wait for a step that waits for it"),
-                    );
-                }
-            }
-        }
-    }
-    if cyclic {
-        return None;
-    }
-    // Kahn's algorithm, always taking the lowest ready id: source order where edges allow.
     let mut indegree = vec![0usize; n];
     for &(_, to) in dag.edges.keys() {
         indegree[to] += 1;
@@ -376,5 +343,112 @@ fn order_or_cycles(dag: &Dag, cx: &mut Ctxt) -> Option<Vec<usize>> {
             }
         }
     }
-    Some(order)
+    if order.len() == n {
+        return Some(order);
+    }
+    // What Kahn's algorithm could not order lies on a cycle or after one.
+    let mut left = vec![true; n];
+    for &node in &order {
+        left[node] = false;
+    }
+    for members in cycles(dag, &left) {
+        cycle_error(dag, &members, cx);
+    }
+    None
+}
+
+/// The dependency cycles among the nodes marked in `left`: the strongly connected components of
+/// more than one node (Tarjan's algorithm, iterative so that a long chain cannot overflow the
+/// stack), each sorted by id, ordered by their first member.
+fn cycles(dag: &Dag, left: &[bool]) -> Vec<Vec<usize>> {
+    const UNSEEN: usize = usize::MAX;
+    let n = dag.nodes.len();
+    let mut successors = vec![Vec::new(); n];
+    for &(from, to) in dag.edges.keys() {
+        if left[from] && left[to] {
+            successors[from].push(to);
+        }
+    }
+    let mut index = vec![UNSEEN; n];
+    let mut low = vec![0; n];
+    let mut on_stack = vec![false; n];
+    let mut stack = Vec::new();
+    let mut next = 0;
+    let mut found = Vec::new();
+    for root in (0..n).filter(|&v| left[v]) {
+        if index[root] != UNSEEN {
+            continue;
+        }
+        // Each frame is a node and how many of its successors it has visited.
+        let mut frames = vec![(root, 0)];
+        index[root] = next;
+        low[root] = next;
+        next += 1;
+        stack.push(root);
+        on_stack[root] = true;
+        while let Some(frame) = frames.last_mut() {
+            let (v, visited) = *frame;
+            if let Some(&w) = successors[v].get(visited) {
+                frame.1 += 1;
+                if index[w] == UNSEEN {
+                    index[w] = next;
+                    low[w] = next;
+                    next += 1;
+                    stack.push(w);
+                    on_stack[w] = true;
+                    frames.push((w, 0));
+                } else if on_stack[w] {
+                    low[v] = low[v].min(index[w]);
+                }
+                continue;
+            }
+            frames.pop();
+            if let Some(&(parent, _)) = frames.last() {
+                low[parent] = low[parent].min(low[v]);
+            }
+            if low[v] == index[v] {
+                let mut members = Vec::new();
+                while let Some(w) = stack.pop() {
+                    on_stack[w] = false;
+                    members.push(w);
+                    if w == v {
+                        break;
+                    }
+                }
+                if members.len() > 1 {
+                    members.sort_unstable();
+                    found.push(members);
+                }
+            }
+        }
+    }
+    found.sort_unstable();
+    found
+}
+
+/// One error for one cycle, naming every member once with its line: on the first `after` that
+/// closes it, or on its first member.
+fn cycle_error(dag: &Dag, members: &[usize], cx: &mut Ctxt) {
+    let names = members
+        .iter()
+        .map(|&m| format!("`{}`{}", dag.nodes[m].display, at_line(dag.nodes[m].span())))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let closing = members.iter().find_map(|&m| {
+        dag.nodes[m].after.iter().find(|t| {
+            members
+                .iter()
+                .any(|&other| dag.nodes[other].name.as_ref() == Some(*t))
+        })
+    });
+    match closing {
+        Some(target) => cx.error(
+            target.span(),
+            format!("`after = [{target}]` closes a dependency cycle through {names}; a step cannot wait for a step that waits for it"),
+        ),
+        None => cx.error(
+            dag.nodes[members[0]].span(),
+            format!("dependency cycle through {names}; a step cannot wait for a step that waits for it"),
+        ),
+    }
 }

@@ -6,6 +6,7 @@ use syn::{Expr, Ident, Lit};
 
 use crate::ctxt::Ctxt;
 use crate::parse::{Opt, OptValue};
+use crate::suggest::did_you_mean;
 
 /// Options of an `Operation`.
 #[derive(Default)]
@@ -30,6 +31,9 @@ pub enum Backoff {
     Fixed(u64),
     Exponential(u64, u64),
 }
+
+/// The keys of the resilience options.
+pub const POLICY_KEYS: [&str; 5] = ["timeout", "retries", "backoff", "jitter", "deadline"];
 
 pub const POLICY_OPTIONS: &str = "`timeout = \"2s\"`, `retries = 3`, `backoff = \"100ms\"` or `backoff = exponential(\"100ms\", \"5s\")`, `jitter = true`, `deadline = \"30s\"`";
 
@@ -185,11 +189,13 @@ const OPERATION_OPTIONS: &str = "`after = [name, ..]`, `timeout = \"2s\"`, `retr
 
 fn check_duplicates(options: &[Opt], cx: &mut Ctxt) {
     for (i, opt) in options.iter().enumerate() {
-        if let Some(first) = options[..i].iter().find(|o| o.key == opt.key) {
-            cx.error(opt.key.span(), format!("duplicate option `{}`", opt.key));
+        if options[..i].iter().any(|o| o.key == opt.key) {
             cx.error(
-                first.key.span(),
-                format!("`{}` is first given here", first.key),
+                opt.key.span(),
+                format!(
+                    "duplicate option `{}`: it is already given earlier in this list; keep one",
+                    opt.key
+                ),
             );
         }
     }
@@ -216,12 +222,16 @@ pub fn operation(options: &[Opt], cx: &mut Ctxt) -> OpOptions {
                 ),
             },
             _ if out.policy.option(opt, cx) => {}
-            other => cx.error(
-                opt.key.span(),
-                format!(
-                    "unknown option `{other}` for an `Operation`: expected {OPERATION_OPTIONS}"
-                ),
-            ),
+            other => {
+                let keys = std::iter::once("after").chain(POLICY_KEYS);
+                let message = match did_you_mean(other, keys) {
+                    hint if hint.is_empty() => format!(
+                        "unknown option `{other}` for an `Operation`: expected {OPERATION_OPTIONS}"
+                    ),
+                    hint => format!("unknown option `{other}` for an `Operation`{hint}"),
+                };
+                cx.error(opt.key.span(), message);
+            }
         }
     }
     out
@@ -249,10 +259,20 @@ pub fn parallel(options: &[Opt], cx: &mut Ctxt) -> ParallelOptions {
                     "`max_concurrency` takes a whole number, as in `max_concurrency = 4`",
                 ),
             },
-            other => cx.error(
-                opt.key.span(),
-                format!("unknown option `{other}` for `Parallel`: expected `max_concurrency = N`"),
-            ),
+            other => {
+                let hint = did_you_mean(other, ["max_concurrency"]);
+                cx.error(
+                    opt.key.span(),
+                    format!(
+                        "unknown option `{other}` for `Parallel`{}",
+                        if hint.is_empty() {
+                            ": expected `max_concurrency = N`"
+                        } else {
+                            &hint
+                        }
+                    ),
+                );
+            }
         }
     }
     out

@@ -392,7 +392,7 @@ fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
                 "conditional" | "if" | "cond" => " (did you mean `Conditional`?)",
                 _ => match ["operation", "sequential", "parallel", "conditional"]
                     .iter()
-                    .position(|kind| edit_distance(&lower, kind) <= 2)
+                    .position(|kind| crate::suggest::edit_distance(&lower, kind) <= 2)
                 {
                     Some(0) => " (did you mean `Operation`?)",
                     Some(1) => " (did you mean `Sequential`?)",
@@ -408,22 +408,6 @@ fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
             None
         }
     }
-}
-
-/// Levenshtein distance, for "did you mean" hints on misspelled keywords.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let substitute = diagonal + usize::from(ca != cb);
-            diagonal = row[j + 1];
-            row[j + 1] = substitute.min(row[j] + 1).min(row[j + 1] + 1);
-        }
-    }
-    row[b.len()]
 }
 
 fn group(tree: Option<&TokenTree>, delimiter: Delimiter) -> Option<&proc_macro2::Group> {

@@ -11,7 +11,7 @@ use syn::punctuated::Punctuated;
 use syn::{ItemFn, Token};
 
 use crate::ctxt::Ctxt;
-use crate::options::{POLICY_OPTIONS, Policy};
+use crate::options::{POLICY_KEYS, POLICY_OPTIONS, Policy};
 use crate::parse::{Opt, OptValue};
 
 pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
@@ -62,10 +62,13 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
             ("name", OptValue::Str(lit)) => display = lit.value(),
             ("name", other) => cx.error(other.span(), "`name` takes a string, as in `name = \"charge card\"`"),
             _ if policy.option(opt, &mut cx) => {}
-            (other, _) => cx.error(
-                opt.key.span(),
-                format!("unknown option `{other}` for `#[operation]`: expected `name = \"..\"`, {POLICY_OPTIONS}"),
-            ),
+            (other, _) => match crate::suggest::did_you_mean(other, std::iter::once("name").chain(POLICY_KEYS)) {
+                hint if hint.is_empty() => cx.error(
+                    opt.key.span(),
+                    format!("unknown option `{other}` for `#[operation]`: expected `name = \"..\"`, {POLICY_OPTIONS}"),
+                ),
+                hint => cx.error(opt.key.span(), format!("unknown option `{other}` for `#[operation]`{hint}")),
+            },
         }
     }
 

@@ -1,0 +1,37 @@
+//! The logic of flow's macros, as a plain library: the proc-macro crate `flow-macros` wraps
+//! these functions in one-line entry points, and tests and benches call them directly. Use the
+//! macros through the `flow` crate; this crate's interface follows `flow-macros`, not semver.
+//!
+//! `workflow!` runs a pipeline whose stages are this crate's modules: `parse` turns the DSL
+//! into an AST that keeps the user's tokens, `graph` builds the DAG, `validate` runs every
+//! check and collects every error, and `expand` writes the Rust.
+//!
+//! ```
+//! let input: proc_macro2::TokenStream = "Hello() { Operation(greet()) }".parse().unwrap();
+//! let output = flow_macros_core::workflow(input).to_string();
+//! assert!(!output.contains("compile_error"));
+//! ```
+
+mod ctxt;
+mod expand;
+mod graph;
+mod names;
+mod operation;
+mod options;
+mod parse;
+mod suggest;
+mod validate;
+
+use proc_macro2::TokenStream;
+
+/// Expands the body of a `workflow!` invocation: the generated code, or every error found as
+/// `compile_error!` invocations beside a best-effort skeleton of the workflow type.
+pub fn workflow(input: TokenStream) -> TokenStream {
+    expand::workflow(input)
+}
+
+/// Expands `#[operation(args)]` on `item`: the function with its defaults attached, or the
+/// errors beside the function as written.
+pub fn operation(args: TokenStream, item: TokenStream) -> TokenStream {
+    operation::expand(args, item)
+}

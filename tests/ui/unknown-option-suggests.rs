@@ -1,0 +1,13 @@
+use flow::prelude::*;
+
+async fn step() -> Result<u32, std::io::Error> {
+    Ok(1)
+}
+
+workflow! {
+    Options() {
+        Operation(step(), retires = 3)
+    }
+}
+
+fn main() {}

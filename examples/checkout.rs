@@ -216,7 +216,7 @@ async fn main() {
 
     for order_id in [1, 2] {
         println!("order {order_id}:");
-        let outcome = Checkout::runner().execute(&shop, order_id).await;
+        let outcome = Checkout::runner().execute((&shop, order_id)).await;
         match &outcome.result {
             Ok(Some(receipt)) => println!(
                 "  result: receipt for order {}, {} cents",

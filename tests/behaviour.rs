@@ -159,7 +159,7 @@ async fn diamond_node_starts_only_after_every_predecessor_ended() {
 async fn layered_node_starts_only_after_every_predecessor_ended() {
     // Every node of a layer depends on every node of the layer before (3x3 + 3x3 + 3x1), and
     // `c3` reads `a1`, two layers up.
-    assert_eq!(Layered::GRAPH.edges.len(), 22);
+    assert_eq!(Layered::GRAPH.edges().len(), 22);
     let layers = [["a1", "a2", "a3"], ["b1", "b2", "b3"], ["c1", "c2", "c3"]];
     for pair in layers.windows(2) {
         for from in pair[0] {
@@ -323,7 +323,7 @@ workflow! {
 #[tokio::test(start_paused = true)]
 async fn conditional_then_branch_runs_and_else_branch_is_skipped() {
     let log = Log::new();
-    let outcome = Branch::runner().execute(&log, true).await;
+    let outcome = Branch::runner().execute((&log, true)).await;
     let report = &outcome.report;
     assert_eq!(report.status("a"), Some(NodeStatus::Completed));
     assert_eq!(report.status("decision#1"), Some(NodeStatus::Completed));
@@ -348,7 +348,7 @@ async fn conditional_then_branch_runs_and_else_branch_is_skipped() {
 #[tokio::test(start_paused = true)]
 async fn conditional_else_branch_runs_and_then_branch_is_skipped() {
     let log = Log::new();
-    let outcome = Branch::runner().execute(&log, false).await;
+    let outcome = Branch::runner().execute((&log, false)).await;
     assert_eq!(
         sorted(statuses(&outcome.report)),
         vec![
@@ -703,7 +703,7 @@ workflow! {
 #[tokio::test(start_paused = true)]
 async fn branch_nodes_are_skipped_whole_and_read_as_options_after() {
     let log = Log::new();
-    let outcome = Skips::runner().execute(&log, false).await;
+    let outcome = Skips::runner().execute((&log, false)).await;
     assert_eq!(
         sorted(statuses(&outcome.report)),
         vec![
@@ -725,7 +725,7 @@ async fn branch_nodes_are_skipped_whole_and_read_as_options_after() {
 
     // The then branch: `inner` reads `t` as a plain value, `reader` as `Some`.
     let log = Log::new();
-    let outcome = Skips::runner().execute(&log, true).await;
+    let outcome = Skips::runner().execute((&log, true)).await;
     assert_eq!(outcome.report.status("e"), Some(NodeStatus::Skipped));
     assert_eq!(outcome.report.count(NodeStatus::Completed), 5);
     assert_eq!(
@@ -942,7 +942,7 @@ fn start_times(log: &Log) -> Vec<u128> {
 async fn parallel_max_concurrency_bounds_operations_in_flight() {
     let log = Log::new();
     let gauge = Gauge::default();
-    let outcome = LimitedBlock::runner().execute(&log, &gauge).await;
+    let outcome = LimitedBlock::runner().execute((&log, &gauge)).await;
     outcome.result.expect("all six complete");
     assert_eq!(gauge.peak(), 2);
     assert_eq!(outcome.report.count(NodeStatus::Completed), 6);
@@ -966,7 +966,7 @@ async fn runner_max_concurrency_bounds_the_whole_run() {
     let three = NonZeroUsize::new(3).expect("3 is not zero");
     let outcome = Unlimited::runner()
         .max_concurrency(three)
-        .execute(&log, &gauge)
+        .execute((&log, &gauge))
         .await;
     outcome.result.expect("limited run succeeds");
     assert_eq!(gauge.peak(), 3);
@@ -980,7 +980,7 @@ async fn runner_max_concurrency_bounds_the_whole_run() {
     let one = NonZeroUsize::new(1).expect("1 is not zero");
     LimitedBlock::runner()
         .max_concurrency(one)
-        .execute(&log, &gauge)
+        .execute((&log, &gauge))
         .await
         .result
         .expect("serial run succeeds");
@@ -1159,7 +1159,7 @@ async fn graph_constant_lists_nodes_kinds_and_edges() {
     }
 
     // The workflow also runs: `b.is_ok()` takes the then branch.
-    let outcome = Shape::runner().execute().await;
+    let outcome = Shape::runner().execute(()).await;
     outcome.result.expect("Shape succeeds");
     assert_eq!(
         outcome.report.status("plain#2"),

@@ -19,9 +19,9 @@ use common::{Boom, Log, fail, ms, work, work_on};
 /// after the source's `end` in the log (by position and by time). Decisions log nothing, so an
 /// edge through a decision is checked from the decision's own predecessors.
 fn assert_edges_respected(graph: &Graph, log: &Log) {
-    for edge in graph.edges {
-        let from = &graph.nodes[edge.from as usize];
-        let to = &graph.nodes[edge.to as usize];
+    for edge in graph.edges() {
+        let from = &graph.nodes()[edge.from as usize];
+        let to = &graph.nodes()[edge.to as usize];
         assert_eq!(
             from.kind,
             NodeKind::Operation,
@@ -64,12 +64,12 @@ fn sorted(mut pairs: Vec<(&'static str, NodeStatus)>) -> Vec<(&'static str, Node
 /// The edges of `graph` as sorted `(from, to, kind)` name triples.
 fn edge_names(graph: &Graph) -> Vec<(&'static str, &'static str, EdgeKind)> {
     let mut edges: Vec<_> = graph
-        .edges
+        .edges()
         .iter()
         .map(|e| {
             (
-                graph.nodes[e.from as usize].name,
-                graph.nodes[e.to as usize].name,
+                graph.nodes()[e.from as usize].name,
+                graph.nodes()[e.to as usize].name,
                 e.kind,
             )
         })
@@ -1080,10 +1080,10 @@ workflow! {
 #[tokio::test(start_paused = true)]
 async fn graph_constant_lists_nodes_kinds_and_edges() {
     let graph = Shape::GRAPH;
-    assert_eq!(graph.name, "Shape");
+    assert_eq!(graph.name(), "Shape");
     assert_eq!(graph.len(), 7);
     assert!(!graph.is_empty());
-    let mut nodes: Vec<(&str, NodeKind)> = graph.nodes.iter().map(|n| (n.name, n.kind)).collect();
+    let mut nodes: Vec<(&str, NodeKind)> = graph.nodes().iter().map(|n| (n.name, n.kind)).collect();
     nodes.sort_unstable_by_key(|(name, _)| *name);
     assert_eq!(
         nodes,
@@ -1100,7 +1100,7 @@ async fn graph_constant_lists_nodes_kinds_and_edges() {
     let label = |name: &str| {
         graph
             .node_id(name)
-            .map(|id| graph.nodes[id].label)
+            .map(|id| graph.nodes()[id].label)
             .expect("node exists")
     };
     assert_eq!(label("b"), "other(a)");
@@ -1134,7 +1134,7 @@ async fn graph_constant_lists_nodes_kinds_and_edges() {
         display.starts_with("workflow Shape (7 nodes)\n"),
         "{display}"
     );
-    for (id, node) in graph.nodes.iter().enumerate() {
+    for (id, node) in graph.nodes().iter().enumerate() {
         assert!(
             dot.contains(&format!("n{id} [label=\"{}\\n", node.name)),
             "{dot}"
@@ -1144,9 +1144,9 @@ async fn graph_constant_lists_nodes_kinds_and_edges() {
         assert!(mermaid.contains(&format!("\"{escaped}\"")), "{mermaid}");
         assert!(display.contains(&format!(" {} [", node.name)), "{display}");
     }
-    assert_eq!(dot.matches(" -> ").count(), graph.edges.len());
+    assert_eq!(dot.matches(" -> ").count(), graph.edges().len());
     assert_eq!(display.lines().count(), 1 + graph.len());
-    for edge in graph.edges {
+    for edge in graph.edges() {
         assert!(
             dot.contains(&format!("n{} -> n{}", edge.from, edge.to)),
             "{dot}"

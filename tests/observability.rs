@@ -332,7 +332,7 @@ async fn the_trace_matrix_follows_the_flow_algorithm() {
     assert!(matrix.columns.iter().all(|c| c.value == -1 || c.value == 1));
     // No node starts before its predecessors end.
     let graph = MeetsAndJoins::GRAPH;
-    for edge in graph.edges {
+    for edge in graph.edges() {
         let (_, from_end) = matrix.span(edge.from as usize + 1).expect("ran");
         let (to_start, _) = matrix.span(edge.to as usize + 1).expect("ran");
         assert!(from_end < to_start, "{edge:?}");

@@ -149,7 +149,9 @@ fn generate(workflow: &Workflow, checked: &Checked, input: &Input) -> TokenStrea
             __flow_finished.output(move || #output)
         }
     };
-    interface(workflow, input, &names.private, graph, body)
+    let value = &input.value;
+    let run = quote!(#private::Runner::<Self>::new().run(#value).await);
+    interface(workflow, input, &names.private, graph, body, run)
 }
 
 /// The items every workflow has, around its graph and its run's body: the unit struct, its
@@ -161,6 +163,7 @@ fn interface(
     private: &TokenStream,
     graph: TokenStream,
     body: TokenStream,
+    run: TokenStream,
 ) -> TokenStream {
     let name = &workflow.name;
     let vis = &workflow.vis;
@@ -172,8 +175,8 @@ fn interface(
     let Input {
         ty: input_ty,
         pattern,
-        value,
         params,
+        ..
     } = input;
     let options = Ident::new("__flow_options", Span::mixed_site());
     let run_doc = format!(
@@ -212,10 +215,22 @@ fn interface(
 
             #[doc = #run_doc]
             #vis async fn run(#(#params),*) -> #private::Result<#output_ty, #private::WorkflowError> {
-                #private::Runner::<Self>::new().run(#value).await
+                #run
             }
         }
     }
+}
+
+/// `tokens` with every span set to `span`.
+fn respan(tokens: &TokenStream, span: Span) -> TokenStream {
+    tokens
+        .clone()
+        .into_iter()
+        .map(|mut token| {
+            token.set_span(span);
+            token
+        })
+        .collect()
 }
 
 /// `::flow::__private`, or `path::__private` under `#[flow(crate = path)]`.
@@ -358,13 +373,18 @@ mod lifetimes {
             *lifetime = self.to.clone();
         }
 
-        fn visit_type_impl_trait_mut(&mut self, ty: &mut syn::TypeImplTrait) {
+        fn visit_type_mut(&mut self, ty: &mut Type) {
+            let Type::ImplTrait(impl_trait) = ty else {
+                return visit_mut::visit_type_mut(self, ty);
+            };
             if let Some(cx) = self.cx.as_deref_mut() {
                 cx.error(
-                    ty.impl_token.span,
+                    impl_trait.impl_token.span,
                     "a workflow parameter cannot be an `impl Trait`; name a concrete type, a `&dyn Trait` or a `Box<dyn Trait>`",
                 );
             }
+            // For the skeleton: a type that `Input` can hold.
+            *ty = syn::parse_quote!(());
         }
 
         // `fn(&T)` and `for<'b> Fn(&'b T)` bind lifetimes of their own: left as written.
@@ -444,6 +464,8 @@ fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
                 },
             );
             let awaited = quote_spanned!(span=> (#expr).await);
+            // On the user's tokens, so that an error about the result points at the call.
+            let private = respan(private, span);
             let (slot, finish) = if node.name.is_some() {
                 let slot = names.slot(id);
                 (
@@ -794,5 +816,7 @@ fn skeleton(workflow: &Workflow, input: &Input) -> TokenStream {
         #private::Plan::EMPTY,
     ));
     let body = quote!(#private::unreachable_run());
-    interface(workflow, input, &private, graph, body)
+    // Not through the runner: a parameter type may be one `Input` cannot hold.
+    let run = quote!(#private::unreachable_run().await.result);
+    interface(workflow, input, &private, graph, body, run)
 }

@@ -63,13 +63,13 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
             ("name", OptValue::Str(lit)) => display = lit.value(),
             ("name", other) => cx.error(other.span(), "`name` takes a string, as in `name = \"charge card\"`"),
             ("crate", value) => match crate::parse::crate_path(value) {
-                Some(path) => krate = Some(path),
-                None => cx.error(value.span(), "`crate` takes the path of the flow crate, as in `crate = ::my_flow`"),
+                Ok(path) => krate = Some(path),
+                Err(error) => cx.push(error),
             },
             _ if policy.option(opt, &mut cx) => {}
             (other, _) => cx.error(
                 opt.key.span(),
-                format!("unknown option `{other}` for `#[operation]`: expected `name = \"..\"`, {POLICY_OPTIONS}, `crate = path`"),
+                format!("unknown option `{other}` for `#[operation]`: expected `name = \"..\"`, {POLICY_OPTIONS}"),
             ),
         }
     }

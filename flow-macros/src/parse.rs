@@ -238,8 +238,8 @@ fn workflow_options(attrs: &mut Vec<Attribute>, cx: &mut Ctxt) -> (bool, Option<
                                 cx.error(opt.key.span(), "duplicate option `crate`");
                             }
                             match crate_path(value) {
-                                Some(path) => krate = Some(path),
-                                None => cx.error(value.span(), "`crate` takes the path of the flow crate, as in `crate = ::my_flow`"),
+                                Ok(path) => krate = Some(path),
+                                Err(error) => cx.push(error),
                             }
                         }
                         (other, _) => cx.error(opt.key.span(), format!("unknown workflow option `{other}`: expected `failure = FailFast`, `failure = ContinueIndependent` or `crate = path`")),
@@ -255,7 +255,16 @@ fn workflow_options(attrs: &mut Vec<Attribute>, cx: &mut Ctxt) -> (bool, Option<
 
 /// The path of a `crate = path` option (`#[flow(..)]`, `#[operation(..)]`): a plain path, such
 /// as `::my_flow` or `crate::reexported`, with no generic arguments.
-pub fn crate_path(value: &OptValue) -> Option<syn::Path> {
+pub fn crate_path(value: &OptValue) -> syn::Result<syn::Path> {
+    const EXPECTED: &str = "`crate` takes the path of the flow crate, as in `crate = ::my_flow`";
+    let error = match value {
+        OptValue::Other(expr) => syn::Error::new_spanned(expr, EXPECTED),
+        other => syn::Error::new(other.span(), EXPECTED),
+    };
+    crate_path_of(value).ok_or(error)
+}
+
+fn crate_path_of(value: &OptValue) -> Option<syn::Path> {
     match value {
         OptValue::Other(expr) => match &**expr {
             Expr::Path(syn::ExprPath {

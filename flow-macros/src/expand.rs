@@ -179,6 +179,18 @@ fn interface(
         ..
     } = input;
     let options = Ident::new("__flow_options", Span::mixed_site());
+    // On the user's tokens: a `pub` workflow whose parameter or output type is private is
+    // rustc's "private type in public interface", which should point at the type.
+    let input_span = workflow
+        .params
+        .first()
+        .map_or_else(|| name.span(), |p| p.ty.span());
+    let input_item = quote_spanned!(input_span=> type Input<'a> = #input_ty;);
+    let output_span = workflow
+        .output_ty
+        .as_ref()
+        .map_or_else(|| name.span(), |ty| ty.span());
+    let output_item = quote_spanned!(output_span=> type Output = #output_ty;);
     let run_doc = format!(
         "Runs `{name}` with default options and returns its output, or a `WorkflowError` that lists every failed and aborted node. `{name}::runner()` sets options and returns a report."
     );
@@ -189,8 +201,8 @@ fn interface(
         #[allow(unused_variables, unused_braces, unused_parens, clippy::all)]
         impl #private::Workflow for #name {
             const GRAPH: #private::Graph = #graph;
-            type Input<'a> = #input_ty;
-            type Output = #output_ty;
+            #input_item
+            #output_item
 
             fn __execute<'a>(
                 #options: #private::RunOptions,

@@ -15,12 +15,12 @@ use std::time::Duration;
 
 use pin_project_lite::pin_project;
 
+use crate::__private::RunOptions;
 use crate::error::WorkflowError;
 use crate::events::Observer;
 use crate::graph::Graph;
 use crate::policy::{CancelToken, FailurePolicy};
 use crate::report::Outcome;
-use crate::__private::RunOptions;
 
 /// A workflow declared with `workflow!`: its static graph, its parameters and its output.
 ///

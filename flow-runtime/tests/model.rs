@@ -18,10 +18,10 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use flow_runtime::NodeStatus::{Aborted, Completed, Failed, Skipped};
 use flow_runtime::__private::{
     Leaf, Nodes, Plan, RunOptions, RunState, Slot, execute_nodes, unreachable_run,
 };
+use flow_runtime::NodeStatus::{Aborted, Completed, Failed, Skipped};
 use flow_runtime::{
     Edge, EdgeKind, FailurePolicy, Graph, NodeError, NodeInfo, NodeKind, NodeStatus, Outcome,
     Runner, Workflow,
@@ -567,10 +567,7 @@ impl Workflow for Model {
     type Input<'a> = ();
     type Output = ();
 
-    fn __execute<'a>(
-        _: RunOptions,
-        _: (),
-    ) -> impl std::future::Future<Output = Outcome<()>> + 'a {
+    fn __execute<'a>(_: RunOptions, _: ()) -> impl std::future::Future<Output = Outcome<()>> + 'a {
         unreachable_run()
     }
 }

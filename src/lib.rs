@@ -20,7 +20,7 @@
 //! # struct User { name: String }
 //! # struct Order { total: u64 }
 //! # #[derive(Clone, Debug, PartialEq)]
-//! # struct Summary { name: String, spent: u64 }
+//! # pub struct Summary { name: String, spent: u64 }
 //! # async fn fetch_user(id: u64) -> Result<User, NotFound> {
 //! #     if id == 7 { Ok(User { name: "Ada".into() }) } else { Err(NotFound(id)) }
 //! # }
@@ -89,7 +89,7 @@ pub use flow_runtime::{
 /// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.write_str("unavailable") }
 /// # }
 /// # impl std::error::Error for Unavailable {}
-/// # struct Shop;
+/// # pub struct Shop;
 /// # async fn price(_: &Shop, id: u64) -> Result<u64, Unavailable> { Ok(id * 100) }
 /// # async fn tax(_: &Shop, price: &u64) -> Result<u64, Unavailable> { Ok(price / 5) }
 ///

@@ -207,7 +207,7 @@ fn interface(
             fn __execute<'a>(
                 #options: #private::RunOptions,
                 #pattern: <Self as #private::Workflow>::Input<'a>,
-            ) -> impl #private::Future<Output = #private::Outcome<#output_ty>> + 'a {
+            ) -> impl #private::Future<Output = #private::Outcome<#output_ty>> {
                 #body
             }
         }

@@ -46,7 +46,7 @@ pub trait Workflow {
     fn __execute<'a>(
         options: RunOptions,
         input: Self::Input<'a>,
-    ) -> impl Future<Output = Outcome<Self::Output>> + 'a;
+    ) -> impl Future<Output = Outcome<Self::Output>>;
 }
 
 /// One run of workflow `W`, to configure and start: `MyWorkflow::runner()` makes one with

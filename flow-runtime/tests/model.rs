@@ -567,7 +567,7 @@ impl Workflow for Model {
     type Input<'a> = ();
     type Output = ();
 
-    fn __execute<'a>(_: RunOptions, _: ()) -> impl std::future::Future<Output = Outcome<()>> + 'a {
+    fn __execute<'a>(_: RunOptions, _: ()) -> impl std::future::Future<Output = Outcome<()>> {
         unreachable_run()
     }
 }

@@ -109,7 +109,7 @@ fn check(rt: &Runtime) {
             assert_eq!(dag::output(&graph, last), Some(expected));
         }
     }
-    assert_eq!(imm::Mixed::GRAPH.nodes.len(), MIXED_NODES);
+    assert_eq!(imm::Mixed::GRAPH.nodes().len(), MIXED_NODES);
     assert_eq!(ok(rt.block_on(hand::mixed(ops::imm, 0))), MIXED_OUTPUT);
     let (gated, ()) = rt.block_on(async {
         gate::reset();

@@ -45,8 +45,9 @@ struct Risk {
     score: f64,
 }
 
+/// Proof of a charged order.
 #[derive(Debug, Clone, PartialEq)]
-struct Receipt {
+pub struct Receipt {
     order_id: u64,
     amount_cents: u64,
 }
@@ -70,7 +71,7 @@ impl fmt::Display for ShopError {
 impl std::error::Error for ShopError {}
 
 /// The shop's state, shared by reference with every step of a run.
-struct Shop {
+pub struct Shop {
     name: &'static str,
     orders: HashMap<u64, Order>,
     stock: HashMap<&'static str, u32>,
@@ -216,7 +217,7 @@ async fn main() {
 
     for order_id in [1, 2] {
         println!("order {order_id}:");
-        let outcome = Checkout::runner().execute(&shop, order_id).await;
+        let outcome = Checkout::runner().execute((&shop, order_id)).await;
         match &outcome.result {
             Ok(Some(receipt)) => println!(
                 "  result: receipt for order {}, {} cents",

@@ -27,7 +27,7 @@ use flow::prelude::*;
 use tokio::time::{Instant, sleep};
 
 /// When the run started, so that steps can print offsets from it.
-struct Clock {
+pub struct Clock {
     start: Instant,
 }
 

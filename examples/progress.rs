@@ -82,7 +82,7 @@ workflow! {
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let progress = flow::Progress::new();
-    let outcome = Batch::runner().observer(progress).execute().await;
+    let outcome = Batch::runner().observer(progress).execute(()).await;
     println!("{}", outcome.report);
     match outcome.result {
         Ok(()) => println!("all {} steps done", Batch::GRAPH.len()),

@@ -30,8 +30,10 @@ struct Order {
     total_cents: u64,
 }
 
+/// What the workflow returns. Public, as the output type of a `pub` workflow must be: it is
+/// part of the workflow's `Workflow` impl.
 #[derive(Debug, Clone, PartialEq)]
-struct Summary {
+pub struct Summary {
     name: String,
     orders: usize,
     spent_cents: u64,

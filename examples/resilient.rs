@@ -156,7 +156,7 @@ async fn main() {
     // hook's message and backtrace.
     std::panic::set_hook(Box::new(|info| eprintln!("(contained in its step) {info}")));
     let outcome = ProductPage::runner()
-        .execute("espresso-machine", 129_999)
+        .execute(("espresso-machine", 129_999))
         .await;
     println!("{}", outcome.report);
     for node in outcome.report.nodes() {

@@ -20,7 +20,7 @@
 //! # struct User { name: String }
 //! # struct Order { total: u64 }
 //! # #[derive(Clone, Debug, PartialEq)]
-//! # struct Summary { name: String, spent: u64 }
+//! # pub struct Summary { name: String, spent: u64 }
 //! # async fn fetch_user(id: u64) -> Result<User, NotFound> {
 //! #     if id == 7 { Ok(User { name: "Ada".into() }) } else { Err(NotFound(id)) }
 //! # }
@@ -88,7 +88,6 @@ pub use flow_runtime::{
 pub use flow_runtime::{
     Backoff, BoxError, CancelReason, CancelToken, Edge, EdgeKind, FailurePolicy, Graph,
     IntoNodeResult, NodeFailure, NodeInfo, NodeKind, NodePolicy, NodeReport, NodeStatus,
-    RunOptions,
 };
 
 /// # Example
@@ -256,24 +255,73 @@ pub use flow_runtime::NodeError;
 /// ```
 pub use flow_runtime::EventLog;
 
+/// One run of a workflow, to configure and start: `MyWorkflow::runner()` makes one.
+///
+/// ```
+/// use flow::prelude::*;
+/// # #[derive(Debug)]
+/// # struct Unavailable;
+/// # impl std::fmt::Display for Unavailable {
+/// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.write_str("unavailable") }
+/// # }
+/// # impl std::error::Error for Unavailable {}
+/// # pub struct Shop;
+/// # async fn price(_: &Shop, id: u64) -> Result<u64, Unavailable> { Ok(id * 100) }
+/// # async fn tax(_: &Shop, price: &u64) -> Result<u64, Unavailable> { Ok(price / 5) }
+///
+/// workflow! {
+///     /// Prices an item with its tax.
+///     pub Quote(shop: &Shop, id: u64) -> u64 {
+///         Sequential {
+///             net = Operation(price(shop, id)),
+///             vat = Operation(tax(shop, &net)),
+///         }
+///         => net + vat
+///     }
+/// }
+///
+/// # futures::executor::block_on(async {
+/// let shop = Shop;
+/// // Several parameters travel as a tuple; one as itself; none as `()`.
+/// let outcome = Quote::runner()
+///     .failure_policy(FailurePolicy::FailFast)
+///     .max_concurrency(std::num::NonZeroUsize::MIN)
+///     .record(true)
+///     .execute((&shop, 3))
+///     .await;
+/// assert_eq!(outcome.result?, 360);
+/// assert_eq!(outcome.report.status("vat"), Some(NodeStatus::Completed));
+///
+/// // `run` returns the result alone, as `Quote::run(&shop, 3)` does.
+/// let token = CancelToken::new();
+/// let total = Quote::runner().cancel_on(token).run((&shop, 3)).await?;
+/// assert_eq!(total, 360);
+/// # Ok::<(), WorkflowError>(())
+/// # }).unwrap();
+/// ```
+pub use flow_runtime::Runner;
+pub use flow_runtime::Workflow;
+
 /// Everything a workflow file needs: `use flow::prelude::*;`.
 ///
 /// The macros, the types a run returns ([`Outcome`], [`Report`], [`WorkflowError`],
-/// [`NodeError`], [`NodeStatus`]), the run options ([`CancelToken`], [`FailurePolicy`]), and
-/// what a user of events needs ([`Event`], [`EventKind`], [`EventLog`], [`Recorder`],
+/// [`NodeError`], [`NodeStatus`]), the runner and its options ([`Runner`], [`Workflow`],
+/// [`CancelToken`], [`FailurePolicy`]), and what a user of events needs ([`Event`], [`EventKind`], [`EventLog`], [`Recorder`],
 /// [`CancelReason`], [`TraceMatrix`]).
 pub mod prelude {
     pub use crate::{
         CancelReason, CancelToken, Event, EventKind, EventLog, FailurePolicy, NodeError,
-        NodeStatus, Outcome, Recorder, Report, TraceMatrix, WorkflowError, operation, workflow,
+        NodeStatus, Outcome, Recorder, Report, Runner, TraceMatrix, Workflow, WorkflowError,
+        operation, workflow,
     };
 }
 
-/// Paths used by the code `workflow!` generates. Not a public API: it may change in any release.
+/// The interface between the code `workflow!` and `#[operation]` generate and the runtime.
+///
+/// **Not a public API**: it may change in any release, patch releases included. Generated code
+/// names everything through this module (`::flow::__private::…`, or `path::__private` under
+/// `#[flow(crate = path)]`), so users depend on `flow` alone.
 #[doc(hidden)]
 pub mod __private {
-    pub use flow_runtime::*;
-    pub use std::{
-        future::Future, option::Option, pin::Pin, result::Result, stringify, time::Duration,
-    };
+    pub use flow_runtime::__private::*;
 }

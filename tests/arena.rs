@@ -211,7 +211,7 @@ retried!(n00 n01 n02 n03 n04 n05 n06 n07 n08 n09 n10 n11 n12 n13 n14 n15 n16 n17
 async fn retries_in_a_large_workflow_drop_each_failed_attempt() {
     let attempts = Cell::new(0);
     let live = Rc::new(Cell::new(0));
-    let outcome = Retried::runner().execute(&attempts, &live).await;
+    let outcome = Retried::runner().execute((&attempts, &live)).await;
     assert_eq!(outcome.result.expect("the third attempt succeeds"), 3);
     assert_eq!(attempts.get(), 3);
     // Every future, failed attempts included, was dropped: none is alive.
@@ -258,14 +258,14 @@ workflow! {
 
 #[tokio::test]
 async fn layers_are_joined_and_run_in_order() {
-    let plan = &Layers::GRAPH.plan;
+    let plan = &Layers::GRAPH.__plan();
     // Two joins (a -> b, b -> c), each with three sources and three targets.
     assert_eq!(plan.join_pred_count, &[3, 3]);
     assert_eq!(plan.join_succ.len(), 6);
     // 6 entries to joins and 6 direct data entries (a_i -> b_i, b_i -> c_i), not 18 edges.
     assert_eq!(plan.succ.len(), 12);
     // The graph itself still shows every edge.
-    assert_eq!(Layers::GRAPH.edges.len(), 18);
+    assert_eq!(Layers::GRAPH.edges().len(), 18);
     assert_eq!(Layers::run(0).await.expect("every node succeeds"), 9);
 }
 

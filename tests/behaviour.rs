@@ -19,9 +19,9 @@ use common::{Boom, Log, fail, ms, work, work_on};
 /// after the source's `end` in the log (by position and by time). Decisions log nothing, so an
 /// edge through a decision is checked from the decision's own predecessors.
 fn assert_edges_respected(graph: &Graph, log: &Log) {
-    for edge in graph.edges {
-        let from = &graph.nodes[edge.from as usize];
-        let to = &graph.nodes[edge.to as usize];
+    for edge in graph.edges() {
+        let from = &graph.nodes()[edge.from as usize];
+        let to = &graph.nodes()[edge.to as usize];
         assert_eq!(
             from.kind,
             NodeKind::Operation,
@@ -64,12 +64,12 @@ fn sorted(mut pairs: Vec<(&'static str, NodeStatus)>) -> Vec<(&'static str, Node
 /// The edges of `graph` as sorted `(from, to, kind)` name triples.
 fn edge_names(graph: &Graph) -> Vec<(&'static str, &'static str, EdgeKind)> {
     let mut edges: Vec<_> = graph
-        .edges
+        .edges()
         .iter()
         .map(|e| {
             (
-                graph.nodes[e.from as usize].name,
-                graph.nodes[e.to as usize].name,
+                graph.nodes()[e.from as usize].name,
+                graph.nodes()[e.to as usize].name,
                 e.kind,
             )
         })
@@ -159,7 +159,7 @@ async fn diamond_node_starts_only_after_every_predecessor_ended() {
 async fn layered_node_starts_only_after_every_predecessor_ended() {
     // Every node of a layer depends on every node of the layer before (3x3 + 3x3 + 3x1), and
     // `c3` reads `a1`, two layers up.
-    assert_eq!(Layered::GRAPH.edges.len(), 22);
+    assert_eq!(Layered::GRAPH.edges().len(), 22);
     let layers = [["a1", "a2", "a3"], ["b1", "b2", "b3"], ["c1", "c2", "c3"]];
     for pair in layers.windows(2) {
         for from in pair[0] {
@@ -323,7 +323,7 @@ workflow! {
 #[tokio::test(start_paused = true)]
 async fn conditional_then_branch_runs_and_else_branch_is_skipped() {
     let log = Log::new();
-    let outcome = Branch::runner().execute(&log, true).await;
+    let outcome = Branch::runner().execute((&log, true)).await;
     let report = &outcome.report;
     assert_eq!(report.status("a"), Some(NodeStatus::Completed));
     assert_eq!(report.status("decision#1"), Some(NodeStatus::Completed));
@@ -348,7 +348,7 @@ async fn conditional_then_branch_runs_and_else_branch_is_skipped() {
 #[tokio::test(start_paused = true)]
 async fn conditional_else_branch_runs_and_then_branch_is_skipped() {
     let log = Log::new();
-    let outcome = Branch::runner().execute(&log, false).await;
+    let outcome = Branch::runner().execute((&log, false)).await;
     assert_eq!(
         sorted(statuses(&outcome.report)),
         vec![
@@ -703,7 +703,7 @@ workflow! {
 #[tokio::test(start_paused = true)]
 async fn branch_nodes_are_skipped_whole_and_read_as_options_after() {
     let log = Log::new();
-    let outcome = Skips::runner().execute(&log, false).await;
+    let outcome = Skips::runner().execute((&log, false)).await;
     assert_eq!(
         sorted(statuses(&outcome.report)),
         vec![
@@ -725,7 +725,7 @@ async fn branch_nodes_are_skipped_whole_and_read_as_options_after() {
 
     // The then branch: `inner` reads `t` as a plain value, `reader` as `Some`.
     let log = Log::new();
-    let outcome = Skips::runner().execute(&log, true).await;
+    let outcome = Skips::runner().execute((&log, true)).await;
     assert_eq!(outcome.report.status("e"), Some(NodeStatus::Skipped));
     assert_eq!(outcome.report.count(NodeStatus::Completed), 5);
     assert_eq!(
@@ -942,7 +942,7 @@ fn start_times(log: &Log) -> Vec<u128> {
 async fn parallel_max_concurrency_bounds_operations_in_flight() {
     let log = Log::new();
     let gauge = Gauge::default();
-    let outcome = LimitedBlock::runner().execute(&log, &gauge).await;
+    let outcome = LimitedBlock::runner().execute((&log, &gauge)).await;
     outcome.result.expect("all six complete");
     assert_eq!(gauge.peak(), 2);
     assert_eq!(outcome.report.count(NodeStatus::Completed), 6);
@@ -966,7 +966,7 @@ async fn runner_max_concurrency_bounds_the_whole_run() {
     let three = NonZeroUsize::new(3).expect("3 is not zero");
     let outcome = Unlimited::runner()
         .max_concurrency(three)
-        .execute(&log, &gauge)
+        .execute((&log, &gauge))
         .await;
     outcome.result.expect("limited run succeeds");
     assert_eq!(gauge.peak(), 3);
@@ -980,7 +980,7 @@ async fn runner_max_concurrency_bounds_the_whole_run() {
     let one = NonZeroUsize::new(1).expect("1 is not zero");
     LimitedBlock::runner()
         .max_concurrency(one)
-        .execute(&log, &gauge)
+        .execute((&log, &gauge))
         .await
         .result
         .expect("serial run succeeds");
@@ -1080,10 +1080,10 @@ workflow! {
 #[tokio::test(start_paused = true)]
 async fn graph_constant_lists_nodes_kinds_and_edges() {
     let graph = Shape::GRAPH;
-    assert_eq!(graph.name, "Shape");
+    assert_eq!(graph.name(), "Shape");
     assert_eq!(graph.len(), 7);
     assert!(!graph.is_empty());
-    let mut nodes: Vec<(&str, NodeKind)> = graph.nodes.iter().map(|n| (n.name, n.kind)).collect();
+    let mut nodes: Vec<(&str, NodeKind)> = graph.nodes().iter().map(|n| (n.name, n.kind)).collect();
     nodes.sort_unstable_by_key(|(name, _)| *name);
     assert_eq!(
         nodes,
@@ -1100,7 +1100,7 @@ async fn graph_constant_lists_nodes_kinds_and_edges() {
     let label = |name: &str| {
         graph
             .node_id(name)
-            .map(|id| graph.nodes[id].label)
+            .map(|id| graph.nodes()[id].label)
             .expect("node exists")
     };
     assert_eq!(label("b"), "other(a)");
@@ -1134,7 +1134,7 @@ async fn graph_constant_lists_nodes_kinds_and_edges() {
         display.starts_with("workflow Shape (7 nodes)\n"),
         "{display}"
     );
-    for (id, node) in graph.nodes.iter().enumerate() {
+    for (id, node) in graph.nodes().iter().enumerate() {
         assert!(
             dot.contains(&format!("n{id} [label=\"{}\\n", node.name)),
             "{dot}"
@@ -1144,9 +1144,9 @@ async fn graph_constant_lists_nodes_kinds_and_edges() {
         assert!(mermaid.contains(&format!("\"{escaped}\"")), "{mermaid}");
         assert!(display.contains(&format!(" {} [", node.name)), "{display}");
     }
-    assert_eq!(dot.matches(" -> ").count(), graph.edges.len());
+    assert_eq!(dot.matches(" -> ").count(), graph.edges().len());
     assert_eq!(display.lines().count(), 1 + graph.len());
-    for edge in graph.edges {
+    for edge in graph.edges() {
         assert!(
             dot.contains(&format!("n{} -> n{}", edge.from, edge.to)),
             "{dot}"
@@ -1159,7 +1159,7 @@ async fn graph_constant_lists_nodes_kinds_and_edges() {
     }
 
     // The workflow also runs: `b.is_ok()` takes the then branch.
-    let outcome = Shape::runner().execute().await;
+    let outcome = Shape::runner().execute(()).await;
     outcome.result.expect("Shape succeeds");
     assert_eq!(
         outcome.report.status("plain#2"),

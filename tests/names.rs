@@ -49,12 +49,12 @@ async fn a_name_in_call_position_is_the_function() {
     // `again` reads `reject`, and `reject` reads `n`: no edge from a node to a call.
     let graph = CallPosition::GRAPH;
     let edges: Vec<(&str, &str)> = graph
-        .edges
+        .edges()
         .iter()
         .map(|e| {
             (
-                graph.nodes[e.from as usize].name,
-                graph.nodes[e.to as usize].name,
+                graph.nodes()[e.from as usize].name,
+                graph.nodes()[e.to as usize].name,
             )
         })
         .collect();
@@ -67,13 +67,13 @@ async fn let_and_closure_parameters_shadow_nodes() {
     // `doubled` reads no node: its `order` is its own `let`; it runs after `order` by sequence.
     let graph = Shadowing::GRAPH;
     let data: Vec<(&str, &str)> = graph
-        .edges
+        .edges()
         .iter()
         .filter(|e| e.kind == flow::EdgeKind::Data)
         .map(|e| {
             (
-                graph.nodes[e.from as usize].name,
-                graph.nodes[e.to as usize].name,
+                graph.nodes()[e.from as usize].name,
+                graph.nodes()[e.to as usize].name,
             )
         })
         .collect();

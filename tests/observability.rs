@@ -92,13 +92,13 @@ fn assert_projection(report: &Report) {
 
 #[tokio::test(start_paused = true)]
 async fn node_statuses_are_a_projection_of_the_log() {
-    let outcome = Eventful::runner().execute().await;
+    let outcome = Eventful::runner().execute(()).await;
     assert_projection(&outcome.report);
-    let outcome = MeetsAndJoins::runner().execute().await;
+    let outcome = MeetsAndJoins::runner().execute(()).await;
     assert_projection(&outcome.report);
 
     let kinds: Vec<&str> = Eventful::runner()
-        .execute()
+        .execute(())
         .await
         .report
         .log()
@@ -125,7 +125,7 @@ async fn node_statuses_are_a_projection_of_the_log() {
 
 #[tokio::test(start_paused = true)]
 async fn steps_ready_together_start_in_the_order_they_became_ready() {
-    let outcome = Waves::runner().execute().await;
+    let outcome = Waves::runner().execute(()).await;
     let started: Vec<&str> = outcome
         .report
         .log()
@@ -133,7 +133,7 @@ async fn steps_ready_together_start_in_the_order_they_became_ready() {
         .iter()
         .filter(|e| e.kind.name() == "Requested")
         .filter_map(|e| e.node)
-        .map(|n| Waves::GRAPH.nodes[n as usize].name)
+        .map(|n| Waves::GRAPH.nodes()[n as usize].name)
         .collect();
     assert_eq!(
         started,
@@ -144,7 +144,7 @@ async fn steps_ready_together_start_in_the_order_they_became_ready() {
 
 #[tokio::test(start_paused = true)]
 async fn events_are_numbered_timed_and_attempted() {
-    let outcome = Eventful::runner().execute().await;
+    let outcome = Eventful::runner().execute(()).await;
     let log = outcome.report.log();
     let run = outcome.report.run().expect("execute records the run");
     for (i, event) in log.events().iter().enumerate() {
@@ -261,7 +261,7 @@ async fn observers_see_every_event_in_order() {
     let outcome = Eventful::runner()
         .observer(recorder.clone())
         .observer(move |e: &Event| seen_by_closure.lock().expect("not poisoned").push(e.seq))
-        .execute()
+        .execute(())
         .await;
     let logged = outcome.report.log().events().to_vec();
     assert_eq!(recorder.events(), logged);
@@ -278,7 +278,7 @@ async fn a_plain_run_records_nothing_but_observers_still_see_events() {
     let outcome = MeetsAndJoins::runner()
         .record(false)
         .observer(recorder.clone())
-        .execute()
+        .execute(())
         .await;
     assert!(outcome.report.log().is_empty());
     assert!(outcome.report.nodes().iter().all(|n| n.started.is_none()));
@@ -293,7 +293,7 @@ async fn a_plain_run_records_nothing_but_observers_still_see_events() {
 async fn the_channel_observer_streams_events() {
     use futures::StreamExt;
     let (observer, stream) = flow::channel();
-    let outcome = MeetsAndJoins::runner().observer(observer).execute().await;
+    let outcome = MeetsAndJoins::runner().observer(observer).execute(()).await;
     // The run is over and dropped its observer: the stream ends after the last event.
     let streamed: Vec<Event> = stream.collect().await;
     assert_eq!(streamed, outcome.report.log().events());
@@ -301,7 +301,7 @@ async fn the_channel_observer_streams_events() {
 
 #[tokio::test(start_paused = true)]
 async fn the_report_has_times_attempts_and_totals() {
-    let outcome = MeetsAndJoins::runner().execute().await;
+    let outcome = MeetsAndJoins::runner().execute(()).await;
     let report = &outcome.report;
     let node = |name: &str| report.node(name).expect("node exists").clone();
     assert_eq!(node("b").started, Some(Duration::ZERO));
@@ -321,7 +321,7 @@ async fn the_report_has_times_attempts_and_totals() {
 
 #[tokio::test(start_paused = true)]
 async fn the_timeline_exports_are_well_formed() {
-    let outcome = MeetsAndJoins::runner().execute().await;
+    let outcome = MeetsAndJoins::runner().execute(()).await;
     let report = &outcome.report;
     let trace: serde_json::Value =
         serde_json::from_str(&report.to_chrome_trace()).expect("valid JSON");
@@ -356,7 +356,7 @@ async fn the_timeline_exports_are_well_formed() {
 
 #[tokio::test(start_paused = true)]
 async fn the_trace_matrix_follows_the_flow_algorithm() {
-    let outcome = MeetsAndJoins::runner().execute().await;
+    let outcome = MeetsAndJoins::runner().execute(()).await;
     let matrix = outcome.report.trace_matrix();
     println!("{matrix}");
     let rows = matrix.rows.len();
@@ -378,7 +378,7 @@ async fn the_trace_matrix_follows_the_flow_algorithm() {
     assert!(matrix.columns.iter().all(|c| c.value == -1 || c.value == 1));
     // No node starts before its predecessors end.
     let graph = MeetsAndJoins::GRAPH;
-    for edge in graph.edges {
+    for edge in graph.edges() {
         let (_, from_end) = matrix.span(edge.from as usize + 1).expect("ran");
         let (to_start, _) = matrix.span(edge.to as usize + 1).expect("ran");
         assert!(from_end < to_start, "{edge:?}");
@@ -387,7 +387,7 @@ async fn the_trace_matrix_follows_the_flow_algorithm() {
 
 #[tokio::test(start_paused = true)]
 async fn reports_serialize_to_json() {
-    let outcome = Eventful::runner().execute().await;
+    let outcome = Eventful::runner().execute(()).await;
     let json: serde_json::Value =
         serde_json::from_str(&outcome.report.to_json().expect("serializes")).expect("valid JSON");
     assert_eq!(json["workflow"], "Eventful");
@@ -423,7 +423,7 @@ async fn pictures_show_kinds_branches_and_statuses() {
         "{mermaid}"
     );
 
-    let outcome = Eventful::runner().execute().await;
+    let outcome = Eventful::runner().execute(()).await;
     let dot = outcome.report.to_dot();
     assert!(
         dot.contains("[failed]") && dot.contains("[skipped]") && dot.contains("fillcolor"),
@@ -437,7 +437,7 @@ async fn pictures_show_kinds_branches_and_statuses() {
 async fn the_progress_observer_counts_settled_nodes() {
     let progress = flow::Progress::with_bar(indicatif_hidden());
     let bar = progress.bar().clone();
-    let outcome = Eventful::runner().observer(progress).execute().await;
+    let outcome = Eventful::runner().observer(progress).execute(()).await;
     assert_eq!(bar.length(), Some(outcome.report.nodes().len() as u64));
     assert_eq!(bar.position(), outcome.report.nodes().len() as u64);
     assert!(bar.is_finished());

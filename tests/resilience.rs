@@ -599,7 +599,7 @@ workflow! {
 
 #[test]
 fn timers_without_a_tokio_runtime_fail_the_node_not_the_process() {
-    let outcome = futures::executor::block_on(NoRuntime::runner().execute());
+    let outcome = futures::executor::block_on(NoRuntime::runner().execute(()));
     let error = outcome.result.expect_err("no timer can be made");
     let message = error
         .error_of("value")

@@ -63,7 +63,7 @@ fn run_future_is_send_when_operations_are() {
     let log = Log::new();
     // Compiles only if the futures are `Send`.
     let run = require_send(Sendable::run(&log, 1));
-    let execute = require_send(Sendable::runner().execute(&log, 1));
+    let execute = require_send(Sendable::runner().execute((&log, 1)));
     assert!(is_send!(run));
     assert!(is_send!(execute));
     drop((run, execute));

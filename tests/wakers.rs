@@ -250,7 +250,7 @@ async fn an_operation_default_deadline_ends_a_node_that_nobody_wakes() {
     // more on the way out), so the check is on the report's clock: the node must end at its
     // 50 ms deadline, not when the guard fires.
     let limit = Duration::from_secs(3600);
-    let alone = tokio::time::timeout(limit, Alone::runner().execute())
+    let alone = tokio::time::timeout(limit, Alone::runner().execute(()))
         .await
         .expect("the deadline never fired: the run hung");
     let attempts = Arc::new(Attempts((0..GATES).map(|_| AtomicUsize::new(0)).collect()));

@@ -3,7 +3,12 @@
 //! The generated code is small per node: a closure that binds the node's inputs and builds its
 //! future from the user's expression. Everything else is constant tables (the `GRAPH`) and one
 //! call into the runtime's scheduler, which is ordinary code compiled once. Generated code names
-//! the runtime only through `::flow::__private`.
+//! the runtime only through `::flow::__private` (or `path::__private` under
+//! `#[flow(crate = path)]`), and builds its tables through `const fn`s, never struct literals.
+//!
+//! Per workflow it emits a unit struct, its `Workflow` impl (the graph, and the run's body) and
+//! three inherent shortcuts (`GRAPH`, `runner()`, `run(..)`); the builder methods are the
+//! runtime's `Runner`'s.
 
 use std::collections::HashSet;
 
@@ -40,13 +45,14 @@ pub fn workflow(input: TokenStream) -> TokenStream {
         ),
         _ => {}
     }
+    let input = Input::new(&workflow, &mut cx);
     let dag = graph::build(&workflow, &mut cx);
     let checked = validate::check(&workflow, dag, &mut cx);
     match (checked, cx.has_errors()) {
-        (Some(checked), false) => generate(&workflow, &checked),
+        (Some(checked), false) => generate(&workflow, &checked, &input),
         _ => {
             let mut out = errors(cx);
-            out.extend(skeleton(&workflow));
+            out.extend(skeleton(&workflow, &input));
             out
         }
     }
@@ -61,6 +67,9 @@ fn errors(cx: Ctxt) -> TokenStream {
 
 struct Names<'a> {
     workflow: &'a Workflow,
+    /// The path of the runtime's hidden module: `::flow::__private`, or the one
+    /// `#[flow(crate = path)]` names.
+    private: TokenStream,
     checked: &'a Checked,
     /// Position of each node id in execution order: the node's runtime index.
     pos: Vec<usize>,
@@ -90,25 +99,19 @@ impl Names<'_> {
     }
 }
 
-fn generate(workflow: &Workflow, checked: &Checked) -> TokenStream {
+fn generate(workflow: &Workflow, checked: &Checked, input: &Input) -> TokenStream {
     let mut pos = vec![0; checked.order.len()];
     for (p, &id) in checked.order.iter().enumerate() {
         pos[id] = p;
     }
     let names = Names {
         workflow,
+        private: private_path(workflow),
         checked,
         pos,
     };
-    let name = &workflow.name;
-    let vis = &workflow.vis;
-    let attrs = &workflow.attrs;
-    let output_ty = match &workflow.output_ty {
-        Some(ty) => quote!(#ty),
-        None => quote!(()),
-    };
+    let private = &names.private;
     let param_names: Vec<&Ident> = workflow.params.iter().map(|p| &p.name).collect();
-    let param_types: Vec<&syn::Type> = workflow.params.iter().map(|p| &p.ty).collect();
 
     // One statement per slot and per node, each slot right before the node that fills it, then
     // one call with the tuple tree of the nodes (see `node_statements`).
@@ -134,82 +137,278 @@ fn generate(workflow: &Workflow, checked: &Checked) -> TokenStream {
     };
     let graph = graph_const(&names);
     let output = output(&names);
-    let name_str = name.to_string();
-    let run_doc = format!(
-        "Runs `{name_str}` with default options and returns its output, or a [`WorkflowError`](::flow::WorkflowError) that lists every failed and aborted node."
-    );
+    let options = Ident::new("__flow_options", Span::mixed_site());
 
+    let body = quote! {
+        async move {
+            #(let #param_names = &#param_names;)*
+            #(#statements)*
+            let __flow_finished = #private::#execute(
+                &<Self as #private::Workflow>::GRAPH, #options, #tree,
+            ).await;
+            __flow_finished.output(move || #output)
+        }
+    };
+    let value = &input.value;
+    let run = quote!(#private::Runner::<Self>::new().run(#value).await);
+    interface(workflow, input, &names.private, graph, body, run)
+}
+
+/// The items every workflow has, around its graph and its run's body: the unit struct, its
+/// `Workflow` impl, and the inherent shortcuts `GRAPH`, `runner()` and `run(..)`. The builder
+/// methods are the runtime's `Runner`'s, written once for every workflow.
+fn interface(
+    workflow: &Workflow,
+    input: &Input,
+    private: &TokenStream,
+    graph: TokenStream,
+    body: TokenStream,
+    run: TokenStream,
+) -> TokenStream {
+    let name = &workflow.name;
+    let vis = &workflow.vis;
+    let attrs = &workflow.attrs;
+    let output_ty = match &workflow.output_ty {
+        Some(ty) => quote!(#ty),
+        None => quote!(()),
+    };
+    let Input {
+        ty: input_ty,
+        pattern,
+        params,
+        ..
+    } = input;
+    let options = Ident::new("__flow_options", Span::mixed_site());
+    // On the user's tokens: a `pub` workflow whose parameter or output type is private is
+    // rustc's "private type in public interface", which should point at the type.
+    let input_span = workflow
+        .params
+        .first()
+        .map_or_else(|| name.span(), |p| p.ty.span());
+    let input_item = quote_spanned!(input_span=> type Input<'a> = #input_ty;);
+    let output_span = workflow
+        .output_ty
+        .as_ref()
+        .map_or_else(|| name.span(), |ty| ty.span());
+    let output_item = quote_spanned!(output_span=> type Output = #output_ty;);
+    let run_doc = format!(
+        "Runs `{name}` with default options and returns its output, or a `WorkflowError` that lists every failed and aborted node. `{name}::runner()` sets options and returns a report."
+    );
     quote! {
         #(#attrs)*
-        #vis struct #name {
-            options: ::flow::__private::RunOptions,
-        }
+        #vis struct #name;
 
         #[allow(unused_variables, unused_braces, unused_parens, clippy::all)]
+        impl #private::Workflow for #name {
+            const GRAPH: #private::Graph = #graph;
+            #input_item
+            #output_item
+
+            fn __execute<'a>(
+                #options: #private::RunOptions,
+                #pattern: <Self as #private::Workflow>::Input<'a>,
+            ) -> impl #private::Future<Output = #private::Outcome<#output_ty>> {
+                #body
+            }
+        }
+
+        #[allow(unused_variables, dead_code, clippy::all)]
         impl #name {
             /// The static graph of this workflow, built at compile time: nodes, edges and
             /// scheduling tables. Draw it with `to_dot()` or `to_mermaid()`.
-            #vis const GRAPH: ::flow::__private::Graph = #graph;
+            #vis const GRAPH: #private::Graph = <Self as #private::Workflow>::GRAPH;
+
+            /// A runner with default options: set options (`max_concurrency`, `failure_policy`,
+            /// `cancel_on`, `deadline`, `observer`, `record`), then `execute` or `run` it with
+            /// the workflow's parameters (`()` for none, the value for one, a tuple for several).
+            #vis fn runner() -> #private::Runner<Self> {
+                #private::Runner::new()
+            }
 
             #[doc = #run_doc]
-            #vis async fn run(#(#param_names: #param_types),*) -> ::flow::__private::Result<#output_ty, ::flow::__private::WorkflowError> {
-                let mut runner = Self::runner();
-                // No report is returned: no event log is kept and no per-node report is built.
-                runner.options.result_only();
-                runner.execute(#(#param_names),*).await.result
+            #vis async fn run(#(#params),*) -> #private::Result<#output_ty, #private::WorkflowError> {
+                #run
             }
+        }
+    }
+}
 
-            /// A runner with default options: configure it, then call `execute`.
-            #vis fn runner() -> Self {
-                #name { options: ::flow::__private::RunOptions::default() }
+/// `tokens` with every span set to `span`.
+fn respan(tokens: &TokenStream, span: Span) -> TokenStream {
+    tokens
+        .clone()
+        .into_iter()
+        .map(|mut token| {
+            token.set_span(span);
+            token
+        })
+        .collect()
+}
+
+/// `::flow::__private`, or `path::__private` under `#[flow(crate = path)]`.
+fn private_path(workflow: &Workflow) -> TokenStream {
+    match &workflow.krate {
+        Some(path) => quote!(#path::__private),
+        None => quote!(::flow::__private),
+    }
+}
+
+/// How the workflow's parameters travel: as `Workflow::Input<'a>` (`()`, the one parameter's
+/// type, or a tuple), bound by a pattern in `__execute`, and built from the parameters of the
+/// inherent `run`.
+struct Input {
+    /// `Input<'a>`: each parameter's type with every elided lifetime made `'a`.
+    ty: TokenStream,
+    /// `()`, `name` or `(a, b)`.
+    pattern: TokenStream,
+    /// The same names, as the value `run` passes on.
+    value: TokenStream,
+    /// `name: Type` of `run`, each parameter once.
+    params: Vec<TokenStream>,
+}
+
+impl Input {
+    /// Reads the parameters; a parameter type that names a lifetime of its own (`&'b T`) or is
+    /// an `impl Trait` is an error in `cx`, and the types still make a usable skeleton.
+    fn new(workflow: &Workflow, cx: &mut Ctxt) -> Input {
+        // Each parameter once: a duplicate is already reported, and rustc should not repeat it.
+        let mut seen = HashSet::new();
+        let params: Vec<_> = workflow
+            .params
+            .iter()
+            .filter(|p| seen.insert(p.name.to_string()))
+            .collect();
+        let names: Vec<&Ident> = params.iter().map(|p| &p.name).collect();
+        let types: Vec<syn::Type> = params
+            .iter()
+            .map(|p| lifetimes::input_type(&p.ty, cx))
+            .collect();
+        let (ty, pattern) = match (&types[..], &names[..]) {
+            ([ty], [name]) => (quote!(#ty), quote!(#name)),
+            _ => (quote!((#(#types,)*)), quote!((#(#names,)*))),
+        };
+        let value = pattern.clone();
+        let params = params
+            .iter()
+            .map(|p| {
+                let (name, ty) = (&p.name, lifetimes::run_type(&p.ty));
+                quote!(#name: #ty)
+            })
+            .collect();
+        Input {
+            ty,
+            pattern,
+            value,
+            params,
+        }
+    }
+}
+
+/// Lifetimes in parameter types: `Workflow::Input<'a>` borrows every parameter for `'a`.
+mod lifetimes {
+    use proc_macro2::Span;
+    use syn::visit_mut::{self, VisitMut};
+    use syn::{Lifetime, Type};
+
+    use crate::ctxt::Ctxt;
+
+    /// `ty` with every elided lifetime (`&T`, `'_`) made `'a`. A named lifetime other than
+    /// `'static`, or an `impl Trait`, is reported in `cx` (and replaced, for the skeleton).
+    pub fn input_type(ty: &Type, cx: &mut Ctxt) -> Type {
+        let mut ty = ty.clone();
+        let mut visitor = Elided {
+            to: Lifetime::new("'a", Span::call_site()),
+            cx: Some(cx),
+        };
+        visitor.visit_type_mut(&mut ty);
+        ty
+    }
+
+    /// `ty` as a parameter of the inherent `run`: named lifetimes (already reported) made `'_`,
+    /// so the skeleton does not add "undeclared lifetime" errors.
+    pub fn run_type(ty: &Type) -> Type {
+        let mut ty = ty.clone();
+        let mut visitor = Elided {
+            to: Lifetime::new("'_", Span::call_site()),
+            cx: None,
+        };
+        visitor.named_only(&mut ty);
+        ty
+    }
+
+    struct Elided<'c> {
+        to: Lifetime,
+        /// Where named lifetimes and `impl Trait` are reported; `None` when only named
+        /// lifetimes are replaced (`run_type`).
+        cx: Option<&'c mut Ctxt>,
+    }
+
+    impl Elided<'_> {
+        fn named_only(&mut self, ty: &mut Type) {
+            struct Named<'v>(&'v Lifetime);
+            impl VisitMut for Named<'_> {
+                fn visit_lifetime_mut(&mut self, lifetime: &mut Lifetime) {
+                    if lifetime.ident != "static" && lifetime.ident != "_" {
+                        *lifetime = self.0.clone();
+                    }
+                }
+                fn visit_type_bare_fn_mut(&mut self, _: &mut syn::TypeBareFn) {}
+                fn visit_bound_lifetimes_mut(&mut self, _: &mut syn::BoundLifetimes) {}
             }
+            Named(&self.to).visit_type_mut(ty);
+        }
+    }
 
-            /// Limits how many operations of one run may be in flight at once.
-            #vis fn max_concurrency(mut self, limit: ::core::num::NonZeroUsize) -> Self {
-                self.options.max_concurrency(limit);
-                self
+    impl VisitMut for Elided<'_> {
+        fn visit_type_reference_mut(&mut self, reference: &mut syn::TypeReference) {
+            match &mut reference.lifetime {
+                Some(lifetime) => self.visit_lifetime_mut(lifetime),
+                None => reference.lifetime = Some(self.to.clone()),
             }
+            self.visit_type_mut(&mut reference.elem);
+        }
 
-            /// Adds an observer: it sees every event of the run, synchronously, as it is appended.
-            #vis fn observer(mut self, observer: impl ::flow::__private::Observer + 'static) -> Self {
-                self.options.observer(observer);
-                self
+        fn visit_lifetime_mut(&mut self, lifetime: &mut Lifetime) {
+            if lifetime.ident == "static" {
+                return;
             }
-
-            /// Whether to keep the run's event log in the report (on by default). Off, the report
-            /// still has every status, attempt and error, but no times and no events.
-            #vis fn record(mut self, record: bool) -> Self {
-                self.options.record(record);
-                self
+            if lifetime.ident != "_"
+                && let Some(cx) = self.cx.as_deref_mut()
+            {
+                cx.error(
+                    lifetime.span(),
+                    format!(
+                        "a workflow parameter cannot name a lifetime; write `&T` or `'_` in place of `{lifetime}`: a run borrows every parameter for as long as it runs"
+                    ),
+                );
             }
+            *lifetime = self.to.clone();
+        }
 
-            /// Sets the failure policy of this run (the workflow's own is the default).
-            #vis fn failure_policy(mut self, policy: ::flow::__private::FailurePolicy) -> Self {
-                self.options.failure_policy(policy);
-                self
+        fn visit_type_mut(&mut self, ty: &mut Type) {
+            let Type::ImplTrait(impl_trait) = ty else {
+                return visit_mut::visit_type_mut(self, ty);
+            };
+            if let Some(cx) = self.cx.as_deref_mut() {
+                cx.error(
+                    impl_trait.impl_token.span,
+                    "a workflow parameter cannot be an `impl Trait`; name a concrete type, a `&dyn Trait` or a `Box<dyn Trait>`",
+                );
             }
+            // For the skeleton: a type that `Input` can hold.
+            *ty = syn::parse_quote!(());
+        }
 
-            /// Cancels the run when `token` is cancelled: running operations are dropped and
-            /// every unfinished node is aborted.
-            #vis fn cancel_on(mut self, token: ::flow::__private::CancelToken) -> Self {
-                self.options.cancel_on(token);
-                self
-            }
-
-            /// Cancels the run when it has run for `after` (needs a tokio runtime with time).
-            #vis fn deadline(mut self, after: ::flow::__private::Duration) -> Self {
-                self.options.deadline(after);
-                self
-            }
-
-            /// Runs the workflow and returns its result together with a report of every node.
-            ///
-            /// Dropping the returned future cancels the run and drops every running operation.
-            #vis async fn execute(self, #(#param_names: #param_types),*) -> ::flow::__private::Outcome<#output_ty> {
-                #(let #param_names = &#param_names;)*
-                #(#statements)*
-                let __flow_finished = ::flow::__private::#execute(&Self::GRAPH, self.options, #tree).await;
-                __flow_finished.output(move || #output)
+        // `fn(&T)` and `for<'b> Fn(&'b T)` bind lifetimes of their own: left as written.
+        fn visit_type_bare_fn_mut(&mut self, _: &mut syn::TypeBareFn) {}
+        fn visit_parenthesized_generic_arguments_mut(
+            &mut self,
+            _: &mut syn::ParenthesizedGenericArguments,
+        ) {
+        }
+        fn visit_trait_bound_mut(&mut self, bound: &mut syn::TraitBound) {
+            if bound.lifetimes.is_none() {
+                visit_mut::visit_trait_bound_mut(self, bound);
             }
         }
     }
@@ -251,6 +450,7 @@ fn balanced(leaves: &[TokenStream]) -> TokenStream {
 /// (docs/performance.md, "Compile time").
 fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
     let checked = names.checked;
+    let private = &names.private;
     let node = &checked.dag.nodes[id];
     let uses = &checked.uses[id];
     let expr = names.rewrite(&node.expr, uses.iter().map(|u| &u.ident));
@@ -275,21 +475,23 @@ fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
                     } else {
                         // No name of the producer here: a constant in each node's code would
                         // keep LLVM from merging the code of nodes of the same shape.
-                        quote!(let #ident = ::flow::__private::input(#slot)?;)
+                        quote!(let #ident = #private::input(#slot)?;)
                     }
                 },
             );
             let awaited = quote_spanned!(span=> (#expr).await);
+            // On the user's tokens, so that an error about the result points at the call.
+            let private = respan(private, span);
             let (slot, finish) = if node.name.is_some() {
                 let slot = names.slot(id);
                 (
-                    quote!(let #slot = &::flow::__private::Slot::new();),
-                    quote_spanned!(span=> ::flow::__private::complete(#slot, #awaited)),
+                    quote!(let #slot = &#private::Slot::new();),
+                    quote_spanned!(span=> #private::complete(#slot, #awaited)),
                 )
             } else {
                 (
                     TokenStream::new(),
-                    quote_spanned!(span=> ::flow::__private::discard(#awaited)),
+                    quote_spanned!(span=> #private::discard(#awaited)),
                 )
             };
             quote! {
@@ -321,7 +523,7 @@ fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
             );
             let test = quote_spanned!(span=> { let __flow_test: bool = #expr; __flow_test });
             quote! {
-                let #var = (::flow::__private::Decision, move |#state: &::flow::__private::RunState| -> bool {
+                let #var = (#private::Decision, move |#state: &#private::RunState| -> bool {
                     #(#inputs)*
                     #(#hints)*
                     #test
@@ -333,14 +535,15 @@ fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
 
 fn output(names: &Names<'_>) -> TokenStream {
     let checked = names.checked;
+    let private = &names.private;
     let Some(expr) = &names.workflow.output else {
-        return quote!(::flow::__private::Result::Ok(()));
+        return quote!(#private::Result::Ok(()));
     };
     let inputs = checked.output_uses.iter().map(|(ident, source)| {
         let slot = names.slot(*source);
         if checked.sure[*source] {
             let display = &checked.dag.nodes[*source].display;
-            quote!(let #ident = ::flow::__private::require(#slot, #display)?;)
+            quote!(let #ident = #private::require(#slot, #display)?;)
         } else {
             quote!(let #ident = &#slot.get();)
         }
@@ -354,12 +557,13 @@ fn output(names: &Names<'_>) -> TokenStream {
     let value = quote_spanned!(span=> { let __flow_output: #output_ty = #expr; __flow_output });
     quote!({
         #(#inputs)*
-        ::flow::__private::Result::Ok(#value)
+        #private::Result::Ok(#value)
     })
 }
 
 fn graph_const(names: &Names<'_>) -> TokenStream {
     let checked = names.checked;
+    let private = &names.private;
     let dag = &checked.dag;
     let pos = &names.pos;
     let n = checked.order.len();
@@ -382,7 +586,7 @@ fn graph_const(names: &Names<'_>) -> TokenStream {
         let line = start.line as u32;
         let column = start.column as u32 + 1;
         quote! {
-            #node_info { name: #display, kind: #kind, label: #label, line: #line, column: #column }
+            #node_info::__new(#display, #kind, #label, #line, #column)
         }
     });
 
@@ -405,7 +609,7 @@ fn graph_const(names: &Names<'_>) -> TokenStream {
             quote!(Sequence)
         };
         let (from, to) = (from as u32, to as u32);
-        quote!(#edge_ty { from: #from, to: #to, kind: #edge_kind::#kind })
+        quote!(#edge_ty::__new(#from, #to, #edge_kind::#kind))
     });
 
     let plan = plan_tables(checked, &edges);
@@ -465,39 +669,42 @@ fn graph_const(names: &Names<'_>) -> TokenStream {
     {
         quote!(&[])
     } else {
-        let policies = checked.order.iter().map(|&id| &dag.nodes[id].policy);
+        let policies = checked
+            .order
+            .iter()
+            .map(|&id| dag.nodes[id].policy.tokens(private));
         quote!(&[#(#policies),*])
     };
     let failure = match names.workflow.fail_fast {
-        true => quote!(::flow::__private::FailurePolicy::FailFast),
-        false => quote!(::flow::__private::FailurePolicy::ContinueIndependent),
+        true => quote!(#private::FailurePolicy::FailFast),
+        false => quote!(#private::FailurePolicy::ContinueIndependent),
     };
 
     quote! {{
         #[allow(unused_imports)]
-        use ::flow::__private::{
+        use #private::{
             Edge as #edge_ty, EdgeKind as #edge_kind, NodeInfo as #node_info, NodeKind as #node_kind,
         };
-        ::flow::__private::Graph {
-            name: #workflow_name,
-            nodes: &[#(#nodes),*],
-            edges: &[#(#edge_tokens),*],
-            plan: ::flow::__private::Plan {
-                pred_count: &[#(#pred_count),*],
-                succ_start: &[#(#succ_start),*],
-                succ: &[#(#succ),*],
-                roots: &[#(#roots),*],
-                join_pred_count: &[#(#join_pred_count),*],
-                join_succ_start: &[#(#join_succ_start),*],
-                join_succ: &[#(#join_succ),*],
-                then_nodes: #then_nodes,
-                else_nodes: #else_nodes,
-                group_limits: &[#(#group_limits),*],
-                node_groups: #node_groups,
-                policies: #policies,
-                failure: #failure,
-            },
-        }
+        #private::Graph::__new(
+            #workflow_name,
+            &[#(#nodes),*],
+            &[#(#edge_tokens),*],
+            #private::Plan::new(
+                &[#(#pred_count),*],
+                &[#(#succ_start),*],
+                &[#(#succ),*],
+                &[#(#roots),*],
+                &[#(#join_pred_count),*],
+                &[#(#join_succ_start),*],
+                &[#(#join_succ),*],
+                #then_nodes,
+                #else_nodes,
+                &[#(#group_limits),*],
+                #node_groups,
+                #policies,
+                #failure,
+            ),
+        )
     }}
 }
 
@@ -614,76 +821,20 @@ fn plan_tables(checked: &Checked, edges: &[(usize, usize, u8)]) -> Tables {
     }
 }
 
-/// The workflow type with its methods, but no body: emitted beside errors so that code using
-/// the workflow still type-checks and only the real mistakes are reported.
-fn skeleton(workflow: &Workflow) -> TokenStream {
+/// The workflow type with its interface, but no graph and no body: emitted beside errors so
+/// that code using the workflow still type-checks and only the real mistakes are reported. Its
+/// run is the runtime's `unreachable_run` (a crate with errors never runs).
+fn skeleton(workflow: &Workflow, input: &Input) -> TokenStream {
+    let private = private_path(workflow);
     let name = &workflow.name;
-    let vis = &workflow.vis;
-    let attrs = &workflow.attrs;
-    let output_ty = match &workflow.output_ty {
-        Some(ty) => quote!(#ty),
-        None => quote!(()),
-    };
-    // Each parameter once: a duplicate is already reported, and rustc should not repeat it.
-    let mut seen = HashSet::new();
-    let params: Vec<_> = workflow
-        .params
-        .iter()
-        .filter(|p| seen.insert(p.name.to_string()))
-        .collect();
-    let param_names: Vec<&Ident> = params.iter().map(|p| &p.name).collect();
-    let param_types: Vec<&syn::Type> = params.iter().map(|p| &p.ty).collect();
-    quote! {
-        #(#attrs)*
-        #vis struct #name {
-            options: ::flow::__private::RunOptions,
-        }
-
-        #[allow(unused_variables, dead_code, clippy::all)]
-        impl #name {
-            /// The static graph of this workflow (empty: the workflow has errors).
-            #vis const GRAPH: ::flow::__private::Graph = ::flow::__private::Graph {
-                name: ::core::stringify!(#name),
-                nodes: &[],
-                edges: &[],
-                plan: ::flow::__private::Plan::EMPTY,
-            };
-            /// Runs the workflow (not available: the workflow has errors).
-            #vis async fn run(#(#param_names: #param_types),*) -> ::flow::__private::Result<#output_ty, ::flow::__private::WorkflowError> {
-                ::core::panic!("the workflow has compile errors")
-            }
-            /// A runner (not available: the workflow has errors).
-            #vis fn runner() -> Self {
-                #name { options: ::flow::__private::RunOptions::default() }
-            }
-            /// Limits concurrency (not available: the workflow has errors).
-            #vis fn max_concurrency(self, limit: ::core::num::NonZeroUsize) -> Self {
-                self
-            }
-            /// Adds an observer (not available: the workflow has errors).
-            #vis fn observer(self, observer: impl ::flow::__private::Observer + 'static) -> Self {
-                self
-            }
-            /// Keeps the event log (not available: the workflow has errors).
-            #vis fn record(self, record: bool) -> Self {
-                self
-            }
-            /// Sets the failure policy (not available: the workflow has errors).
-            #vis fn failure_policy(self, policy: ::flow::__private::FailurePolicy) -> Self {
-                self
-            }
-            /// Cancels on a token (not available: the workflow has errors).
-            #vis fn cancel_on(self, token: ::flow::__private::CancelToken) -> Self {
-                self
-            }
-            /// Sets a deadline (not available: the workflow has errors).
-            #vis fn deadline(self, after: ::flow::__private::Duration) -> Self {
-                self
-            }
-            /// Runs the workflow (not available: the workflow has errors).
-            #vis async fn execute(self, #(#param_names: #param_types),*) -> ::flow::__private::Outcome<#output_ty> {
-                ::core::panic!("the workflow has compile errors")
-            }
-        }
-    }
+    let graph = quote!(#private::Graph::__new(
+        ::core::stringify!(#name),
+        &[],
+        &[],
+        #private::Plan::EMPTY,
+    ));
+    let body = quote!(#private::unreachable_run());
+    // Not through the runner: a parameter type may be one `Input` cannot hold.
+    let run = quote!(#private::unreachable_run().await.result);
+    interface(workflow, input, &private, graph, body, run)
 }

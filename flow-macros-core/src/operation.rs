@@ -53,6 +53,7 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
 
     let mut display = function.sig.ident.to_string();
     let mut policy = Policy::default();
+    let mut krate = None;
     for (i, opt) in options.iter().enumerate() {
         if options[..i].iter().any(|o| o.key == opt.key) {
             cx.error(opt.key.span(), format!("duplicate option `{}`", opt.key));
@@ -61,6 +62,10 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
         match (opt.key.to_string().as_str(), &opt.value) {
             ("name", OptValue::Str(lit)) => display = lit.value(),
             ("name", other) => cx.error(other.span(), "`name` takes a string, as in `name = \"charge card\"`"),
+            ("crate", value) => match crate::parse::crate_path(value) {
+                Ok(path) => krate = Some(path),
+                Err(error) => cx.push(error),
+            },
             _ if policy.option(opt, &mut cx) => {}
             (other, _) => match crate::suggest::did_you_mean(other, std::iter::once("name").chain(POLICY_KEYS)) {
                 hint if hint.is_empty() => cx.error(
@@ -78,13 +83,15 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
         return out;
     }
 
+    let private = match &krate {
+        Some(path) => quote!(#path::__private),
+        None => quote!(::flow::__private),
+    };
+    let policy = policy.tokens(&private);
     let body = &function.block;
     *function.block = syn::parse_quote!({
-        ::flow::__private::OperationScope::new(
-            &::flow::__private::OperationSpec { name: #display, policy: #policy },
-            async move #body,
-        )
-        .await
+        const __FLOW_OPERATION: #private::OperationSpec = #private::operation_spec(#display, #policy);
+        #private::OperationScope::new(&__FLOW_OPERATION, async move #body).await
     });
     quote!(#function)
 }

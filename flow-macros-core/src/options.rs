@@ -83,31 +83,24 @@ impl Policy {
     }
 }
 
-impl ToTokens for Policy {
-    fn to_tokens(&self, tokens: &mut TokenStream) {
+impl Policy {
+    /// The policy as a constant expression, naming the runtime through `private` (the path of
+    /// its hidden module).
+    pub fn tokens(&self, private: &TokenStream) -> TokenStream {
         if self.is_empty() {
-            tokens.extend(quote!(::flow::__private::NodePolicy::NONE));
-            return;
+            return quote!(#private::NodePolicy::NONE);
         }
         let timeout = some(self.timeout_ms);
         let retries = some(self.retries);
         let backoff = some(self.backoff.map(|b| match b {
-            Backoff::Fixed(ms) => quote!(::flow::__private::Backoff::Fixed { ms: #ms }),
+            Backoff::Fixed(ms) => quote!(#private::Backoff::Fixed { ms: #ms }),
             Backoff::Exponential(base_ms, max_ms) => {
-                quote!(::flow::__private::Backoff::Exponential { base_ms: #base_ms, max_ms: #max_ms })
+                quote!(#private::Backoff::Exponential { base_ms: #base_ms, max_ms: #max_ms })
             }
         }));
         let jitter = some(self.jitter);
         let deadline = some(self.deadline_ms);
-        tokens.extend(quote! {
-            ::flow::__private::NodePolicy {
-                timeout_ms: #timeout,
-                retries: #retries,
-                backoff: #backoff,
-                jitter: #jitter,
-                deadline_ms: #deadline,
-            }
-        });
+        quote!(#private::node_policy(#timeout, #retries, #backoff, #jitter, #deadline))
     }
 }
 

@@ -16,6 +16,8 @@ pub struct Workflow {
     pub attrs: Vec<Attribute>,
     /// `#[flow(failure = FailFast)]`.
     pub fail_fast: bool,
+    /// `#[flow(crate = path)]`: where generated code finds flow (`::flow` when `None`).
+    pub krate: Option<syn::Path>,
     pub vis: Visibility,
     pub name: Ident,
     pub params: Vec<Param>,
@@ -158,7 +160,7 @@ pub fn workflow(input: TokenStream, cx: &mut Ctxt) -> syn::Result<Workflow> {
         body: body_tokens,
         body_span,
     } = parse_within(header, input, end)?;
-    let fail_fast = workflow_options(&mut attrs, cx);
+    let (fail_fast, krate) = workflow_options(&mut attrs, cx);
     let (steps_tokens, output_tokens) = split_output(body_tokens);
     let cx_saw_arrow = output_tokens.is_some();
     let output = match output_tokens {
@@ -187,6 +189,7 @@ pub fn workflow(input: TokenStream, cx: &mut Ctxt) -> syn::Result<Workflow> {
         has_output,
         attrs,
         fail_fast,
+        krate,
         vis,
         name,
         params,
@@ -207,10 +210,12 @@ fn policy_name(expr: &Expr) -> Option<&'static str> {
     }
 }
 
-/// Takes the `#[flow(..)]` attributes out of `attrs`; returns whether the policy is `FailFast`.
-fn workflow_options(attrs: &mut Vec<Attribute>, cx: &mut Ctxt) -> bool {
+/// Takes the `#[flow(..)]` attributes out of `attrs`; returns whether the policy is `FailFast`,
+/// and the path of `crate = path`.
+fn workflow_options(attrs: &mut Vec<Attribute>, cx: &mut Ctxt) -> (bool, Option<syn::Path>) {
     let mut fail_fast = false;
     let mut seen = false;
+    let mut krate = None;
     attrs.retain(|attr| {
         if !attr.path().is_ident("flow") {
             return true;
@@ -228,7 +233,16 @@ fn workflow_options(attrs: &mut Vec<Attribute>, cx: &mut Ctxt) -> bool {
                             fail_fast = policy_name(expr) == Some("FailFast");
                         }
                         ("failure", other) => cx.error(other.span(), "`failure` takes `FailFast` or `ContinueIndependent`"),
-                        (other, _) => cx.error(opt.key.span(), format!("unknown workflow option `{other}`: expected `failure = FailFast` or `failure = ContinueIndependent`")),
+                        ("crate", value) => {
+                            if krate.is_some() {
+                                cx.error(opt.key.span(), "duplicate option `crate`");
+                            }
+                            match crate_path(value) {
+                                Ok(path) => krate = Some(path),
+                                Err(error) => cx.push(error),
+                            }
+                        }
+                        (other, _) => cx.error(opt.key.span(), format!("unknown workflow option `{other}`: expected `failure = FailFast`, `failure = ContinueIndependent` or `crate = path`")),
                     }
                 }
             }
@@ -236,7 +250,39 @@ fn workflow_options(attrs: &mut Vec<Attribute>, cx: &mut Ctxt) -> bool {
         }
         false
     });
-    fail_fast
+    (fail_fast, krate)
+}
+
+/// The path of a `crate = path` option (`#[flow(..)]`, `#[operation(..)]`): a plain path, such
+/// as `::my_flow` or `crate::reexported`, with no generic arguments.
+pub fn crate_path(value: &OptValue) -> syn::Result<syn::Path> {
+    const EXPECTED: &str = "`crate` takes the path of the flow crate, as in `crate = ::my_flow`";
+    let error = match value {
+        OptValue::Other(expr) => syn::Error::new_spanned(expr, EXPECTED),
+        other => syn::Error::new(other.span(), EXPECTED),
+    };
+    crate_path_of(value).ok_or(error)
+}
+
+fn crate_path_of(value: &OptValue) -> Option<syn::Path> {
+    match value {
+        OptValue::Other(expr) => match &**expr {
+            Expr::Path(syn::ExprPath {
+                qself: None,
+                path,
+                attrs,
+            }) if attrs.is_empty()
+                && path
+                    .segments
+                    .iter()
+                    .all(|s| matches!(s.arguments, syn::PathArguments::None)) =>
+            {
+                Some(path.clone())
+            }
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 impl Parse for Param {
@@ -576,8 +622,9 @@ fn conditional(keyword: Ident, rest: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Co
 
 impl Parse for Opt {
     fn parse(input: ParseStream) -> syn::Result<Self> {
+        // Any identifier, keywords too: `crate = path` is an option.
         let key: Ident = input
-            .parse()
+            .call(syn::ext::IdentExt::parse_any)
             .map_err(|e| syn::Error::new(e.span(), "expected an option `name = value`"))?;
         if !input.peek(Token![=]) {
             return Err(syn::Error::new(

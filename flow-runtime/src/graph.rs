@@ -9,28 +9,34 @@ use crate::policy::{FailurePolicy, NodePolicy};
 
 /// The static graph of one workflow: nodes, edges and the precomputed scheduling plan.
 ///
-/// Built by the `workflow!` macro as a constant; read it to draw or inspect a workflow.
+/// Built by the `workflow!` macro as a constant (`MyWorkflow::GRAPH`); read it to draw or
+/// inspect a workflow.
 ///
 /// ```
-/// # use flow_runtime::{Graph, NodeInfo, NodeKind, Edge, EdgeKind, Plan};
-/// # const G: Graph = Graph { name: "Demo", nodes: &[], edges: &[], plan: Plan::EMPTY };
+/// # use flow_runtime::__private::Plan;
+/// # use flow_runtime::{Edge, EdgeKind, Graph, NodeInfo, NodeKind};
+/// # const G: Graph = Graph::__new(
+/// #     "Demo",
+/// #     &[NodeInfo::__new("a", NodeKind::Operation, "a()", 3, 5), NodeInfo::__new("b", NodeKind::Operation, "b(&a)", 4, 5)],
+/// #     &[Edge::__new(0, 1, EdgeKind::Data)],
+/// #     Plan::EMPTY,
+/// # );
+/// assert_eq!(G.name(), "Demo");
+/// assert_eq!(G.nodes()[1].label, "b(&a)");
+/// assert_eq!(G.edges()[0].kind, EdgeKind::Data);
 /// println!("{}", G.to_mermaid());
 /// ```
 #[derive(Debug, Clone, Copy)]
 pub struct Graph {
-    /// The workflow's name, as written in `workflow!`.
-    pub name: &'static str,
-    /// The nodes, indexed by node id: one per `Operation`, one decision per `Conditional`.
-    pub nodes: &'static [NodeInfo],
-    /// The edges between nodes, each with the reason it exists.
-    pub edges: &'static [Edge],
-    /// The scheduling tables. Generated; not meant to be written by hand.
-    #[doc(hidden)]
-    pub plan: Plan,
+    pub(crate) name: &'static str,
+    pub(crate) nodes: &'static [NodeInfo],
+    pub(crate) edges: &'static [Edge],
+    pub(crate) plan: Plan,
 }
 
 /// One node of a [`Graph`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct NodeInfo {
     /// The node's name: its binding (`order = Operation(..)`), or a generated one such as
     /// `fetch_order#3` for an unnamed step.
@@ -45,6 +51,26 @@ pub struct NodeInfo {
     pub column: u32,
 }
 
+impl NodeInfo {
+    /// Builds a node record. For the code `workflow!` generates: not a public API.
+    #[doc(hidden)]
+    pub const fn __new(
+        name: &'static str,
+        kind: NodeKind,
+        label: &'static str,
+        line: u32,
+        column: u32,
+    ) -> Self {
+        NodeInfo {
+            name,
+            kind,
+            label,
+            line,
+            column,
+        }
+    }
+}
+
 /// The kind of a [`NodeInfo`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NodeKind {
@@ -56,6 +82,7 @@ pub enum NodeKind {
 
 /// One edge of a [`Graph`]: `to` may not start before `from` has settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Edge {
     /// The node the edge leaves.
     pub from: u32,
@@ -63,6 +90,14 @@ pub struct Edge {
     pub to: u32,
     /// Why the edge exists.
     pub kind: EdgeKind,
+}
+
+impl Edge {
+    /// Builds an edge record. For the code `workflow!` generates: not a public API.
+    #[doc(hidden)]
+    pub const fn __new(from: u32, to: u32, kind: EdgeKind) -> Self {
+        Edge { from, to, kind }
+    }
 }
 
 /// Why an [`Edge`] exists.
@@ -148,6 +183,40 @@ impl Plan {
     pub const JOIN: u32 = 1 << 29;
     /// Mask of the node (or join) id in a successor entry.
     pub const NODE: u32 = !(Self::DATA | Self::CAUGHT | Self::JOIN);
+    /// The plan of a workflow, from its tables (see the fields for what each holds).
+    #[allow(clippy::too_many_arguments)]
+    pub const fn new(
+        pred_count: &'static [u32],
+        succ_start: &'static [u32],
+        succ: &'static [u32],
+        roots: &'static [u32],
+        join_pred_count: &'static [u32],
+        join_succ_start: &'static [u32],
+        join_succ: &'static [u32],
+        then_nodes: &'static [&'static [u32]],
+        else_nodes: &'static [&'static [u32]],
+        group_limits: &'static [u32],
+        node_groups: &'static [&'static [u32]],
+        policies: &'static [NodePolicy],
+        failure: FailurePolicy,
+    ) -> Self {
+        Plan {
+            pred_count,
+            succ_start,
+            succ,
+            roots,
+            join_pred_count,
+            join_succ_start,
+            join_succ,
+            then_nodes,
+            else_nodes,
+            group_limits,
+            node_groups,
+            policies,
+            failure,
+        }
+    }
+
     /// A plan with no nodes.
     pub const EMPTY: Plan = Plan {
         pred_count: &[],
@@ -199,6 +268,44 @@ impl Plan {
 }
 
 impl Graph {
+    /// Builds a graph. For the code `workflow!` generates: not a public API.
+    #[doc(hidden)]
+    pub const fn __new(
+        name: &'static str,
+        nodes: &'static [NodeInfo],
+        edges: &'static [Edge],
+        plan: Plan,
+    ) -> Self {
+        Graph {
+            name,
+            nodes,
+            edges,
+            plan,
+        }
+    }
+
+    /// The workflow's name, as written in `workflow!`.
+    pub const fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The nodes, indexed by node id: one per `Operation`, one decision per `Conditional`, in
+    /// an order where every edge goes from a lower id to a higher one.
+    pub const fn nodes(&self) -> &'static [NodeInfo] {
+        self.nodes
+    }
+
+    /// The edges between nodes, each with the reason it exists.
+    pub const fn edges(&self) -> &'static [Edge] {
+        self.edges
+    }
+
+    /// The scheduling tables. For tests of the runtime: not a public API.
+    #[doc(hidden)]
+    pub const fn __plan(&self) -> &Plan {
+        &self.plan
+    }
+
     /// The number of nodes.
     pub const fn len(&self) -> usize {
         self.nodes.len()

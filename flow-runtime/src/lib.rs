@@ -5,9 +5,9 @@
 //! only through `::flow::__private`.
 //!
 //! ```
-//! use flow_runtime::{NodeStatus, Plan};
+//! use flow_runtime::{FailurePolicy, NodeStatus};
 //! assert!(NodeStatus::Skipped.is_terminal());
-//! assert_eq!(Plan::EMPTY.roots.len(), 0);
+//! assert_eq!(FailurePolicy::default(), FailurePolicy::ContinueIndependent);
 //! ```
 
 mod error;
@@ -18,6 +18,7 @@ mod policy;
 #[cfg(feature = "progress")]
 mod progress;
 mod report;
+mod runner;
 mod scheduler;
 mod scope;
 mod status;
@@ -28,8 +29,7 @@ pub use events::{
     AppendError, ChannelObserver, Event, EventKind, EventLog, EventStream, Observer, Recorder,
     RunId, channel,
 };
-pub use graph::{Edge, EdgeKind, Graph, NodeInfo, NodeKind, Plan};
-pub use nodes::{ArenaOp, Decide, Decision, IntoNodes, Leaf, Nodes, Op, Pair, Slot};
+pub use graph::{Edge, EdgeKind, Graph, NodeInfo, NodeKind};
 pub use policy::{Backoff, CancelReason, CancelToken, FailurePolicy, NodePolicy};
 /// The items of optional features, whichever are enabled: the facade re-exports this module
 /// whole, so a feature turned on anywhere in the build shows its items through `flow`.
@@ -42,9 +42,52 @@ pub mod features {
     pub use crate::progress::Progress;
 }
 pub use report::{NodeReport, Outcome, Report, TraceColumn, TraceMatrix};
-pub use scheduler::{
-    Finished, RunOptions, RunState, complete, discard, execute, execute_in_arena, execute_nodes,
-    input, require,
-};
-pub use scope::{OperationScope, OperationSpec};
+pub use runner::{Runner, Workflow};
 pub use status::NodeStatus;
+
+/// The interface between the code `workflow!` and `#[operation]` generate and this runtime.
+///
+/// **Not a public API**: everything here may change in any release, patch releases included.
+/// The crates of flow pin each other's exact version, so generated code always meets the
+/// runtime it was generated for. Generated code names every item it uses through this module
+/// (`::flow::__private::…`, re-exported by the facade), and nothing else.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::error::{IntoNodeResult, NodeError, NodeFailure, WorkflowError};
+    pub use crate::events::Observer;
+    pub use crate::graph::{Edge, EdgeKind, Graph, NodeInfo, NodeKind, Plan};
+    pub use crate::nodes::{ArenaOp, Decide, Decision, IntoNodes, Leaf, Nodes, Op, Pair, Slot};
+    pub use crate::policy::{Backoff, CancelToken, FailurePolicy, NodePolicy};
+    pub use crate::report::Outcome;
+    pub use crate::runner::{Runner, Workflow, unreachable_run};
+    pub use crate::scheduler::{
+        Finished, RunOptions, RunState, complete, discard, execute, execute_in_arena,
+        execute_nodes, input, require,
+    };
+    pub use crate::scope::{OperationScope, OperationSpec};
+    pub use std::{
+        future::Future, option::Option, pin::Pin, result::Result, stringify, time::Duration,
+    };
+
+    /// The defaults of one `#[operation]`: its display name and its policy.
+    pub const fn operation_spec(name: &'static str, policy: NodePolicy) -> OperationSpec {
+        OperationSpec { name, policy }
+    }
+
+    /// The resilience settings written at one step or on one `#[operation]`.
+    pub const fn node_policy(
+        timeout_ms: Option<u64>,
+        retries: Option<u32>,
+        backoff: Option<Backoff>,
+        jitter: Option<bool>,
+        deadline_ms: Option<u64>,
+    ) -> NodePolicy {
+        NodePolicy {
+            timeout_ms,
+            retries,
+            backoff,
+            jitter,
+            deadline_ms,
+        }
+    }
+}

@@ -412,7 +412,7 @@ impl<F> Unpin for Decide<F> {}
 /// Marks a decision in the tuple tree that generated code hands to [`execute`]: the pair
 /// `(Decision, test)` becomes a [`Decide`].
 ///
-/// [`execute`]: crate::execute
+/// [`execute`]: crate::__private::execute
 #[derive(Debug, Clone, Copy)]
 pub struct Decision;
 
@@ -427,8 +427,8 @@ pub struct Decision;
 /// function, which made `cargo check` grow with the square of the node count (see
 /// docs/performance.md, "Compile time").
 ///
-/// [`execute`]: crate::execute
-/// [`execute_in_arena`]: crate::execute_in_arena
+/// [`execute`]: crate::__private::execute
+/// [`execute_in_arena`]: crate::__private::execute_in_arena
 pub trait IntoNodes {
     /// The node set with every operation's future inline ([`Op`]).
     type Inline: Nodes;

@@ -28,16 +28,18 @@ use crate::scope::{OperationSpec, listen};
 use crate::status::NodeStatus;
 use crate::wake::WakeSet;
 
-/// Options of one run, set through a workflow's `runner()`.
+/// Options of one run: what a [`Runner`](crate::Runner)'s builder methods set.
 #[derive(Clone)]
 pub struct RunOptions {
-    max_concurrency: Option<NonZeroUsize>,
-    failure: Option<FailurePolicy>,
-    cancel: Option<CancelToken>,
-    deadline: Option<Duration>,
-    observers: Vec<Arc<dyn Observer>>,
-    record: bool,
-    report: bool,
+    pub(crate) max_concurrency: Option<NonZeroUsize>,
+    pub(crate) failure: Option<FailurePolicy>,
+    pub(crate) cancel: Option<CancelToken>,
+    pub(crate) deadline: Option<Duration>,
+    pub(crate) observers: Vec<Arc<dyn Observer>>,
+    /// Whether the run keeps its event log for the report.
+    pub(crate) record: bool,
+    /// Whether to build the per-node report (not for a plain `run`).
+    pub(crate) report: bool,
 }
 
 impl Default for RunOptions {
@@ -64,55 +66,6 @@ impl std::fmt::Debug for RunOptions {
             .field("observers", &self.observers.len())
             .field("record", &self.record)
             .finish()
-    }
-}
-
-impl RunOptions {
-    /// Adds an observer: it sees every event of the run as it happens.
-    pub fn observer(&mut self, observer: impl Observer + 'static) -> &mut Self {
-        self.observers.push(Arc::new(observer));
-        self
-    }
-
-    /// For a caller that only wants the result (a workflow's plain `run`): no event log, and
-    /// no per-node report is built.
-    #[doc(hidden)]
-    pub fn result_only(&mut self) -> &mut Self {
-        self.record = false;
-        self.report = false;
-        self
-    }
-
-    /// Whether the run keeps its event log for the report (on by default; a workflow's plain
-    /// `run` turns it off, since it returns no report).
-    pub fn record(&mut self, record: bool) -> &mut Self {
-        self.record = record;
-        self
-    }
-
-    /// Limits how many operations of the run may be in flight at once (on top of any
-    /// `Parallel(max_concurrency = N)` in the workflow).
-    pub fn max_concurrency(&mut self, limit: NonZeroUsize) -> &mut Self {
-        self.max_concurrency = Some(limit);
-        self
-    }
-
-    /// Overrides the workflow's failure policy for this run.
-    pub fn failure_policy(&mut self, policy: FailurePolicy) -> &mut Self {
-        self.failure = Some(policy);
-        self
-    }
-
-    /// Cancels the run when `token` is cancelled.
-    pub fn cancel_on(&mut self, token: CancelToken) -> &mut Self {
-        self.cancel = Some(token);
-        self
-    }
-
-    /// Cancels the run when it has run for `after` (needs a tokio runtime with time enabled).
-    pub fn deadline(&mut self, after: Duration) -> &mut Self {
-        self.deadline = Some(after);
-        self
     }
 }
 

@@ -3,7 +3,7 @@
 //!
 //! A random workflow is generated as a tree of `Sequential`, `Parallel`, `Conditional` and
 //! `Operation` steps, compiled to a [`Graph`] the way `workflow!` compiles it, and run by
-//! [`flow_runtime::execute_nodes`] on tokio's paused clock with a hand-written [`Nodes`] set that logs
+//! [`flow_runtime::__private::execute_nodes`] on tokio's paused clock with a hand-written [`Nodes`] set that logs
 //! every start, end and decision. The model walks the same nodes in topological order and
 //! applies the rules of the design one node at a time; the two must agree on every status, on
 //! the run's result, on the failures it lists and on the causes of aborts.
@@ -18,10 +18,13 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use flow_runtime::__private::{
+    Leaf, Nodes, Plan, RunOptions, RunState, Slot, execute_nodes, unreachable_run,
+};
 use flow_runtime::NodeStatus::{Aborted, Completed, Failed, Skipped};
 use flow_runtime::{
-    Edge, EdgeKind, FailurePolicy, Graph, Leaf, NodeError, NodeInfo, NodeKind, NodeStatus, Nodes,
-    Plan, RunOptions, RunState, Slot, execute_nodes,
+    Edge, EdgeKind, FailurePolicy, Graph, NodeError, NodeInfo, NodeKind, NodeStatus, Outcome,
+    Runner, Workflow,
 };
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -420,21 +423,21 @@ fn leak_str(text: String) -> &'static str {
 fn graph(wf: &Wf, limits: bool) -> &'static Graph {
     let n = wf.len();
     let nodes = (0..n)
-        .map(|i| NodeInfo {
-            name: leak_str(wf.name(i)),
-            kind: wf.nodes[i].kind,
-            label: leak_str(wf.label(i)),
-            line: i as u32 + 1,
-            column: 1,
+        .map(|i| {
+            NodeInfo::__new(
+                leak_str(wf.name(i)),
+                wf.nodes[i].kind,
+                leak_str(wf.label(i)),
+                i as u32 + 1,
+                1,
+            )
         })
         .collect();
     let edges = wf
         .edges
         .iter()
-        .map(|(&(from, to), &why)| Edge {
-            from: from as u32,
-            to: to as u32,
-            kind: if why & THEN != 0 {
+        .map(|(&(from, to), &why)| {
+            let kind = if why & THEN != 0 {
                 EdgeKind::Then
             } else if why & ELSE != 0 {
                 EdgeKind::Else
@@ -444,7 +447,8 @@ fn graph(wf: &Wf, limits: bool) -> &'static Graph {
                 EdgeKind::After
             } else {
                 EdgeKind::Sequence
-            },
+            };
+            Edge::__new(from as u32, to as u32, kind)
         })
         .collect();
     // Half the workflows route ordering edges through joins, as the macro does for a
@@ -545,12 +549,27 @@ fn graph(wf: &Wf, limits: bool) -> &'static Graph {
         policies: &[],
         failure: FailurePolicy::ContinueIndependent,
     };
-    Box::leak(Box::new(Graph {
-        name: "Model",
-        nodes: leak(nodes),
-        edges: leak(edges),
+    Box::leak(Box::new(Graph::__new(
+        "Model",
+        leak(nodes),
+        leak(edges),
         plan,
-    }))
+    )))
+}
+
+/// Stands for the workflows of this file in a [`Runner`], whose builder methods make the
+/// options the tests hand to `execute_nodes` (each test builds its graph at run time, so it is
+/// no `Workflow` of its own).
+struct Model;
+
+impl Workflow for Model {
+    const GRAPH: Graph = Graph::__new("Model", &[], &[], Plan::EMPTY);
+    type Input<'a> = ();
+    type Output = ();
+
+    fn __execute<'a>(_: RunOptions, _: ()) -> impl std::future::Future<Output = Outcome<()>> {
+        unreachable_run()
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -936,7 +955,7 @@ fn describe(graph: &Graph, expected: &Expected, observed: &Observed) -> String {
         "run fails: model {}, scheduler {}",
         expected.run_fails, observed.run_fails
     );
-    for (i, node) in graph.nodes.iter().enumerate() {
+    for (i, node) in graph.nodes().iter().enumerate() {
         let _ = writeln!(
             out,
             "  {:>4}: model {:<9} scheduler {:<9} {}",
@@ -1061,11 +1080,11 @@ fn check_against_model(
 fn check_continue(wf: &Wf, limits: bool, max_concurrency: Option<usize>) -> Result<(), String> {
     let graph = graph(wf, limits);
     let expected = model(wf);
-    let mut options = RunOptions::default();
+    let mut options = Runner::<Model>::new();
     if let Some(limit) = max_concurrency.and_then(NonZeroUsize::new) {
-        options.max_concurrency(limit);
+        options = options.max_concurrency(limit);
     }
-    let observed = run(wf, graph, options)?;
+    let observed = run(wf, graph, options.__into_options())?;
     let mut verdict = check_against_model(wf, graph, &expected, &observed);
     if verdict.is_ok() {
         verdict = check_limits(wf, limits, max_concurrency, &observed);
@@ -1107,8 +1126,9 @@ fn check_limits(
 fn check_fail_fast(wf: &Wf) -> Result<(), String> {
     let graph = graph(wf, false);
     let expected = model(wf);
-    let mut options = RunOptions::default();
-    options.failure_policy(FailurePolicy::FailFast);
+    let options = Runner::<Model>::new()
+        .failure_policy(FailurePolicy::FailFast)
+        .__into_options();
     let observed = run(wf, graph, options)?;
     let verdict = fail_fast_verdict(wf, graph, &expected, &observed);
     verdict.map_err(|why| format!("{why}\n{}", describe(graph, &expected, &observed)))
@@ -1461,7 +1481,7 @@ fn generator_covers_the_interesting_cases() {
         skipped += usize::from(m.status.contains(&Skipped));
         aborted += usize::from(m.status.contains(&Aborted));
         nested += usize::from(wf.nodes.iter().any(|n| n.branches.len() >= 2));
-        if !graph(&wf, false).plan.join_pred_count.is_empty() {
+        if !graph(&wf, false).__plan().join_pred_count.is_empty() {
             joined += 1;
             joined_fails += usize::from(m.status.contains(&Failed));
         }
@@ -1499,8 +1519,9 @@ fn fail_fast_stops_on_a_failure_its_conditional_routes_around() {
     ];
     let wf = assert_run(&body, &[Failed, Completed, Skipped], false);
     let graph = graph(&wf, false);
-    let mut options = RunOptions::default();
-    options.failure_policy(FailurePolicy::FailFast);
+    let options = Runner::<Model>::new()
+        .failure_policy(FailurePolicy::FailFast)
+        .__into_options();
     let observed = run(&wf, graph, options).expect("the run ends");
     assert_eq!(
         observed.status,

@@ -11,7 +11,7 @@ async fn main() {
     Reads::run(&ctx, 1).await.expect("reads");
     Pattern::run().await.expect("pattern");
     assert_eq!(Calls::run(&Client).await.expect("calls"), 14);
-    let o = Pay::runner().execute(&ctx, 5).await;
+    let o = Pay::runner().execute((&ctx, 5)).await;
     println!("{:?}", o.report.nodes());
     assert_eq!(o.report.nodes()[2].operation, Some("charge card"));
     Screen::run(&ctx, 1).await.expect("screen");

@@ -272,7 +272,7 @@ pub async fn demo(ctx: &AppCtx) -> Result<(), WorkflowError> {
         .failure_policy(FailurePolicy::FailFast)
         .cancel_on(token.clone())
         .deadline(Duration::from_secs(5))
-        .execute(ctx, 42)
+        .execute((ctx, 42))
         .await;
     assert_eq!(outcome.report.status("reject"), Some(NodeStatus::Skipped));
     println!("{}", outcome.report);
@@ -293,7 +293,7 @@ async fn main() {
     Reads::run(&ctx, 1).await.expect("reads");
     Pattern::run().await.expect("pattern");
     assert_eq!(Calls::run(&Client).await.expect("calls"), 14);
-    let o = Pay::runner().execute(&ctx, 5).await;
+    let o = Pay::runner().execute((&ctx, 5)).await;
     println!("{:?}", o.report.nodes());
     assert_eq!(o.report.nodes()[2].operation, Some("charge card"));
     Screen::run(&ctx, 1).await.expect("screen");

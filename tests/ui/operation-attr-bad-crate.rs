@@ -1,0 +1,8 @@
+use flow::prelude::*;
+
+#[operation(crate = "flow")]
+async fn fetch(id: u64) -> Result<u64, std::io::Error> {
+    Ok(id)
+}
+
+fn main() {}

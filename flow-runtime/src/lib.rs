@@ -10,17 +10,33 @@
 //! assert_eq!(Plan::EMPTY.roots.len(), 0);
 //! ```
 
+// The modules in layers: each uses only modules of the layers above it (`use crate::…`), so
+// no two depend on each other.
+//
+//   status, policy, slot                     plain data
+//   error, graph, events, scope, run_state   errors, the static graph, events, operation defaults,
+//                                            what a decision's test sees
+//   nodes, options, report, wake             the node set, a run's options, the report, wakers
+//   verdict                                  the end of a run: `Finished`, `Verdict`
+//   scheduler (mod, attempt, settle)         the run loop: state, attempts, settling
+//   support                                  what generated code calls: `execute*`, `input`, ...
+//   progress                                 an observer (feature `progress`)
 mod error;
 mod events;
 mod graph;
 mod nodes;
+mod options;
 mod policy;
 #[cfg(feature = "progress")]
 mod progress;
 mod report;
+mod run_state;
 mod scheduler;
 mod scope;
+mod slot;
 mod status;
+mod support;
+mod verdict;
 mod wake;
 
 pub use error::{BoxError, IntoNodeResult, NodeError, NodeFailure, WorkflowError};
@@ -29,7 +45,8 @@ pub use events::{
     RunId, channel,
 };
 pub use graph::{Edge, EdgeKind, Graph, NodeInfo, NodeKind, Plan};
-pub use nodes::{ArenaOp, Decide, Decision, IntoNodes, Leaf, Nodes, Op, Pair, Slot};
+pub use nodes::{ArenaOp, Decide, Decision, IntoNodes, Leaf, Nodes, Op, Pair};
+pub use options::RunOptions;
 pub use policy::{Backoff, CancelReason, CancelToken, FailurePolicy, NodePolicy};
 /// The items of optional features, whichever are enabled: the facade re-exports this module
 /// whole, so a feature turned on anywhere in the build shows its items through `flow`.
@@ -42,9 +59,9 @@ pub mod features {
     pub use crate::progress::Progress;
 }
 pub use report::{NodeReport, Outcome, Report, TraceColumn, TraceMatrix};
-pub use scheduler::{
-    Finished, RunOptions, RunState, complete, discard, execute, execute_in_arena, execute_nodes,
-    input, require,
-};
+pub use run_state::RunState;
 pub use scope::{OperationScope, OperationSpec};
+pub use slot::Slot;
 pub use status::NodeStatus;
+pub use support::{complete, discard, execute, execute_in_arena, execute_nodes, input, require};
+pub use verdict::Finished;

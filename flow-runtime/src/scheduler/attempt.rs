@@ -2,14 +2,10 @@
 
 use std::hash::{BuildHasher, Hasher};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
-use tokio::time::Sleep;
-
-use super::{Scheduler, Settle};
+use super::{SHARED_WAKER_LIMIT, Scheduler, Settle, panic_message, timer};
 use crate::error::NodeError;
 use crate::events::EventKind;
 use crate::nodes::Leaves;
@@ -17,11 +13,6 @@ use crate::scope::{OperationSpec, listen};
 use crate::status::NodeStatus;
 use crate::verdict::IMPLIED;
 use crate::wake::WakeSet;
-
-/// Up to this many operations in flight, the scheduler polls them with the run's own waker
-/// (and all of them on each wake-up); above it, each with its own (`wake.rs`). `join_all`
-/// makes the same switch at 30.
-pub(super) const SHARED_WAKER_LIMIT: usize = 16;
 
 /// A node's poll, with a panic caught.
 type PollResult = std::thread::Result<Poll<Result<(), NodeError>>>;
@@ -519,25 +510,5 @@ impl Scheduler {
             self.watch(node as u32).deadline = Some(timer(after)?);
         }
         Ok(())
-    }
-}
-
-/// A tokio timer; an error instead of a panic when there is no tokio runtime with time enabled.
-pub(super) fn timer(after: Duration) -> Result<Pin<Box<Sleep>>, NodeError> {
-    catch_unwind(|| Box::pin(tokio::time::sleep(after))).map_err(|payload| {
-        NodeError::Panicked(format!(
-            "timeouts, retries and deadlines need a tokio runtime with time enabled ({})",
-            panic_message(payload)
-        ))
-    })
-}
-
-pub(super) fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    match payload.downcast::<String>() {
-        Ok(message) => *message,
-        Err(payload) => match payload.downcast::<&'static str>() {
-            Ok(message) => (*message).to_string(),
-            Err(_) => "a panic with a non-string payload".to_string(),
-        },
     }
 }

@@ -16,12 +16,15 @@ mod settle;
 
 use std::future::Future;
 use std::num::NonZeroUsize;
+use std::panic::catch_unwind;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio::time::Sleep;
 
+use crate::error::NodeError;
 use crate::events::{Event, EventKind, EventLog, Observer, RunId};
 use crate::graph::{Graph, NodeKind, Plan};
 use crate::nodes::{Leaves, Nodes, Table};
@@ -32,9 +35,12 @@ use crate::status::NodeStatus;
 use crate::verdict::{Extras, Finished, Verdict, attempts_of};
 use crate::wake::WakeSet;
 
-use attempt::{SHARED_WAKER_LIMIT, timer};
-
 const NO_CAUSE: u32 = u32::MAX;
+
+/// Up to this many operations in flight, the scheduler polls them with the run's own waker
+/// (and all of them on each wake-up); above it, each with its own (`wake.rs`). `join_all`
+/// makes the same switch at 30.
+const SHARED_WAKER_LIMIT: usize = 16;
 
 /// One node's record during a run: where it stands, what reached it, and (while it runs) its
 /// attempt. Plain data in one array, so a node's start, polls and end touch one record.
@@ -516,4 +522,24 @@ where
     })
     .await;
     scheduler.finish()
+}
+
+/// A tokio timer; an error instead of a panic when there is no tokio runtime with time enabled.
+fn timer(after: Duration) -> Result<Pin<Box<Sleep>>, NodeError> {
+    catch_unwind(|| Box::pin(tokio::time::sleep(after))).map_err(|payload| {
+        NodeError::Panicked(format!(
+            "timeouts, retries and deadlines need a tokio runtime with time enabled ({})",
+            panic_message(payload)
+        ))
+    })
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(message) => *message,
+        Err(payload) => match payload.downcast::<&'static str>() {
+            Ok(message) => (*message).to_string(),
+            Err(_) => "a panic with a non-string payload".to_string(),
+        },
+    }
 }

@@ -3,8 +3,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use super::attempt::panic_message;
-use super::{Halt, NO_CAUSE, Scheduler, Settle};
+use super::{Halt, NO_CAUSE, Scheduler, Settle, panic_message};
 use crate::error::NodeError;
 use crate::events::EventKind;
 use crate::graph::{NodeKind, Plan};

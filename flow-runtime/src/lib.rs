@@ -60,7 +60,7 @@ pub mod features {
 }
 pub use report::{NodeReport, Outcome, Report, TraceColumn, TraceMatrix};
 pub use run_state::RunState;
-pub use scope::{OperationScope, OperationSpec};
+pub use scope::{Deferred, OperationScope, OperationSpec};
 pub use slot::Slot;
 pub use status::NodeStatus;
 pub use support::{complete, discard, execute, execute_in_arena, execute_nodes, input, require};

@@ -9,7 +9,7 @@ use super::{SHARED_WAKER_LIMIT, Scheduler, Settle, panic_message, timer};
 use crate::error::NodeError;
 use crate::events::EventKind;
 use crate::nodes::Leaves;
-use crate::scope::{OperationSpec, listen};
+use crate::scope::{OperationSpec, is_later, listen};
 use crate::status::NodeStatus;
 use crate::verdict::IMPLIED;
 use crate::wake::WakeSet;
@@ -319,9 +319,13 @@ impl Scheduler {
             // The attempt's first poll: it may hear an `#[operation]`'s defaults.
             let (polled, heard) =
                 listen(|| catch_unwind(AssertUnwindSafe(|| leaves[index].as_mut().poll(cx))));
-            if heard.is_some() {
-                // Its defaults may bring timers: the long way applies them.
-                return self.poll_watched(leaves, node, cx, Polled::Given(polled, heard));
+            if let Some(spec) = heard {
+                if !is_later(spec) {
+                    // Its defaults may bring timers: the long way applies them.
+                    return self.poll_watched(leaves, node, cx, Polled::Given(polled, heard));
+                }
+                // A step that has not reached its operation yet: listen on its next poll too.
+                self.nodes[index].fresh = true;
             }
             polled
         } else {
@@ -490,6 +494,11 @@ impl Scheduler {
     /// Applies the defaults of the `#[operation]` that `node` called.
     fn heard(&mut self, node: u32, spec: &'static OperationSpec) -> Result<(), NodeError> {
         let node = node as usize;
+        if is_later(spec) {
+            // A step that has not reached its operation yet: listen on its next poll too.
+            self.nodes[node].fresh = true;
+            return Ok(());
+        }
         // From now on attempts may have defaults to apply.
         self.lean = false;
         if self.extras.operations.is_empty() {

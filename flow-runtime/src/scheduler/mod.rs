@@ -52,8 +52,8 @@ struct NodeState {
     decision: bool,
     /// A data predecessor was skipped.
     skip: bool,
-    /// The current attempt has not been polled yet: its first poll listens for an
-    /// `#[operation]`'s defaults.
+    /// The node's next poll listens for an `#[operation]`'s defaults: the attempt's first
+    /// poll, and each poll of a step that has not reached its operation yet (`Deferred`).
     fresh: bool,
     /// Predecessors not yet settled.
     remaining: u32,

@@ -21,6 +21,9 @@ mod graph;
 #[path = "../flow-macros/src/names.rs"]
 mod names;
 #[allow(dead_code, unused_imports, clippy::all)]
+#[path = "../flow-macros/src/operation.rs"]
+mod operation;
+#[allow(dead_code, unused_imports, clippy::all)]
 #[path = "../flow-macros/src/options.rs"]
 mod options;
 #[allow(dead_code, unused_imports, clippy::all)]

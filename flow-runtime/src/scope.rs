@@ -167,3 +167,37 @@ impl<F> std::fmt::Debug for Deferred<F> {
         f.debug_struct("Deferred").finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::future::{Future, pending, ready};
+    use std::pin::pin;
+    use std::task::{Context, Waker};
+
+    use super::{Deferred, OperationScope, OperationSpec, is_later, listen};
+    use crate::policy::NodePolicy;
+
+    static CHARGE: OperationSpec = OperationSpec {
+        name: "charge",
+        policy: NodePolicy::NONE,
+    };
+
+    #[test]
+    fn a_deferred_step_asks_to_be_heard_until_its_operation_reports() {
+        let mut cx = Context::from_waker(Waker::noop());
+        // Awaiting something else first: "not yet".
+        let mut waiting = pin!(Deferred::new(pending::<()>()));
+        let (_, heard) = listen(|| waiting.as_mut().poll(&mut cx));
+        assert!(heard.is_some_and(is_later));
+        // Reaching the operation in the same poll: its defaults.
+        let mut reached = pin!(Deferred::new(OperationScope::new(&CHARGE, ready(()))));
+        let (_, heard) = listen(|| reached.as_mut().poll(&mut cx));
+        assert!(heard.is_some_and(|spec| std::ptr::eq(spec, &CHARGE)));
+        // A step that is not deferred and polls no operation: nothing.
+        let mut plain = pin!(pending::<()>());
+        let (_, heard) = listen(|| plain.as_mut().poll(&mut cx));
+        assert!(heard.is_none());
+        // Outside a node's poll, a deferred step is a plain pass-through.
+        assert!(waiting.as_mut().poll(&mut cx).is_pending());
+    }
+}

@@ -13,14 +13,14 @@
 // The modules in layers: each uses only modules of the layers above it (`use crate::…`), so
 // no two depend on each other.
 //
-//   status, policy, slot                     plain data
-//   error, graph, events, scope, run_state   errors, the static graph, events, operation defaults,
-//                                            what a decision's test sees
-//   nodes, options, report, wake             the node set, a run's options, the report, wakers
-//   verdict                                  the end of a run: `Finished`, `Verdict`
-//   scheduler (mod, attempt, settle)         the run loop: state, attempts, settling
-//   support                                  what generated code calls: `execute*`, `input`, ...
-//   progress                                 an observer (feature `progress`)
+//   status, policy, slot, wake          plain data, output cells, the nodes' wakers
+//   error, graph, events, scope         errors, the static graph, events, operation defaults
+//   run_state, report, options          what a decision's test sees, the report, a run's options
+//   nodes                               the node set
+//   verdict                             the end of a run: `Finished`, `Verdict`
+//   scheduler (mod, attempt, settle)    the run loop: its state, attempts, settling
+//   support                             what generated code calls: `execute*`, `input`, ...
+//   progress                            an observer (feature `progress`)
 mod error;
 mod events;
 mod graph;

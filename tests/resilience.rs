@@ -386,6 +386,71 @@ async fn timeouts_come_from_step_or_operation_defaults() {
     );
 }
 
+/// A step's first await that is not its operation: returns `ms` after `ms` milliseconds.
+async fn wait(ms: u64) -> u64 {
+    sleep(Duration::from_millis(ms)).await;
+    ms
+}
+
+workflow! {
+    /// Steps that await something else before they call their `#[operation]`.
+    AwaitFirst(log: &Log) {
+        Parallel {
+            in_argument = Operation(slow_call(log, 90 + wait(10).await)),
+            in_block = Operation(async {
+                let ms = wait(10).await;
+                slow_call(log, 90 + ms).await
+            }),
+            overridden = Operation(slow_call(log, 90 + wait(10).await), timeout = "200ms", retries = 0),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn operation_defaults_apply_after_an_earlier_await() {
+    let log = Log::default();
+    let outcome = AwaitFirst::runner().execute(&log).await;
+    let report = &outcome.report;
+    for name in ["in_argument", "in_block"] {
+        let node = report
+            .nodes()
+            .iter()
+            .find(|n| n.name == name)
+            .expect("node exists");
+        assert_eq!(
+            node.status,
+            NodeStatus::Failed,
+            "{name}: the 50ms timeout applies"
+        );
+        assert_eq!(node.operation, Some("slow call"), "{name}");
+        assert_eq!(
+            node.attempts, 3,
+            "{name}: two retries from the operation's defaults"
+        );
+        assert_eq!(
+            node.failed_attempts,
+            ["timed out after 50ms", "timed out after 50ms"],
+            "{name}"
+        );
+    }
+    let overridden = report
+        .nodes()
+        .iter()
+        .find(|n| n.name == "overridden")
+        .expect("node exists");
+    assert_eq!(
+        overridden.status,
+        NodeStatus::Completed,
+        "the step's own timeout wins"
+    );
+    assert_eq!(overridden.attempts, 1);
+    let error = outcome.result.expect_err("two nodes time out");
+    assert!(
+        matches!(error.error_of("in_block"), Some(NodeError::TimedOut(d)) if *d == Duration::from_millis(50))
+    );
+    assert_eq!(log.count("slow_call"), 7, "three attempts each, and one");
+}
+
 workflow! {
     /// A deadline over all attempts.
     Deadline(log: &Log) {

@@ -11,7 +11,7 @@ runtime mirrors the first round's `Pair`/`Op`/`BoxedOp` signatures, which is wha
 checker sees of the generated code; the tables in docs/performance.md came from it.
 
 Writes one Rust file (edition 2024, no deps): a mock of flow-runtime (same signatures as
-flow-runtime/src/nodes.rs + scheduler.rs) and one generated workflow of N nodes in VARIANT.
+flow-runtime/src/nodes.rs and the scheduler) and one generated workflow of N nodes in VARIANT.
 """
 
 import argparse

@@ -494,13 +494,23 @@ fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
                     quote_spanned!(span=> #private::discard(#awaited)),
                 )
             };
-            quote! {
-                #slot
-                let #var = (move || async move {
+            let future = quote! {
+                async move {
                     #(#inputs)*
                     #(#hints)*
                     #finish
-                },);
+                }
+            };
+            // A step that awaits before it reaches its operation is listened to until the
+            // operation's defaults come (`flow_runtime::Deferred`).
+            let future = if crate::operation::awaits_inside(quote!(#expr)) {
+                quote!(#private::Deferred::new(#future))
+            } else {
+                future
+            };
+            quote! {
+                #slot
+                let #var = (move || #future,);
             }
         }
         Kind::Decision => {

@@ -4,8 +4,12 @@
 //! a scope that, on its first poll inside a running workflow node, hands the node the
 //! operation's defaults (display name, timeout). A step may also call an un-annotated async fn:
 //! it simply has no defaults.
+//!
+//! A step whose expression awaits before it reaches its operation (see [`awaits_inside`]) is
+//! wrapped by `workflow!` in `Deferred`, so that the node keeps listening for the defaults on
+//! every poll until the operation reports them.
 
-use proc_macro2::TokenStream;
+use proc_macro2::{TokenStream, TokenTree};
 use quote::quote;
 use syn::punctuated::Punctuated;
 use syn::{ItemFn, Token};
@@ -94,4 +98,45 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
         #private::OperationScope::new(&__FLOW_OPERATION, async move #body).await
     });
     quote!(#function)
+}
+
+/// Whether a step's expression contains an `.await`: then its first poll may run something
+/// else before the operation it calls (`charge(rate().await)`, an `async` block), and the step
+/// is wrapped so that the node listens for the operation's defaults until they come. A plain
+/// call awaits nothing of its own and is left as it is, at no cost.
+pub fn awaits_inside(tokens: TokenStream) -> bool {
+    let mut dot = false;
+    for token in tokens {
+        match token {
+            TokenTree::Ident(ident) if dot && ident == "await" => return true,
+            TokenTree::Group(group) if awaits_inside(group.stream()) => return true,
+            TokenTree::Punct(punct) => {
+                dot = punct.as_char() == '.';
+                continue;
+            }
+            _ => {}
+        }
+        dot = false;
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::awaits_inside;
+    use quote::quote;
+
+    #[test]
+    fn finds_an_await_anywhere_in_a_step() {
+        assert!(awaits_inside(quote!(charge(rate().await))));
+        assert!(awaits_inside(quote!(async {
+            let x = rate().await;
+            charge(x).await
+        })));
+        assert!(!awaits_inside(quote!(charge(order, stock))));
+        assert!(!awaits_inside(quote!(client.get(7))));
+        assert!(!awaits_inside(quote!(async {
+            Ok::<_, Infallible>(await_count)
+        })));
+    }
 }

@@ -10,18 +10,35 @@
 //! assert_eq!(FailurePolicy::default(), FailurePolicy::ContinueIndependent);
 //! ```
 
+// The modules in layers: each uses only modules of the layers above it (`use crate::…`), so
+// no two depend on each other.
+//
+//   status, policy, slot, wake          plain data, output cells, the nodes' wakers
+//   error, graph, events, scope         errors, the static graph, events, operation defaults
+//   run_state, report, options          what a decision's test sees, the report, a run's options
+//   nodes                               the node set
+//   verdict                             the end of a run: `Finished`, `Verdict`
+//   scheduler (mod, attempt, settle)    the run loop: its state, attempts, settling
+//   support                             what generated code calls: `execute*`, `input`, ...
+//   runner                              `Workflow` and `Runner`: the public entry points
+//   progress                            an observer (feature `progress`)
 mod error;
 mod events;
 mod graph;
 mod nodes;
+mod options;
 mod policy;
 #[cfg(feature = "progress")]
 mod progress;
 mod report;
+mod run_state;
 mod runner;
 mod scheduler;
 mod scope;
+mod slot;
 mod status;
+mod support;
+mod verdict;
 mod wake;
 
 pub use error::{BoxError, IntoNodeResult, NodeError, NodeFailure, WorkflowError};
@@ -56,15 +73,18 @@ pub mod __private {
     pub use crate::error::{IntoNodeResult, NodeError, NodeFailure, WorkflowError};
     pub use crate::events::Observer;
     pub use crate::graph::{Edge, EdgeKind, Graph, NodeInfo, NodeKind, Plan};
-    pub use crate::nodes::{ArenaOp, Decide, Decision, IntoNodes, Leaf, Nodes, Op, Pair, Slot};
+    pub use crate::nodes::{ArenaOp, Decide, Decision, IntoNodes, Leaf, Nodes, Op, Pair};
+    pub use crate::options::RunOptions;
     pub use crate::policy::{Backoff, CancelToken, FailurePolicy, NodePolicy};
     pub use crate::report::Outcome;
     pub use crate::runner::{Runner, Workflow, unreachable_run};
-    pub use crate::scheduler::{
-        Finished, RunOptions, RunState, complete, discard, execute, execute_in_arena,
-        execute_nodes, input, require,
+    pub use crate::run_state::RunState;
+    pub use crate::scope::{Deferred, OperationScope, OperationSpec};
+    pub use crate::slot::Slot;
+    pub use crate::support::{
+        complete, discard, execute, execute_in_arena, execute_nodes, input, require,
     };
-    pub use crate::scope::{OperationScope, OperationSpec};
+    pub use crate::verdict::Finished;
     pub use std::{
         future::Future, option::Option, pin::Pin, result::Result, stringify, time::Duration,
     };

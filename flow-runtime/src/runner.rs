@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use pin_project_lite::pin_project;
 
-use crate::__private::RunOptions;
+use crate::options::RunOptions;
 use crate::error::WorkflowError;
 use crate::events::Observer;
 use crate::graph::Graph;

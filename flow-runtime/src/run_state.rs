@@ -1,0 +1,54 @@
+//! What a decision's test sees of a run in progress: the outcome of the nodes it names.
+
+use crate::error::NodeError;
+use crate::slot::Slot;
+
+/// What a decision's test can see: the errors of failed and aborted nodes.
+///
+/// Generated code reads it through [`RunState::outcome`]; users never build one.
+pub struct RunState {
+    pub(crate) errors: Vec<Option<NodeError>>,
+}
+
+static MISSING: NodeError = NodeError::Aborted {
+    cause: "<flow internal error: outcome missing>",
+};
+
+impl RunState {
+    /// The outcome of node `node`, whose output lives in `slot`: `Ok` with the value when it
+    /// completed, `Err` with its error when it failed or was aborted.
+    pub fn outcome<'a, T>(
+        &'a self,
+        slot: &'a Slot<T>,
+        node: usize,
+    ) -> Result<&'a T, &'a NodeError> {
+        match slot.get() {
+            Some(value) => Ok(value),
+            None => Err(self
+                .errors
+                .get(node)
+                .and_then(Option::as_ref)
+                .unwrap_or(&MISSING)),
+        }
+    }
+
+    /// The outcome of a node that may have been skipped: `None` when it did not run (it sits
+    /// in a branch the decision is not in), else as [`RunState::outcome`].
+    pub fn outcome_if_run<'a, T>(
+        &'a self,
+        slot: &'a Slot<T>,
+        node: usize,
+    ) -> Option<Result<&'a T, &'a NodeError>> {
+        match slot.get() {
+            Some(value) => Some(Ok(value)),
+            None => self.errors.get(node).and_then(Option::as_ref).map(Err),
+        }
+    }
+
+    pub(crate) fn set_error(&mut self, node: usize, len: usize, error: NodeError) {
+        if self.errors.is_empty() {
+            self.errors.resize_with(len, || None);
+        }
+        self.errors[node] = Some(error);
+    }
+}

@@ -1,0 +1,546 @@
+//! The scheduler: one generic loop, compiled once, that drives any generated node set.
+//!
+//! It keeps one small record per node (status, count of unsettled predecessors, pending fate),
+//! a queue of ready nodes and a list of running ones. When a node settles, it walks the node's
+//! constant successor list from the [`Plan`] and decrements each successor's counter; a
+//! successor whose counter reaches zero has its fate decided at once: aborted if an uncaught
+//! failure reached it, skipped if its data came from a skipped node, ready otherwise. Nothing is
+//! hashed, locked or traversed.
+//!
+//! The scheduler's methods are split by job: this module holds its state, the run loop and the
+//! end of a run; [`attempt`] starts, polls, times and retries operations; [`settle`] records a
+//! node's end and decides what it makes ready, skipped or aborted.
+
+mod attempt;
+mod settle;
+
+use std::future::Future;
+use std::num::NonZeroUsize;
+use std::panic::catch_unwind;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::Sleep;
+
+use crate::error::NodeError;
+use crate::events::{Event, EventKind, EventLog, Observer, RunId};
+use crate::graph::{Graph, NodeKind, Plan};
+use crate::nodes::{Leaves, Nodes, Table};
+use crate::options::RunOptions;
+use crate::policy::{CancelReason, FailurePolicy, NodePolicy};
+use crate::run_state::RunState;
+use crate::status::NodeStatus;
+use crate::verdict::{Extras, Finished, Verdict, attempts_of};
+use crate::wake::WakeSet;
+
+const NO_CAUSE: u32 = u32::MAX;
+
+/// Up to this many operations in flight, the scheduler polls them with the run's own waker
+/// (and all of them on each wake-up); above it, each with its own (`wake.rs`). `join_all`
+/// makes the same switch at 30.
+const SHARED_WAKER_LIMIT: usize = 16;
+
+/// One node's record during a run: where it stands, what reached it, and (while it runs) its
+/// attempt. Plain data in one array, so a node's start, polls and end touch one record.
+#[derive(Clone, Copy)]
+struct NodeState {
+    status: NodeStatus,
+    /// A decision (else an operation): kept here, beside the status that starting a node
+    /// writes, rather than looked up in the graph's node list.
+    decision: bool,
+    /// A data predecessor was skipped.
+    skip: bool,
+    /// The node's next poll listens for an `#[operation]`'s defaults: the attempt's first
+    /// poll, and each poll of a step that has not reached its operation yet (`Deferred`).
+    fresh: bool,
+    /// Predecessors not yet settled.
+    remaining: u32,
+    /// The failed node whose failure reached this one, or `NO_CAUSE`.
+    abort_cause: u32,
+    /// The current attempt while the node runs, 1 for the first.
+    attempt: u32,
+}
+
+#[derive(Clone, Copy)]
+enum Settle {
+    Completed,
+    Failed,
+    Aborted(u32),
+    Skipped,
+}
+
+/// What a running node may have besides its future: kept apart from its [`NodeState`], in
+/// `Scheduler::watches`, which a run allocates only when some node needs one.
+#[derive(Default)]
+struct Watch {
+    /// The current attempt's timeout.
+    timeout: Option<Pin<Box<Sleep>>>,
+    /// The node's deadline over all attempts.
+    deadline: Option<Pin<Box<Sleep>>>,
+    /// Waiting before the next attempt.
+    backoff: Option<Pin<Box<Sleep>>>,
+    /// The attempt's span, entered while it is polled (when a subscriber wants it).
+    #[cfg(feature = "tracing")]
+    span: Option<tracing::Span>,
+}
+
+/// The event log of a run being recorded, and the observers to tell.
+struct Recording {
+    run: RunId,
+    start: tokio::time::Instant,
+    seq: u64,
+    log: Option<EventLog>,
+    observers: Vec<Arc<dyn Observer>>,
+}
+
+/// Why the run stops early.
+enum Halt {
+    FailFast(u32),
+    Cancelled(CancelReason),
+    /// The run has a deadline but no timer could be made.
+    NoTimer(String),
+}
+
+/// A join of the plan during a run.
+#[derive(Clone, Copy)]
+struct JoinState {
+    /// Sources not yet settled.
+    remaining: u32,
+    /// The first failure that reached the join, or `NO_CAUSE`.
+    cause: u32,
+}
+
+/// The scheduler's state for one run.
+struct Scheduler {
+    graph: &'static Graph,
+    nodes: Vec<NodeState>,
+    joins: Vec<JoinState>,
+    state: RunState,
+    ready: Vec<u32>,
+    /// Timers and spans of running nodes, indexed by node: empty until a node needs one (a
+    /// step with a policy, an `#[operation]`'s defaults, a span), so a plain run neither
+    /// allocates nor drops it, and testing a node for one is a length check.
+    watches: Vec<Option<Box<Watch>>>,
+    /// How many nodes are running.
+    in_flight: usize,
+    /// The nodes to poll in this wake-up: those started since the last poll and those woken.
+    due: Vec<u32>,
+    /// Running nodes last polled with the run's own waker: due on every wake-up.
+    shared: Vec<u32>,
+    group_running: Vec<u32>,
+    limit: usize,
+    limited: bool,
+    settled: usize,
+    /// How many nodes ended failed or aborted: none in most runs, which then need no verdict
+    /// and (without a report) no list of final statuses.
+    failures: usize,
+    work: Vec<(u32, Settle)>,
+    /// (decision, node) pairs: the decision's test names a failed or aborted node.
+    catches: Vec<(u32, u32)>,
+    caught: Vec<u32>,
+    extras: Extras,
+    policy: FailurePolicy,
+    /// For `FailFast`: whether a test could catch a failure of each node (computed on demand).
+    catchable: Vec<bool>,
+    halt: Option<Halt>,
+    cancelled: Option<CancelReason>,
+    seed: u64,
+    /// `None` when nobody wants events: then none are built.
+    recording: Option<Box<Recording>>,
+    /// The branch the decision being settled took.
+    decided: Option<bool>,
+    /// Whether the caller wants the per-node report.
+    report: bool,
+    /// Starting an attempt is making its future and nothing else: no step has a policy, no
+    /// `#[operation]`'s defaults were heard, nobody records events and no subscriber can want
+    /// a span. Cleared when an operation is heard.
+    lean: bool,
+}
+
+impl Scheduler {
+    fn new(graph: &'static Graph, options: &RunOptions) -> Self {
+        let plan = &graph.plan;
+        let mut nodes: Vec<NodeState> = plan
+            .pred_count
+            .iter()
+            .map(|&count| NodeState {
+                status: NodeStatus::Idle,
+                decision: false,
+                skip: false,
+                fresh: false,
+                remaining: count,
+                abort_cause: NO_CAUSE,
+                attempt: 0,
+            })
+            .collect();
+        // A workflow without decisions has no branch lists, and its node list need not be read.
+        if !plan.then_nodes.is_empty() {
+            for (state, info) in nodes.iter_mut().zip(graph.nodes) {
+                state.decision = info.kind == NodeKind::Decision;
+            }
+        }
+        let limit = options
+            .max_concurrency
+            .map_or(usize::MAX, NonZeroUsize::get);
+        let joins = plan
+            .join_pred_count
+            .iter()
+            .map(|&count| JoinState {
+                remaining: count,
+                cause: NO_CAUSE,
+            })
+            .collect();
+        let mut scheduler = Scheduler {
+            graph,
+            nodes,
+            joins,
+            state: RunState { errors: Vec::new() },
+            // Room for the usual widths up front: growing these lists showed in profiles.
+            ready: Vec::with_capacity(plan.roots.len().max(plan.pred_count.len().min(64))),
+            watches: Vec::new(),
+            in_flight: 0,
+            due: Vec::with_capacity(plan.pred_count.len().min(64)),
+            shared: Vec::with_capacity(SHARED_WAKER_LIMIT),
+            group_running: vec![0; plan.group_limits.len()],
+            limit,
+            limited: limit != usize::MAX || !plan.group_limits.is_empty(),
+            settled: 0,
+            failures: 0,
+            work: Vec::new(),
+            catches: Vec::new(),
+            caught: Vec::new(),
+            extras: Extras::default(),
+            policy: options.failure.unwrap_or(plan.failure),
+            catchable: Vec::new(),
+            halt: None,
+            cancelled: None,
+            seed: 0,
+            recording: (options.record || !options.observers.is_empty()).then(|| {
+                let mut log = options.record.then(EventLog::new);
+                if let Some(log) = &mut log {
+                    log.reserve(2 * plan.pred_count.len() + 2);
+                }
+                Box::new(Recording {
+                    run: RunId::next(),
+                    start: tokio::time::Instant::now(),
+                    seq: 0,
+                    log,
+                    observers: options.observers.clone(),
+                })
+            }),
+            decided: None,
+            report: options.report,
+            lean: false,
+        };
+        scheduler.lean = plan.policies.is_empty() && scheduler.recording.is_none() && !spans();
+        scheduler.emit(None, 0, || EventKind::RunStarted {
+            workflow: graph.name,
+            nodes: graph.nodes.len() as u32,
+        });
+        for &root in plan.roots {
+            scheduler.nodes[root as usize].status = NodeStatus::Ready;
+            scheduler.ready.push(root);
+        }
+        scheduler
+    }
+
+    /// Appends an event to the log and tells the observers; builds nothing when no one listens.
+    #[inline]
+    fn emit(&mut self, node: Option<u32>, attempt: u32, kind: impl FnOnce() -> EventKind) {
+        let Some(recording) = &mut self.recording else {
+            return;
+        };
+        let event = Event {
+            run: recording.run,
+            seq: recording.seq,
+            node,
+            node_name: node.map(|n| self.graph.nodes[n as usize].name),
+            attempt,
+            at: recording.start.elapsed(),
+            kind: kind(),
+        };
+        recording.seq += 1;
+        #[cfg(feature = "tracing")]
+        trace_event(self.graph, &event);
+        for observer in &recording.observers {
+            observer.on_event(&event);
+        }
+        if let Some(log) = &mut recording.log {
+            log.push(event);
+        }
+    }
+
+    /// The attempt number to stamp on a node's terminal event.
+    #[inline]
+    fn attempt_of(&self, node: u32) -> u32 {
+        attempts_of(
+            &self.extras.attempts,
+            node as usize,
+            self.nodes[node as usize].status,
+        )
+    }
+
+    #[inline]
+    fn plan(&self) -> &'static Plan {
+        &self.graph.plan
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// `node`'s timers and span, if it has any.
+    #[inline(always)]
+    fn watch_of(&mut self, node: u32) -> Option<&mut Watch> {
+        self.watches
+            .get_mut(node as usize)
+            .and_then(Option::as_deref_mut)
+    }
+
+    /// `node`'s timers and span, made on first use.
+    fn watch(&mut self, node: u32) -> &mut Watch {
+        if self.watches.is_empty() {
+            self.watches.resize_with(self.len(), || None);
+        }
+        self.watches[node as usize].get_or_insert_with(Box::default)
+    }
+
+    /// One of `node`'s timers (`|w| &mut w.deadline`), if it has it.
+    fn timer(
+        &mut self,
+        node: u32,
+        which: fn(&mut Watch) -> &mut Option<Pin<Box<Sleep>>>,
+    ) -> Option<&mut Pin<Box<Sleep>>> {
+        self.watch_of(node).and_then(|w| which(w).as_mut())
+    }
+
+    /// The policy in force for `node`: the step's own settings, then its operation's defaults.
+    #[inline]
+    fn node_policy(&self, node: u32) -> NodePolicy {
+        if self.plan().policies.is_empty() && self.extras.operations.is_empty() {
+            return NodePolicy::NONE;
+        }
+        let own = self.plan().policy(node as usize);
+        match self.extras.operations.get(node as usize).copied().flatten() {
+            Some(spec) => own.or(&spec.policy),
+            None => own,
+        }
+    }
+
+    /// Polls the run: starts what is ready and polls the nodes started or woken (`wakes` holds
+    /// the nodes' wakers) until nothing more can happen in this wake-up.
+    fn poll(
+        &mut self,
+        leaves: &mut Leaves<'_>,
+        wakes: &mut Option<Arc<WakeSet>>,
+        cx: &Context<'_>,
+    ) -> Poll<()> {
+        // Nodes polled with the run's waker may be the ones woken; the others say so.
+        if self.due.is_empty() {
+            std::mem::swap(&mut self.due, &mut self.shared);
+        } else {
+            self.due.append(&mut self.shared);
+        }
+        if let Some(wakes) = wakes {
+            wakes.register(cx.waker());
+            wakes.take(&mut self.due);
+        }
+        loop {
+            self.start_ready(leaves);
+            if self.halt.is_some() {
+                self.stop_all(leaves);
+                return Poll::Ready(());
+            }
+            if self.due.is_empty() {
+                return if self.settled == self.len() {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                };
+            }
+            self.poll_due(leaves, wakes, cx);
+            if self.halt.is_some() {
+                self.stop_all(leaves);
+                return Poll::Ready(());
+            }
+            if self.settled == self.len() {
+                return Poll::Ready(());
+            }
+            if self.ready.is_empty() {
+                // `poll_due` left `due` empty, and nothing new is ready: nothing more can
+                // happen in this wake-up (a node woken meanwhile has woken the run).
+                return Poll::Pending;
+            }
+        }
+    }
+
+    fn finish(mut self) -> Finished {
+        debug_assert_eq!(
+            self.failures,
+            self.nodes
+                .iter()
+                .filter(|n| matches!(n.status, NodeStatus::Failed | NodeStatus::Aborted))
+                .count()
+        );
+        // A run where nothing failed needs the statuses only for its report.
+        let statuses: Vec<NodeStatus> = if self.failures > 0 || self.report {
+            self.nodes.iter().map(|n| n.status).collect()
+        } else {
+            Vec::new()
+        };
+        let verdict = if self.failures == 0 {
+            Verdict::SUCCEEDED
+        } else {
+            Verdict::judge(self.graph, &statuses, &self.caught)
+        };
+        let succeeded = self.cancelled.is_none() && verdict.succeeded;
+        self.emit(None, 0, || EventKind::RunFinished { succeeded });
+        let recording = self.recording.take();
+        Finished {
+            graph: self.graph,
+            statuses,
+            errors: self.state.errors,
+            verdict,
+            extras: self.extras,
+            cancelled: self.cancelled,
+            run: recording.as_ref().map(|r| r.run),
+            elapsed: recording.as_ref().map(|r| r.start.elapsed()),
+            log: recording.and_then(|r| r.log),
+            report: self.report,
+        }
+    }
+}
+
+/// Logs an event through `tracing`: failures at `warn`, the rest at `debug`.
+#[cfg(feature = "tracing")]
+fn trace_event(graph: &Graph, event: &Event) {
+    let node = event
+        .node
+        .and_then(|n| graph.nodes.get(n as usize))
+        .map_or("", |n| n.name);
+    let attempt = event.attempt;
+    match &event.kind {
+        EventKind::Failed { error } => {
+            tracing::warn!(workflow = graph.name, node, attempt, error = %error, "node failed")
+        }
+        EventKind::Retrying { error, delay } => tracing::warn!(
+            workflow = graph.name, node, attempt, error = %error, ?delay, "attempt failed; retrying"
+        ),
+        EventKind::TimedOut { after } => {
+            tracing::warn!(
+                workflow = graph.name,
+                node,
+                attempt,
+                ?after,
+                "attempt timed out"
+            )
+        }
+        EventKind::Aborted { cause } => {
+            tracing::warn!(
+                workflow = graph.name,
+                node,
+                cause = cause.unwrap_or("cancelled"),
+                "node aborted"
+            )
+        }
+        EventKind::RunFinished { succeeded: false } => {
+            tracing::warn!(workflow = graph.name, "run failed")
+        }
+        kind => tracing::debug!(workflow = graph.name, node, attempt, event = kind.name()),
+    }
+}
+
+/// Whether a `tracing` subscriber may want the attempts' spans: their level is enabled by the
+/// current max level hint. Without the `tracing` feature there are none.
+fn spans() -> bool {
+    #[cfg(feature = "tracing")]
+    {
+        tracing::level_enabled!(tracing::Level::INFO)
+    }
+    #[cfg(not(feature = "tracing"))]
+    {
+        false
+    }
+}
+
+/// Runs the pinned node set `nodes` to the end: the body of [`execute_nodes`] (a pinned
+/// reference into its future) and [`execute_in_arena`] (a pinned box), which differ only in
+/// where the set lives.
+pub(crate) async fn run_nodes<P, N>(
+    graph: &'static Graph,
+    options: RunOptions,
+    mut nodes: Pin<P>,
+) -> Finished
+where
+    P: std::ops::DerefMut<Target = N>,
+    N: Nodes,
+{
+    let mut table = Table::new(nodes.as_mut());
+    debug_assert_eq!(table.len(), graph.nodes.len());
+    let mut scheduler = Scheduler::new(graph, &options);
+    // The nodes' own wakers, made when the first node needs one.
+    let mut wakes = None;
+    let mut deadline = match options.deadline.map(timer).transpose() {
+        Ok(deadline) => deadline,
+        Err(error) => {
+            scheduler.halt = Some(Halt::NoTimer(error.to_string()));
+            scheduler.stop_all(table.leaves());
+            return scheduler.finish();
+        }
+    };
+    let token = options.cancel.clone();
+    let cancelled = async {
+        match &token {
+            Some(token) => token.cancelled().await,
+            None => std::future::pending().await,
+        }
+    };
+    let mut cancelled = std::pin::pin!(cancelled);
+    let watched = token.is_some() || deadline.is_some();
+    std::future::poll_fn(|cx| {
+        let leaves = table.leaves();
+        if watched {
+            let reason = if cancelled.as_mut().poll(cx).is_ready() {
+                Some(CancelReason::Token)
+            } else if deadline
+                .as_mut()
+                .is_some_and(|d| d.as_mut().poll(cx).is_ready())
+            {
+                options.deadline.map(CancelReason::Deadline)
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                scheduler.halt = Some(Halt::Cancelled(reason));
+                scheduler.stop_all(leaves);
+                return Poll::Ready(());
+            }
+        }
+        scheduler.poll(leaves, &mut wakes, cx)
+    })
+    .await;
+    scheduler.finish()
+}
+
+/// A tokio timer; an error instead of a panic when there is no tokio runtime with time enabled.
+fn timer(after: Duration) -> Result<Pin<Box<Sleep>>, NodeError> {
+    catch_unwind(|| Box::pin(tokio::time::sleep(after))).map_err(|payload| {
+        NodeError::Panicked(format!(
+            "timeouts, retries and deadlines need a tokio runtime with time enabled ({})",
+            panic_message(payload)
+        ))
+    })
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(message) => *message,
+        Err(payload) => match payload.downcast::<&'static str>() {
+            Ok(message) => (*message).to_string(),
+            Err(_) => "a panic with a non-string payload".to_string(),
+        },
+    }
+}

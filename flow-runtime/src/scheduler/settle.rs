@@ -1,0 +1,287 @@
+//! Settling nodes: a node's end is recorded, and its successors learn whether they are ready,
+//! skipped or aborted; a decision is settled the moment its test has run.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use super::{Halt, NO_CAUSE, Scheduler, Settle, panic_message};
+use crate::error::NodeError;
+use crate::events::EventKind;
+use crate::graph::{NodeKind, Plan};
+use crate::nodes::Leaves;
+use crate::policy::FailurePolicy;
+use crate::status::NodeStatus;
+
+impl Scheduler {
+    pub(super) fn decide(&mut self, leaves: &mut Leaves<'_>, node: u32) {
+        let state = &self.state;
+        let chosen = catch_unwind(AssertUnwindSafe(|| {
+            leaves[node as usize].as_mut().decide(state)
+        }));
+        match chosen {
+            Ok(branch) => {
+                // The test ran: every failure it named is caught.
+                let caught = self
+                    .catches
+                    .iter()
+                    .filter(|(d, _)| *d == node)
+                    .map(|&(_, n)| n);
+                self.caught.extend(caught);
+                let plan = self.plan();
+                let untaken = if branch {
+                    plan.else_nodes[node as usize]
+                } else {
+                    plan.then_nodes[node as usize]
+                };
+                self.decided = Some(branch);
+                self.skip_all(untaken);
+                self.settle(node, Settle::Completed);
+            }
+            Err(payload) => self.fail(node, NodeError::Panicked(panic_message(payload))),
+        }
+    }
+
+    pub(super) fn fail(&mut self, node: u32, error: NodeError) {
+        let len = self.len();
+        self.state.set_error(node as usize, len, error);
+        self.settle(node, Settle::Failed);
+        if self.policy == FailurePolicy::FailFast && self.halt.is_none() && !self.catchable(node) {
+            self.halt = Some(Halt::FailFast(node));
+        }
+    }
+
+    /// Whether some `Conditional` test could still catch a failure of `node`: a test names it,
+    /// or names a node downstream of it (which the failure would abort). Node ids are in
+    /// topological order, so one backward pass computes it for every node.
+    fn catchable(&mut self, node: u32) -> bool {
+        if self.catchable.is_empty() {
+            let plan = self.plan();
+            let mut catchable = vec![false; self.len()];
+            for n in (0..self.len()).rev() {
+                let mut any = false;
+                plan.for_each_target(n, |target, caught| any |= caught || catchable[target]);
+                catchable[n] = any;
+            }
+            self.catchable = catchable;
+        }
+        self.catchable[node as usize]
+    }
+
+    /// Ends the run early: drops every running operation and aborts every unfinished node.
+    pub(super) fn stop_all(&mut self, leaves: &mut Leaves<'_>) {
+        for node in 0..self.len() as u32 {
+            if self.nodes[node as usize].status == NodeStatus::Running {
+                leaves[node as usize].as_mut().stop();
+                let attempts = self.nodes[node as usize].attempt;
+                self.release(node);
+                self.record_attempts(node, attempts, 0);
+            }
+        }
+        self.ready.clear();
+        let len = self.len();
+        for node in 0..len {
+            if self.nodes[node].status.is_terminal() {
+                continue;
+            }
+            self.nodes[node].status = NodeStatus::Aborted;
+            self.settled += 1;
+            self.failures += 1;
+            let cause_id = match &self.halt {
+                Some(Halt::FailFast(cause)) => *cause,
+                _ => NO_CAUSE,
+            };
+            self.nodes[node].abort_cause = cause_id;
+            let cause = (cause_id != NO_CAUSE).then(|| self.graph.nodes[cause_id as usize].name);
+            let error = match (&self.halt, cause) {
+                (_, Some(cause)) => NodeError::Aborted { cause },
+                (Some(Halt::NoTimer(why)), None) => NodeError::Panicked(why.clone()),
+                _ => NodeError::Cancelled,
+            };
+            self.state.set_error(node, len, error);
+            let attempt = self.attempt_of(node as u32);
+            self.emit(Some(node as u32), attempt, || EventKind::Aborted { cause });
+        }
+        if let Some(Halt::Cancelled(reason)) = self.halt {
+            self.cancelled = Some(reason);
+        }
+    }
+
+    #[inline(always)]
+    fn mark(&mut self, node: u32, how: Settle) {
+        self.nodes[node as usize].status = match how {
+            Settle::Completed => NodeStatus::Completed,
+            Settle::Failed => NodeStatus::Failed,
+            Settle::Aborted(_) => NodeStatus::Aborted,
+            Settle::Skipped => NodeStatus::Skipped,
+        };
+        self.settled += 1;
+        if !matches!(how, Settle::Completed) || self.recording.is_some() {
+            // Not the common case, where there is nothing to record and no failure to pass on.
+            self.mark_more(node, how);
+        }
+    }
+
+    /// The rest of [`Scheduler::mark`]: passes a failure on and records the event.
+    #[cold]
+    #[inline(never)]
+    fn mark_more(&mut self, node: u32, how: Settle) {
+        if matches!(how, Settle::Failed | Settle::Aborted(_)) {
+            self.failures += 1;
+        }
+        let state = &mut self.nodes[node as usize];
+        if let Settle::Aborted(cause) = how {
+            state.abort_cause = cause;
+        }
+        if self.policy == FailurePolicy::FailFast
+            && self.halt.is_none()
+            && matches!(how, Settle::Failed | Settle::Aborted(_))
+            && self.plan().successors(node as usize).is_empty()
+        {
+            // A failure reached the end of the graph: the run has failed.
+            let cause = match how {
+                Settle::Aborted(cause) => cause,
+                _ => node,
+            };
+            self.halt = Some(Halt::FailFast(cause));
+        }
+        if let Settle::Aborted(cause) = how {
+            let cause = self.graph.nodes[cause as usize].name;
+            let len = self.len();
+            self.state
+                .set_error(node as usize, len, NodeError::Aborted { cause });
+        }
+        if self.recording.is_some() {
+            let attempt = self.attempt_of(node);
+            let kind = match how {
+                Settle::Completed => EventKind::Completed {
+                    branch: match self.graph.nodes[node as usize].kind {
+                        NodeKind::Decision => self.decided.take(),
+                        NodeKind::Operation => None,
+                    },
+                },
+                Settle::Failed => EventKind::Failed {
+                    error: self
+                        .state
+                        .errors
+                        .get(node as usize)
+                        .and_then(Option::as_ref)
+                        .map(ToString::to_string)
+                        .unwrap_or_default(),
+                },
+                Settle::Aborted(cause) => EventKind::Aborted {
+                    cause: Some(self.graph.nodes[cause as usize].name),
+                },
+                Settle::Skipped => EventKind::Skipped,
+            };
+            self.emit(Some(node), attempt, || kind);
+        }
+    }
+
+    #[inline(always)]
+    pub(super) fn settle(&mut self, node: u32, how: Settle) {
+        self.mark(node, how);
+        self.settled_one(node, how);
+        while let Some((node, how)) = self.work.pop() {
+            self.settled_one(node, how);
+        }
+    }
+
+    /// Tells everything after `node` that it has settled, passing on its failure (the cause)
+    /// or its skip; nodes settled in turn go on `work`.
+    #[inline(always)]
+    fn settled_one(&mut self, node: u32, how: Settle) {
+        let (cause, skipped) = match how {
+            // The common case: nothing to pass on.
+            Settle::Completed => (NO_CAUSE, false),
+            Settle::Failed => (node, false),
+            Settle::Aborted(cause) => (cause, false),
+            Settle::Skipped => {
+                self.skip_branches(node);
+                (NO_CAUSE, true)
+            }
+        };
+        self.reach(self.plan().successors(node as usize), node, cause, skipped);
+    }
+
+    /// A skipped decision takes neither branch: both are skipped.
+    #[cold]
+    fn skip_branches(&mut self, node: u32) {
+        if self.graph.nodes[node as usize].kind == NodeKind::Decision {
+            let plan = self.plan();
+            self.skip_all(plan.then_nodes[node as usize]);
+            self.skip_all(plan.else_nodes[node as usize]);
+        }
+    }
+
+    /// Marks a whole untaken branch skipped, then tells the nodes outside it.
+    fn skip_all(&mut self, branch: &'static [u32]) {
+        for &node in branch {
+            if !self.nodes[node as usize].status.is_terminal() {
+                self.mark(node, Settle::Skipped);
+                self.work.push((node, Settle::Skipped));
+            }
+        }
+    }
+
+    /// Tells the targets of `entries` that `node` has settled; `cause` is the failure it passes
+    /// on (`NO_CAUSE` if none), `skipped` whether it was skipped.
+    ///
+    /// Not recursive (a join lists nodes, never joins), so that it inlines where a node settles.
+    #[inline(always)]
+    fn reach(&mut self, entries: &'static [u32], node: u32, cause: u32, skipped: bool) {
+        for &entry in entries {
+            if entry & Plan::JOIN == 0 {
+                self.reach_one(entry, node, cause, skipped);
+                continue;
+            }
+            let join_id = (entry & Plan::NODE) as usize;
+            let join = &mut self.joins[join_id];
+            join.remaining -= 1;
+            if join.cause == NO_CAUSE {
+                join.cause = cause;
+            }
+            if join.remaining == 0 {
+                // Skips do not pass through joins: they join ordering edges, not data.
+                let cause = join.cause;
+                for &target in self.plan().join_targets(join_id) {
+                    self.reach_one(target, node, cause, false);
+                }
+            }
+        }
+    }
+
+    /// Tells one target, through the successor `entry` (its index and flags), that `node` has
+    /// settled: the target is decided when this was its last unsettled predecessor.
+    #[inline(always)]
+    fn reach_one(&mut self, entry: u32, node: u32, cause: u32, skipped: bool) {
+        let succ = entry & Plan::NODE;
+        let state = &mut self.nodes[succ as usize];
+        if state.status.is_terminal() {
+            return;
+        }
+        state.remaining -= 1;
+        if cause != NO_CAUSE {
+            if entry & Plan::CAUGHT != 0 {
+                self.catches.push((succ, node));
+            } else if state.abort_cause == NO_CAUSE {
+                state.abort_cause = cause;
+            }
+        } else if skipped && entry & Plan::DATA != 0 {
+            state.skip = true;
+        }
+        if state.remaining > 0 {
+            state.status = NodeStatus::Waiting;
+            return;
+        }
+        let next = if state.abort_cause != NO_CAUSE {
+            Settle::Aborted(state.abort_cause)
+        } else if state.skip {
+            Settle::Skipped
+        } else {
+            state.status = NodeStatus::Ready;
+            self.ready.push(succ);
+            return;
+        };
+        self.mark(succ, next);
+        self.work.push((succ, next));
+    }
+}

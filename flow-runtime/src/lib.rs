@@ -14,6 +14,7 @@ mod error;
 mod events;
 mod graph;
 mod nodes;
+mod panic;
 mod policy;
 #[cfg(feature = "progress")]
 mod progress;

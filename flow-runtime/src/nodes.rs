@@ -65,9 +65,10 @@ pub unsafe trait Nodes {
     ///
     /// # Safety
     ///
-    /// When [`Nodes::ARENA`] has a non-zero size, `arena` must point to that many bytes with
-    /// that alignment, used by nothing else, and stay valid until every node of the set has
-    /// been stopped for the last time ([`Leaf::stop`]).
+    /// `arena` is null (then no [`ArenaOp`] gets a place, and each fails when started), or,
+    /// when [`Nodes::ARENA`] has a non-zero size, points to that many bytes with that
+    /// alignment, used by nothing else, and stays valid until every node of the set has been
+    /// stopped for the last time ([`Leaf::stop`]).
     unsafe fn collect<'a>(
         self: Pin<&'a mut Self>,
         arena: *mut u8,
@@ -120,12 +121,18 @@ unsafe impl<A: Nodes, B: Nodes> Nodes for Pair<A, B> {
         Self: 'a,
     {
         let this = self.project();
+        // No arena stays no arena: an offset from null would be a wild pointer that no
+        // `ArenaOp` could tell from a real place.
+        let right = if arena.is_null() {
+            arena
+        } else {
+            arena.wrapping_add(Self::RIGHT_OFFSET)
+        };
         // SAFETY: the left set's space is the start of this set's, the right set's starts at
         // `RIGHT_OFFSET` (aligned for it): disjoint, and both inside `Self::ARENA`.
         unsafe {
             this.left.collect(arena, out);
-            this.right
-                .collect(arena.wrapping_add(Self::RIGHT_OFFSET), out);
+            this.right.collect(right, out);
         }
     }
 }
@@ -185,8 +192,8 @@ where
 /// What a node answers when the scheduler polls it without starting it first: a scheduler bug,
 /// reported as the node's failure instead of a panic in the caller's process.
 fn not_started() -> Poll<Result<(), NodeError>> {
-    Poll::Ready(Err(NodeError::Panicked(
-        "flow internal error: polled an operation that was not started".to_string(),
+    Poll::Ready(Err(NodeError::Internal(
+        "polled an operation that was not started",
     )))
 }
 
@@ -348,6 +355,14 @@ impl<F, Fut> ArenaOp<F, Fut> {
             // SAFETY: `running` says `place` holds a live future; it is dropped once, here.
             unsafe { place.as_ptr().drop_in_place() };
         }
+    }
+}
+
+/// A run dropped midway drops every running future: the table stops each node before it frees
+/// the arena, and a zero-sized future, which has no place in any arena, is dropped here.
+impl<F, Fut> Drop for ArenaOp<F, Fut> {
+    fn drop(&mut self) {
+        self.stop_future();
     }
 }
 
@@ -513,6 +528,12 @@ impl<'a, N: Nodes> Table<'a, N> {
     pub(crate) fn new(set: Pin<&'a mut N>) -> Self {
         let mut leaves = Vec::with_capacity(N::LEN.min(1 << 20));
         let (size, align) = N::ARENA;
+        const {
+            assert!(
+                Layout::from_size_align(N::ARENA.0, N::ARENA.1).is_ok(),
+                "the node futures of this workflow are too large for one arena"
+            );
+        }
         let arena = match Layout::from_size_align(size, align) {
             Ok(layout) if size > 0 => {
                 // SAFETY: the layout has a non-zero size.
@@ -522,7 +543,7 @@ impl<'a, N: Nodes> Table<'a, N> {
                     None => std::alloc::handle_alloc_error(layout),
                 }
             }
-            // A set too large to lay out gets no arena: its `ArenaOp`s fail when started.
+            // No node needs space (the layout itself is checked at compile time above).
             _ => None,
         };
         let base = arena.map_or(std::ptr::null_mut(), |(base, _)| base.as_ptr());
@@ -653,9 +674,76 @@ impl<T: std::fmt::Debug> std::fmt::Debug for Slot<T> {
 
 #[cfg(test)]
 mod tests {
+    use std::future::Future;
+    use std::pin::{Pin, pin};
     use std::rc::Rc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Poll, Waker};
 
-    use super::Slot;
+    use super::{ArenaOp, Nodes, Pair, Slot, Table};
+    use crate::error::NodeError;
+
+    /// A zero-sized future that never ends and counts its drops in `DROPS`.
+    struct Zst;
+
+    static DROPS: AtomicUsize = AtomicUsize::new(0);
+
+    impl Future for Zst {
+        type Output = Result<(), NodeError>;
+
+        fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Self::Output> {
+            Poll::Pending
+        }
+    }
+
+    impl Drop for Zst {
+        fn drop(&mut self) {
+            DROPS.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn zero_sized_futures_of_a_run_dropped_midway_are_dropped() {
+        assert_eq!(<Pair<ArenaOp<fn() -> Zst, Zst>, ArenaOp<fn() -> Zst, Zst>>>::ARENA.0, 0);
+        let before = DROPS.load(Ordering::SeqCst);
+        {
+            // What a run's future holds: the node set, and the table that borrows it.
+            let set = pin!(Pair::new(ArenaOp::new(|| Zst), ArenaOp::new(|| Zst)));
+            let mut table = Table::new(set);
+            let mut cx = Context::from_waker(Waker::noop());
+            for leaf in table.leaves().iter_mut() {
+                leaf.as_mut().start();
+                assert!(leaf.as_mut().poll(&mut cx).is_pending());
+            }
+            assert_eq!(DROPS.load(Ordering::SeqCst), before, "both still running");
+        }
+        assert_eq!(DROPS.load(Ordering::SeqCst) - before, 2, "both running futures dropped");
+    }
+
+    #[test]
+    fn without_an_arena_no_node_gets_a_place() {
+        let mut set = pin!(Pair::new(
+            ArenaOp::new(|| async { Ok::<(), NodeError>(()) }),
+            ArenaOp::new(|| async {
+                std::future::ready(()).await;
+                Ok::<(), NodeError>(())
+            }),
+        ));
+        let mut leaves = Vec::new();
+        // SAFETY: a null arena is allowed: the set's `ArenaOp`s get no place.
+        unsafe { set.as_mut().collect(std::ptr::null_mut(), &mut leaves) };
+        let mut cx = Context::from_waker(Waker::noop());
+        for leaf in &mut leaves {
+            leaf.as_mut().start();
+            assert!(
+                matches!(leaf.as_mut().poll(&mut cx), Poll::Ready(Err(NodeError::Internal(_)))),
+                "a node without a place fails, it writes nowhere"
+            );
+        }
+        drop(leaves);
+        assert!(set.left.place.is_none());
+        assert!(set.right.place.is_none(), "no offset from a null arena");
+    }
 
     #[test]
     fn slot_keeps_the_first_value_and_drops_it_once() {

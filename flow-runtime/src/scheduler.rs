@@ -18,10 +18,11 @@ use std::time::Duration;
 
 use tokio::time::Sleep;
 
-use crate::error::{NodeError, NodeFailure, WorkflowError};
+use crate::error::{NodeError, NodeFailure, WorkflowError, render};
 use crate::events::{Event, EventKind, EventLog, Observer, RunId};
 use crate::graph::{Graph, NodeKind, Plan};
 use crate::nodes::{IntoNodes, Leaves, Nodes, Slot, Table};
+use crate::panic::{deadline_timer, panic_message, timer};
 use crate::policy::{CancelReason, CancelToken, FailurePolicy, NodePolicy};
 use crate::report::{NodeReport, Outcome, Report, ReportParts};
 use crate::scope::{OperationSpec, listen};
@@ -187,9 +188,7 @@ pub struct RunState {
     errors: Vec<Option<NodeError>>,
 }
 
-static MISSING: NodeError = NodeError::Aborted {
-    cause: "<flow internal error: outcome missing>",
-};
+static MISSING: NodeError = NodeError::Internal("a decision read the outcome of a node that has none");
 
 impl RunState {
     /// The outcome of node `node`, whose output lives in `slot`: `Ok` with the value when it
@@ -236,7 +235,9 @@ impl RunState {
 struct Extras {
     operations: Vec<Option<&'static OperationSpec>>,
     attempts: Vec<u32>,
-    failed_attempts: Vec<Vec<String>>,
+    failed_attempts: Vec<Vec<Arc<str>>>,
+    /// Each failed node's final error as its `Failed` event rendered it, for the report to share.
+    rendered: Vec<Option<Arc<str>>>,
 }
 
 /// The event log of a run being recorded, and the observers to tell.
@@ -252,8 +253,6 @@ struct Recording {
 enum Halt {
     FailFast(u32),
     Cancelled(CancelReason),
-    /// The run has a deadline but no timer could be made.
-    NoTimer(String),
 }
 
 /// A join of the plan during a run.
@@ -699,13 +698,17 @@ impl Scheduler {
         self.catchable[node as usize]
     }
 
-    fn record_attempt_error(&mut self, node: u32, error: &NodeError) {
+    /// Records a failed attempt's error, rendered once: the report and the `Retrying` event
+    /// share the returned text.
+    fn record_attempt_error(&mut self, node: u32, error: &NodeError) -> Arc<str> {
         if self.extras.failed_attempts.is_empty() {
             self.extras
                 .failed_attempts
                 .resize_with(self.len(), Vec::new);
         }
-        self.extras.failed_attempts[node as usize].push(error.to_string());
+        let rendered = render(error);
+        self.extras.failed_attempts[node as usize].push(Arc::clone(&rendered));
+        rendered
     }
 
     /// Records how many attempts `node` made, unless its final status implies it (1 for an
@@ -718,6 +721,19 @@ impl Scheduler {
             self.extras.attempts.resize(self.len(), IMPLIED);
         }
         self.extras.attempts[node as usize] = attempts;
+    }
+
+    /// `node`'s final error rendered once, kept for the report to share with the event.
+    fn render_final(&mut self, node: u32) -> Arc<str> {
+        let rendered = match self.state.errors.get(node as usize).and_then(Option::as_ref) {
+            Some(error) => render(error),
+            None => Arc::from(""),
+        };
+        if self.extras.rendered.is_empty() {
+            self.extras.rendered.resize(self.len(), None);
+        }
+        self.extras.rendered[node as usize] = Some(Arc::clone(&rendered));
+        rendered
     }
 
     /// A pseudo-random fraction in [0, 1) for jitter: per run, node and attempt.
@@ -918,13 +934,13 @@ impl Scheduler {
             return Some(Err(error));
         }
         leaves[node as usize].as_mut().stop();
-        self.record_attempt_error(node, &error);
+        let rendered = self.record_attempt_error(node, &error);
         let mut delay = policy.backoff.unwrap_or_default().delay(attempt);
         if policy.jitter.unwrap_or(false) {
             delay = delay.mul_f64(self.jitter_fraction(node, attempt));
         }
         self.emit(Some(node), attempt, || EventKind::Retrying {
-            error: error.to_string(),
+            error: rendered,
             delay,
         });
         let backoff = match timer(delay) {
@@ -1088,7 +1104,6 @@ impl Scheduler {
             let cause = (cause_id != NO_CAUSE).then(|| self.graph.nodes[cause_id as usize].name);
             let error = match (&self.halt, cause) {
                 (_, Some(cause)) => NodeError::Aborted { cause },
-                (Some(Halt::NoTimer(why)), None) => NodeError::Panicked(why.clone()),
                 _ => NodeError::Cancelled,
             };
             self.state.set_error(node, len, error);
@@ -1154,13 +1169,7 @@ impl Scheduler {
                     },
                 },
                 Settle::Failed => EventKind::Failed {
-                    error: self
-                        .state
-                        .errors
-                        .get(node as usize)
-                        .and_then(Option::as_ref)
-                        .map(ToString::to_string)
-                        .unwrap_or_default(),
+                    error: self.render_final(node),
                 },
                 Settle::Aborted(cause) => EventKind::Aborted {
                     cause: Some(self.graph.nodes[cause as usize].name),
@@ -1449,16 +1458,6 @@ fn trace_event(graph: &Graph, event: &Event) {
     }
 }
 
-/// A tokio timer; an error instead of a panic when there is no tokio runtime with time enabled.
-fn timer(after: Duration) -> Result<Pin<Box<Sleep>>, NodeError> {
-    catch_unwind(|| Box::pin(tokio::time::sleep(after))).map_err(|payload| {
-        NodeError::Panicked(format!(
-            "timeouts, retries and deadlines need a tokio runtime with time enabled ({})",
-            panic_message(payload)
-        ))
-    })
-}
-
 /// Whether a `tracing` subscriber may want the attempts' spans: their level is enabled by the
 /// current max level hint. Without the `tracing` feature there are none.
 fn spans() -> bool {
@@ -1469,16 +1468,6 @@ fn spans() -> bool {
     #[cfg(not(feature = "tracing"))]
     {
         false
-    }
-}
-
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    match payload.downcast::<String>() {
-        Ok(message) => *message,
-        Err(payload) => match payload.downcast::<&'static str>() {
-            Ok(message) => (*message).to_string(),
-            Err(_) => "a panic with a non-string payload".to_string(),
-        },
     }
 }
 
@@ -1549,10 +1538,10 @@ where
     let mut scheduler = Scheduler::new(graph, &options);
     // The nodes' own wakers, made when the first node needs one.
     let mut wakes = None;
-    let mut deadline = match options.deadline.map(timer).transpose() {
+    let mut deadline = match options.deadline.map(deadline_timer).transpose() {
         Ok(deadline) => deadline,
-        Err(error) => {
-            scheduler.halt = Some(Halt::NoTimer(error.to_string()));
+        Err(reason) => {
+            scheduler.halt = Some(Halt::Cancelled(reason));
             scheduler.stop_all(table.leaves());
             return scheduler.finish();
         }
@@ -1663,10 +1652,11 @@ impl Finished {
                         .get_mut(id)
                         .map(std::mem::take)
                         .unwrap_or_default(),
-                    error: errors
-                        .get(id)
-                        .and_then(Option::as_ref)
-                        .map(|e| e.to_string()),
+                    error: extras
+                        .rendered
+                        .get_mut(id)
+                        .and_then(Option::take)
+                        .or_else(|| errors.get(id).and_then(Option::as_ref).map(render)),
                     started: None,
                     ended: None,
                 })
@@ -1698,9 +1688,7 @@ pub fn require<'a, T>(slot: &'a Slot<T>, node: &'static str) -> Result<&'a T, No
     slot.get().ok_or(NodeFailure {
         node,
         attempts: 0,
-        error: NodeError::Panicked(format!(
-            "flow internal error: the output of `{node}` is missing after a successful run"
-        )),
+        error: NodeError::Internal("a node's output is missing after a successful run"),
     })
 }
 
@@ -1722,9 +1710,7 @@ pub fn input<T>(slot: &Slot<T>) -> Result<&T, NodeError> {
 #[cold]
 #[inline(never)]
 fn missing_input() -> NodeError {
-    NodeError::Panicked(
-        "flow internal error: a step started before one of its inputs was ready".to_string(),
-    )
+    NodeError::Internal("a step started before one of its inputs was ready")
 }
 
 /// Stores an operation's result in its slot, or turns its error into a [`NodeError`].

@@ -12,9 +12,21 @@ use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::task::{RawWaker, RawWakerVTable, Waker};
+
+// The loom model (`.ci/loom`) checks every interleaving of the atomics and the mutex below; the
+// set's `Arc` and the wakers' counts stay std's (loom need not model them).
+#[cfg(all(test, flow_loom))]
+use loom::sync::{
+    Mutex,
+    atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering},
+};
+#[cfg(not(all(test, flow_loom)))]
+use std::sync::{
+    Mutex,
+    atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering},
+};
 
 /// The end of the stack of woken nodes.
 const EMPTY: u32 = u32::MAX;
@@ -60,6 +72,10 @@ struct Entry {
     woken: AtomicBool,
     /// The node below this one on the stack.
     next: AtomicU32,
+    /// Pushed and not yet taken: checks, in debug builds, the invariant the stack relies on
+    /// (see [`WakeSet::polling`]).
+    #[cfg(debug_assertions)]
+    on_stack: AtomicBool,
 }
 
 // SAFETY: `set` is only read, to reach the set's atomics and mutex (which are `Sync`) and to
@@ -77,6 +93,8 @@ impl WakeSet {
                 index: index as u32,
                 woken: AtomicBool::new(false),
                 next: AtomicU32::new(EMPTY),
+                #[cfg(debug_assertions)]
+                on_stack: AtomicBool::new(false),
             })
             .collect();
         let mut set = Arc::new(WakeSet {
@@ -129,7 +147,10 @@ impl WakeSet {
         let start = out.len();
         while top != EMPTY {
             out.push(top);
-            top = self.entries[top as usize].next.load(Ordering::Relaxed);
+            let entry = &self.entries[top as usize];
+            #[cfg(debug_assertions)]
+            entry.on_stack.store(false, Ordering::Relaxed);
+            top = entry.next.load(Ordering::Relaxed);
         }
         out[start..].reverse();
     }
@@ -140,11 +161,25 @@ impl WakeSet {
     /// A swap, not a store: a wake that finds the flag still set pushes nothing, so whatever its
     /// waker saw before waking must be visible to the poll that follows. The swap reads the
     /// flag that wake wrote (acquire), as `FuturesUnordered` does with its `queued` flag.
+    ///
+    /// The stack relies on one invariant: a node is never on the stack when its flag is cleared
+    /// here. The flag is set by the one wake that pushes the node and stays set until this call,
+    /// so while the node is on the stack no other wake pushes it; the scheduler calls this only
+    /// for a node it took from the stack since that push, or for one whose flag was never set
+    /// since its last poll with this waker. Were the flag cleared while the node is still on the
+    /// stack, the next wake would push it a second time and overwrite its `next` link, cutting
+    /// the stack or closing it into a cycle that [`WakeSet::take`] would walk forever. Debug
+    /// builds check it.
     #[inline]
     pub(crate) fn polling(&self, node: u32) {
-        self.entries[node as usize]
-            .woken
-            .swap(false, Ordering::AcqRel);
+        let entry = &self.entries[node as usize];
+        #[cfg(debug_assertions)]
+        debug_assert!(
+            !entry.on_stack.load(Ordering::Relaxed),
+            "flow internal error: node {node} is polled with its own waker while it is still on \
+             the stack of woken nodes"
+        );
+        entry.woken.swap(false, Ordering::AcqRel);
     }
 
     /// The waker of `node`, borrowed from the set for as long as the set is borrowed. A future
@@ -168,6 +203,13 @@ impl WakeSet {
         if entry.woken.swap(true, Ordering::AcqRel) {
             return;
         }
+        // Winning the flag gives this wake the only right to push the node, which is not on
+        // the stack (the invariant of `polling`).
+        #[cfg(debug_assertions)]
+        debug_assert!(
+            !entry.on_stack.swap(true, Ordering::Relaxed),
+            "flow internal error: node {index} is pushed while it is on the stack of woken nodes"
+        );
         let mut head = self.head.load(Ordering::Relaxed);
         loop {
             entry.next.store(head, Ordering::Relaxed);
@@ -185,9 +227,15 @@ impl WakeSet {
             // one turn; this keeps it to one wake of the run.)
             return;
         }
-        let parent = self.parent.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(parent) = &*parent {
-            parent.wake_by_ref();
+        // Woken after the lock is released: a waker may run anything, including code that
+        // takes this lock again (a `register` from the same thread would deadlock).
+        let parent = self
+            .parent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(parent) = parent {
+            parent.wake();
         }
     }
 }

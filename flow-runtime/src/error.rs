@@ -269,3 +269,121 @@ where
         self.map_err(|e| NodeError::Failed(Box::new(e)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Io;
+
+    impl fmt::Display for Io {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("connection reset")
+        }
+    }
+
+    impl StdError for Io {}
+
+    #[derive(Debug)]
+    struct Fetch(Io);
+
+    impl fmt::Display for Fetch {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("could not fetch the user")
+        }
+    }
+
+    impl StdError for Fetch {
+        fn source(&self) -> Option<&(dyn StdError + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    /// Every level of `error`'s chain, as anyhow's `{:#}` and eyre's reports print it.
+    fn chain(error: &(dyn StdError + 'static)) -> Vec<String> {
+        let mut levels = vec![error.to_string()];
+        let mut next = error.source();
+        while let Some(level) = next {
+            levels.push(level.to_string());
+            next = level.source();
+        }
+        levels
+    }
+
+    fn failure(node: &'static str, error: NodeError) -> NodeFailure {
+        NodeFailure {
+            node,
+            attempts: 1,
+            error,
+        }
+    }
+
+    #[test]
+    fn a_chain_shows_each_message_once() {
+        let error = WorkflowError::new(
+            "Signup",
+            vec![
+                failure("user", NodeError::Failed(Box::new(Fetch(Io)))),
+                failure("mail", NodeError::Aborted { cause: "user" }),
+            ],
+            None,
+        );
+        let levels = chain(&error);
+        assert_eq!(
+            levels,
+            [
+                "workflow `Signup` failed: 1 node failed (`user`), 1 node aborted (`mail`)",
+                "could not fetch the user",
+                "connection reset",
+            ]
+        );
+        for message in ["could not fetch the user", "connection reset"] {
+            let shown = levels.iter().filter(|l| l.contains(message)).count();
+            assert_eq!(shown, 1, "{message:?} in {levels:#?}");
+        }
+        let node = error.error_of("user").expect("listed");
+        assert!(node.downcast_ref::<Fetch>().is_some());
+        assert_eq!(chain(node), ["could not fetch the user", "connection reset"]);
+    }
+
+    #[test]
+    fn the_message_of_a_run_with_hundreds_of_failures_stays_short() {
+        let names: Vec<&'static str> = (0..500)
+            .map(|i| &*Box::leak(format!("node_{i}").into_boxed_str()))
+            .collect();
+        let failures = names
+            .iter()
+            .map(|&name| failure(name, NodeError::TimedOut(std::time::Duration::from_secs(1))))
+            .collect();
+        let error = WorkflowError::new("Fan", failures, None);
+        let message = error.to_string();
+        assert_eq!(
+            message,
+            "workflow `Fan` failed: 500 nodes failed (`node_0`, `node_1`, `node_2` and 497 more)"
+        );
+        assert!(message.len() < 120);
+        assert_eq!(error.failures().len(), 500, "the full list through the methods");
+        assert_eq!(error.failed().count(), 500);
+    }
+
+    #[test]
+    fn internal_errors_and_cancelled_runs_say_what_they_are() {
+        assert_eq!(
+            NodeError::Internal("a step started early").to_string(),
+            "flow internal error: a step started early"
+        );
+        let after = std::time::Duration::from_millis(1_500);
+        let error = WorkflowError::new(
+            "Slow",
+            vec![failure("a", NodeError::Cancelled)],
+            Some(CancelReason::NoTimer(after)),
+        );
+        assert_eq!(
+            error.to_string(),
+            "workflow `Slow` was cancelled before it started: its deadline of 1.5s needs a tokio \
+             runtime with time enabled"
+        );
+        assert!(error.source().is_none(), "no node failed by itself");
+    }
+}

@@ -283,7 +283,8 @@ unsafe fn waker_drop(data: *const ()) {
     }
 }
 
-#[cfg(test)]
+// With `flow_loom` the atomics are loom's, usable only inside a model: see `loom_model`.
+#[cfg(all(test, not(flow_loom)))]
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
@@ -357,6 +358,48 @@ mod tests {
         assert!(weak.upgrade().is_none(), "the last waker freed the set");
     }
 
+    /// A parent waker that looks at its set's lock when woken.
+    struct Peek {
+        set: std::sync::Mutex<std::sync::Weak<WakeSet>>,
+        lock_was_free: AtomicUsize,
+    }
+
+    impl Wake for Peek {
+        fn wake(self: Arc<Self>) {
+            self.wake_by_ref();
+        }
+
+        fn wake_by_ref(self: &Arc<Self>) {
+            let set = self.set.lock().expect("not poisoned").upgrade();
+            if set.is_some_and(|set| set.parent.try_lock().is_ok()) {
+                self.lock_was_free.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    #[test]
+    fn the_parent_waker_is_woken_after_the_lock_is_released() {
+        let set = WakeSet::new(1);
+        let peek = Arc::new(Peek {
+            set: std::sync::Mutex::new(Arc::downgrade(&set)),
+            lock_was_free: AtomicUsize::new(0),
+        });
+        set.register(&Waker::from(Arc::clone(&peek)));
+        set.waker(0).wake_by_ref();
+        assert_eq!(peek.lock_was_free.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "while it is still on the stack of woken nodes")]
+    fn polling_a_node_still_on_the_stack_is_caught() {
+        let set = WakeSet::new(2);
+        set.waker(0).wake_by_ref();
+        set.waker(1).wake_by_ref();
+        // Not taken: clearing its flag now would let the next wake push it a second time.
+        set.polling(0);
+    }
+
     #[test]
     fn a_changed_parent_waker_is_the_one_woken() {
         let set = WakeSet::new(1);
@@ -367,5 +410,121 @@ mod tests {
         set.waker(0).wake_by_ref();
         assert_eq!(first.0.load(Ordering::SeqCst), 0);
         assert_eq!(second.0.load(Ordering::SeqCst), 1);
+    }
+}
+
+/// Every interleaving of wakes from other threads with the run's side (`register`, `take`,
+/// `polling`), explored by loom: `.ci/loom` runs these.
+#[cfg(all(test, flow_loom))]
+mod loom_model {
+    use super::*;
+    use loom::sync::atomic::AtomicUsize;
+    use std::task::Wake;
+
+    /// A parent waker that counts its wakes (a loom atomic, so loom sees the accesses).
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn parent() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        (count.clone(), Waker::from(count))
+    }
+
+    fn node_waker(set: &WakeSet, node: u32) -> Waker {
+        (*set.waker(node)).clone()
+    }
+
+    /// Two threads push on the stack while the run takes it: every woken node comes out once,
+    /// and the run is woken.
+    #[test]
+    fn concurrent_wakes_come_out_once() {
+        loom::model(|| {
+            let set = WakeSet::new(3);
+            let (count, waker) = parent();
+            set.register(&waker);
+            let (a0, a1) = (node_waker(&set, 0), node_waker(&set, 1));
+            let (b2, b1) = (node_waker(&set, 2), node_waker(&set, 1));
+            let one = loom::thread::spawn(move || {
+                a0.wake();
+                a1.wake();
+            });
+            let two = loom::thread::spawn(move || {
+                b2.wake();
+                b1.wake();
+            });
+            let mut out = Vec::new();
+            set.take(&mut out);
+            one.join().expect("first waking thread");
+            two.join().expect("second waking thread");
+            set.take(&mut out);
+            out.sort_unstable();
+            assert_eq!(out, [0, 1, 2]);
+            assert!(count.0.load(Ordering::SeqCst) >= 1);
+        });
+    }
+
+    /// A wake that races with `polling` is never lost: either the poll sees what the waking
+    /// thread wrote before it woke the node, or the node is on the stack again and the run was
+    /// woken for it.
+    #[test]
+    fn a_wake_racing_with_polling_is_not_lost() {
+        loom::model(|| {
+            let set = WakeSet::new(1);
+            let (count, waker) = parent();
+            set.register(&waker);
+            let mut out = Vec::new();
+            // The node was woken and taken: the run is about to poll it.
+            set.waker(0).wake_by_ref();
+            set.take(&mut out);
+            assert_eq!(out, [0]);
+            let data = Arc::new(AtomicUsize::new(0));
+            let (written, node) = (Arc::clone(&data), node_waker(&set, 0));
+            let other = loom::thread::spawn(move || {
+                written.store(1, Ordering::Relaxed);
+                node.wake();
+            });
+            set.polling(0);
+            let seen = data.load(Ordering::Relaxed);
+            other.join().expect("the waking thread");
+            out.clear();
+            set.take(&mut out);
+            assert!(seen == 1 || out == [0], "lost wake: seen {seen}, taken {out:?}");
+            if out == [0] {
+                assert_eq!(count.0.load(Ordering::SeqCst), 2, "the run was woken again");
+            }
+        });
+    }
+
+    /// A wake that pushes after the run's `take` wakes the waker registered before that take,
+    /// not an older one.
+    #[test]
+    fn a_late_wake_wakes_the_latest_parent() {
+        loom::model(|| {
+            let set = WakeSet::new(1);
+            let (first, waker) = parent();
+            set.register(&waker);
+            let node = node_waker(&set, 0);
+            let other = loom::thread::spawn(move || node.wake());
+            let (second, waker) = parent();
+            set.register(&waker);
+            let mut out = Vec::new();
+            set.take(&mut out);
+            other.join().expect("the waking thread");
+            if out.is_empty() {
+                // Pushed after the take: the run must hear of it through its current waker.
+                assert_eq!(second.0.load(Ordering::SeqCst), 1);
+                assert_eq!(first.0.load(Ordering::SeqCst), 0);
+            }
+            assert_eq!(
+                first.0.load(Ordering::SeqCst) + second.0.load(Ordering::SeqCst),
+                1,
+                "one wake of the run per push on an empty stack"
+            );
+        });
     }
 }

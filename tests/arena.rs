@@ -207,6 +207,7 @@ macro_rules! retried {
 
 retried!(n00 n01 n02 n03 n04 n05 n06 n07 n08 n09 n10 n11 n12 n13 n14 n15 n16 n17 n18 n19 n20 n21 n22 n23 n24 n25 n26 n27 n28 n29 n30 n31 n32 n33 n34 n35 n36 n37 n38 n39 n40 n41 n42 n43 n44 n45 n46 n47 n48 n49 n50 n51 n52 n53 n54 n55 n56 n57 n58 n59 n60 n61 n62 n63 n64 n65 n66 n67 n68);
 
+#[cfg_attr(miri, ignore = "tokio's timers are not run under miri")]
 #[tokio::test(start_paused = true)]
 async fn retries_in_a_large_workflow_drop_each_failed_attempt() {
     let attempts = Cell::new(0);

@@ -46,7 +46,7 @@ fn label(name: &str) -> &'static str {
     let id = graph
         .node_id(name)
         .unwrap_or_else(|| panic!("no node `{name}`"));
-    graph.nodes[id].label
+    graph.nodes()[id].label
 }
 
 #[test]

@@ -210,13 +210,13 @@ fn appending_an_event_twice_changes_nothing() {
 
 #[tokio::test(start_paused = true)]
 async fn events_name_their_node() {
-    let outcome = MeetsAndJoins::runner().execute().await;
+    let outcome = MeetsAndJoins::runner().execute(()).await;
     let events = outcome.report.log().events();
     assert!(events.iter().any(|e| e.node.is_some()));
     for event in events {
         let expected = event
             .node
-            .map(|n| MeetsAndJoins::GRAPH.nodes[n as usize].name);
+            .map(|n| MeetsAndJoins::GRAPH.nodes()[n as usize].name);
         assert_eq!(event.node_name, expected, "{event}");
     }
     let first_request = events

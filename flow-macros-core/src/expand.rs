@@ -352,7 +352,7 @@ mod lifetimes {
                         *lifetime = self.0.clone();
                     }
                 }
-                fn visit_type_bare_fn_mut(&mut self, _: &mut syn::TypeBareFn) {}
+                fn visit_type_fn_ptr_mut(&mut self, _: &mut syn::TypeFnPtr) {}
                 fn visit_bound_lifetimes_mut(&mut self, _: &mut syn::BoundLifetimes) {}
             }
             Named(&self.to).visit_type_mut(ty);
@@ -400,7 +400,7 @@ mod lifetimes {
         }
 
         // `fn(&T)` and `for<'b> Fn(&'b T)` bind lifetimes of their own: left as written.
-        fn visit_type_bare_fn_mut(&mut self, _: &mut syn::TypeBareFn) {}
+        fn visit_type_fn_ptr_mut(&mut self, _: &mut syn::TypeFnPtr) {}
         fn visit_parenthesized_generic_arguments_mut(
             &mut self,
             _: &mut syn::ParenthesizedGenericArguments,

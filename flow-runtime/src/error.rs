@@ -2,6 +2,7 @@
 
 use std::error::Error as StdError;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::policy::CancelReason;
@@ -32,6 +33,9 @@ pub enum NodeError {
     /// The run was cancelled from outside (a [`CancelToken`](crate::CancelToken) or the
     /// run's deadline) before the node finished.
     Cancelled,
+    /// A fault of flow itself, not of the operation (for example a step started before one of
+    /// its inputs was ready). Please report it: it is a bug.
+    Internal(&'static str),
 }
 
 impl NodeError {
@@ -57,15 +61,20 @@ impl NodeError {
     }
 }
 
+/// `Failed` is transparent, as thiserror's `#[error(transparent)]` and `std::io::Error` are:
+/// its `Display` is the operation error's, and [`source`](StdError::source) is that error's own
+/// source. A chain printed level by level (anyhow's `{:#}`, eyre's report) shows each message
+/// once; [`NodeError::source_error`] and [`NodeError::downcast_ref`] reach the operation's error.
 impl fmt::Display for NodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            NodeError::Failed(e) => write!(f, "{e}"),
+            NodeError::Failed(e) => fmt::Display::fmt(e, f),
             NodeError::Panicked(msg) => write!(f, "panicked: {msg}"),
             NodeError::TimedOut(after) => write!(f, "timed out after {after:?}"),
             NodeError::DeadlineExceeded(after) => write!(f, "missed its deadline of {after:?}"),
             NodeError::Aborted { cause } => write!(f, "aborted because `{cause}` failed"),
             NodeError::Cancelled => f.write_str("cancelled"),
+            NodeError::Internal(what) => write!(f, "flow internal error: {what}"),
         }
     }
 }
@@ -73,10 +82,16 @@ impl fmt::Display for NodeError {
 impl StdError for NodeError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
-            NodeError::Failed(e) => Some(e.as_ref()),
+            NodeError::Failed(e) => e.source(),
             _ => None,
         }
     }
+}
+
+/// An error rendered once, to be shared by the report and the events (an error message can be
+/// large: a copy for each would multiply it).
+pub(crate) fn render(error: &NodeError) -> Arc<str> {
+    Arc::from(error.to_string())
 }
 
 /// One node's entry in a [`WorkflowError`].
@@ -154,37 +169,83 @@ impl WorkflowError {
     }
 }
 
+/// How many nodes of each kind [`WorkflowError`]'s `Display` names before "and N more".
+const NAMED: usize = 3;
+
+/// Writes "1 node failed (`a`)" or "500 nodes failed (`a`, `b`, `c` and 497 more)".
+fn write_group<'a>(
+    f: &mut fmt::Formatter<'_>,
+    what: &str,
+    nodes: impl Iterator<Item = &'a NodeFailure>,
+    count: usize,
+) -> fmt::Result {
+    let noun = if count == 1 { "node" } else { "nodes" };
+    write!(f, "{count} {noun} {what} (")?;
+    for (i, failure) in nodes.take(NAMED).enumerate() {
+        if i > 0 {
+            f.write_str(", ")?;
+        }
+        write!(f, "`{}`", failure.node)?;
+    }
+    if count > NAMED {
+        write!(f, " and {} more", count - NAMED)?;
+    }
+    f.write_str(")")
+}
+
+/// One line whatever the number of failures: why the run ended, then how many nodes failed and
+/// were aborted, naming the first few of each. Each node's own error is not repeated here: the
+/// first failure is the [`source`](StdError::source) (a chain printed level by level shows it
+/// next), and [`WorkflowError::failures`] lists every one.
 impl fmt::Display for WorkflowError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let failed = self
-            .failed()
-            .filter(|f| !matches!(f.error, NodeError::Cancelled))
-            .count();
-        let aborted = self.aborted().count();
+        let is_cancelled = |n: &&NodeFailure| matches!(n.error, NodeError::Cancelled);
+        let failed = || self.failed().filter(|n| !is_cancelled(n));
+        let (failed_count, aborted_count) = (failed().count(), self.aborted().count());
+        let cancelled_count = self.failures.iter().filter(is_cancelled).count();
+        let workflow = self.workflow;
         match self.cancelled {
-            Some(CancelReason::Token) => write!(f, "workflow `{}` was cancelled", self.workflow)?,
+            Some(CancelReason::Token) => write!(f, "workflow `{workflow}` was cancelled")?,
             Some(CancelReason::Deadline(after)) => write!(
                 f,
-                "workflow `{}` was cancelled: its deadline of {after:?} passed",
-                self.workflow
+                "workflow `{workflow}` was cancelled: its deadline of {after:?} passed"
             )?,
-            None => write!(
+            Some(CancelReason::NoTimer(after)) => write!(
                 f,
-                "workflow `{}` failed: {failed} node(s) failed, {aborted} aborted",
-                self.workflow
+                "workflow `{workflow}` was cancelled before it started: its deadline of \
+                 {after:?} needs a tokio runtime with time enabled"
             )?,
+            None => write!(f, "workflow `{workflow}` failed")?,
         }
-        for failure in &self.failures {
-            write!(f, "; `{}`: {}", failure.node, failure.error)?;
+        let mut separator = if self.cancelled.is_some() { "; " } else { ": " };
+        if failed_count > 0 {
+            f.write_str(separator)?;
+            write_group(f, "failed", failed(), failed_count)?;
+            separator = ", ";
+        }
+        if aborted_count > 0 {
+            f.write_str(separator)?;
+            write_group(f, "aborted", self.aborted(), aborted_count)?;
+            separator = ", ";
+        }
+        if cancelled_count > 0 && self.cancelled.is_none() {
+            f.write_str(separator)?;
+            let noun = if cancelled_count == 1 {
+                "node"
+            } else {
+                "nodes"
+            };
+            write!(f, "{cancelled_count} {noun} cancelled")?;
         }
         Ok(())
     }
 }
 
 impl StdError for WorkflowError {
+    /// The first node that failed by itself (not aborted, not cancelled), if any.
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         self.failed()
-            .next()
+            .find(|f| !matches!(f.error, NodeError::Cancelled))
             .map(|f| &f.error as &(dyn StdError + 'static))
     }
 }
@@ -210,5 +271,130 @@ where
     #[inline]
     fn into_node_result(self) -> Result<T, NodeError> {
         self.map_err(|e| NodeError::Failed(Box::new(e)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Io;
+
+    impl fmt::Display for Io {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("connection reset")
+        }
+    }
+
+    impl StdError for Io {}
+
+    #[derive(Debug)]
+    struct Fetch(Io);
+
+    impl fmt::Display for Fetch {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("could not fetch the user")
+        }
+    }
+
+    impl StdError for Fetch {
+        fn source(&self) -> Option<&(dyn StdError + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    /// Every level of `error`'s chain, as anyhow's `{:#}` and eyre's reports print it.
+    fn chain(error: &(dyn StdError + 'static)) -> Vec<String> {
+        let mut levels = vec![error.to_string()];
+        let mut next = error.source();
+        while let Some(level) = next {
+            levels.push(level.to_string());
+            next = level.source();
+        }
+        levels
+    }
+
+    fn failure(node: &'static str, error: NodeError) -> NodeFailure {
+        NodeFailure {
+            node,
+            attempts: 1,
+            error,
+        }
+    }
+
+    #[test]
+    fn a_chain_shows_each_message_once() {
+        let error = WorkflowError::new(
+            "Signup",
+            vec![
+                failure("user", NodeError::Failed(Box::new(Fetch(Io)))),
+                failure("mail", NodeError::Aborted { cause: "user" }),
+            ],
+            None,
+        );
+        let levels = chain(&error);
+        assert_eq!(
+            levels,
+            [
+                "workflow `Signup` failed: 1 node failed (`user`), 1 node aborted (`mail`)",
+                "could not fetch the user",
+                "connection reset",
+            ]
+        );
+        for message in ["could not fetch the user", "connection reset"] {
+            let shown = levels.iter().filter(|l| l.contains(message)).count();
+            assert_eq!(shown, 1, "{message:?} in {levels:#?}");
+        }
+        let node = error.error_of("user").expect("listed");
+        assert!(node.downcast_ref::<Fetch>().is_some());
+        assert_eq!(
+            chain(node),
+            ["could not fetch the user", "connection reset"]
+        );
+    }
+
+    #[test]
+    fn the_message_of_a_run_with_hundreds_of_failures_stays_short() {
+        let names: Vec<&'static str> = (0..500)
+            .map(|i| &*Box::leak(format!("node_{i}").into_boxed_str()))
+            .collect();
+        let failures = names
+            .iter()
+            .map(|&name| failure(name, NodeError::TimedOut(std::time::Duration::from_secs(1))))
+            .collect();
+        let error = WorkflowError::new("Fan", failures, None);
+        let message = error.to_string();
+        assert_eq!(
+            message,
+            "workflow `Fan` failed: 500 nodes failed (`node_0`, `node_1`, `node_2` and 497 more)"
+        );
+        assert!(message.len() < 120);
+        assert_eq!(
+            error.failures().len(),
+            500,
+            "the full list through the methods"
+        );
+        assert_eq!(error.failed().count(), 500);
+    }
+
+    #[test]
+    fn internal_errors_and_cancelled_runs_say_what_they_are() {
+        assert_eq!(
+            NodeError::Internal("a step started early").to_string(),
+            "flow internal error: a step started early"
+        );
+        let after = std::time::Duration::from_millis(1_500);
+        let error = WorkflowError::new(
+            "Slow",
+            vec![failure("a", NodeError::Cancelled)],
+            Some(CancelReason::NoTimer(after)),
+        );
+        assert_eq!(
+            error.to_string(),
+            "workflow `Slow` was cancelled before it started: its deadline of 1.5s needs a tokio \
+             runtime with time enabled"
+        );
+        assert!(error.source().is_none(), "no node failed by itself");
     }
 }

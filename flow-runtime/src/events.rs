@@ -79,7 +79,7 @@ pub enum EventKind {
     /// The node failed for good (its last attempt failed).
     Failed {
         /// The error, rendered.
-        error: String,
+        error: Arc<str>,
     },
     /// An attempt timed out (a `Retrying` or `Failed` follows).
     TimedOut {
@@ -89,7 +89,7 @@ pub enum EventKind {
     /// An attempt failed and the node will try again after `delay`.
     Retrying {
         /// The failed attempt's error, rendered.
-        error: String,
+        error: Arc<str>,
         /// The wait before the next attempt.
         delay: Duration,
     },

@@ -15,6 +15,7 @@
 //
 //   status, policy, slot, wake          plain data, output cells, the nodes' wakers
 //   error, graph, events, scope         errors, the static graph, events, operation defaults
+//   panic                               caught panics' messages, timers
 //   run_state, report, options          what a decision's test sees, the report, a run's options
 //   nodes                               the node set
 //   verdict                             the end of a run: `Finished`, `Verdict`
@@ -27,6 +28,7 @@ mod events;
 mod graph;
 mod nodes;
 mod options;
+mod panic;
 mod policy;
 #[cfg(feature = "progress")]
 mod progress;
@@ -77,8 +79,8 @@ pub mod __private {
     pub use crate::options::RunOptions;
     pub use crate::policy::{Backoff, CancelToken, FailurePolicy, NodePolicy};
     pub use crate::report::Outcome;
-    pub use crate::runner::{Runner, Workflow, unreachable_run};
     pub use crate::run_state::RunState;
+    pub use crate::runner::{Runner, Workflow, unreachable_run};
     pub use crate::scope::{Deferred, OperationScope, OperationSpec};
     pub use crate::slot::Slot;
     pub use crate::support::{

@@ -139,6 +139,9 @@ pub enum CancelReason {
     Token,
     /// The run's deadline (set with the runner's `deadline`) passed.
     Deadline(Duration),
+    /// The run has a deadline but no timer could be made for it (the run is not polled inside
+    /// a tokio runtime with time enabled): it was cancelled before any node started.
+    NoTimer(Duration),
 }
 
 /// Cancels runs from outside: give a clone to a workflow's `runner().cancel_on(..)`, and call

@@ -2,6 +2,7 @@
 //! Chrome trace, a Mermaid gantt chart and the Flow Algorithm's trace matrix.
 
 use std::fmt::{self, Write as _};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::WorkflowError;
@@ -22,9 +23,9 @@ pub struct NodeReport {
     /// How many attempts it made: 0 if it never ran, more than 1 if it was retried.
     pub attempts: u32,
     /// The error of each failed attempt that was retried, in order.
-    pub failed_attempts: Vec<String>,
+    pub failed_attempts: Vec<Arc<str>>,
     /// Its error, rendered, when it failed or was aborted.
-    pub error: Option<String>,
+    pub error: Option<Arc<str>>,
     /// When its first attempt started, from the run's start (when the run recorded events).
     pub started: Option<Duration>,
     /// When it settled, from the run's start (when the run recorded events and it ran).

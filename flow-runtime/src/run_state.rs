@@ -10,9 +10,8 @@ pub struct RunState {
     pub(crate) errors: Vec<Option<NodeError>>,
 }
 
-static MISSING: NodeError = NodeError::Aborted {
-    cause: "<flow internal error: outcome missing>",
-};
+static MISSING: NodeError =
+    NodeError::Internal("a decision read the outcome of a node that has none");
 
 impl RunState {
     /// The outcome of node `node`, whose output lives in `slot`: `Ok` with the value when it

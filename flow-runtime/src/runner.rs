@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use pin_project_lite::pin_project;
 
-use crate::options::RunOptions;
 use crate::error::WorkflowError;
 use crate::events::Observer;
 use crate::graph::Graph;
+use crate::options::RunOptions;
 use crate::policy::{CancelToken, FailurePolicy};
 use crate::report::Outcome;
 

@@ -71,9 +71,7 @@ pub fn require<'a, T>(slot: &'a Slot<T>, node: &'static str) -> Result<&'a T, No
     slot.get().ok_or(NodeFailure {
         node,
         attempts: 0,
-        error: NodeError::Panicked(format!(
-            "flow internal error: the output of `{node}` is missing after a successful run"
-        )),
+        error: NodeError::Internal("a node's output is missing after a successful run"),
     })
 }
 
@@ -95,9 +93,7 @@ pub fn input<T>(slot: &Slot<T>) -> Result<&T, NodeError> {
 #[cold]
 #[inline(never)]
 fn missing_input() -> NodeError {
-    NodeError::Panicked(
-        "flow internal error: a step started before one of its inputs was ready".to_string(),
-    )
+    NodeError::Internal("a step started before one of its inputs was ready")
 }
 
 /// Stores an operation's result in its slot, or turns its error into a [`NodeError`].

@@ -1,7 +1,9 @@
 //! The end of a run: whether it succeeded, which failures its error lists, and the
 //! [`Finished`] run that generated code turns into an [`Outcome`].
 
-use crate::error::{NodeError, NodeFailure, WorkflowError};
+use std::sync::Arc;
+
+use crate::error::{NodeError, NodeFailure, WorkflowError, render};
 use crate::events::{EventLog, RunId};
 use crate::graph::{Graph, NodeKind};
 use crate::policy::CancelReason;
@@ -17,7 +19,9 @@ use std::time::Duration;
 pub(crate) struct Extras {
     pub(crate) operations: Vec<Option<&'static OperationSpec>>,
     pub(crate) attempts: Vec<u32>,
-    pub(crate) failed_attempts: Vec<Vec<String>>,
+    pub(crate) failed_attempts: Vec<Vec<Arc<str>>>,
+    /// Each failed node's final error as its `Failed` event rendered it, for the report to share.
+    pub(crate) rendered: Vec<Option<Arc<str>>>,
 }
 
 /// In `Extras::attempts`: the node's status implies its attempts.
@@ -186,10 +190,11 @@ impl Finished {
                         .get_mut(id)
                         .map(std::mem::take)
                         .unwrap_or_default(),
-                    error: errors
-                        .get(id)
-                        .and_then(Option::as_ref)
-                        .map(|e| e.to_string()),
+                    error: extras
+                        .rendered
+                        .get_mut(id)
+                        .and_then(Option::take)
+                        .or_else(|| errors.get(id).and_then(Option::as_ref).map(render)),
                     started: None,
                     ended: None,
                 })

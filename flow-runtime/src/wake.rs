@@ -12,9 +12,21 @@ use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::task::{RawWaker, RawWakerVTable, Waker};
+
+// The loom model (`.ci/loom`) checks every interleaving of the atomics and the mutex below; the
+// set's `Arc` and the wakers' counts stay std's (loom need not model them).
+#[cfg(all(test, flow_loom))]
+use loom::sync::{
+    Mutex,
+    atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering},
+};
+#[cfg(not(all(test, flow_loom)))]
+use std::sync::{
+    Mutex,
+    atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering},
+};
 
 /// The end of the stack of woken nodes.
 const EMPTY: u32 = u32::MAX;
@@ -60,6 +72,10 @@ struct Entry {
     woken: AtomicBool,
     /// The node below this one on the stack.
     next: AtomicU32,
+    /// Pushed and not yet taken: checks, in debug builds, the invariant the stack relies on
+    /// (see [`WakeSet::polling`]).
+    #[cfg(debug_assertions)]
+    on_stack: AtomicBool,
 }
 
 // SAFETY: `set` is only read, to reach the set's atomics and mutex (which are `Sync`) and to
@@ -77,6 +93,8 @@ impl WakeSet {
                 index: index as u32,
                 woken: AtomicBool::new(false),
                 next: AtomicU32::new(EMPTY),
+                #[cfg(debug_assertions)]
+                on_stack: AtomicBool::new(false),
             })
             .collect();
         let mut set = Arc::new(WakeSet {
@@ -129,7 +147,10 @@ impl WakeSet {
         let start = out.len();
         while top != EMPTY {
             out.push(top);
-            top = self.entries[top as usize].next.load(Ordering::Relaxed);
+            let entry = &self.entries[top as usize];
+            #[cfg(debug_assertions)]
+            entry.on_stack.store(false, Ordering::Relaxed);
+            top = entry.next.load(Ordering::Relaxed);
         }
         out[start..].reverse();
     }
@@ -140,11 +161,25 @@ impl WakeSet {
     /// A swap, not a store: a wake that finds the flag still set pushes nothing, so whatever its
     /// waker saw before waking must be visible to the poll that follows. The swap reads the
     /// flag that wake wrote (acquire), as `FuturesUnordered` does with its `queued` flag.
+    ///
+    /// The stack relies on one invariant: a node is never on the stack when its flag is cleared
+    /// here. The flag is set by the one wake that pushes the node and stays set until this call,
+    /// so while the node is on the stack no other wake pushes it; the scheduler calls this only
+    /// for a node it took from the stack since that push, or for one whose flag was never set
+    /// since its last poll with this waker. Were the flag cleared while the node is still on the
+    /// stack, the next wake would push it a second time and overwrite its `next` link, cutting
+    /// the stack or closing it into a cycle that [`WakeSet::take`] would walk forever. Debug
+    /// builds check it.
     #[inline]
     pub(crate) fn polling(&self, node: u32) {
-        self.entries[node as usize]
-            .woken
-            .swap(false, Ordering::AcqRel);
+        let entry = &self.entries[node as usize];
+        #[cfg(debug_assertions)]
+        debug_assert!(
+            !entry.on_stack.load(Ordering::Relaxed),
+            "flow internal error: node {node} is polled with its own waker while it is still on \
+             the stack of woken nodes"
+        );
+        entry.woken.swap(false, Ordering::AcqRel);
     }
 
     /// The waker of `node`, borrowed from the set for as long as the set is borrowed. A future
@@ -168,6 +203,13 @@ impl WakeSet {
         if entry.woken.swap(true, Ordering::AcqRel) {
             return;
         }
+        // Winning the flag gives this wake the only right to push the node, which is not on
+        // the stack (the invariant of `polling`).
+        #[cfg(debug_assertions)]
+        debug_assert!(
+            !entry.on_stack.swap(true, Ordering::Relaxed),
+            "flow internal error: node {index} is pushed while it is on the stack of woken nodes"
+        );
         let mut head = self.head.load(Ordering::Relaxed);
         loop {
             entry.next.store(head, Ordering::Relaxed);
@@ -185,9 +227,15 @@ impl WakeSet {
             // one turn; this keeps it to one wake of the run.)
             return;
         }
-        let parent = self.parent.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(parent) = &*parent {
-            parent.wake_by_ref();
+        // Woken after the lock is released: a waker may run anything, including code that
+        // takes this lock again (a `register` from the same thread would deadlock).
+        let parent = self
+            .parent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(parent) = parent {
+            parent.wake();
         }
     }
 }
@@ -235,7 +283,8 @@ unsafe fn waker_drop(data: *const ()) {
     }
 }
 
-#[cfg(test)]
+// With `flow_loom` the atomics are loom's, usable only inside a model: see `loom_model`.
+#[cfg(all(test, not(flow_loom)))]
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
@@ -309,6 +358,48 @@ mod tests {
         assert!(weak.upgrade().is_none(), "the last waker freed the set");
     }
 
+    /// A parent waker that looks at its set's lock when woken.
+    struct Peek {
+        set: std::sync::Mutex<std::sync::Weak<WakeSet>>,
+        lock_was_free: AtomicUsize,
+    }
+
+    impl Wake for Peek {
+        fn wake(self: Arc<Self>) {
+            self.wake_by_ref();
+        }
+
+        fn wake_by_ref(self: &Arc<Self>) {
+            let set = self.set.lock().expect("not poisoned").upgrade();
+            if set.is_some_and(|set| set.parent.try_lock().is_ok()) {
+                self.lock_was_free.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    #[test]
+    fn the_parent_waker_is_woken_after_the_lock_is_released() {
+        let set = WakeSet::new(1);
+        let peek = Arc::new(Peek {
+            set: std::sync::Mutex::new(Arc::downgrade(&set)),
+            lock_was_free: AtomicUsize::new(0),
+        });
+        set.register(&Waker::from(Arc::clone(&peek)));
+        set.waker(0).wake_by_ref();
+        assert_eq!(peek.lock_was_free.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "while it is still on the stack of woken nodes")]
+    fn polling_a_node_still_on_the_stack_is_caught() {
+        let set = WakeSet::new(2);
+        set.waker(0).wake_by_ref();
+        set.waker(1).wake_by_ref();
+        // Not taken: clearing its flag now would let the next wake push it a second time.
+        set.polling(0);
+    }
+
     #[test]
     fn a_changed_parent_waker_is_the_one_woken() {
         let set = WakeSet::new(1);
@@ -319,5 +410,124 @@ mod tests {
         set.waker(0).wake_by_ref();
         assert_eq!(first.0.load(Ordering::SeqCst), 0);
         assert_eq!(second.0.load(Ordering::SeqCst), 1);
+    }
+}
+
+/// Every interleaving of wakes from other threads with the run's side (`register`, `take`,
+/// `polling`), explored by loom: `.ci/loom` runs these.
+#[cfg(all(test, flow_loom))]
+mod loom_model {
+    use super::*;
+    use loom::sync::atomic::AtomicUsize;
+    use std::task::Wake;
+
+    /// A parent waker that counts its wakes (a loom atomic, so loom sees the accesses).
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn parent() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        (count.clone(), Waker::from(count))
+    }
+
+    fn node_waker(set: &WakeSet, node: u32) -> Waker {
+        (*set.waker(node)).clone()
+    }
+
+    /// Two threads push on the stack while the run takes it: every woken node comes out once,
+    /// and the run is woken.
+    #[test]
+    fn concurrent_wakes_come_out_once() {
+        loom::model(|| {
+            let set = WakeSet::new(3);
+            let (count, waker) = parent();
+            set.register(&waker);
+            let (a0, a1) = (node_waker(&set, 0), node_waker(&set, 1));
+            let (b2, b1) = (node_waker(&set, 2), node_waker(&set, 1));
+            let one = loom::thread::spawn(move || {
+                a0.wake();
+                a1.wake();
+            });
+            let two = loom::thread::spawn(move || {
+                b2.wake();
+                b1.wake();
+            });
+            let mut out = Vec::new();
+            set.take(&mut out);
+            one.join().expect("first waking thread");
+            two.join().expect("second waking thread");
+            set.take(&mut out);
+            out.sort_unstable();
+            assert_eq!(out, [0, 1, 2]);
+            assert!(count.0.load(Ordering::SeqCst) >= 1);
+        });
+    }
+
+    /// A wake that races with `polling` is never lost: either the poll sees what the waking
+    /// thread wrote before it woke the node, or the node is on the stack again and the run was
+    /// woken for it.
+    #[test]
+    fn a_wake_racing_with_polling_is_not_lost() {
+        loom::model(|| {
+            let set = WakeSet::new(1);
+            let (count, waker) = parent();
+            set.register(&waker);
+            let mut out = Vec::new();
+            // The node was woken and taken: the run is about to poll it.
+            set.waker(0).wake_by_ref();
+            set.take(&mut out);
+            assert_eq!(out, [0]);
+            let data = Arc::new(AtomicUsize::new(0));
+            let (written, node) = (Arc::clone(&data), node_waker(&set, 0));
+            let other = loom::thread::spawn(move || {
+                written.store(1, Ordering::Relaxed);
+                node.wake();
+            });
+            set.polling(0);
+            let seen = data.load(Ordering::Relaxed);
+            other.join().expect("the waking thread");
+            out.clear();
+            set.take(&mut out);
+            assert!(
+                seen == 1 || out == [0],
+                "lost wake: seen {seen}, taken {out:?}"
+            );
+            if out == [0] {
+                assert_eq!(count.0.load(Ordering::SeqCst), 2, "the run was woken again");
+            }
+        });
+    }
+
+    /// A wake that pushes after the run's `take` wakes the waker registered before that take,
+    /// not an older one.
+    #[test]
+    fn a_late_wake_wakes_the_latest_parent() {
+        loom::model(|| {
+            let set = WakeSet::new(1);
+            let (first, waker) = parent();
+            set.register(&waker);
+            let node = node_waker(&set, 0);
+            let other = loom::thread::spawn(move || node.wake());
+            let (second, waker) = parent();
+            set.register(&waker);
+            let mut out = Vec::new();
+            set.take(&mut out);
+            other.join().expect("the waking thread");
+            if out.is_empty() {
+                // Pushed after the take: the run must hear of it through its current waker.
+                assert_eq!(second.0.load(Ordering::SeqCst), 1);
+                assert_eq!(first.0.load(Ordering::SeqCst), 0);
+            }
+            assert_eq!(
+                first.0.load(Ordering::SeqCst) + second.0.load(Ordering::SeqCst),
+                1,
+                "one wake of the run per push on an empty stack"
+            );
+        });
     }
 }

@@ -7,6 +7,10 @@
 //! every start, end and decision. The model walks the same nodes in topological order and
 //! applies the rules of the design one node at a time; the two must agree on every status, on
 //! the run's result, on the failures it lists and on the causes of aborts.
+//!
+//! Each property runs 1,000 random workflows; `FLOW_MODEL_CASES` sets another number, for a
+//! long hunt (`FLOW_MODEL_CASES=200000 cargo test -p flow-runtime --release --test model`)
+//! or a quick look.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -935,7 +939,7 @@ fn run(wf: &Wf, graph: &'static Graph, options: RunOptions) -> Result<Observed, 
             .report
             .nodes()
             .iter()
-            .map(|n| n.error.clone())
+            .map(|n| n.error.as_deref().map(str::to_owned))
             .collect(),
         run_fails: outcome.result.is_err(),
         listed,
@@ -1259,6 +1263,26 @@ fn workflow() -> impl Strategy<Value = Vec<Step>> {
     prop::collection::vec(step(), 1..=4)
 }
 
+/// How many random workflows each property runs: `FLOW_MODEL_CASES`, or 1,000.
+fn cases() -> u32 {
+    match std::env::var("FLOW_MODEL_CASES") {
+        Ok(value) => value.trim().parse().unwrap_or_else(|_| {
+            panic!("FLOW_MODEL_CASES must be a number of cases, not {value:?}")
+        }),
+        Err(_) => 1000,
+    }
+}
+
+#[test]
+fn the_case_count_comes_from_the_environment() {
+    // Read only: the variable is the caller's, and the other tests read it at the same time.
+    let expected = std::env::var("FLOW_MODEL_CASES").map_or(1000, |v| {
+        v.trim().parse().expect("a number in FLOW_MODEL_CASES")
+    });
+    assert_eq!(cases(), expected);
+    assert_eq!(config(cases()).cases, expected);
+}
+
 fn config(cases: u32) -> ProptestConfig {
     ProptestConfig {
         cases,
@@ -1272,7 +1296,7 @@ fn verdict(result: Result<(), String>) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(config(1000))]
+    #![proptest_config(config(cases()))]
 
     /// Every status, the result, the listed failures and the abort causes are the model's, and
     /// no node starts before its predecessors have settled.

@@ -5,10 +5,11 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use super::{SHARED_WAKER_LIMIT, Scheduler, Settle, panic_message, timer};
-use crate::error::NodeError;
+use super::{SHARED_WAKER_LIMIT, Scheduler, Settle};
+use crate::error::{NodeError, render};
 use crate::events::EventKind;
 use crate::nodes::Leaves;
+use crate::panic::{panic_message, timer};
 use crate::scope::{OperationSpec, is_later, listen};
 use crate::status::NodeStatus;
 use crate::verdict::IMPLIED;
@@ -195,13 +196,17 @@ impl Scheduler {
         Ok(())
     }
 
-    fn record_attempt_error(&mut self, node: u32, error: &NodeError) {
+    /// Records a failed attempt's error, rendered once: the report and the `Retrying` event
+    /// share the returned text.
+    fn record_attempt_error(&mut self, node: u32, error: &NodeError) -> Arc<str> {
         if self.extras.failed_attempts.is_empty() {
             self.extras
                 .failed_attempts
                 .resize_with(self.len(), Vec::new);
         }
-        self.extras.failed_attempts[node as usize].push(error.to_string());
+        let rendered = render(error);
+        self.extras.failed_attempts[node as usize].push(Arc::clone(&rendered));
+        rendered
     }
 
     /// Records how many attempts `node` made, unless its final status implies it (1 for an
@@ -420,13 +425,13 @@ impl Scheduler {
             return Some(Err(error));
         }
         leaves[node as usize].as_mut().stop();
-        self.record_attempt_error(node, &error);
+        let rendered = self.record_attempt_error(node, &error);
         let mut delay = policy.backoff.unwrap_or_default().delay(attempt);
         if policy.jitter.unwrap_or(false) {
             delay = delay.mul_f64(self.jitter_fraction(node, attempt));
         }
         self.emit(Some(node), attempt, || EventKind::Retrying {
-            error: error.to_string(),
+            error: rendered,
             delay,
         });
         let backoff = match timer(delay) {

@@ -16,19 +16,17 @@ mod settle;
 
 use std::future::Future;
 use std::num::NonZeroUsize;
-use std::panic::catch_unwind;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use tokio::time::Sleep;
 
-use crate::error::NodeError;
 use crate::events::{Event, EventKind, EventLog, Observer, RunId};
 use crate::graph::{Graph, NodeKind, Plan};
 use crate::nodes::{Leaves, Nodes, Table};
 use crate::options::RunOptions;
+use crate::panic::deadline_timer;
 use crate::policy::{CancelReason, FailurePolicy, NodePolicy};
 use crate::run_state::RunState;
 use crate::status::NodeStatus;
@@ -99,8 +97,6 @@ struct Recording {
 enum Halt {
     FailFast(u32),
     Cancelled(CancelReason),
-    /// The run has a deadline but no timer could be made.
-    NoTimer(String),
 }
 
 /// A join of the plan during a run.
@@ -483,10 +479,10 @@ where
     let mut scheduler = Scheduler::new(graph, &options);
     // The nodes' own wakers, made when the first node needs one.
     let mut wakes = None;
-    let mut deadline = match options.deadline.map(timer).transpose() {
+    let mut deadline = match options.deadline.map(deadline_timer).transpose() {
         Ok(deadline) => deadline,
-        Err(error) => {
-            scheduler.halt = Some(Halt::NoTimer(error.to_string()));
+        Err(reason) => {
+            scheduler.halt = Some(Halt::Cancelled(reason));
             scheduler.stop_all(table.leaves());
             return scheduler.finish();
         }
@@ -523,24 +519,4 @@ where
     })
     .await;
     scheduler.finish()
-}
-
-/// A tokio timer; an error instead of a panic when there is no tokio runtime with time enabled.
-fn timer(after: Duration) -> Result<Pin<Box<Sleep>>, NodeError> {
-    catch_unwind(|| Box::pin(tokio::time::sleep(after))).map_err(|payload| {
-        NodeError::Panicked(format!(
-            "timeouts, retries and deadlines need a tokio runtime with time enabled ({})",
-            panic_message(payload)
-        ))
-    })
-}
-
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    match payload.downcast::<String>() {
-        Ok(message) => *message,
-        Err(payload) => match payload.downcast::<&'static str>() {
-            Ok(message) => (*message).to_string(),
-            Err(_) => "a panic with a non-string payload".to_string(),
-        },
-    }
 }

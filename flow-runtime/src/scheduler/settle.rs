@@ -2,16 +2,36 @@
 //! skipped or aborted; a decision is settled the moment its test has run.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 
-use super::{Halt, NO_CAUSE, Scheduler, Settle, panic_message};
-use crate::error::NodeError;
+use super::{Halt, NO_CAUSE, Scheduler, Settle};
+use crate::error::{NodeError, render};
 use crate::events::EventKind;
 use crate::graph::{NodeKind, Plan};
 use crate::nodes::Leaves;
+use crate::panic::panic_message;
 use crate::policy::FailurePolicy;
 use crate::status::NodeStatus;
 
 impl Scheduler {
+    /// `node`'s final error rendered once, kept for the report to share with the event.
+    fn render_final(&mut self, node: u32) -> Arc<str> {
+        let rendered = match self
+            .state
+            .errors
+            .get(node as usize)
+            .and_then(Option::as_ref)
+        {
+            Some(error) => render(error),
+            None => Arc::from(""),
+        };
+        if self.extras.rendered.is_empty() {
+            self.extras.rendered.resize(self.len(), None);
+        }
+        self.extras.rendered[node as usize] = Some(Arc::clone(&rendered));
+        rendered
+    }
+
     pub(super) fn decide(&mut self, leaves: &mut Leaves<'_>, node: u32) {
         let state = &self.state;
         let chosen = catch_unwind(AssertUnwindSafe(|| {
@@ -93,7 +113,6 @@ impl Scheduler {
             let cause = (cause_id != NO_CAUSE).then(|| self.graph.nodes[cause_id as usize].name);
             let error = match (&self.halt, cause) {
                 (_, Some(cause)) => NodeError::Aborted { cause },
-                (Some(Halt::NoTimer(why)), None) => NodeError::Panicked(why.clone()),
                 _ => NodeError::Cancelled,
             };
             self.state.set_error(node, len, error);
@@ -159,13 +178,7 @@ impl Scheduler {
                     },
                 },
                 Settle::Failed => EventKind::Failed {
-                    error: self
-                        .state
-                        .errors
-                        .get(node as usize)
-                        .and_then(Option::as_ref)
-                        .map(ToString::to_string)
-                        .unwrap_or_default(),
+                    error: self.render_final(node),
                 },
                 Settle::Aborted(cause) => EventKind::Aborted {
                     cause: Some(self.graph.nodes[cause as usize].name),

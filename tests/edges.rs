@@ -80,10 +80,7 @@ fn a_run_deadline_without_a_timer_cancels_the_run_with_one_message() {
     let error = outcome.result.expect_err("no timer for the deadline");
     assert_eq!(error.cancel_reason(), Some(CancelReason::NoTimer(after)));
     for failure in error.failures() {
-        assert!(
-            matches!(failure.error, NodeError::Cancelled),
-            "{failure:?}"
-        );
+        assert!(matches!(failure.error, NodeError::Cancelled), "{failure:?}");
         assert_eq!(failure.attempts, 0, "{failure:?}");
     }
     let message = error.to_string();

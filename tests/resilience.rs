@@ -235,7 +235,10 @@ async fn retries_until_success_with_fixed_backoff() {
     let node = &outcome.report.nodes()[0];
     assert_eq!(node.attempts, 3);
     assert_eq!(
-        node.failed_attempts.iter().map(|e| &**e).collect::<Vec<_>>(),
+        node.failed_attempts
+            .iter()
+            .map(|e| &**e)
+            .collect::<Vec<_>>(),
         ["attempt 1 failed", "attempt 2 failed"]
     );
     let ms: Vec<u128> = log.times("flaky").iter().map(Duration::as_millis).collect();
@@ -279,7 +282,10 @@ async fn attempts_that_fail_after_pending_are_retried() {
     let node = &outcome.report.nodes()[0];
     assert_eq!(node.attempts, 3);
     assert_eq!(
-        node.failed_attempts.iter().map(|e| &**e).collect::<Vec<_>>(),
+        node.failed_attempts
+            .iter()
+            .map(|e| &**e)
+            .collect::<Vec<_>>(),
         ["attempt 1 failed", "panicked: attempt 2 panicked"]
     );
     // Each attempt waits 10 ms before it fails; then the backoff of 100 ms.
@@ -370,7 +376,11 @@ async fn timeouts_come_from_step_or_operation_defaults() {
         "two retries from the operation's defaults"
     );
     assert_eq!(
-        defaulted.failed_attempts.iter().map(|e| &**e).collect::<Vec<_>>(),
+        defaulted
+            .failed_attempts
+            .iter()
+            .map(|e| &**e)
+            .collect::<Vec<_>>(),
         ["timed out after 50ms", "timed out after 50ms"]
     );
 

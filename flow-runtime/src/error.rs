@@ -230,7 +230,11 @@ impl fmt::Display for WorkflowError {
         }
         if cancelled_count > 0 && self.cancelled.is_none() {
             f.write_str(separator)?;
-            let noun = if cancelled_count == 1 { "node" } else { "nodes" };
+            let noun = if cancelled_count == 1 {
+                "node"
+            } else {
+                "nodes"
+            };
             write!(f, "{cancelled_count} {noun} cancelled")?;
         }
         Ok(())
@@ -344,7 +348,10 @@ mod tests {
         }
         let node = error.error_of("user").expect("listed");
         assert!(node.downcast_ref::<Fetch>().is_some());
-        assert_eq!(chain(node), ["could not fetch the user", "connection reset"]);
+        assert_eq!(
+            chain(node),
+            ["could not fetch the user", "connection reset"]
+        );
     }
 
     #[test]
@@ -363,7 +370,11 @@ mod tests {
             "workflow `Fan` failed: 500 nodes failed (`node_0`, `node_1`, `node_2` and 497 more)"
         );
         assert!(message.len() < 120);
-        assert_eq!(error.failures().len(), 500, "the full list through the methods");
+        assert_eq!(
+            error.failures().len(),
+            500,
+            "the full list through the methods"
+        );
         assert_eq!(error.failed().count(), 500);
     }
 

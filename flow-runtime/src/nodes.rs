@@ -280,7 +280,7 @@ where
     /// an arena, and the table that owns it stops every node before freeing it, which drops
     /// every running future, zero-sized ones included, when a run is dropped midway. (A
     /// `Drop` of `ArenaOp` itself would do the same for every node set, and made the node tree
-    /// costlier to move: 8% more instructions per node in the shapes bench.)
+    /// costlier to move: 5-10% more instructions per node in the shapes bench.)
     const ARENA: (usize, usize) = (
         if size_of::<Fut>() == 0 {
             1
@@ -705,7 +705,10 @@ mod tests {
     #[test]
     fn zero_sized_futures_of_a_run_dropped_midway_are_dropped() {
         // One byte each: the table owns an arena, and stops every node before freeing it.
-        assert_eq!(<Pair<ArenaOp<fn() -> Zst, Zst>, ArenaOp<fn() -> Zst, Zst>>>::ARENA.0, 2);
+        assert_eq!(
+            <Pair<ArenaOp<fn() -> Zst, Zst>, ArenaOp<fn() -> Zst, Zst>>>::ARENA.0,
+            2
+        );
         let before = DROPS.load(Ordering::SeqCst);
         {
             // What a run's future holds: the node set, and the table that borrows it.
@@ -718,7 +721,11 @@ mod tests {
             }
             assert_eq!(DROPS.load(Ordering::SeqCst), before, "both still running");
         }
-        assert_eq!(DROPS.load(Ordering::SeqCst) - before, 2, "both running futures dropped");
+        assert_eq!(
+            DROPS.load(Ordering::SeqCst) - before,
+            2,
+            "both running futures dropped"
+        );
     }
 
     #[test]

@@ -188,7 +188,8 @@ pub struct RunState {
     errors: Vec<Option<NodeError>>,
 }
 
-static MISSING: NodeError = NodeError::Internal("a decision read the outcome of a node that has none");
+static MISSING: NodeError =
+    NodeError::Internal("a decision read the outcome of a node that has none");
 
 impl RunState {
     /// The outcome of node `node`, whose output lives in `slot`: `Ok` with the value when it
@@ -725,7 +726,12 @@ impl Scheduler {
 
     /// `node`'s final error rendered once, kept for the report to share with the event.
     fn render_final(&mut self, node: u32) -> Arc<str> {
-        let rendered = match self.state.errors.get(node as usize).and_then(Option::as_ref) {
+        let rendered = match self
+            .state
+            .errors
+            .get(node as usize)
+            .and_then(Option::as_ref)
+        {
             Some(error) => render(error),
             None => Arc::from(""),
         };

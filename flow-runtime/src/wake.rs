@@ -493,7 +493,10 @@ mod loom_model {
             other.join().expect("the waking thread");
             out.clear();
             set.take(&mut out);
-            assert!(seen == 1 || out == [0], "lost wake: seen {seen}, taken {out:?}");
+            assert!(
+                seen == 1 || out == [0],
+                "lost wake: seen {seen}, taken {out:?}"
+            );
             if out == [0] {
                 assert_eq!(count.0.load(Ordering::SeqCst), 2, "the run was woken again");
             }

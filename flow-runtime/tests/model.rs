@@ -920,7 +920,7 @@ fn run(wf: &Wf, graph: &'static Graph, options: RunOptions) -> Result<Observed, 
             .report
             .nodes()
             .iter()
-            .map(|n| n.error.clone())
+            .map(|n| n.error.as_deref().map(str::to_owned))
             .collect(),
         run_fails: outcome.result.is_err(),
         listed,

@@ -277,7 +277,7 @@ where
     /// an arena, and the table that owns it stops every node before freeing it, which drops
     /// every running future, zero-sized ones included, when a run is dropped midway. (A
     /// `Drop` of `ArenaOp` itself would do the same for every node set, and made the node tree
-    /// costlier to move: 8% more instructions per node in the shapes bench.)
+    /// costlier to move: 5-10% more instructions per node in the shapes bench.)
     const ARENA: (usize, usize) = (
         if size_of::<Fut>() == 0 {
             1

@@ -242,7 +242,13 @@ fn workflow_options(attrs: &mut Vec<Attribute>, cx: &mut Ctxt) -> (bool, Option<
                                 Err(error) => cx.push(error),
                             }
                         }
-                        (other, _) => cx.error(opt.key.span(), format!("unknown workflow option `{other}`: expected `failure = FailFast`, `failure = ContinueIndependent` or `crate = path`")),
+                        (other, _) => {
+                            let message = match crate::suggest::did_you_mean(other, ["failure", "crate"]) {
+                                hint if hint.is_empty() => format!("unknown workflow option `{other}`: expected `failure = FailFast`, `failure = ContinueIndependent` or `crate = path`"),
+                                hint => format!("unknown workflow option `{other}`{hint}"),
+                            };
+                            cx.error(opt.key.span(), message);
+                        }
                     }
                 }
             }

@@ -6,6 +6,7 @@ async fn step() -> Result<u32, std::io::Error> {
 
 workflow! {
     #[flow(krate = ::flow)]
+    #[flow(speed = fast)]
     #[flow(crate = "flow")]
     #[flow(crate = ::flow::<u8>)]
     #[flow(crate)]

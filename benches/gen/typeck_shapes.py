@@ -4,11 +4,12 @@
     python3 benches/gen/typeck_shapes.py VARIANT SHAPE N [--slots ..] [--ty u64|string] > /tmp/w.rs
     time rustc --edition 2024 --crate-type lib --emit=metadata -o /dev/null /tmp/w.rs
 
-e.g. VARIANT `base` (the first round's expansion) or `tt_lets` with `--slots inter` (the shape
-`workflow!` generates since the third round; `--slots interarena` puts the slots in a heap arena;
-docs/performance.md, "The shape that fixed it"); SHAPE chain, fan or layered. The mock
-runtime mirrors the first round's `Pair`/`Op`/`BoxedOp` signatures, which is what the type
-checker sees of the generated code; the tables in docs/performance.md came from it.
+e.g. VARIANT `base` (one expression with every slot declared on top) or `tt_lets` with
+`--slots inter` (the shape `workflow!` generates: one `let` per node, each slot right before its
+producer; `--slots interarena` puts the slots in a heap arena; docs/performance.md, "Compile
+time"); SHAPE chain, fan or layered. The mock runtime mirrors the `Pair`/`Op`/`BoxedOp`
+signatures, which is what the type checker sees of the generated code; the compile-time tables in
+docs/performance.md came from it.
 
 Writes one Rust file (edition 2024, no deps): a mock of flow-runtime (same signatures as
 flow-runtime/src/nodes.rs and the scheduler) and one generated workflow of N nodes in VARIANT.

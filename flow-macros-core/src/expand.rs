@@ -446,7 +446,7 @@ fn balanced(leaves: &[TokenStream]) -> TokenStream {
 /// `Op::new`) leaves obligations that every later statement rescans, and a slot declared far
 /// from its producer stays untyped until the producer is checked: both made `cargo check`
 /// quadratic in the node count. Plain tuples in `let`s, slots declared where they are filled,
-/// and one generic call at the end (`IntoNodes`, in the runtime) bring it to about n^1.25
+/// and one generic call at the end (`IntoNodes`, in the runtime) bring it to about n^1.3
 /// (docs/performance.md, "Compile time").
 fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
     let checked = names.checked;

@@ -437,26 +437,23 @@ fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
         "Conditional" => conditional(keyword, rest, cx).map(Step::Conditional),
         other => {
             let lower = other.to_ascii_lowercase();
+            // Short forms users bring from other languages, then the closest keyword.
             let hint = match lower.as_str() {
-                "operation" | "op" => " (did you mean `Operation`?)",
-                "sequential" | "sequence" | "seq" => " (did you mean `Sequential`?)",
-                "parallel" | "par" => " (did you mean `Parallel`?)",
-                "conditional" | "if" | "cond" => " (did you mean `Conditional`?)",
-                _ => match ["operation", "sequential", "parallel", "conditional"]
-                    .iter()
-                    .position(|kind| crate::suggest::edit_distance(&lower, kind) <= 2)
-                {
-                    Some(0) => " (did you mean `Operation`?)",
-                    Some(1) => " (did you mean `Sequential`?)",
-                    Some(2) => " (did you mean `Parallel`?)",
-                    Some(_) => " (did you mean `Conditional`?)",
-                    None => "",
-                },
+                "op" => "; did you mean `Operation`?".to_string(),
+                "sequence" | "seq" => "; did you mean `Sequential`?".to_string(),
+                "par" => "; did you mean `Parallel`?".to_string(),
+                "if" | "cond" => "; did you mean `Conditional`?".to_string(),
+                _ => crate::suggest::did_you_mean(
+                    other,
+                    ["Operation", "Sequential", "Parallel", "Conditional"],
+                ),
             };
-            cx.error(
-                keyword.span(),
-                format!("unknown step `{other}`: expected {STEP_KINDS}{hint}"),
-            );
+            let message = if hint.is_empty() {
+                format!("unknown step `{other}`: expected {STEP_KINDS}")
+            } else {
+                format!("unknown step `{other}`{hint}")
+            };
+            cx.error(keyword.span(), message);
             None
         }
     }

@@ -43,7 +43,7 @@ pub struct Event {
     pub run: RunId,
     /// Its position in the run's log, from 0.
     pub seq: u64,
-    /// The node it concerns, by index in the workflow's `GRAPH.nodes`; `None` for run-level
+    /// The node it concerns, by index in the workflow's `GRAPH.nodes()`; `None` for run-level
     /// events.
     pub node: Option<u32>,
     /// The name of that node, as in `GRAPH` (`"fetch_user"`, `"decision#1"`); `None` for

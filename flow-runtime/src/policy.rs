@@ -134,6 +134,7 @@ impl NodePolicy {
 
 /// Why a run was cancelled from outside.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum CancelReason {
     /// The run's [`CancelToken`] was cancelled.
     Token,

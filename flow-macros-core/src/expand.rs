@@ -149,7 +149,8 @@ fn generate(workflow: &Workflow, checked: &Checked, input: &Input) -> TokenStrea
             __flow_finished.output(move || #output)
         }
     };
-    let value = &input.value;
+    // `run`'s parameters, passed on as the input value: the same names as the pattern.
+    let value = &input.pattern;
     let run = quote!(#private::Runner::<Self>::new().run(#value).await);
     interface(workflow, input, &names.private, graph, body, run)
 }
@@ -259,10 +260,8 @@ fn private_path(workflow: &Workflow) -> TokenStream {
 struct Input {
     /// `Input<'a>`: each parameter's type with every elided lifetime made `'a`.
     ty: TokenStream,
-    /// `()`, `name` or `(a, b)`.
+    /// `()`, `name` or `(a, b)`: the pattern `__execute` binds, and the value `run` passes on.
     pattern: TokenStream,
-    /// The same names, as the value `run` passes on.
-    value: TokenStream,
     /// `name: Type` of `run`, each parameter once.
     params: Vec<TokenStream>,
 }
@@ -287,7 +286,6 @@ impl Input {
             ([ty], [name]) => (quote!(#ty), quote!(#name)),
             _ => (quote!((#(#types,)*)), quote!((#(#names,)*))),
         };
-        let value = pattern.clone();
         let params = params
             .iter()
             .map(|p| {
@@ -298,7 +296,6 @@ impl Input {
         Input {
             ty,
             pattern,
-            value,
             params,
         }
     }

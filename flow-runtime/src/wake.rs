@@ -283,14 +283,19 @@ unsafe fn waker_drop(data: *const ()) {
     }
 }
 
-// With `flow_loom` the atomics are loom's, usable only inside a model: see `loom_model`.
-#[cfg(all(test, not(flow_loom)))]
-mod tests {
-    use super::*;
+/// A parent waker that counts its wakes, for the tests and the loom model (with `flow_loom`
+/// its atomic is loom's, so loom sees the accesses).
+#[cfg(test)]
+mod counting {
+    #[cfg(flow_loom)]
+    use loom::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+    #[cfg(not(flow_loom))]
     use std::sync::atomic::AtomicUsize;
-    use std::task::Wake;
+    use std::sync::atomic::Ordering;
+    use std::task::{Wake, Waker};
 
-    struct Count(AtomicUsize);
+    pub(super) struct Count(pub(super) AtomicUsize);
 
     impl Wake for Count {
         fn wake(self: Arc<Self>) {
@@ -298,10 +303,19 @@ mod tests {
         }
     }
 
-    fn parent() -> (Arc<Count>, Waker) {
+    pub(super) fn parent() -> (Arc<Count>, Waker) {
         let count = Arc::new(Count(AtomicUsize::new(0)));
         (count.clone(), Waker::from(count))
     }
+}
+
+// With `flow_loom` the atomics are loom's, usable only inside a model: see `loom_model`.
+#[cfg(all(test, not(flow_loom)))]
+mod tests {
+    use super::*;
+    use crate::wake::counting::parent;
+    use std::sync::atomic::AtomicUsize;
+    use std::task::Wake;
 
     #[test]
     fn woken_nodes_come_out_once_in_wake_order_and_wake_the_run() {
@@ -418,22 +432,8 @@ mod tests {
 #[cfg(all(test, flow_loom))]
 mod loom_model {
     use super::*;
+    use crate::wake::counting::parent;
     use loom::sync::atomic::AtomicUsize;
-    use std::task::Wake;
-
-    /// A parent waker that counts its wakes (a loom atomic, so loom sees the accesses).
-    struct Count(AtomicUsize);
-
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    fn parent() -> (Arc<Count>, Waker) {
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        (count.clone(), Waker::from(count))
-    }
 
     fn node_waker(set: &WakeSet, node: u32) -> Waker {
         (*set.waker(node)).clone()

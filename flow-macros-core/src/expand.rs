@@ -682,6 +682,7 @@ fn graph_const(names: &Names<'_>) -> TokenStream {
             .map(|&id| dag.nodes[id].policy.tokens(private));
         quote!(&[#(#policies),*])
     };
+    let control = crate::control::tables(checked, pos, private).tokens(private);
     let failure = match names.workflow.fail_fast {
         true => quote!(#private::FailurePolicy::FailFast),
         false => quote!(#private::FailurePolicy::ContinueIndependent),
@@ -710,7 +711,7 @@ fn graph_const(names: &Names<'_>) -> TokenStream {
                 #node_groups,
                 #policies,
                 #failure,
-            ),
+            )#control,
         )
     }}
 }

@@ -12,6 +12,7 @@
 //! assert!(!output.contains("compile_error"));
 //! ```
 
+mod control;
 mod ctxt;
 mod expand;
 mod graph;

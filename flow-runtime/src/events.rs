@@ -100,6 +100,30 @@ pub enum EventKind {
         /// The node whose failure aborted this one; `None` when the run was cancelled.
         cause: Option<&'static str>,
     },
+    /// The node was withdrawn (its future dropped, if it was running): `cause` won a race,
+    /// chose a pick, cancelled its region or terminated the run.
+    Withdrawn {
+        /// The node whose decision withdrew this one.
+        cause: &'static str,
+    },
+    /// A gate (`Race`, `Pick`, `Parallel(min = k)`) fired: `arms` of its arms completed, in
+    /// the order they did (0-based, in source order).
+    Won {
+        /// The arms that completed when the gate fired.
+        arms: Vec<u32>,
+    },
+    /// A `Signal` step received its signal.
+    SignalReceived {
+        /// The signal's name.
+        signal: &'static str,
+    },
+    /// A `Delay` step set its timer.
+    TimerSet {
+        /// How long it waits.
+        after: Duration,
+    },
+    /// A `Delay` step's timer fired.
+    TimerFired,
     /// The run ended.
     RunFinished {
         /// Whether the run succeeded.
@@ -119,6 +143,11 @@ impl EventKind {
             EventKind::Retrying { .. } => "Retrying",
             EventKind::Skipped => "Skipped",
             EventKind::Aborted { .. } => "Aborted",
+            EventKind::Withdrawn { .. } => "Withdrawn",
+            EventKind::Won { .. } => "Won",
+            EventKind::SignalReceived { .. } => "SignalReceived",
+            EventKind::TimerSet { .. } => "TimerSet",
+            EventKind::TimerFired => "TimerFired",
             EventKind::RunFinished { .. } => "RunFinished",
         }
     }
@@ -146,6 +175,10 @@ impl fmt::Display for Event {
                 write!(f, "Aborted because `{cause}` failed")
             }
             EventKind::Aborted { cause: None } => f.write_str("Aborted (cancelled)"),
+            EventKind::Withdrawn { cause } => write!(f, "Withdrawn by `{cause}`"),
+            EventKind::Won { arms } => write!(f, "Won by arms {arms:?}"),
+            EventKind::SignalReceived { signal } => write!(f, "SignalReceived `{signal}`"),
+            EventKind::TimerSet { after } => write!(f, "TimerSet for {after:?}"),
             EventKind::RunFinished { succeeded } => write!(f, "RunFinished succeeded={succeeded}"),
             other => f.write_str(other.name()),
         }
@@ -293,6 +326,7 @@ impl EventLog {
                 EventKind::Failed { .. } => *status = NodeStatus::Failed,
                 EventKind::Skipped => *status = NodeStatus::Skipped,
                 EventKind::Aborted { .. } => *status = NodeStatus::Aborted,
+                EventKind::Withdrawn { .. } => *status = NodeStatus::Withdrawn,
                 _ => {}
             }
         }

@@ -73,11 +73,39 @@ impl NodeInfo {
 
 /// The kind of a [`NodeInfo`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum NodeKind {
     /// An `Operation`: awaits an async call.
     Operation,
     /// The decision of a `Conditional`: evaluates the test and picks a branch.
     Decision,
+    /// The join of a `Race`, a `Pick` or a `Parallel(min = k)`: completes when `k` of its arms
+    /// completed; its output is the winning arms.
+    Gate,
+    /// A `Signal` step: waits for an external signal and outputs its payload.
+    Signal,
+    /// A `Delay` step: waits for a duration.
+    Delay,
+    /// A `Cancel` step: withdraws a named step or block.
+    Cancel,
+    /// A `Terminate` step: ends the run successfully with an output.
+    Terminate,
+}
+
+impl NodeKind {
+    /// A short lowercase name: `operation`, `decision`, `gate`, `signal`, `delay`, `cancel`,
+    /// `terminate`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            NodeKind::Operation => "operation",
+            NodeKind::Decision => "decision",
+            NodeKind::Gate => "gate",
+            NodeKind::Signal => "signal",
+            NodeKind::Delay => "delay",
+            NodeKind::Cancel => "cancel",
+            NodeKind::Terminate => "terminate",
+        }
+    }
 }
 
 /// One edge of a [`Graph`]: `to` may not start before `from` has settled.
@@ -102,6 +130,7 @@ impl Edge {
 
 /// Why an [`Edge`] exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum EdgeKind {
     /// Order of a `Sequential` block.
     Sequence,
@@ -171,6 +200,10 @@ pub struct Plan {
     pub policies: &'static [NodePolicy],
     /// The workflow's failure policy, unless a run overrides it.
     pub failure: FailurePolicy,
+    /// The tables of races, joins of k of n, trigger rules, cancel scopes, critical sections
+    /// and signals: [`Control::NONE`] for a workflow that uses none of them, which then pays
+    /// nothing for them.
+    pub control: &'static Control,
 }
 
 impl Plan {
@@ -181,8 +214,15 @@ impl Plan {
     pub const CAUGHT: u32 = 1 << 30;
     /// Flag bit on a successor entry: the entry is a join id, not a node id.
     pub const JOIN: u32 = 1 << 29;
-    /// Mask of the node (or join) id in a successor entry.
-    pub const NODE: u32 = !(Self::DATA | Self::CAUGHT | Self::JOIN);
+    /// Flag bit on a successor entry: the entry is an arm id of [`Control::arms`], not a node
+    /// id. The source is an exit of that arm; the arm's gate counts it.
+    pub const GATE: u32 = 1 << 28;
+    /// Flag bit on a successor entry: the edge orders only. The target waits for the source to
+    /// settle but inherits nothing from it: no failure, no skip, no withdrawal (a read after a
+    /// gate, which has already judged its arms).
+    pub const SOFT: u32 = 1 << 27;
+    /// Mask of the node (or join, or arm) id in a successor entry.
+    pub const NODE: u32 = !(Self::DATA | Self::CAUGHT | Self::JOIN | Self::GATE | Self::SOFT);
     /// The plan of a workflow, from its tables (see the fields for what each holds).
     #[allow(clippy::too_many_arguments)]
     pub const fn new(
@@ -214,7 +254,13 @@ impl Plan {
             node_groups,
             policies,
             failure,
+            control: &Control::NONE,
         }
+    }
+
+    /// The same plan with control tables (races, trigger rules, …).
+    pub const fn with_control(self, control: &'static Control) -> Self {
+        Plan { control, ..self }
     }
 
     /// A plan with no nodes.
@@ -232,6 +278,7 @@ impl Plan {
         node_groups: &[],
         policies: &[],
         failure: FailurePolicy::ContinueIndependent,
+        control: &Control::NONE,
     };
 
     pub(crate) fn successors(&self, node: usize) -> &'static [u32] {
@@ -265,6 +312,157 @@ impl Plan {
     pub(crate) fn policy(&self, node: usize) -> NodePolicy {
         self.policies.get(node).copied().unwrap_or(NodePolicy::NONE)
     }
+}
+
+/// The control tables of a [`Plan`]: what a workflow needs beyond joins that wait for all
+/// their inputs and choices made by a test. Every table is empty in [`Control::NONE`].
+///
+/// Node ids index `rules`, `instants` and `node_sections` when they are not empty.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct Control {
+    /// Lists of node ids withdrawn together: a gate's arms, a block a `Cancel` targets, a
+    /// critical section's nodes. Each list is sorted.
+    pub scopes: &'static [&'static [u32]],
+    /// The gates (`Race`, `Pick`, `Parallel(min = k)`), in the order of their nodes.
+    pub gates: &'static [Gate],
+    /// The arms of all gates: a gate's arms are `arms[first_arm..first_arm + arms]`.
+    pub arms: &'static [Arm],
+    /// The trigger rule of each node (empty when every node has the default rule).
+    pub rules: &'static [Rule],
+    /// What each node does when it starts, if it is a `Cancel` or `Terminate` step (empty when
+    /// the workflow has neither).
+    pub instants: &'static [Instant],
+    /// The critical sections (`exclusive = "group"`).
+    pub sections: &'static [Section],
+    /// For each node, the sections it belongs to (empty when there are none).
+    pub node_sections: &'static [&'static [u32]],
+    /// The signals the workflow waits for.
+    pub signals: &'static [SignalInfo],
+}
+
+impl Control {
+    /// No control tables: a plain workflow.
+    pub const NONE: Control = Control {
+        scopes: &[],
+        gates: &[],
+        arms: &[],
+        rules: &[],
+        instants: &[],
+        sections: &[],
+        node_sections: &[],
+        signals: &[],
+    };
+
+    /// Control tables, for the code `workflow!` generates.
+    #[allow(clippy::too_many_arguments)]
+    pub const fn new(
+        scopes: &'static [&'static [u32]],
+        gates: &'static [Gate],
+        arms: &'static [Arm],
+        rules: &'static [Rule],
+        instants: &'static [Instant],
+        sections: &'static [Section],
+        node_sections: &'static [&'static [u32]],
+        signals: &'static [SignalInfo],
+    ) -> Self {
+        Control {
+            scopes,
+            gates,
+            arms,
+            rules,
+            instants,
+            sections,
+            node_sections,
+            signals,
+        }
+    }
+}
+
+/// A gate: the node of a `Race`, `Pick` or `Parallel(min = k)` block, which completes when
+/// `min` of its arms completed.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct Gate {
+    /// The gate's own node (kind [`NodeKind::Gate`]).
+    pub node: u32,
+    /// How many arms must complete.
+    pub min: u32,
+    /// What happens to the arms still running when the gate fires.
+    pub rest: Rest,
+    /// The gate's first arm in [`Control::arms`].
+    pub first_arm: u32,
+    /// How many arms it has.
+    pub arms: u32,
+}
+
+/// One arm of a gate: a child of the block.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct Arm {
+    /// The gate, an index into [`Control::gates`].
+    pub gate: u32,
+    /// How many exit nodes the arm has (successor entries with [`Plan::GATE`] naming it).
+    pub exits: u32,
+    /// The arm's nodes, an index into [`Control::scopes`].
+    pub scope: u32,
+}
+
+/// What a gate does with the arms still running when it fires.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rest {
+    /// Withdraw them.
+    Cancel,
+    /// Let them run on; the join ignores them.
+    Run,
+}
+
+/// A node's trigger rule: when it runs, given how its inputs ended.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    /// Run when every input completed or was skipped; abort when a failure reached it.
+    Default,
+    /// Run once every input settled, whatever its status.
+    AllDone,
+    /// Run once every input settled, if some input failed or was aborted; skip otherwise.
+    OneFailed,
+}
+
+/// What a node does the moment it starts, beyond running its leaf.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Instant {
+    /// Nothing: an ordinary node.
+    None,
+    /// Withdraw the nodes of scope `scope` that have not ended.
+    Cancel {
+        /// An index into [`Control::scopes`].
+        scope: u32,
+    },
+    /// End the run successfully, withdrawing every node that has not ended.
+    Terminate,
+}
+
+/// A critical section: a step or block that holds its exclusion group while it runs.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct Section {
+    /// The exclusion group: sections of one group never run at the same time.
+    pub group: u32,
+    /// The section's nodes, an index into [`Control::scopes`].
+    pub scope: u32,
+}
+
+/// A signal a workflow waits for.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct SignalInfo {
+    /// The signal's name, as written in the workflow.
+    pub name: &'static str,
+    /// A transient signal is lost when no step waits for it; others are kept until one does.
+    pub transient: bool,
 }
 
 impl Graph {
@@ -350,8 +548,11 @@ impl Graph {
         out.push_str("    rankdir=TB;\n    node [fontname=\"Helvetica\", fontsize=11];\n    edge [fontname=\"Helvetica\", fontsize=9];\n");
         for (id, node) in self.nodes.iter().enumerate() {
             let shape = match node.kind {
-                NodeKind::Operation => "box",
                 NodeKind::Decision => "diamond",
+                NodeKind::Gate => "invtrapezium",
+                NodeKind::Signal | NodeKind::Delay => "cds",
+                NodeKind::Cancel | NodeKind::Terminate => "octagon",
+                NodeKind::Operation => "box",
             };
             let mut style = vec![];
             if node.kind == NodeKind::Operation {
@@ -397,14 +598,13 @@ impl Graph {
         let mut out = String::from("flowchart TD\n");
         for (id, node) in self.nodes.iter().enumerate() {
             let text = quote_mermaid(node.name);
-            match node.kind {
-                NodeKind::Operation => {
-                    let _ = writeln!(out, "    n{id}([{text}])");
-                }
-                NodeKind::Decision => {
-                    let _ = writeln!(out, "    n{id}{{{{{text}}}}}");
-                }
-            }
+            let _ = match node.kind {
+                NodeKind::Decision => writeln!(out, "    n{id}{{{{{text}}}}}"),
+                NodeKind::Gate => writeln!(out, "    n{id}[/{text}\\]"),
+                NodeKind::Signal | NodeKind::Delay => writeln!(out, "    n{id}>{text}]"),
+                NodeKind::Cancel | NodeKind::Terminate => writeln!(out, "    n{id}{{{{{text}}}}}"),
+                NodeKind::Operation => writeln!(out, "    n{id}([{text}])"),
+            };
         }
         for edge in self.edges {
             let arrow = match edge.kind {
@@ -430,6 +630,7 @@ impl Graph {
                 crate::NodeStatus::Failed,
                 crate::NodeStatus::Aborted,
                 crate::NodeStatus::Skipped,
+                crate::NodeStatus::Withdrawn,
             ] {
                 let members: Vec<String> = statuses
                     .iter()
@@ -456,6 +657,7 @@ pub(crate) fn status_color(status: crate::NodeStatus) -> &'static str {
         Failed => "#f4a6a6",
         Aborted => "#f9d29d",
         Skipped => "#e0e0e0",
+        Withdrawn => "#d9c8f0",
         Running | Ready => "#a9d6f5",
         Idle | Waiting => "#ffffff",
     }
@@ -466,10 +668,7 @@ impl fmt::Display for Graph {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "workflow {} ({} nodes)", self.name, self.nodes.len())?;
         for (id, node) in self.nodes.iter().enumerate() {
-            let kind = match node.kind {
-                NodeKind::Operation => "operation",
-                NodeKind::Decision => "decision",
-            };
+            let kind = node.kind.as_str();
             write!(f, "  {id:>3} {} [{kind}] {}", node.name, node.label)?;
             let mut preds = self.edges.iter().filter(|e| e.to as usize == id).peekable();
             if preds.peek().is_some() {

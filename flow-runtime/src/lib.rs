@@ -74,7 +74,10 @@ pub use status::NodeStatus;
 pub mod __private {
     pub use crate::error::{IntoNodeResult, NodeError, NodeFailure, WorkflowError};
     pub use crate::events::Observer;
-    pub use crate::graph::{Edge, EdgeKind, Graph, NodeInfo, NodeKind, Plan};
+    pub use crate::graph::{
+        Arm, Control, Edge, EdgeKind, Gate, Graph, Instant, NodeInfo, NodeKind, Plan, Rest, Rule,
+        Section, SignalInfo,
+    };
     pub use crate::nodes::{ArenaOp, Decide, Decision, IntoNodes, Leaf, Nodes, Op, Pair};
     pub use crate::options::RunOptions;
     pub use crate::policy::{Backoff, CancelToken, FailurePolicy, NodePolicy};

@@ -73,7 +73,7 @@ impl Observer for Progress {
                 self.bar.inc(1);
                 self.bar.set_message(format!("failed: {error}"));
             }
-            EventKind::Aborted { .. } => self.bar.inc(1),
+            EventKind::Aborted { .. } | EventKind::Withdrawn { .. } => self.bar.inc(1),
             EventKind::Retrying { error, delay } => {
                 self.bar
                     .set_message(format!("retrying in {delay:?}: {error}"));

@@ -81,6 +81,7 @@ impl Report {
                 EventKind::Completed { .. }
                 | EventKind::Failed { .. }
                 | EventKind::Aborted { .. }
+                | EventKind::Withdrawn { .. }
                     if node.started.is_some() =>
                 {
                     node.ended = Some(event.at)
@@ -343,6 +344,7 @@ impl Report {
                 EventKind::Completed { .. }
                 | EventKind::Failed { .. }
                 | EventKind::Aborted { .. }
+                | EventKind::Withdrawn { .. }
                     if seen_start[node] =>
                 {
                     columns.push((node + 1, 1));

@@ -170,6 +170,7 @@ impl Wf {
         match self.nodes[node].kind {
             NodeKind::Operation => format!("n{node}"),
             NodeKind::Decision => format!("d{node}"),
+            _ => unreachable!("the model builds operations and decisions only"),
         }
     }
 
@@ -197,6 +198,7 @@ impl Wf {
                 Test::AnyErr => format!("any_err({names})"),
                 Test::Const(b) => format!("{b}"),
             },
+            _ => unreachable!("the model builds operations and decisions only"),
         }
     }
 }
@@ -256,6 +258,7 @@ impl Builder {
         let groups = match kind {
             NodeKind::Operation => self.groups.clone(),
             NodeKind::Decision => Vec::new(),
+            _ => unreachable!("the model builds operations and decisions only"),
         };
         self.wf.nodes.push(Node {
             kind,
@@ -531,6 +534,7 @@ fn graph(wf: &Wf, limits: bool) -> &'static Graph {
     };
     let limited = limits && !wf.group_limits.is_empty();
     let plan = Plan {
+        control: &flow_runtime::__private::Control::NONE,
         pred_count: leak(pred_count),
         succ_start: leak(succ_start),
         succ: leak(succ),
@@ -647,6 +651,7 @@ fn model(wf: &Wf) -> Expected {
                 });
                 status[i] = Completed;
             }
+            _ => unreachable!("the model builds operations and decisions only"),
         }
     }
     let bad = |s: NodeStatus| matches!(s, Failed | Aborted);
@@ -1060,6 +1065,7 @@ fn check_against_model(
                 NodeStatus::Completed | NodeStatus::Failed
             ),
             NodeKind::Decision => expected.status[i] == NodeStatus::Completed,
+            _ => unreachable!("the model builds operations and decisions only"),
         };
         if ran != span.is_some() {
             return Err(format!(

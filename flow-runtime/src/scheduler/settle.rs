@@ -174,7 +174,7 @@ impl Scheduler {
                 Settle::Completed => EventKind::Completed {
                     branch: match self.graph.nodes[node as usize].kind {
                         NodeKind::Decision => self.decided.take(),
-                        NodeKind::Operation => None,
+                        _ => None,
                     },
                 },
                 Settle::Failed => EventKind::Failed {

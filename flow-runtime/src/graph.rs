@@ -541,6 +541,35 @@ impl Graph {
             .any(|branch| branch.contains(&(node as u32)))
     }
 
+    /// What a gate node waits for, for pictures: `first of 2`, `2 of 3, the rest run on`.
+    fn gate_summary(&self, node: usize) -> Option<String> {
+        let gate = self
+            .plan
+            .control
+            .gates
+            .iter()
+            .find(|g| g.node as usize == node)?;
+        let rest = match gate.rest {
+            Rest::Cancel => "",
+            Rest::Run => ", the rest run on",
+        };
+        Some(match gate.min {
+            1 => format!("first of {}{rest}", gate.arms),
+            min => format!("{min} of {}{rest}", gate.arms),
+        })
+    }
+
+    /// Whether `node` sits in an arm of a gate (a race, a pick or a join of k of n).
+    fn in_arm(&self, node: usize) -> bool {
+        let control = self.plan.control;
+        control.arms.iter().any(|arm| {
+            control
+                .scopes
+                .get(arm.scope as usize)
+                .is_some_and(|scope| scope.contains(&(node as u32)))
+        })
+    }
+
     /// DOT, with each node filled by its status when `statuses` is given.
     pub(crate) fn render_dot(&self, statuses: Option<&[crate::NodeStatus]>) -> String {
         let mut out = String::new();
@@ -558,7 +587,7 @@ impl Graph {
             if node.kind == NodeKind::Operation {
                 style.push("rounded");
             }
-            if self.in_branch(id) {
+            if self.in_branch(id) || self.in_arm(id) {
                 style.push("dashed");
             }
             let status = statuses.and_then(|s| s.get(id)).copied();
@@ -566,9 +595,13 @@ impl Graph {
             if fill.is_some() {
                 style.push("filled");
             }
+            let what = match self.gate_summary(id) {
+                Some(summary) => format!("{}: {summary}", node.label),
+                None => node.label.to_string(),
+            };
             let label = match status {
-                Some(status) => format!("{}\n{}\n[{status}]", node.name, node.label),
-                None => format!("{}\n{}", node.name, node.label),
+                Some(status) => format!("{}\n{what}\n[{status}]", node.name),
+                None => format!("{}\n{what}", node.name),
             };
             let _ = write!(out, "    n{id} [label={}, shape={shape}", quote_dot(&label));
             if !style.is_empty() {
@@ -597,7 +630,10 @@ impl Graph {
     pub(crate) fn render_mermaid(&self, statuses: Option<&[crate::NodeStatus]>) -> String {
         let mut out = String::from("flowchart TD\n");
         for (id, node) in self.nodes.iter().enumerate() {
-            let text = quote_mermaid(node.name);
+            let text = match self.gate_summary(id) {
+                Some(summary) => quote_mermaid(&format!("{}: {summary}", node.name)),
+                None => quote_mermaid(node.name),
+            };
             let _ = match node.kind {
                 NodeKind::Decision => writeln!(out, "    n{id}{{{{{text}}}}}"),
                 NodeKind::Gate => writeln!(out, "    n{id}[/{text}\\]"),
@@ -617,7 +653,7 @@ impl Graph {
             let _ = writeln!(out, "    n{} {arrow} n{}", edge.from, edge.to);
         }
         let branch: Vec<String> = (0..self.nodes.len())
-            .filter(|&id| self.in_branch(id))
+            .filter(|&id| self.in_branch(id) || self.in_arm(id))
             .map(|id| format!("n{id}"))
             .collect();
         if !branch.is_empty() {

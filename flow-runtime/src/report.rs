@@ -297,15 +297,17 @@ impl Report {
             let (Some(start), Some(end)) = (node.started, node.ended) else {
                 continue;
             };
-            let tag = match node.status {
-                NodeStatus::Failed | NodeStatus::Aborted => "crit, ",
-                _ => "",
+            let (tag, note) = match node.status {
+                NodeStatus::Failed | NodeStatus::Aborted => ("crit, ", ""),
+                // Cut short: drawn as done, up to the moment it was withdrawn.
+                NodeStatus::Withdrawn => ("done, ", " (withdrawn)"),
+                _ => ("", ""),
             };
             // Mermaid needs a non-empty bar.
             let end_ms = end.as_millis().max(start.as_millis() + 1);
             let _ = writeln!(
                 out,
-                "    {} : {tag}{}, {}",
+                "    {}{note} : {tag}{}, {}",
                 node.name.replace(':', "#colon;"),
                 start.as_millis(),
                 end_ms

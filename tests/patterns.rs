@@ -6,8 +6,6 @@
 
 mod common;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use flow::prelude::*;
@@ -624,14 +622,6 @@ async fn wcp_20_cancel_case() {
 // ---------------------------------------------------------------------------------------------
 // WCP 22 Recursion: a task invokes, during its execution, the process it belongs to.
 
-/// Runs [`Recursion`] again, one level down. Boxed, because the run's future contains itself.
-fn descend(
-    log: &Log,
-    depth: u64,
-) -> Pin<Box<dyn Future<Output = Result<u64, WorkflowError>> + Send + '_>> {
-    Box::pin(Recursion::run(log, depth))
-}
-
 /// Logs the `what` entry of level `depth`.
 async fn level(log: &Log, depth: u64, what: &'static str) -> Result<(), Boom> {
     log.record(&format!("level{depth}"), what);
@@ -645,7 +635,8 @@ workflow! {
         Sequential {
             Operation(level(log, depth, "start")),
             Conditional(depth > 0) {
-                below = Operation(descend(log, depth - 1)),
+                // Boxed, because the run's future contains itself.
+                below = Operation(Box::pin(Recursion::run(log, depth - 1))),
             },
             Operation(level(log, depth, "end")),
         }
@@ -731,4 +722,73 @@ async fn wcp_37_local_synchronizing_merge() {
         // It does not wait for `c`, which follows `b` in its branch.
         assert!(log.at("c", "end") > log.at("merge", "end"));
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// docs/patterns.md stays true: 43 rows in order, every `direct` row names tests of this file,
+// every `wcp_` test of this file is named by a `direct` row, and the count at the top is the
+// number of `direct` rows.
+
+#[test]
+fn patterns_doc_matches_these_tests() {
+    let doc = include_str!("../docs/patterns.md");
+    let tests = include_str!("patterns.rs");
+    let rows: Vec<Vec<&str>> = doc
+        .lines()
+        .filter(|line| {
+            line.starts_with("| ") && line.as_bytes().get(2).is_some_and(u8::is_ascii_digit)
+        })
+        .map(|line| line.split('|').map(str::trim).collect())
+        .collect();
+    assert_eq!(rows.len(), 43, "one row per pattern");
+    let mut named = Vec::new();
+    for (i, cells) in rows.iter().enumerate() {
+        // "", #, pattern, definition, form, test, status, "".
+        assert_eq!(cells.len(), 8, "row {}: {cells:?}", i + 1);
+        assert_eq!(cells[1], (i + 1).to_string(), "rows are in pattern order");
+        let status = cells[6];
+        assert!(
+            ["direct", "planned", "planned (iteration)", "not expressed"]
+                .iter()
+                .any(|s| status == *s || status.starts_with("not expressed:")),
+            "row {}: unknown status `{status}`",
+            i + 1
+        );
+        if status == "direct" {
+            let names: Vec<&str> = cells[5].split('`').skip(1).step_by(2).collect();
+            assert!(
+                !names.is_empty(),
+                "row {}: a direct pattern names its test",
+                i + 1
+            );
+            for name in names {
+                assert!(
+                    name.starts_with(&format!("wcp_{:02}_", i + 1)),
+                    "row {}: `{name}` is not a wcp_{:02}_ test",
+                    i + 1,
+                    i + 1
+                );
+                assert!(
+                    tests.contains(&format!("async fn {name}()")),
+                    "row {}: no test `{name}` in tests/patterns.rs",
+                    i + 1
+                );
+                named.push(name);
+            }
+        }
+    }
+    for line in tests.lines() {
+        if let Some(rest) = line.strip_prefix("async fn wcp_") {
+            let name = format!("wcp_{}", rest.trim_end_matches("() {"));
+            assert!(
+                named.contains(&name.as_str()),
+                "`{name}` is not named by a direct row of docs/patterns.md"
+            );
+        }
+    }
+    let direct = rows.iter().filter(|cells| cells[6] == "direct").count();
+    assert!(
+        doc.contains(&format!("**Expressed directly today: {direct} of 43**")),
+        "the count at the top of docs/patterns.md says {direct}"
+    );
 }

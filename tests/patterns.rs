@@ -687,8 +687,8 @@ workflow! {
 
 #[tokio::test(start_paused = true)]
 async fn wcp_37_local_synchronizing_merge() {
-    // The merge's inputs come from two different choices in two branches that go on past it:
-    // no single split encloses them.
+    // The merge is not the closing join of a block: its inputs are the optional steps of two
+    // different choices, in two branches that go on past it.
     let into_merge: Vec<_> = LocalMerge::GRAPH
         .edges()
         .iter()

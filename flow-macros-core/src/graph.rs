@@ -233,7 +233,7 @@ impl Builder<'_> {
         self.non_empty(block, &kind);
         if step.race && block.steps.len() == 1 {
             self.cx.error(
-                block.brace,
+                step.keyword.span(),
                 "a `Race` needs at least two branches to race, found 1; add a branch, or write the step without `Race`",
             );
         }

@@ -434,7 +434,7 @@ fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
     {
         cx.error(
             name.span(),
-            format!("only an `Operation` can be named, not a `{kind}` block; name the operations inside it"),
+            format!("only an `Operation`, a `Race` or a `Parallel(min = k)` can be named, not a `{kind}` block; name the operations inside it"),
         );
     }
     match kind.as_str() {
@@ -455,7 +455,7 @@ fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
             {
                 cx.error(
                     name.span(),
-                    format!("only an `Operation`, a `Race` or a `Parallel(min = k)` can be named, not a `Parallel` block without `min`; name the operations inside it"),
+                    "only an `Operation`, a `Race` or a `Parallel(min = k)` can be named, not a `Parallel` block without `min`; name the operations inside it",
                 );
             }
             Some(Step::Gate(GateStep {

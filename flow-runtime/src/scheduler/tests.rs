@@ -68,8 +68,8 @@ static GRAPH: Graph = Graph::__new(
     .with_control(&CONTROL),
 );
 
-fn ready() -> impl Future<Output = Result<(), NodeError>> {
-    async { Ok(()) }
+async fn ready() -> Result<(), NodeError> {
+    Ok(())
 }
 
 #[test]

@@ -329,3 +329,179 @@ async fn max_concurrency_combines_with_min() {
     assert_eq!(status(&report, "work#3"), NodeStatus::Withdrawn);
     assert_eq!(report.node("work#3").map(|n| n.attempts), Some(0));
 }
+
+workflow! {
+    /// A race inside a race's arm: the inner race decides first, then its arm wins the outer.
+    InnerFirst(log: &Log) -> usize {
+        outer = Race {
+            Sequential {
+                Operation(work(log, "a", 10)),
+                Race {
+                    Operation(work(log, "b", 5)),
+                    Operation(work(log, "c", 30)),
+                },
+            },
+            Operation(work(log, "d", 50)),
+        }
+        => outer
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_inner_race_decides_then_its_arm_wins_the_outer_race() {
+    let log = Log::new();
+    let outcome = InnerFirst::runner().execute(&log).await;
+    let report = outcome.report;
+    assert_eq!(outcome.result.expect("arm 0 wins"), 0);
+    assert_eq!(
+        statuses(&report),
+        [
+            ("work#1", NodeStatus::Completed),
+            ("work#2", NodeStatus::Completed),
+            ("work#3", NodeStatus::Withdrawn),
+            ("race#1", NodeStatus::Completed),
+            ("work#4", NodeStatus::Withdrawn),
+            ("outer", NodeStatus::Completed),
+        ]
+    );
+    assert_eq!(log.ended(), ["a", "b"]);
+    assert_eq!(log.elapsed(), ms(15));
+}
+
+workflow! {
+    /// The outer race decides while the inner one is still running: the whole arm is withdrawn,
+    /// the inner gate with it.
+    OuterFirst(log: &Log) -> usize {
+        outer = Race {
+            Sequential {
+                Operation(work(log, "a", 10)),
+                Race {
+                    Operation(work(log, "b", 50)),
+                    Operation(work(log, "c", 60)),
+                },
+            },
+            Operation(work(log, "d", 20)),
+        }
+        => outer
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_outer_race_withdraws_an_inner_race_that_is_still_running() {
+    let log = Log::new();
+    let outcome = OuterFirst::runner().execute(&log).await;
+    let report = outcome.report;
+    assert!(report.succeeded(), "{report}");
+    assert_eq!(outcome.result.expect("arm 1 wins"), 1);
+    assert_eq!(
+        statuses(&report),
+        [
+            ("work#1", NodeStatus::Completed),
+            ("work#2", NodeStatus::Withdrawn),
+            ("work#3", NodeStatus::Withdrawn),
+            ("race#1", NodeStatus::Withdrawn),
+            ("work#4", NodeStatus::Completed),
+            ("outer", NodeStatus::Completed),
+        ]
+    );
+    assert_eq!(log.started(), ["a", "d", "b", "c"]);
+    assert_eq!(log.ended(), ["a", "d"]);
+    assert_eq!(log.elapsed(), ms(20));
+}
+
+workflow! {
+    /// An arm that ends in a Conditional completes when its branch is skipped; a test after
+    /// the race sees a withdrawn node as `None`.
+    BranchyArm(log: &Log) -> usize {
+        Sequential {
+            won = Race {
+                Sequential {
+                    a = Operation(work(log, "a", 5)),
+                    Conditional(a.is_err()) {
+                        recover = Operation(work(log, "recover", 1)),
+                    },
+                },
+                slow = Operation(work(log, "slow", 20)),
+            },
+            Conditional(slow.is_none()) {
+                Operation(work(log, "slow_was_withdrawn", 1)),
+            },
+        }
+        => won
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_arm_with_a_skipped_branch_completes_and_a_test_sees_a_withdrawn_node_as_none() {
+    let log = Log::new();
+    let outcome = BranchyArm::runner().execute(&log).await;
+    let report = outcome.report;
+    assert!(report.succeeded(), "{report}");
+    assert_eq!(outcome.result.expect("arm 0 wins"), 0);
+    assert_eq!(status(&report, "recover"), NodeStatus::Skipped);
+    assert_eq!(status(&report, "slow"), NodeStatus::Withdrawn);
+    assert_eq!(log.ended(), ["a", "slow_was_withdrawn"]);
+}
+
+workflow! {
+    /// Under FailFast, a join that can no longer reach `min` stops the run at once, even with
+    /// `rest = run`.
+    #[flow(failure = FailFast)]
+    LostQuorumFailFast(log: &Log) {
+        Sequential {
+            Parallel(min = 2, rest = run) {
+                f1 = Operation(fail(log, "f1", 10)),
+                f2 = Operation(fail(log, "f2", 20)),
+                slow = Operation(work(log, "slow", 100)),
+            },
+            Operation(work(log, "next", 5)),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn fail_fast_stops_the_run_when_a_join_fails() {
+    let log = Log::new();
+    let outcome = LostQuorumFailFast::runner().execute(&log).await;
+    let report = outcome.report;
+    let error = outcome.result.expect_err("two of three failed");
+    let failed: Vec<&str> = error.failed().map(|f| f.node).collect();
+    assert_eq!(failed, ["f1", "f2"], "{error}");
+    assert_eq!(log.ended(), ["f1", "f2"]);
+    assert_eq!(log.elapsed(), ms(20));
+    assert_eq!(status(&report, "slow"), NodeStatus::Aborted);
+    assert_eq!(status(&report, "join#1"), NodeStatus::Aborted);
+}
+
+workflow! {
+    /// A race in a branch that is not taken is skipped whole: no winner, nothing withdrawn.
+    SkippedRace(log: &Log, go: bool) {
+        Conditional(go) {
+            Race {
+                Operation(work(log, "a", 5)),
+                Operation(work(log, "b", 10)),
+            },
+            Operation(work(log, "after", 1)),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_race_in_an_untaken_branch_is_skipped_without_a_winner() {
+    let log = Log::new();
+    let outcome = SkippedRace::runner().execute((&log, false)).await;
+    let report = outcome.report;
+    assert!(report.succeeded(), "{report}");
+    assert_eq!(status(&report, "race#1"), NodeStatus::Skipped);
+    assert_eq!(report.count(NodeStatus::Skipped), 4);
+    assert!(
+        !report
+            .log()
+            .events()
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::Won { .. } | EventKind::Withdrawn { .. })),
+        "{:?}",
+        report.log().events()
+    );
+    assert!(log.started().is_empty());
+}

@@ -59,6 +59,8 @@ impl Scheduler {
         let gate = control.gates[gate_id as usize];
         let index = arm - gate.first_arm;
         match self.gates[gate_id as usize].fired {
+            // Skipped or withdrawn with its block: there is nothing to decide.
+            Fired::No if self.nodes[gate.node as usize].status.is_terminal() => return,
             Fired::No => {}
             // Late: the join ignores the arm, and forgives its failure.
             Fired::Ok => {

@@ -49,6 +49,35 @@ mod gated {
     include!("generated/fan_1000.rs");
 }
 
+/// The workflows of `race2` and `quorum_2of3`: the same replicas as the hand-written contenders.
+mod control {
+    use crate::common::ops::after;
+    use flow::workflow;
+
+    workflow! {
+        /// The first of two replicas to answer wins; the other is withdrawn.
+        pub Race2(x: u64) -> u64 {
+            Race {
+                a = Operation(after(x, 1)),
+                b = Operation(after(x, 2)),
+            }
+            => *a.or(b).unwrap_or(&0)
+        }
+    }
+
+    workflow! {
+        /// Goes on once two of three replicas answered; the third is withdrawn.
+        pub Quorum2of3(x: u64) -> u64 {
+            Parallel(min = 2, rest = cancel) {
+                r1 = Operation(after(x, 1)),
+                r2 = Operation(after(x, 2)),
+                r3 = Operation(after(x, 1)),
+            }
+            => [r1, r2, r3].into_iter().flatten().sum()
+        }
+    }
+}
+
 /// The replicas of `race2` (turns of the runtime before each answers): the second is slower, so
 /// it loses and is dropped.
 const RACE_TURNS: [u32; 2] = [1, 2];
@@ -139,8 +168,10 @@ fn check(rt: &Runtime) {
     // The winner's output; the sum of the two outputs of the quorum.
     let race = rt.block_on(hand::race2(ops::after, 0, RACE_TURNS));
     assert_eq!(race.ok(), Some(1));
+    assert_eq!(rt.block_on(control::Race2::run(0)).ok(), Some(1));
     let quorum = rt.block_on(hand::quorum(ops::after, 0, &QUORUM_TURNS, QUORUM));
     assert_eq!(quorum.ok(), Some(2));
+    assert_eq!(rt.block_on(control::Quorum2of3::run(0)).ok(), Some(2));
     assert_eq!(
         ok(rt.block_on(hand::layered(ops::yld, 0, NODES, WIDTH))),
         (NODES / WIDTH) as u64
@@ -282,8 +313,7 @@ fn gated_fan(c: &mut Criterion, rt: &Runtime) {
 fn race2(c: &mut Criterion, rt: &Runtime) {
     let mut g = c.benchmark_group("race2");
     g.throughput(Throughput::Elements(RACE_TURNS.len() as u64));
-    // The flow contender goes here: `flow_run`, a workflow whose body is a `Race` of the same
-    // two replicas (`after(x, 1)`, `after(x, 2)`) with the winner's output as its output.
+    bench(&mut g, "flow_run", rt, || control::Race2::run(black_box(0)));
     bench(&mut g, "hand_select", rt, || {
         hand::race2(ops::after, black_box(0), RACE_TURNS)
     });
@@ -295,9 +325,9 @@ fn race2(c: &mut Criterion, rt: &Runtime) {
 fn quorum_2of3(c: &mut Criterion, rt: &Runtime) {
     let mut g = c.benchmark_group("quorum_2of3");
     g.throughput(Throughput::Elements(QUORUM_TURNS.len() as u64));
-    // The flow contender goes here: `flow_run`, a workflow whose body is a
-    // `Parallel(min = 2, rest = cancel)` of the same three replicas (`after(x, 1)`,
-    // `after(x, 2)`, `after(x, 1)`) with the sum of the answers as its output.
+    bench(&mut g, "flow_run", rt, || {
+        control::Quorum2of3::run(black_box(0))
+    });
     bench(&mut g, "hand_unordered", rt, || {
         hand::quorum(ops::after, black_box(0), &QUORUM_TURNS, QUORUM)
     });
@@ -378,6 +408,8 @@ fn repeat(rt: &Runtime, which: &str, runs: usize) -> Option<u64> {
             "hand_layered_yield" => {
                 ok(rt.block_on(hand::layered(ops::yld, black_box(0), NODES, WIDTH)))
             }
+            "race2" => rt.block_on(control::Race2::run(black_box(0))).ok()?,
+            "quorum_2of3" => rt.block_on(control::Quorum2of3::run(black_box(0))).ok()?,
             "hand_race2" => rt
                 .block_on(hand::race2(ops::after, black_box(0), RACE_TURNS))
                 .ok()?,

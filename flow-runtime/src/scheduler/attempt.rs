@@ -8,6 +8,7 @@ use std::task::{Context, Poll};
 use super::{SHARED_WAKER_LIMIT, Scheduler, Settle};
 use crate::error::{NodeError, render};
 use crate::events::EventKind;
+use crate::graph::NodeKind;
 use crate::nodes::Leaves;
 use crate::panic::{panic_message, timer};
 use crate::scope::{OperationSpec, is_later, listen};
@@ -160,13 +161,13 @@ impl Scheduler {
         if self.lean {
             return Ok(());
         }
-        self.attempt_started(node)
+        self.attempt_started(leaves, node)
     }
 
     /// The rest of [`Scheduler::start_attempt`] outside a lean run: the attempt's timeout, its
     /// span, its event; what the previous attempt left (backoff, timeout, span) goes.
     #[inline(never)]
-    fn attempt_started(&mut self, node: u32) -> Result<(), NodeError> {
+    fn attempt_started(&mut self, leaves: &mut Leaves<'_>, node: u32) -> Result<(), NodeError> {
         let timeout = self.node_policy(node).timeout().map(timer).transpose()?;
         if let Some(watch) = self.watch_of(node) {
             watch.backoff = None;
@@ -193,6 +194,12 @@ impl Scheduler {
             }
         }
         self.emit(Some(node), attempt, || EventKind::Requested);
+        if self.recording.is_some()
+            && self.graph.nodes[node as usize].kind == NodeKind::Delay
+            && let Some(after) = leaves[node as usize].delay()
+        {
+            self.emit(Some(node), attempt, || EventKind::TimerSet { after });
+        }
         Ok(())
     }
 

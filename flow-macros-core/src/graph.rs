@@ -13,11 +13,27 @@ use syn::{Expr, Ident};
 use crate::ctxt::Ctxt;
 use crate::options;
 use crate::parse::{BlockStep, CondStep, OpStep, Step, Workflow};
+use crate::signals::{DelayStep, SignalStep};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Kind {
     Operation,
     Decision,
+    /// A `Signal` step.
+    Signal,
+    /// A `Delay` step.
+    Delay,
+}
+
+/// What a `Signal` or `Delay` node waits for.
+pub enum Waits {
+    Signal {
+        signal: Ident,
+        ty: syn::Type,
+        transient: bool,
+    },
+    /// The literal's duration in milliseconds; `None` when the node's `expr` computes it.
+    Delay { ms: Option<u64> },
 }
 
 /// Why an edge exists; one pair of nodes may have several reasons.
@@ -51,6 +67,8 @@ pub struct Node {
     /// For a decision: the nodes of each branch, at all depths.
     pub then_nodes: Vec<usize>,
     pub else_nodes: Vec<usize>,
+    /// For a `Signal` or `Delay` step: what it waits for.
+    pub waits: Option<Waits>,
 }
 
 impl Node {
@@ -141,6 +159,14 @@ impl Builder<'_> {
             }
             Step::Parallel(block) => self.parallel(block),
             Step::Conditional(cond) => self.conditional(cond),
+            Step::Signal(signal) => {
+                let id = self.signal(signal);
+                (vec![id], vec![id])
+            }
+            Step::Delay(delay) => {
+                let id = self.delay(delay);
+                (vec![id], vec![id])
+            }
             Step::Invalid => (Vec::new(), Vec::new()),
         }
     }
@@ -168,8 +194,58 @@ impl Builder<'_> {
             groups: self.groups.clone(),
             then_nodes: Vec::new(),
             else_nodes: Vec::new(),
+            waits: None,
         });
         self.dag.nodes.len() - 1
+    }
+
+    /// A node that waits for the environment: it has no options, and its `expr` is its label
+    /// (a `Signal`) or its duration (a `Delay`).
+    fn waiting(
+        &mut self,
+        kind: Kind,
+        name: &Option<Ident>,
+        keyword: &Ident,
+        expr: Expr,
+        waits: Waits,
+    ) -> usize {
+        self.dag.nodes.push(Node {
+            kind,
+            name: name.clone(),
+            display: String::new(),
+            keyword: keyword.clone(),
+            expr,
+            after: Vec::new(),
+            policy: options::Policy::default(),
+            branches: self.branches.clone(),
+            groups: self.groups.clone(),
+            then_nodes: Vec::new(),
+            else_nodes: Vec::new(),
+            waits: Some(waits),
+        });
+        self.dag.nodes.len() - 1
+    }
+
+    fn signal(&mut self, step: &SignalStep) -> usize {
+        let waits = Waits::Signal {
+            signal: step.signal.clone(),
+            ty: step.ty.clone(),
+            transient: step.transient,
+        };
+        // The label: the arguments as written. Never walked for names: a `Signal` reads none.
+        let label = Expr::Verbatim(step.args.clone());
+        self.waiting(Kind::Signal, &step.name, &step.keyword, label, waits)
+    }
+
+    fn delay(&mut self, step: &DelayStep) -> usize {
+        let waits = Waits::Delay { ms: step.ms };
+        self.waiting(
+            Kind::Delay,
+            &step.name,
+            &step.keyword,
+            step.after.clone(),
+            waits,
+        )
     }
 
     fn parallel(&mut self, block: &BlockStep) -> (Vec<usize>, Vec<usize>) {
@@ -204,6 +280,7 @@ impl Builder<'_> {
             groups: Vec::new(),
             then_nodes: Vec::new(),
             else_nodes: Vec::new(),
+            waits: None,
         });
         let decision = self.dag.nodes.len() - 1;
         if cond.then.is_empty() {
@@ -262,8 +339,9 @@ impl Builder<'_> {
 }
 
 /// Gives every node a unique display name: its binding, or for an unnamed operation the name of
-/// the function it calls (`reject`, or `reject#2` when several steps call `reject`), or
-/// `decision#N` for the N-th `Conditional`.
+/// the function it calls (`reject`, or `reject#2` when several steps call `reject`), for an
+/// unnamed `Signal` the signal's name (numbered the same way), or `decision#N` for the N-th
+/// `Conditional` and `delay#N` for the N-th unnamed `Delay`.
 fn name_nodes(dag: &mut Dag) {
     let bases: Vec<String> = dag
         .nodes
@@ -274,6 +352,11 @@ fn name_nodes(dag: &mut Dag) {
             (None, Kind::Operation) => {
                 callee(&node.expr).unwrap_or_else(|| "operation".to_string())
             }
+            (None, Kind::Signal) => match &node.waits {
+                Some(Waits::Signal { signal, .. }) => signal.to_string(),
+                _ => "signal".to_string(),
+            },
+            (None, Kind::Delay) => "delay".to_string(),
         })
         .collect();
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
@@ -286,7 +369,7 @@ fn name_nodes(dag: &mut Dag) {
         let count = bases.iter().filter(|b| *b == base).count();
         let index = seen.entry(base).or_insert(0);
         *index += 1;
-        let unique = count == 1 && node.kind == Kind::Operation;
+        let unique = count == 1 && matches!(node.kind, Kind::Operation | Kind::Signal);
         names.push(if unique {
             base.clone()
         } else {

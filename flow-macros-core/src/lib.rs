@@ -20,6 +20,7 @@ mod names;
 mod operation;
 mod options;
 mod parse;
+mod signals;
 mod suggest;
 mod validate;
 

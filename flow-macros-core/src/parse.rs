@@ -42,6 +42,10 @@ pub enum Step {
     Sequential(BlockStep),
     Parallel(BlockStep),
     Conditional(CondStep),
+    /// `name = Signal(signal: Type)`: waits for a signal from outside.
+    Signal(crate::signals::SignalStep),
+    /// `Delay("48h")` or `Delay(expr)`: waits for a duration.
+    Delay(crate::signals::DelayStep),
     /// A step that did not parse (its error is recorded). It keeps its block from looking empty,
     /// so one mistake does not also report "empty block".
     Invalid,
@@ -416,7 +420,7 @@ fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
     };
     let rest: Vec<TokenTree> = trees.collect();
     let kind = keyword.to_string();
-    if kind != "Operation"
+    if !matches!(kind.as_str(), "Operation" | "Signal" | "Delay")
         && let Some(name) = &name
     {
         cx.error(
@@ -435,6 +439,8 @@ fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
             })
         }
         "Conditional" => conditional(keyword, rest, cx).map(Step::Conditional),
+        "Signal" => crate::signals::signal(name, keyword, rest, cx).map(Step::Signal),
+        "Delay" => crate::signals::delay(name, keyword, rest, cx).map(Step::Delay),
         other => {
             let lower = other.to_ascii_lowercase();
             // Short forms users bring from other languages, then the closest keyword.
@@ -445,7 +451,14 @@ fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
                 "if" | "cond" => "; did you mean `Conditional`?".to_string(),
                 _ => crate::suggest::did_you_mean(
                     other,
-                    ["Operation", "Sequential", "Parallel", "Conditional"],
+                    [
+                        "Operation",
+                        "Sequential",
+                        "Parallel",
+                        "Conditional",
+                        "Signal",
+                        "Delay",
+                    ],
                 ),
             };
             let message = if hint.is_empty() {

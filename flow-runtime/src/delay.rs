@@ -138,9 +138,7 @@ mod tests {
         let mut wait = pin!(Wait::new(|| Ok(Duration::from_secs(1))));
         wait.as_mut().start();
         assert_eq!(wait.delay(), None);
-        let polled = wait
-            .as_mut()
-            .poll(&mut Context::from_waker(Waker::noop()));
+        let polled = wait.as_mut().poll(&mut Context::from_waker(Waker::noop()));
         assert!(
             matches!(&polled, Poll::Ready(Err(NodeError::Panicked(m))) if m.contains("tokio runtime with time enabled")),
             "{polled:?}"

@@ -75,7 +75,7 @@ impl<T> fmt::Debug for SignalKey<T> {
 }
 
 /// Why [`Signals::send`] refused a signal; the value comes back.
-#[derive(PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub enum SendError<T> {
     /// The run has ended: no step will ever take the signal.
     Finished(T),
@@ -105,7 +105,9 @@ impl<T> fmt::Debug for SendError<T> {
 impl<T> fmt::Display for SendError<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            SendError::Finished(_) => f.write_str("the run has ended: no step will take the signal"),
+            SendError::Finished(_) => {
+                f.write_str("the run has ended: no step will take the signal")
+            }
             SendError::NotWaiting(_) => {
                 f.write_str("no step waits for the signal, and it is not kept")
             }
@@ -372,7 +374,10 @@ impl<T: 'static> Future for WaitSignal<'_, T> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        let payload = match this.env.poll_signal(this.name, &mut this.ticket, cx.waker()) {
+        let payload = match this
+            .env
+            .poll_signal(this.name, &mut this.ticket, cx.waker())
+        {
             Poll::Ready(payload) => payload,
             Poll::Pending => return Poll::Pending,
         };
@@ -449,7 +454,10 @@ mod tests {
         let (one, two) = (Slot::new(), Slot::new());
         assert!(poll(&mut signal(&mailbox, "approve", Some(&one))).is_ready());
         assert!(poll(&mut signal(&mailbox, "approve", Some(&two))).is_ready());
-        assert_eq!((one.get(), two.get()), (Some(&Approval(1)), Some(&Approval(2))));
+        assert_eq!(
+            (one.get(), two.get()),
+            (Some(&Approval(1)), Some(&Approval(2)))
+        );
     }
 
     #[test]

@@ -199,7 +199,8 @@ fn key_name(name: &Ident) -> String {
 }
 
 /// The signals of a workflow, each once: (name, payload type, transient), in source order.
-/// Reports two declarations of one signal that disagree, and names whose keys clash.
+/// Reports two declarations of one signal that disagree, and names whose keys clash (which
+/// are left out, so that their constants do not add errors of their own).
 pub fn declared<'a>(dag: &'a Dag, cx: &mut Ctxt) -> Vec<(&'a Ident, &'a Type, bool)> {
     let mut first: BTreeMap<String, (&Ident, &Type, bool)> = BTreeMap::new();
     let mut out: Vec<(&Ident, &Type, bool)> = Vec::new();
@@ -224,21 +225,21 @@ pub fn declared<'a>(dag: &'a Dag, cx: &mut Ctxt) -> Vec<(&'a Ident, &'a Type, bo
                     ),
                 );
             } else if earlier_transient != *transient {
-                let (one, other) = if *transient {
-                    ("", " not")
-                } else {
-                    (" not", "")
+                let (there, here) = match transient {
+                    true => ("kept", "transient"),
+                    false => ("transient", "kept"),
                 };
                 cx.error(
                     signal.span(),
                     format!(
-                        "the signal `{signal}` is{one} transient here and{other} transient{}: declare it the same way at every step",
+                        "the signal `{signal}` is {there}{} and {here} here: declare it the same way at every step (`transient` or not)",
                         at_line(earlier.span())
                     ),
                 );
             }
             continue;
         }
+        first.insert(text, (signal, ty, *transient));
         let key = key_name(signal);
         if key == "GRAPH" {
             cx.error(
@@ -253,9 +254,9 @@ pub fn declared<'a>(dag: &'a Dag, cx: &mut Ctxt) -> Vec<(&'a Ident, &'a Type, bo
                     at_line(other.span())
                 ),
             );
+        } else {
+            out.push((signal, ty, *transient));
         }
-        first.insert(text, (signal, ty, *transient));
-        out.push((signal, ty, *transient));
     }
     out
 }

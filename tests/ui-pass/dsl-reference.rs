@@ -107,6 +107,36 @@ workflow! {
 }
 
 // ---- docs/dsl.md, block 6
+#[derive(Debug, Clone)]
+pub struct Approval { pub by: String }
+
+pub async fn ship_approved(order: &Order, approval: &Approval) -> Result<String, ShopError> {
+    Ok(format!("order {} approved by {}", order.id, approval.by))
+}
+
+workflow! {
+    /// Ships an order once someone approves it, after a cooling-off day.
+    pub Approve(ctx: &AppCtx, order_id: u64) -> String {
+        order = Operation(fetch_order(ctx, order_id)),
+        ok = Signal(approve: Approval),
+        Delay("1d"),
+        Delay(std::time::Duration::from_millis(order.total)),
+        shipped = Operation(ship_approved(&order, &ok)),
+        => shipped.clone()
+    }
+}
+
+pub async fn approve_and_run(ctx: &AppCtx) -> Result<String, WorkflowError> {
+    let mut runner = Approve::runner();
+    let signals: Signals = runner.signals();
+    // Sent before the step waits: kept until it does.
+    signals
+        .send(Approve::APPROVE, Approval { by: "ann".to_string() })
+        .expect("the run has not ended");
+    runner.run((ctx, 7)).await
+}
+
+// ---- docs/dsl.md, block 7
 pub async fn archive(order: Order) -> Result<u64, ShopError> {
     Ok(order.id)
 }
@@ -123,7 +153,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 7
+// ---- docs/dsl.md, block 8
 pub async fn pay_by_card(order: &Order) -> Result<Receipt, ShopError> {
     Ok(Receipt { order_id: order.id, amount: order.total })
 }
@@ -150,7 +180,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 8
+// ---- docs/dsl.md, block 9
 pub async fn step(n: u64) -> Result<u64, Infallible> { Ok(n) }
 pub async fn add(a: &u64, b: &u64) -> Result<u64, Infallible> { Ok(a + b) }
 
@@ -166,7 +196,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 9
+// ---- docs/dsl.md, block 10
 workflow! {
     /// Scores an order with a flaky service: 2 retries, 50 ms then 100 ms apart, 1 s in all.
     pub Resilient(ctx: &AppCtx, order_id: u64) -> f64 {
@@ -183,7 +213,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 10
+// ---- docs/dsl.md, block 11
 workflow! {
     /// Notifies twice; stops everything at the first uncaught failure.
     #[flow(failure = FailFast)]
@@ -195,7 +225,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 11
+// ---- docs/dsl.md, block 12
 pub struct Client;
 impl Client {
     pub async fn get(&self, id: u64) -> Result<u64, ShopError> { Ok(id) }
@@ -210,7 +240,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 12
+// ---- docs/dsl.md, block 13
 #[operation(name = "charge card", timeout = "2s")]
 pub async fn charge_card(order: &Order, stock: &Reservation) -> Result<Receipt, ShopError> {
     charge(order, stock).await
@@ -226,7 +256,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 13
+// ---- docs/dsl.md, block 14
 workflow! {
     /// Rejects orders whose risk is high or could not be scored in time.
     pub Screen(ctx: &AppCtx, order_id: u64) {
@@ -241,7 +271,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 14
+// ---- docs/dsl.md, block 15
 workflow! {
     /// Charges an order and returns the receipt, if the risk was low.
     pub Receipted(ctx: &AppCtx, order_id: u64) -> (u64, Option<Receipt>) {
@@ -258,7 +288,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 15
+// ---- docs/dsl.md, block 16
 use std::num::NonZeroUsize;
 use std::time::Duration;
 

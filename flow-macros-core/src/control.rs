@@ -80,6 +80,6 @@ impl ControlTables {
 /// The control tables of a checked workflow. `pos[id]` is node `id`'s runtime index.
 pub(crate) fn tables(checked: &Checked, pos: &[usize], private: &TokenStream) -> ControlTables {
     let mut tables = ControlTables::default();
-    tables.signals = crate::signals::table(checked, pos, private);
+    crate::signals::fill(&mut tables, checked, pos, private);
     tables
 }

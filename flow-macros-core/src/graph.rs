@@ -29,7 +29,7 @@ pub enum Kind {
 pub enum Waits {
     Signal {
         signal: Ident,
-        ty: syn::Type,
+        ty: Box<syn::Type>,
         transient: bool,
     },
     /// The literal's duration in milliseconds; `None` when the node's `expr` computes it.
@@ -229,7 +229,7 @@ impl Builder<'_> {
     fn signal(&mut self, step: &SignalStep) -> usize {
         let waits = Waits::Signal {
             signal: step.signal.clone(),
-            ty: step.ty.clone(),
+            ty: Box::new(step.ty.clone()),
             transient: step.transient,
         };
         // The label: the arguments as written. Never walked for names: a `Signal` reads none.

@@ -17,6 +17,7 @@ use syn::parse::ParseStream;
 use syn::spanned::Spanned;
 use syn::{Expr, Ident, Token, Type};
 
+use crate::control::ControlTables;
 use crate::ctxt::Ctxt;
 use crate::graph::{Dag, Waits};
 use crate::parse::parse_within;
@@ -239,7 +240,7 @@ pub fn declared<'a>(dag: &'a Dag, cx: &mut Ctxt) -> Vec<(&'a Ident, &'a Type, bo
             }
             continue;
         }
-        first.insert(text, (signal, ty, *transient));
+        first.insert(text, (signal, &**ty, *transient));
         let key = key_name(signal);
         if key == "GRAPH" {
             cx.error(
@@ -255,7 +256,7 @@ pub fn declared<'a>(dag: &'a Dag, cx: &mut Ctxt) -> Vec<(&'a Ident, &'a Type, bo
                 ),
             );
         } else {
-            out.push((signal, ty, *transient));
+            out.push((signal, &**ty, *transient));
         }
     }
     out
@@ -287,8 +288,17 @@ pub fn keys(
     quote!(#(#consts)*)
 }
 
-/// The rows of `Control::signals`: one per `Signal` step, in runtime order.
-pub fn table(checked: &Checked, pos: &[usize], private: &TokenStream) -> Vec<TokenStream> {
+/// Fills `Control::signals`: one row per `Signal` step, in runtime order.
+pub(crate) fn fill(
+    tables: &mut ControlTables,
+    checked: &Checked,
+    pos: &[usize],
+    private: &TokenStream,
+) {
+    tables.signals = table(checked, pos, private);
+}
+
+fn table(checked: &Checked, pos: &[usize], private: &TokenStream) -> Vec<TokenStream> {
     let mut rows: Vec<(usize, TokenStream)> = checked
         .dag
         .nodes

@@ -25,8 +25,11 @@ pub struct Timer;
 pub struct Wait<F> {
     after: F,
     /// The current attempt's duration and timer, or why it could not start.
-    running: Option<Result<(Duration, Pin<Box<Sleep>>), NodeError>>,
+    running: Option<Result<Started, NodeError>>,
 }
+
+/// A started wait: its duration and its timer.
+type Started = (Duration, Pin<Box<Sleep>>);
 
 impl<F: Fn() -> Result<Duration, NodeError>> Wait<F> {
     /// Wraps the closure that computes the duration.

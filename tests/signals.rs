@@ -279,3 +279,171 @@ fn handles_are_send_and_sync() {
     is::<SignalKey<Approval>>();
     is::<SendError<Approval>>();
 }
+
+async fn expire() -> Result<&'static str, Infallible> {
+    // Runs an hour, so the run is still going when a late signal is sent.
+    sleep(Duration::from_secs(3600)).await;
+    Ok("expired")
+}
+
+workflow! {
+    /// Ships when approved within two days; expires the order otherwise.
+    Deferred() -> (Option<String>, Option<&'static str>) {
+        Pick {
+            ok = Signal(approve: Approval, transient) => { shipped = Operation(ship(&ok)) },
+            Delay("48h") => { expired = Operation(expire()) },
+        },
+        Operation(done()),
+        => (shipped.cloned(), expired.copied())
+    }
+}
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn statuses(report: &Report, names: &[&str]) -> Vec<Option<NodeStatus>> {
+    names.iter().map(|name| report.status(name)).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pick_takes_the_signal_when_it_comes_first_and_withdraws_the_delay() {
+    let start = Instant::now();
+    let mut runner = Deferred::runner();
+    let signals = runner.signals();
+    let send = async {
+        sleep(HOUR).await;
+        signals.send(Deferred::APPROVE, Approval { by: "ann" })
+    };
+    let (outcome, sent) = tokio::join!(runner.execute(()), send);
+    assert_eq!(sent, Ok(()));
+    let (shipped, expired) = outcome.result.expect("the run succeeds");
+    assert_eq!(shipped.as_deref(), Some("shipped, approved by ann"));
+    assert_eq!(expired, None);
+    use NodeStatus::{Completed, Withdrawn};
+    assert_eq!(
+        statuses(
+            &outcome.report,
+            &["ok", "shipped", "delay#1", "expired", "pick#1", "done"]
+        ),
+        [
+            Completed, Completed, Withdrawn, Withdrawn, Completed, Completed
+        ]
+        .map(Some)
+    );
+    // The losing delay was dropped at once: the run did not wait its 48 hours.
+    assert!(start.elapsed() < 2 * HOUR, "{:?}", start.elapsed());
+    let log = outcome.report.log();
+    assert!(
+        log.events()
+            .iter()
+            .any(|e| e.node_name == Some("pick#1") && e.kind == EventKind::Won { arms: vec![0] })
+    );
+    assert!(
+        log.events().iter().any(|e| e.node_name == Some("delay#1")
+            && e.kind == EventKind::Withdrawn { cause: "pick#1" })
+    );
+    assert_eq!(
+        kinds(log, "delay#1"),
+        ["Requested", "TimerSet", "Withdrawn"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pick_takes_the_delay_when_it_fires_first_and_stops_waiting_for_the_signal() {
+    let start = Instant::now();
+    let mut runner = Deferred::runner();
+    let signals = runner.signals();
+    let send = async {
+        // The delay has fired and `expire` is running: the losing signal step no longer waits,
+        // so the transient signal finds nobody.
+        sleep(48 * HOUR + HOUR / 2).await;
+        signals.send(Deferred::APPROVE, Approval { by: "late" })
+    };
+    let (outcome, sent) = tokio::join!(runner.execute(()), send);
+    assert_eq!(sent, Err(SendError::NotWaiting(Approval { by: "late" })));
+    let (shipped, expired) = outcome.result.expect("the run succeeds");
+    assert_eq!((shipped, expired), (None, Some("expired")));
+    use NodeStatus::{Completed, Withdrawn};
+    assert_eq!(
+        statuses(
+            &outcome.report,
+            &["ok", "shipped", "delay#1", "expired", "pick#1", "done"]
+        ),
+        [
+            Withdrawn, Withdrawn, Completed, Completed, Completed, Completed
+        ]
+        .map(Some)
+    );
+    assert!(start.elapsed() >= 49 * HOUR);
+    let log = outcome.report.log();
+    assert!(
+        log.events()
+            .iter()
+            .any(|e| e.node_name == Some("pick#1") && e.kind == EventKind::Won { arms: vec![1] })
+    );
+    assert_eq!(kinds(log, "ok"), ["Requested", "Withdrawn"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_kept_signal_chooses_its_arm_before_any_delay() {
+    workflow! {
+        Kept() -> bool {
+            Pick {
+                ok = Signal(approve: Approval) => { },
+                Delay("0ms") => { },
+            }
+            => ok.is_some()
+        }
+    }
+    let mut runner = Kept::runner();
+    runner
+        .signals()
+        .send(Kept::APPROVE, Approval { by: "ann" })
+        .expect("kept");
+    let outcome = runner.execute(()).await;
+    assert_eq!(outcome.result.expect("the run succeeds"), true);
+    assert_eq!(
+        outcome.report.status("delay#1"),
+        Some(NodeStatus::Withdrawn)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failure_in_the_chosen_arm_fails_the_run() {
+    #[derive(Debug)]
+    struct Refusal;
+    impl std::fmt::Display for Refusal {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("refused")
+        }
+    }
+    impl std::error::Error for Refusal {}
+    async fn refuse(_: &Approval) -> Result<(), Refusal> {
+        Err(Refusal)
+    }
+    async fn tally(refused: bool) -> Result<bool, Infallible> {
+        Ok(refused)
+    }
+    workflow! {
+        Refused() {
+            Pick {
+                ok = Signal(approve: Approval) => { refused = Operation(refuse(&ok)) },
+                Delay("1h") => { Operation(done()) },
+            },
+            // Reads the arm's last step (an `Option`): its failure still reaches it.
+            Operation(tally(refused.is_some())),
+        }
+    }
+    let mut runner = Refused::runner();
+    runner
+        .signals()
+        .send(Refused::APPROVE, Approval { by: "ann" })
+        .expect("kept");
+    let error = runner
+        .run(())
+        .await
+        .expect_err("the arm's failure is not caught");
+    let failed: Vec<&str> = error.failed().map(|f| f.node).collect();
+    assert_eq!(failed, ["refused"]);
+    let aborted: Vec<&str> = error.aborted().map(|f| f.node).collect();
+    assert_eq!(aborted, ["tally"]);
+}

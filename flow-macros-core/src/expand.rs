@@ -935,7 +935,9 @@ fn plan_tables(checked: &Checked, edges: &[(usize, usize, u8)], pos: &[usize]) -
             if caught(to, why) {
                 entry |= CAUGHT_FLAG;
             }
-            if why & edge::SOFT_READ != 0 {
+            // A read that is also the order of a sequence (the steps after a `Pick` reading
+            // the last step of an arm) passes the arm's failure on, as after a `Conditional`.
+            if why & edge::SOFT_READ != 0 && why & edge::SEQUENCE == 0 {
                 entry |= SOFT_FLAG;
             }
             succ.push(entry);

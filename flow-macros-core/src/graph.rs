@@ -13,6 +13,7 @@ use syn::{Expr, Ident};
 use crate::ctxt::Ctxt;
 use crate::options;
 use crate::parse::{BlockStep, CondStep, GateStep, OpStep, Step, Workflow};
+use crate::pick::PickStep;
 use crate::signals::{DelayStep, SignalStep};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -194,6 +195,7 @@ impl Builder<'_> {
                 (vec![id], vec![id])
             }
             Step::Gate(gate) => self.gate(gate),
+            Step::Pick(pick) => self.pick(pick),
             Step::Invalid => (Vec::new(), Vec::new()),
         }
     }
@@ -372,6 +374,73 @@ impl Builder<'_> {
         (entries, vec![node])
     }
 
+    /// A `Pick`: a gate of `min = 1, rest = cancel` whose arms are its triggers alone (each arm
+    /// withdraws as a whole: its trigger and its steps). An arm's steps follow its trigger; the
+    /// steps after the `Pick` follow the last steps of every arm and the gate.
+    fn pick(&mut self, step: &PickStep) -> (Vec<usize>, Vec<usize>) {
+        let mut entries = Vec::new();
+        let mut exits = Vec::new();
+        let mut arms = Vec::new();
+        for arm in &step.arms {
+            let first = self.dag.nodes.len();
+            let (trigger, _) = self.step(&arm.trigger);
+            let (body_entries, body_exits) = self.sequence(&arm.body);
+            let last = self.dag.nodes.len();
+            for &from in &trigger {
+                for &to in &body_entries {
+                    self.dag.add_edge(from, to, edge::SEQUENCE);
+                }
+            }
+            entries.extend(trigger.iter().copied());
+            exits.extend(if body_entries.is_empty() {
+                trigger.clone()
+            } else {
+                body_exits
+            });
+            arms.push(ArmBlock {
+                nodes: (first..last).collect(),
+                exits: trigger,
+            });
+        }
+        let expr: Expr = syn::Expr::Path(syn::ExprPath {
+            attrs: Vec::new(),
+            qself: None,
+            path: step.keyword.clone().into(),
+        });
+        self.dag.nodes.push(Node {
+            kind: Kind::Gate,
+            name: None,
+            display: String::new(),
+            keyword: step.keyword.clone(),
+            expr,
+            after: Vec::new(),
+            policy: options::Policy::default(),
+            branches: self.branches.clone(),
+            groups: self.groups.clone(),
+            then_nodes: Vec::new(),
+            else_nodes: Vec::new(),
+            waits: None,
+        });
+        let node = self.dag.nodes.len() - 1;
+        for arm in &arms {
+            for &exit in &arm.exits {
+                self.dag.add_edge(exit, node, edge::GATED);
+            }
+        }
+        self.dag.gates.push(GateBlock {
+            node,
+            race: true,
+            min: 1,
+            rest_cancel: true,
+            arms,
+        });
+        if entries.is_empty() {
+            entries.push(node);
+        }
+        exits.push(node);
+        (entries, exits)
+    }
+
     fn conditional(&mut self, cond: &CondStep) -> (Vec<usize>, Vec<usize>) {
         self.dag.nodes.push(Node {
             kind: Kind::Decision,
@@ -455,6 +524,7 @@ fn name_nodes(dag: &mut Dag) {
             (Some(name), _) => name.to_string(),
             (None, Kind::Decision) => "decision".to_string(),
             (None, Kind::Gate) if node.keyword == "Race" => "race".to_string(),
+            (None, Kind::Gate) if node.keyword == "Pick" => "pick".to_string(),
             (None, Kind::Gate) => "join".to_string(),
             (None, Kind::Operation) => {
                 callee(&node.expr).unwrap_or_else(|| "operation".to_string())

@@ -20,6 +20,7 @@ mod names;
 mod operation;
 mod options;
 mod parse;
+mod pick;
 mod signals;
 mod suggest;
 mod validate;

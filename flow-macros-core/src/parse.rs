@@ -48,6 +48,8 @@ pub enum Step {
     Signal(crate::signals::SignalStep),
     /// `Delay("48h")` or `Delay(expr)`: waits for a duration.
     Delay(crate::signals::DelayStep),
+    /// `Pick { trigger => { steps }, .. }`: the first event to come chooses its arm.
+    Pick(crate::pick::PickStep),
     /// A step that did not parse (its error is recorded). It keeps its block from looking empty,
     /// so one mistake does not also report "empty block".
     Invalid,
@@ -393,7 +395,7 @@ pub fn steps(tokens: TokenStream, cx: &mut Ctxt) -> Vec<Step> {
     out
 }
 
-fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
+pub(crate) fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
     let mut trees = chunk.into_iter().peekable();
     let first = trees.next()?;
     // `name = Kind(..)`?
@@ -483,6 +485,7 @@ fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
         "Conditional" => conditional(keyword, rest, cx).map(Step::Conditional),
         "Signal" => crate::signals::signal(name, keyword, rest, cx).map(Step::Signal),
         "Delay" => crate::signals::delay(name, keyword, rest, cx).map(Step::Delay),
+        "Pick" => crate::pick::pick(keyword, rest, cx).map(Step::Pick),
         other => {
             let lower = other.to_ascii_lowercase();
             // Short forms users bring from other languages, then the closest keyword.
@@ -501,6 +504,7 @@ fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
                         "Race",
                         "Signal",
                         "Delay",
+                        "Pick",
                     ],
                 ),
             };

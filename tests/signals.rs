@@ -400,7 +400,10 @@ async fn a_kept_signal_chooses_its_arm_before_any_delay() {
         .send(Kept::APPROVE, Approval { by: "ann" })
         .expect("kept");
     let outcome = runner.execute(()).await;
-    assert_eq!(outcome.result.expect("the run succeeds"), true);
+    assert!(
+        outcome.result.expect("the run succeeds"),
+        "the signal chose its arm"
+    );
     assert_eq!(
         outcome.report.status("delay#1"),
         Some(NodeStatus::Withdrawn)

@@ -70,23 +70,9 @@ impl Scheduler {
         if i == self.ready.len() {
             self.ready.clear();
         } else {
-            // `interrupt`: the rest waits for the withdrawals, or is never started (a halt:
-            // `stop_all` aborts it).
+            // `interrupt`: the rest waits until the run has applied the withdrawals, or is
+            // never started (a halt: `stop_all` aborts it).
             self.ready.drain(..i);
-        }
-        if self.interrupt && self.halt.is_none() {
-            self.withdraw_and_start(leaves);
-        }
-    }
-
-    /// [`Scheduler::start_ready`] was interrupted by a withdrawal: applies it, then starts
-    /// what is still ready.
-    #[cold]
-    #[inline(never)]
-    fn withdraw_and_start(&mut self, leaves: &mut Leaves<'_>) {
-        self.apply_withdrawals(leaves);
-        if self.halt.is_none() {
-            self.start_ready(leaves);
         }
     }
 
@@ -95,19 +81,10 @@ impl Scheduler {
     #[inline(never)]
     fn start_ready_limited(&mut self, leaves: &mut Leaves<'_>) {
         let mut i = 0;
-        loop {
-            if self.interrupt {
-                if self.halt.is_some() {
-                    return;
-                }
-                // The withdrawn nodes leave `ready`; the walk starts again from its head.
-                self.apply_withdrawals(leaves);
-                i = 0;
-                continue;
-            }
-            let Some(&node) = self.ready.get(i) else {
-                return;
-            };
+        // On `interrupt` the run applies the withdrawals (or the halt) and calls again.
+        while !self.interrupt
+            && let Some(&node) = self.ready.get(i)
+        {
             if !self.nodes[node as usize].decision && !self.has_capacity(node) {
                 i += 1;
                 continue;

@@ -405,8 +405,12 @@ impl Scheduler {
         }
         loop {
             self.start_ready(leaves);
-            if self.interrupt && self.interrupted(leaves) {
-                return Poll::Ready(());
+            if self.interrupt {
+                if self.interrupted(leaves) {
+                    return Poll::Ready(());
+                }
+                // Withdrawals applied: start what is ready now.
+                continue;
             }
             if self.due.is_empty() {
                 return if self.settled == self.len() {

@@ -151,6 +151,9 @@ impl Scheduler {
     fn mark_more(&mut self, node: u32, how: Settle) {
         if matches!(how, Settle::Failed | Settle::Aborted(_)) {
             self.failures += 1;
+            if !self.gates.is_empty() {
+                self.catch_late(node);
+            }
         }
         let state = &mut self.nodes[node as usize];
         if let Settle::Aborted(cause) | Settle::Withdrawn(cause) = how {

@@ -449,4 +449,25 @@ async fn a_failure_in_the_chosen_arm_fails_the_run() {
     assert_eq!(failed, ["refused"]);
     let aborted: Vec<&str> = error.aborted().map(|f| f.node).collect();
     assert_eq!(aborted, ["tally"]);
+
+    // The same with nothing after the `Pick`.
+    workflow! {
+        RefusedLast() {
+            Pick {
+                ok = Signal(approve: Approval) => { Operation(refuse(&ok)) },
+                Delay("1h") => { },
+            }
+        }
+    }
+    let mut runner = RefusedLast::runner();
+    runner
+        .signals()
+        .send(RefusedLast::APPROVE, Approval { by: "ann" })
+        .expect("kept");
+    let error = runner
+        .run(())
+        .await
+        .expect_err("the arm's failure is not caught");
+    let failed: Vec<&str> = error.failed().map(|f| f.node).collect();
+    assert_eq!(failed, ["refuse"]);
 }

@@ -302,18 +302,53 @@ pub use flow_runtime::EventLog;
 pub use flow_runtime::Runner;
 pub use flow_runtime::Workflow;
 
+/// # Example
+///
+/// ```
+/// use flow::prelude::*;
+/// # #[derive(Debug)]
+/// # struct Approval { by: &'static str }
+/// # async fn ship(a: &Approval) -> Result<String, std::convert::Infallible> { Ok(a.by.to_string()) }
+///
+/// workflow! {
+///     Release() -> String {
+///         Sequential {
+///             ok = Signal(approve: Approval),
+///             shipped = Operation(ship(&ok)),
+///         }
+///         => shipped.clone()
+///     }
+/// }
+///
+/// # futures::executor::block_on(async {
+/// let mut runner = Release::runner();
+/// let signals: Signals = runner.signals();
+/// // Sent before the step waits: kept for it.
+/// signals.send(Release::APPROVE, Approval { by: "ann" })?;
+/// assert_eq!(runner.run(()).await?, "ann");
+/// // The run has ended: nobody takes a signal any more, and the value comes back.
+/// let late = signals.send(Release::APPROVE, Approval { by: "bob" });
+/// assert!(matches!(late, Err(SendError::Finished(Approval { by: "bob" }))));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
+pub use flow_runtime::Signals;
+pub use flow_runtime::{SendError, SignalKey};
+
 /// Everything a workflow file needs: `use flow::prelude::*;`.
 ///
 /// The macros, the types a run returns ([`Outcome`], [`Report`], [`WorkflowError`],
 /// [`NodeError`], [`NodeStatus`]), the runner and its options ([`Runner`], [`Workflow`],
 /// [`CancelToken`], [`FailurePolicy`]), and what a user of events needs ([`Event`], [`EventKind`], [`EventLog`], [`Recorder`],
-/// [`CancelReason`], [`TraceMatrix`]).
+/// [`CancelReason`], [`TraceMatrix`]), and what sends signals to a run ([`Signals`],
+/// [`SignalKey`], [`SendError`]).
 pub mod prelude {
     pub use crate::{
         CancelReason, CancelToken, Event, EventKind, EventLog, FailurePolicy, NodeError,
         NodeStatus, Outcome, Recorder, Report, Runner, TraceMatrix, Workflow, WorkflowError,
         operation, workflow,
     };
+    pub use crate::{SendError, SignalKey, Signals};
 }
 
 /// The interface between the code `workflow!` and `#[operation]` generate and the runtime.

@@ -505,3 +505,23 @@ async fn a_race_in_an_untaken_branch_is_skipped_without_a_winner() {
     );
     assert!(log.started().is_empty());
 }
+
+workflow! {
+    /// With `rest = run`, an arm that fails after its gate fired is forgiven.
+    LateFailure(log: &Log) {
+        Parallel(min = 1, rest = run) {
+            Operation(work(log, "fast", 5)),
+            late = Operation(fail(log, "late", 20)),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_arm_that_fails_after_its_gate_fired_is_forgiven() {
+    let log = Log::new();
+    let outcome = LateFailure::runner().execute(&log).await;
+    let report = outcome.report;
+    assert!(outcome.result.is_ok(), "{report}");
+    assert_eq!(status(&report, "late"), NodeStatus::Failed);
+    assert_eq!(log.at("late", "end"), ms(20));
+}

@@ -80,6 +80,7 @@ impl ControlTables {
 /// The control tables of a checked workflow. `pos[id]` is node `id`'s runtime index.
 pub(crate) fn tables(checked: &Checked, pos: &[usize], private: &TokenStream) -> ControlTables {
     let mut tables = ControlTables::default();
+    crate::signals::fill(&mut tables, checked, pos, private);
     gate_tables(checked, pos, private, &mut tables);
     tables
 }

@@ -21,6 +21,7 @@ use crate::ctxt::Ctxt;
 use crate::graph::{self, Kind, edge};
 use crate::names;
 use crate::parse::{self, Workflow};
+use crate::signals;
 use crate::validate::{self, Checked, Use};
 
 /// Expands one `workflow!` invocation: generated code, or every error found, beside a
@@ -47,12 +48,14 @@ pub fn workflow(input: TokenStream) -> TokenStream {
     }
     let input = Input::new(&workflow, &mut cx);
     let dag = graph::build(&workflow, &mut cx);
+    let declared = signals::declared(&dag, &mut cx);
+    let keys = signals::keys(&declared, &workflow.vis, &private_path(&workflow));
     let checked = validate::check(&workflow, dag, &mut cx);
     match (checked, cx.has_errors()) {
-        (Some(checked), false) => generate(&workflow, &checked, &input),
+        (Some(checked), false) => generate(&workflow, &checked, &input, keys),
         _ => {
             let mut out = errors(cx);
-            out.extend(skeleton(&workflow, &input));
+            out.extend(skeleton(&workflow, &input, keys));
             out
         }
     }
@@ -99,7 +102,12 @@ impl Names<'_> {
     }
 }
 
-fn generate(workflow: &Workflow, checked: &Checked, input: &Input) -> TokenStream {
+fn generate(
+    workflow: &Workflow,
+    checked: &Checked,
+    input: &Input,
+    keys: TokenStream,
+) -> TokenStream {
     let mut pos = vec![0; checked.order.len()];
     for (p, &id) in checked.order.iter().enumerate() {
         pos[id] = p;
@@ -138,10 +146,16 @@ fn generate(workflow: &Workflow, checked: &Checked, input: &Input) -> TokenStrea
     let graph = graph_const(&names);
     let output = output(&names);
     let options = Ident::new("__flow_options", Span::mixed_site());
+    // Only a workflow with `Signal` steps has a mailbox.
+    let mailbox = match checked.dag.nodes.iter().any(|n| n.kind == Kind::Signal) {
+        true => signals::mailbox_statement(private),
+        false => TokenStream::new(),
+    };
 
     let body = quote! {
         async move {
             #(let #param_names = &#param_names;)*
+            #mailbox
             #(#statements)*
             let __flow_finished = #private::#execute(
                 &<Self as #private::Workflow>::GRAPH, #options, #tree,
@@ -152,7 +166,7 @@ fn generate(workflow: &Workflow, checked: &Checked, input: &Input) -> TokenStrea
     // `run`'s parameters, passed on as the input value: the same names as the pattern.
     let value = &input.pattern;
     let run = quote!(#private::Runner::<Self>::new().run(#value).await);
-    interface(workflow, input, &names.private, graph, body, run)
+    interface(workflow, input, &names.private, graph, body, run, keys)
 }
 
 /// The items every workflow has, around its graph and its run's body: the unit struct, its
@@ -165,6 +179,7 @@ fn interface(
     graph: TokenStream,
     body: TokenStream,
     run: TokenStream,
+    keys: TokenStream,
 ) -> TokenStream {
     let name = &workflow.name;
     let vis = &workflow.vis;
@@ -230,6 +245,8 @@ fn interface(
             #vis async fn run(#(#params),*) -> #private::Result<#output_ty, #private::WorkflowError> {
                 #run
             }
+
+            #keys
         }
     }
 }
@@ -457,25 +474,66 @@ fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
     let hints = checked.hints[id].iter().map(
         |hint| quote!(#[allow(unused_variables)] let #hint = ::core::marker::PhantomData::<()>;),
     );
+    let inputs = uses.iter().map(
+        |Use {
+             ident,
+             source,
+             optional,
+         }| {
+            let slot = names.slot(*source);
+            if *optional {
+                // In a branch this step is not in: `Option<&T>`, `None` when skipped.
+                quote!(let #ident = &#slot.get();)
+            } else {
+                // No name of the producer here: a constant in each node's code would
+                // keep LLVM from merging the code of nodes of the same shape.
+                quote!(let #ident = #private::input(#slot)?;)
+            }
+        },
+    );
     match node.kind {
+        Kind::Signal => {
+            let Some(graph::Waits::Signal { signal, ty, .. }) = &node.waits else {
+                return TokenStream::new();
+            };
+            let text = signal.to_string();
+            let mailbox = signals::mailbox_ident();
+            let span = ty.span();
+            let wait = quote_spanned!(span=> #private::signal::<#ty>);
+            if node.name.is_some() {
+                let slot = names.slot(id);
+                quote! {
+                    let #slot = &#private::Slot::new();
+                    let #var = (move || #wait(#mailbox, #text, #private::Option::Some(#slot)),);
+                }
+            } else {
+                quote! {
+                    let #var = (move || #wait(#mailbox, #text, #private::Option::None),);
+                }
+            }
+        }
+        Kind::Delay => {
+            let after = match &node.waits {
+                Some(graph::Waits::Delay { ms: Some(ms) }) => {
+                    quote!(#private::Duration::from_millis(#ms))
+                }
+                _ => quote_spanned!(span=> {
+                    let __flow_after: #private::Duration = #expr;
+                    __flow_after
+                }),
+            };
+            quote! {
+                let #var = (
+                    #private::Timer,
+                    move || -> #private::Result<#private::Duration, #private::NodeError> {
+                        #(#inputs)*
+                        #(#hints)*
+                        #private::Result::Ok(#after)
+                    },
+                );
+            }
+        }
         Kind::Operation => {
-            let inputs = uses.iter().map(
-                |Use {
-                     ident,
-                     source,
-                     optional,
-                 }| {
-                    let slot = names.slot(*source);
-                    if *optional {
-                        // In a branch this step is not in: `Option<&T>`, `None` when skipped.
-                        quote!(let #ident = &#slot.get();)
-                    } else {
-                        // No name of the producer here: a constant in each node's code would
-                        // keep LLVM from merging the code of nodes of the same shape.
-                        quote!(let #ident = #private::input(#slot)?;)
-                    }
-                },
-            );
             let awaited = quote_spanned!(span=> (#expr).await);
             // On the user's tokens, so that an error about the result points at the call.
             let private = respan(private, span);
@@ -630,6 +688,8 @@ fn graph_const(names: &Names<'_>) -> TokenStream {
         let kind = match node.kind {
             Kind::Operation => quote!(#node_kind::Operation),
             Kind::Decision => quote!(#node_kind::Decision),
+            Kind::Signal => quote!(#node_kind::Signal),
+            Kind::Delay => quote!(#node_kind::Delay),
             Kind::Gate => quote!(#node_kind::Gate),
         };
         let start = node.keyword.span().start();
@@ -875,7 +935,9 @@ fn plan_tables(checked: &Checked, edges: &[(usize, usize, u8)], pos: &[usize]) -
             if caught(to, why) {
                 entry |= CAUGHT_FLAG;
             }
-            if why & edge::SOFT_READ != 0 {
+            // A read that is also the order of a sequence (the steps after a `Pick` reading
+            // the last step of an arm) passes the arm's failure on, as after a `Conditional`.
+            if why & edge::SOFT_READ != 0 && why & edge::SEQUENCE == 0 {
                 entry |= SOFT_FLAG;
             }
             succ.push(entry);
@@ -904,7 +966,7 @@ fn plan_tables(checked: &Checked, edges: &[(usize, usize, u8)], pos: &[usize]) -
 /// The workflow type with its interface, but no graph and no body: emitted beside errors so
 /// that code using the workflow still type-checks and only the real mistakes are reported. Its
 /// run is the runtime's `unreachable_run` (a crate with errors never runs).
-fn skeleton(workflow: &Workflow, input: &Input) -> TokenStream {
+fn skeleton(workflow: &Workflow, input: &Input, keys: TokenStream) -> TokenStream {
     let private = private_path(workflow);
     let name = &workflow.name;
     let graph = quote!(#private::Graph::__new(
@@ -916,5 +978,5 @@ fn skeleton(workflow: &Workflow, input: &Input) -> TokenStream {
     let body = quote!(#private::unreachable_run());
     // Not through the runner: a parameter type may be one `Input` cannot hold.
     let run = quote!(#private::unreachable_run().await.result);
-    interface(workflow, input, &private, graph, body, run)
+    interface(workflow, input, &private, graph, body, run, keys)
 }

@@ -13,6 +13,8 @@ use syn::{Expr, Ident};
 use crate::ctxt::Ctxt;
 use crate::options;
 use crate::parse::{BlockStep, CondStep, GateStep, OpStep, Step, Workflow};
+use crate::pick::PickStep;
+use crate::signals::{DelayStep, SignalStep};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Kind {
@@ -20,6 +22,21 @@ pub enum Kind {
     Decision,
     /// The node of a `Race` or a `Parallel(min = k)`: completes when `min` arms did.
     Gate,
+    /// A `Signal` step.
+    Signal,
+    /// A `Delay` step.
+    Delay,
+}
+
+/// What a `Signal` or `Delay` node waits for.
+pub enum Waits {
+    Signal {
+        signal: Ident,
+        ty: Box<syn::Type>,
+        transient: bool,
+    },
+    /// The literal's duration in milliseconds; `None` when the node's `expr` computes it.
+    Delay { ms: Option<u64> },
 }
 
 /// Why an edge exists; one pair of nodes may have several reasons.
@@ -74,6 +91,8 @@ pub struct Node {
     /// For a decision: the nodes of each branch, at all depths.
     pub then_nodes: Vec<usize>,
     pub else_nodes: Vec<usize>,
+    /// For a `Signal` or `Delay` step: what it waits for.
+    pub waits: Option<Waits>,
 }
 
 impl Node {
@@ -167,7 +186,16 @@ impl Builder<'_> {
             }
             Step::Parallel(block) => self.parallel(block),
             Step::Conditional(cond) => self.conditional(cond),
+            Step::Signal(signal) => {
+                let id = self.signal(signal);
+                (vec![id], vec![id])
+            }
+            Step::Delay(delay) => {
+                let id = self.delay(delay);
+                (vec![id], vec![id])
+            }
             Step::Gate(gate) => self.gate(gate),
+            Step::Pick(pick) => self.pick(pick),
             Step::Invalid => (Vec::new(), Vec::new()),
         }
     }
@@ -195,8 +223,58 @@ impl Builder<'_> {
             groups: self.groups.clone(),
             then_nodes: Vec::new(),
             else_nodes: Vec::new(),
+            waits: None,
         });
         self.dag.nodes.len() - 1
+    }
+
+    /// A node that waits for the environment: it has no options, and its `expr` is its label
+    /// (a `Signal`) or its duration (a `Delay`).
+    fn waiting(
+        &mut self,
+        kind: Kind,
+        name: &Option<Ident>,
+        keyword: &Ident,
+        expr: Expr,
+        waits: Waits,
+    ) -> usize {
+        self.dag.nodes.push(Node {
+            kind,
+            name: name.clone(),
+            display: String::new(),
+            keyword: keyword.clone(),
+            expr,
+            after: Vec::new(),
+            policy: options::Policy::default(),
+            branches: self.branches.clone(),
+            groups: self.groups.clone(),
+            then_nodes: Vec::new(),
+            else_nodes: Vec::new(),
+            waits: Some(waits),
+        });
+        self.dag.nodes.len() - 1
+    }
+
+    fn signal(&mut self, step: &SignalStep) -> usize {
+        let waits = Waits::Signal {
+            signal: step.signal.clone(),
+            ty: Box::new(step.ty.clone()),
+            transient: step.transient,
+        };
+        // The label: the arguments as written. Never walked for names: a `Signal` reads none.
+        let label = Expr::Verbatim(step.args.clone());
+        self.waiting(Kind::Signal, &step.name, &step.keyword, label, waits)
+    }
+
+    fn delay(&mut self, step: &DelayStep) -> usize {
+        let waits = Waits::Delay { ms: step.ms };
+        self.waiting(
+            Kind::Delay,
+            &step.name,
+            &step.keyword,
+            step.after.clone(),
+            waits,
+        )
     }
 
     fn parallel(&mut self, block: &BlockStep) -> (Vec<usize>, Vec<usize>) {
@@ -275,6 +353,7 @@ impl Builder<'_> {
             groups: self.groups.clone(),
             then_nodes: Vec::new(),
             else_nodes: Vec::new(),
+            waits: None,
         });
         let node = self.dag.nodes.len() - 1;
         for arm in &arms {
@@ -295,6 +374,73 @@ impl Builder<'_> {
         (entries, vec![node])
     }
 
+    /// A `Pick`: a gate of `min = 1, rest = cancel` whose arms are its triggers alone (each arm
+    /// withdraws as a whole: its trigger and its steps). An arm's steps follow its trigger; the
+    /// steps after the `Pick` follow the last steps of every arm and the gate.
+    fn pick(&mut self, step: &PickStep) -> (Vec<usize>, Vec<usize>) {
+        let mut entries = Vec::new();
+        let mut exits = Vec::new();
+        let mut arms = Vec::new();
+        for arm in &step.arms {
+            let first = self.dag.nodes.len();
+            let (trigger, _) = self.step(&arm.trigger);
+            let (body_entries, body_exits) = self.sequence(&arm.body);
+            let last = self.dag.nodes.len();
+            for &from in &trigger {
+                for &to in &body_entries {
+                    self.dag.add_edge(from, to, edge::SEQUENCE);
+                }
+            }
+            entries.extend(trigger.iter().copied());
+            exits.extend(if body_entries.is_empty() {
+                trigger.clone()
+            } else {
+                body_exits
+            });
+            arms.push(ArmBlock {
+                nodes: (first..last).collect(),
+                exits: trigger,
+            });
+        }
+        let expr: Expr = syn::Expr::Path(syn::ExprPath {
+            attrs: Vec::new(),
+            qself: None,
+            path: step.keyword.clone().into(),
+        });
+        self.dag.nodes.push(Node {
+            kind: Kind::Gate,
+            name: None,
+            display: String::new(),
+            keyword: step.keyword.clone(),
+            expr,
+            after: Vec::new(),
+            policy: options::Policy::default(),
+            branches: self.branches.clone(),
+            groups: self.groups.clone(),
+            then_nodes: Vec::new(),
+            else_nodes: Vec::new(),
+            waits: None,
+        });
+        let node = self.dag.nodes.len() - 1;
+        for arm in &arms {
+            for &exit in &arm.exits {
+                self.dag.add_edge(exit, node, edge::GATED);
+            }
+        }
+        self.dag.gates.push(GateBlock {
+            node,
+            race: true,
+            min: 1,
+            rest_cancel: true,
+            arms,
+        });
+        if entries.is_empty() {
+            entries.push(node);
+        }
+        exits.push(node);
+        (entries, exits)
+    }
+
     fn conditional(&mut self, cond: &CondStep) -> (Vec<usize>, Vec<usize>) {
         self.dag.nodes.push(Node {
             kind: Kind::Decision,
@@ -308,6 +454,7 @@ impl Builder<'_> {
             groups: Vec::new(),
             then_nodes: Vec::new(),
             else_nodes: Vec::new(),
+            waits: None,
         });
         let decision = self.dag.nodes.len() - 1;
         if cond.then.is_empty() {
@@ -366,8 +513,9 @@ impl Builder<'_> {
 }
 
 /// Gives every node a unique display name: its binding, or for an unnamed operation the name of
-/// the function it calls (`reject`, or `reject#2` when several steps call `reject`), or
-/// `decision#N` for the N-th `Conditional`.
+/// the function it calls (`reject`, or `reject#2` when several steps call `reject`), for an
+/// unnamed `Signal` the signal's name (numbered the same way), or `decision#N` for the N-th
+/// `Conditional` and `delay#N` for the N-th unnamed `Delay`.
 fn name_nodes(dag: &mut Dag) {
     let bases: Vec<String> = dag
         .nodes
@@ -376,10 +524,16 @@ fn name_nodes(dag: &mut Dag) {
             (Some(name), _) => name.to_string(),
             (None, Kind::Decision) => "decision".to_string(),
             (None, Kind::Gate) if node.keyword == "Race" => "race".to_string(),
+            (None, Kind::Gate) if node.keyword == "Pick" => "pick".to_string(),
             (None, Kind::Gate) => "join".to_string(),
             (None, Kind::Operation) => {
                 callee(&node.expr).unwrap_or_else(|| "operation".to_string())
             }
+            (None, Kind::Signal) => match &node.waits {
+                Some(Waits::Signal { signal, .. }) => signal.to_string(),
+                _ => "signal".to_string(),
+            },
+            (None, Kind::Delay) => "delay".to_string(),
         })
         .collect();
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
@@ -392,7 +546,7 @@ fn name_nodes(dag: &mut Dag) {
         let count = bases.iter().filter(|b| *b == base).count();
         let index = seen.entry(base).or_insert(0);
         *index += 1;
-        let unique = count == 1 && node.kind == Kind::Operation;
+        let unique = count == 1 && matches!(node.kind, Kind::Operation | Kind::Signal);
         names.push(if unique {
             base.clone()
         } else {

@@ -20,6 +20,8 @@ mod names;
 mod operation;
 mod options;
 mod parse;
+mod pick;
+mod signals;
 mod suggest;
 mod validate;
 

@@ -44,6 +44,12 @@ pub enum Step {
     Conditional(CondStep),
     /// `Race { .. }` or `Parallel(min = k) { .. }`: a block whose children are arms of a gate.
     Gate(GateStep),
+    /// `name = Signal(signal: Type)`: waits for a signal from outside.
+    Signal(crate::signals::SignalStep),
+    /// `Delay("48h")` or `Delay(expr)`: waits for a duration.
+    Delay(crate::signals::DelayStep),
+    /// `Pick { trigger => { steps }, .. }`: the first event to come chooses its arm.
+    Pick(crate::pick::PickStep),
     /// A step that did not parse (its error is recorded). It keeps its block from looking empty,
     /// so one mistake does not also report "empty block".
     Invalid,
@@ -389,7 +395,7 @@ pub fn steps(tokens: TokenStream, cx: &mut Ctxt) -> Vec<Step> {
     out
 }
 
-fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
+pub(crate) fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
     let mut trees = chunk.into_iter().peekable();
     let first = trees.next()?;
     // `name = Kind(..)`?
@@ -428,13 +434,16 @@ fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
     };
     let rest: Vec<TokenTree> = trees.collect();
     let kind = keyword.to_string();
-    // A `Race` or a `Parallel(min = k)` may be named: the name binds its winners.
-    if !matches!(kind.as_str(), "Operation" | "Race" | "Parallel")
-        && let Some(name) = &name
+    // A `Race` or a `Parallel(min = k)` may be named: the name binds its winners; a `Signal`
+    // or a `Delay` like an operation.
+    if !matches!(
+        kind.as_str(),
+        "Operation" | "Race" | "Parallel" | "Signal" | "Delay"
+    ) && let Some(name) = &name
     {
         cx.error(
             name.span(),
-            format!("only an `Operation`, a `Race` or a `Parallel(min = k)` can be named, not a `{kind}` block; name the operations inside it"),
+            format!("only an `Operation`, a `Signal`, a `Delay`, a `Race` or a `Parallel(min = k)` can be named, not a `{kind}` block; name the operations inside it"),
         );
     }
     match kind.as_str() {
@@ -455,7 +464,7 @@ fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
             {
                 cx.error(
                     name.span(),
-                    "only an `Operation`, a `Race` or a `Parallel(min = k)` can be named, not a `Parallel` block without `min`; name the operations inside it",
+                    "only an `Operation`, a `Signal`, a `Delay`, a `Race` or a `Parallel(min = k)` can be named, not a `Parallel` block without `min`; name the operations inside it",
                 );
             }
             Some(Step::Gate(GateStep {
@@ -474,6 +483,9 @@ fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
             })
         }
         "Conditional" => conditional(keyword, rest, cx).map(Step::Conditional),
+        "Signal" => crate::signals::signal(name, keyword, rest, cx).map(Step::Signal),
+        "Delay" => crate::signals::delay(name, keyword, rest, cx).map(Step::Delay),
+        "Pick" => crate::pick::pick(keyword, rest, cx).map(Step::Pick),
         other => {
             let lower = other.to_ascii_lowercase();
             // Short forms users bring from other languages, then the closest keyword.
@@ -484,7 +496,16 @@ fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
                 "if" | "cond" => "; did you mean `Conditional`?".to_string(),
                 _ => crate::suggest::did_you_mean(
                     other,
-                    ["Operation", "Sequential", "Parallel", "Conditional", "Race"],
+                    [
+                        "Operation",
+                        "Sequential",
+                        "Parallel",
+                        "Conditional",
+                        "Race",
+                        "Signal",
+                        "Delay",
+                        "Pick",
+                    ],
                 ),
             };
             let message = if hint.is_empty() {

@@ -343,7 +343,7 @@ pub struct Control {
     pub sections: &'static [Section],
     /// For each node, the sections it belongs to (empty when there are none).
     pub node_sections: &'static [&'static [u32]],
-    /// The signals the workflow waits for.
+    /// The `Signal` steps, in node order: the signal each waits for.
     pub signals: &'static [SignalInfo],
 }
 
@@ -461,14 +461,35 @@ pub struct Section {
     pub scope: u32,
 }
 
-/// A signal a workflow waits for.
+/// A `Signal` step: the signal it waits for.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy)]
 pub struct SignalInfo {
+    /// The step's node.
+    pub node: u32,
     /// The signal's name, as written in the workflow.
     pub name: &'static str,
     /// A transient signal is lost when no step waits for it; others are kept until one does.
     pub transient: bool,
+    /// The payload's type.
+    pub payload: fn() -> std::any::TypeId,
+}
+
+impl SignalInfo {
+    /// A row of [`Control::signals`], for the code `workflow!` generates.
+    pub const fn new(
+        node: u32,
+        name: &'static str,
+        transient: bool,
+        payload: fn() -> std::any::TypeId,
+    ) -> Self {
+        SignalInfo {
+            node,
+            name,
+            transient,
+            payload,
+        }
+    }
 }
 
 impl Graph {

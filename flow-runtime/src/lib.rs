@@ -15,14 +15,15 @@
 //
 //   status, policy, slot, wake          plain data, output cells, the nodes' wakers
 //   error, graph, events, scope         errors, the static graph, events, operation defaults
-//   panic                               caught panics' messages, timers
+//   panic, signal                       caught panics' messages, timers; signals and mailboxes
 //   run_state, report, options          what a decision's test sees, the report, a run's options
-//   nodes                               the node set
+//   nodes, delay                        the node set; the node of a `Delay` step
 //   verdict                             the end of a run: `Finished`, `Verdict`
 //   scheduler (mod, attempt, settle)    the run loop: its state, attempts, settling
 //   support                             what generated code calls: `execute*`, `input`, ...
 //   runner                              `Workflow` and `Runner`: the public entry points
 //   progress                            an observer (feature `progress`)
+mod delay;
 mod error;
 mod events;
 mod graph;
@@ -37,6 +38,7 @@ mod run_state;
 mod runner;
 mod scheduler;
 mod scope;
+mod signal;
 mod slot;
 mod status;
 mod support;
@@ -62,6 +64,7 @@ pub mod features {
 }
 pub use report::{NodeReport, Outcome, Report, TraceColumn, TraceMatrix};
 pub use runner::{Runner, Workflow};
+pub use signal::{SendError, SignalKey, Signals};
 pub use status::NodeStatus;
 
 /// The interface between the code `workflow!` and `#[operation]` generate and this runtime.
@@ -72,6 +75,7 @@ pub use status::NodeStatus;
 /// (`::flow::__private::…`, re-exported by the facade), and nothing else.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::delay::{Timer, Wait};
     pub use crate::error::{IntoNodeResult, NodeError, NodeFailure, WorkflowError};
     pub use crate::events::Observer;
     pub use crate::graph::{
@@ -85,13 +89,15 @@ pub mod __private {
     pub use crate::run_state::RunState;
     pub use crate::runner::{Runner, Workflow, unreachable_run};
     pub use crate::scope::{Deferred, OperationScope, OperationSpec};
+    pub use crate::signal::{Environment, Mailbox, SignalKey, WaitSignal, signal, with_mailbox};
     pub use crate::slot::Slot;
     pub use crate::support::{
         complete, discard, execute, execute_in_arena, execute_nodes, input, require,
     };
     pub use crate::verdict::Finished;
     pub use std::{
-        future::Future, option::Option, pin::Pin, result::Result, stringify, time::Duration,
+        any::TypeId, future::Future, option::Option, pin::Pin, result::Result, stringify,
+        time::Duration,
     };
 
     /// The defaults of one `#[operation]`: its display name and its policy.

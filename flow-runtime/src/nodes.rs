@@ -39,6 +39,11 @@ pub trait Leaf {
 
     /// Evaluates a decision's test; `false` for an operation.
     fn decide(self: Pin<&mut Self>, state: &RunState) -> bool;
+
+    /// How long the current attempt of a `Delay` step waits; `None` for every other node.
+    fn delay(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// A set of nodes: generated code builds one value holding every node, the scheduler pins it

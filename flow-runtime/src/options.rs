@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::events::Observer;
 use crate::policy::{CancelToken, FailurePolicy};
+use crate::signal::Mailbox;
 
 /// Options of one run: what a [`Runner`](crate::Runner)'s builder methods set.
 #[derive(Clone)]
@@ -19,6 +20,8 @@ pub struct RunOptions {
     pub(crate) record: bool,
     /// Whether to build the per-node report (not for a plain `run`).
     pub(crate) report: bool,
+    /// Where the run's `Signal` steps take their signals (`Runner::signals`).
+    pub(crate) signals: Option<Arc<Mailbox>>,
 }
 
 impl Default for RunOptions {
@@ -31,6 +34,7 @@ impl Default for RunOptions {
             observers: Vec::new(),
             record: true,
             report: true,
+            signals: None,
         }
     }
 }
@@ -44,6 +48,7 @@ impl std::fmt::Debug for RunOptions {
             .field("deadline", &self.deadline)
             .field("observers", &self.observers.len())
             .field("record", &self.record)
+            .field("signals", &self.signals)
             .finish()
     }
 }

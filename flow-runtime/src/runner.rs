@@ -21,6 +21,7 @@ use crate::graph::Graph;
 use crate::options::RunOptions;
 use crate::policy::{CancelToken, FailurePolicy};
 use crate::report::Outcome;
+use crate::signal::{Mailbox, Signals};
 
 /// A workflow declared with `workflow!`: its static graph, its parameters and its output.
 ///
@@ -116,6 +117,23 @@ impl<W: Workflow> Runner<W> {
     pub fn record(mut self, record: bool) -> Self {
         self.options.record = record;
         self
+    }
+
+    /// The handle that sends signals to this run's `Signal` steps: made on the first call,
+    /// the same mailbox on later ones (and in clones of the runner made after it).
+    ///
+    /// Signals sent before the run starts are kept for it, like those sent while it runs
+    /// before a step waits; once the run has ended, [`Signals::send`] refuses them. A run
+    /// started without a handle (`MyWorkflow::run(..)`) has a mailbox nobody can send to: its
+    /// `Signal` steps wait until a `Pick` chooses another event, the run's deadline passes or
+    /// the run is cancelled.
+    ///
+    /// See the `flow` crate (`flow::Signals`) for an example.
+    pub fn signals(&mut self) -> Signals {
+        self.options
+            .signals
+            .get_or_insert_with(|| Mailbox::new(W::GRAPH.plan.control.signals))
+            .handle()
     }
 
     /// Runs the workflow with `input` (its parameters: `()`, the one parameter, or a tuple of

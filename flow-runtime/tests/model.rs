@@ -8,6 +8,11 @@
 //! applies the rules of the design one node at a time; the two must agree on every status, on
 //! the run's result, on the failures it lists and on the causes of aborts.
 //!
+//! Workflows with gates (`Race`, `Parallel(min = k, rest = ..)`) are generated apart, with gates
+//! at the top of the workflow: which arms win depends on timing, so the model takes the winners
+//! the run logged and checks that they could win, that a gate fires exactly when `min` of its
+//! arms can complete, and that only the arms a gate withdraws hold withdrawn nodes.
+//!
 //! Each property runs 1,000 random workflows; `FLOW_MODEL_CASES` sets another number, for a
 //! long hunt (`FLOW_MODEL_CASES=200000 cargo test -p flow-runtime --release --test model`)
 //! or a quick look.
@@ -23,9 +28,10 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use flow_runtime::__private::{
-    Leaf, Nodes, Plan, RunOptions, RunState, Slot, execute_nodes, unreachable_run,
+    Arm, Control, Gate, Leaf, Nodes, Plan, Rest, RunOptions, RunState, Slot, execute_nodes,
+    unreachable_run,
 };
-use flow_runtime::NodeStatus::{Aborted, Completed, Failed, Skipped};
+use flow_runtime::NodeStatus::{Aborted, Completed, Failed, Skipped, Withdrawn};
 use flow_runtime::{
     Edge, EdgeKind, FailurePolicy, Graph, NodeError, NodeInfo, NodeKind, NodeStatus, Outcome,
     Runner, Workflow,
@@ -95,6 +101,14 @@ enum Step {
         then: Vec<Step>,
         otherwise: Option<Vec<Step>>,
     },
+    /// `Parallel(min = k, rest = ..)` (a `Race` is `min = 1`, `rest = cancel`): each step is an
+    /// arm. Generated only at the top of a workflow, with arms that hold no gate.
+    Gate {
+        min: u32,
+        rest_run: bool,
+        max_concurrency: Option<u32>,
+        arms: Vec<Step>,
+    },
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -107,6 +121,8 @@ const DATA: u8 = 2;
 const AFTER: u8 = 4;
 const THEN: u8 = 8;
 const ELSE: u8 = 16;
+/// From an exit of a gate's arm to the gate's node (as in the macro's `graph::edge`).
+const GATED: u8 = 64;
 
 #[derive(Debug, Clone)]
 struct Node {
@@ -121,6 +137,17 @@ struct Node {
     groups: Vec<usize>,
     then_nodes: Vec<usize>,
     else_nodes: Vec<usize>,
+    /// The gate arm the node sits in: (gate, arm), indices into `Wf::gates`.
+    arm: Option<(usize, usize)>,
+}
+
+/// A gate block: its node, its rule, and each arm's nodes and exits.
+#[derive(Debug, Clone)]
+struct GateInfo {
+    node: usize,
+    min: u32,
+    rest_run: bool,
+    arms: Vec<(Vec<usize>, Vec<usize>)>,
 }
 
 /// A compiled workflow. Node ids are in source order, which is a topological order because
@@ -130,6 +157,7 @@ struct Wf {
     nodes: Vec<Node>,
     edges: BTreeMap<(usize, usize), u8>,
     group_limits: Vec<u32>,
+    gates: Vec<GateInfo>,
 }
 
 impl Wf {
@@ -170,7 +198,8 @@ impl Wf {
         match self.nodes[node].kind {
             NodeKind::Operation => format!("n{node}"),
             NodeKind::Decision => format!("d{node}"),
-            _ => unreachable!("the model builds operations and decisions only"),
+            NodeKind::Gate => format!("g{node}"),
+            _ => unreachable!("the model builds operations, decisions and gates only"),
         }
     }
 
@@ -198,7 +227,11 @@ impl Wf {
                 Test::AnyErr => format!("any_err({names})"),
                 Test::Const(b) => format!("{b}"),
             },
-            _ => unreachable!("the model builds operations and decisions only"),
+            NodeKind::Gate => {
+                let gate = self.gates.iter().find(|g| g.node == node);
+                gate.map_or_else(String::new, |g| format!("gate({}/{})", g.min, g.arms.len()))
+            }
+            _ => unreachable!("the model builds operations, decisions and gates only"),
         }
     }
 }
@@ -207,6 +240,8 @@ struct Builder {
     wf: Wf,
     branches: Vec<(usize, bool)>,
     groups: Vec<usize>,
+    /// The arm being built, if any.
+    arm: Option<(usize, usize)>,
     /// Per node: its `after` and its reads (or a test's names), resolved once every node exists.
     refs: Vec<(Vec<Ref>, Vec<Ref>)>,
 }
@@ -217,9 +252,11 @@ fn compile(body: &[Step]) -> Wf {
             nodes: Vec::new(),
             edges: BTreeMap::new(),
             group_limits: Vec::new(),
+            gates: Vec::new(),
         },
         branches: Vec::new(),
         groups: Vec::new(),
+        arm: None,
         refs: Vec::new(),
     };
     b.sequence(body);
@@ -257,8 +294,8 @@ impl Builder {
     ) -> usize {
         let groups = match kind {
             NodeKind::Operation => self.groups.clone(),
-            NodeKind::Decision => Vec::new(),
-            _ => unreachable!("the model builds operations and decisions only"),
+            NodeKind::Decision | NodeKind::Gate => Vec::new(),
+            _ => unreachable!("the model builds operations, decisions and gates only"),
         };
         self.wf.nodes.push(Node {
             kind,
@@ -269,6 +306,7 @@ impl Builder {
             groups,
             then_nodes: Vec::new(),
             else_nodes: Vec::new(),
+            arm: self.arm,
         });
         self.refs.push((after.to_vec(), reads.to_vec()));
         self.wf.nodes.len() - 1
@@ -355,6 +393,48 @@ impl Builder {
                 self.wf.nodes[decision].then_nodes = then_nodes;
                 (vec![decision], exits)
             }
+            Step::Gate {
+                min,
+                rest_run,
+                max_concurrency,
+                arms,
+            } => {
+                assert!(
+                    self.arm.is_none(),
+                    "the model nests no gate in a gate's arm"
+                );
+                let depth = self.groups.len();
+                if let Some(limit) = max_concurrency {
+                    self.wf.group_limits.push(*limit);
+                    self.groups.push(self.wf.group_limits.len() - 1);
+                }
+                let gate = self.wf.gates.len();
+                self.wf.gates.push(GateInfo {
+                    node: usize::MAX,
+                    min: *min,
+                    rest_run: *rest_run,
+                    arms: Vec::new(),
+                });
+                let mut entries = Vec::new();
+                for (a, arm) in arms.iter().enumerate() {
+                    self.arm = Some((gate, a));
+                    let first = self.wf.nodes.len();
+                    let (e, x) = self.step(arm);
+                    let last = self.wf.nodes.len();
+                    self.arm = None;
+                    entries.extend(e);
+                    self.wf.gates[gate].arms.push(((first..last).collect(), x));
+                }
+                self.groups.truncate(depth);
+                let node = self.push(NodeKind::Gate, Behaviour::Ok, Test::Const(true), &[], &[]);
+                self.wf.gates[gate].node = node;
+                for (_, exits) in self.wf.gates[gate].arms.clone() {
+                    for exit in exits {
+                        self.add_edge(exit, node, GATED);
+                    }
+                }
+                (entries, vec![node])
+            }
         }
     }
 
@@ -379,8 +459,17 @@ impl Builder {
         let ops: Vec<usize> = (0..n)
             .filter(|&i| self.wf.nodes[i].kind == NodeKind::Operation)
             .collect();
+        // A node of a gate's arm may be withdrawn apart from a node outside that arm: the model
+        // reads and waits for it only from inside (the macro would make such a read optional).
+        let arm_of: Vec<Option<(usize, usize)>> = self.wf.nodes.iter().map(|n| n.arm).collect();
+        let visible =
+            |source: usize, node: usize| arm_of[source].is_none() || arm_of[source] == arm_of[node];
         for node in 0..n {
-            let earlier: Vec<usize> = ops.iter().copied().filter(|&op| op < node).collect();
+            let earlier: Vec<usize> = ops
+                .iter()
+                .copied()
+                .filter(|&op| op < node && visible(op, node))
+                .collect();
             for r in self.refs[node].0.clone() {
                 if let Some(from) = resolve_ref(r, &earlier, node) {
                     self.add_edge(from, node, AFTER);
@@ -399,7 +488,11 @@ impl Builder {
             }
         }
         for (node, ancestors) in ancestors.iter().enumerate() {
-            let candidates: Vec<usize> = ops.iter().copied().filter(|&op| ancestors[op]).collect();
+            let candidates: Vec<usize> = ops
+                .iter()
+                .copied()
+                .filter(|&op| ancestors[op] && visible(op, node))
+                .collect();
             let mut reads = BTreeSet::new();
             for r in self.refs[node].1.clone() {
                 if let Some(source) = resolve_ref(r, &candidates, node) {
@@ -493,6 +586,17 @@ fn graph(wf: &Wf, limits: bool) -> &'static Graph {
         join_succ.extend(targets);
     }
     join_succ_start.push(join_succ.len() as u32);
+    // Each arm's id in `Control::arms`: the gates' arms in gate order.
+    let mut arm_of_exit = vec![None; n];
+    let mut arm_id = 0u32;
+    for gate in &wf.gates {
+        for (_, exits) in &gate.arms {
+            for &exit in exits {
+                arm_of_exit[exit] = Some(arm_id);
+            }
+            arm_id += 1;
+        }
+    }
     let mut pred_count = vec![0u32; n];
     let mut succ_start = Vec::with_capacity(n + 1);
     let mut succ = Vec::new();
@@ -500,6 +604,12 @@ fn graph(wf: &Wf, limits: bool) -> &'static Graph {
         succ_start.push(succ.len() as u32);
         succ.extend(joins.iter().map(|&join| join | Plan::JOIN));
         for (&(_, to), &why) in wf.edges.range((from, 0)..(from + 1, 0)) {
+            if why & GATED != 0 {
+                // The arm's entry to its gate; the gate's node counts its firing only.
+                let arm = arm_of_exit[from].expect("a gated edge leaves an arm's exit");
+                succ.push(arm | Plan::GATE);
+                continue;
+            }
             if join_of[to].is_some() && ordering(to, why) && why & DATA == 0 {
                 continue;
             }
@@ -520,6 +630,9 @@ fn graph(wf: &Wf, limits: bool) -> &'static Graph {
             pred_count[to] += 1;
         }
     }
+    for gate in &wf.gates {
+        pred_count[gate.node] += 1;
+    }
     let roots = (0..n)
         .filter(|&i| pred_count[i] == 0)
         .map(|i| i as u32)
@@ -534,7 +647,7 @@ fn graph(wf: &Wf, limits: bool) -> &'static Graph {
     };
     let limited = limits && !wf.group_limits.is_empty();
     let plan = Plan {
-        control: &flow_runtime::__private::Control::NONE,
+        control: control(wf),
         pred_count: leak(pred_count),
         succ_start: leak(succ_start),
         succ: leak(succ),
@@ -563,6 +676,43 @@ fn graph(wf: &Wf, limits: bool) -> &'static Graph {
         leak(edges),
         plan,
     )))
+}
+
+/// The control tables of `wf`'s gates: one scope per arm.
+fn control(wf: &Wf) -> &'static Control {
+    if wf.gates.is_empty() {
+        return &Control::NONE;
+    }
+    let mut scopes = Vec::new();
+    let mut gates = Vec::new();
+    let mut arms = Vec::new();
+    for (g, gate) in wf.gates.iter().enumerate() {
+        gates.push(Gate {
+            node: gate.node as u32,
+            min: gate.min,
+            rest: if gate.rest_run {
+                Rest::Run
+            } else {
+                Rest::Cancel
+            },
+            first_arm: arms.len() as u32,
+            arms: gate.arms.len() as u32,
+        });
+        for (nodes, exits) in &gate.arms {
+            arms.push(Arm {
+                gate: g as u32,
+                exits: exits.len() as u32,
+                scope: scopes.len() as u32,
+            });
+            scopes.push(leak(nodes.iter().map(|&m| m as u32).collect()));
+        }
+    }
+    Box::leak(Box::new(Control {
+        scopes: leak(scopes),
+        gates: leak(gates),
+        arms: leak(arms),
+        ..Control::NONE
+    }))
 }
 
 /// Stands for the workflows of this file in a [`Runner`], whose builder methods make the
@@ -597,62 +747,190 @@ struct Expected {
 }
 
 /// Walks the nodes in topological order and decides each one from its predecessors alone.
+/// For a workflow without gates.
 fn model(wf: &Wf) -> Expected {
+    model_with(wf, None).unwrap_or_else(|why| panic!("{why}"))
+}
+
+/// A node's fate from its predecessors' statuses (`status`), for an operation or a decision:
+/// its status, the failures behind an abort, and a decision's branch.
+fn fate(
+    wf: &Wf,
+    i: usize,
+    status: &[NodeStatus],
+    causes: &[BTreeSet<usize>],
+    chose: &[Option<bool>],
+) -> (NodeStatus, BTreeSet<usize>, Option<bool>) {
+    let node = &wf.nodes[i];
+    // In a branch that was not taken, or under a decision that was skipped.
+    let untaken = node.branches.iter().any(|&(d, side)| {
+        status[d] == Skipped || (status[d] == Completed && chose[d] != Some(side))
+    });
+    if untaken {
+        return (Skipped, BTreeSet::new(), None);
+    }
+    // A failure reaching it over an edge that its own test does not catch.
+    let uncaught: Vec<usize> = wf
+        .preds(i)
+        .filter(|&p| matches!(status[p], Failed | Aborted) && !wf.catches(i, p))
+        .collect();
+    if !uncaught.is_empty() {
+        let mut from = BTreeSet::new();
+        for p in uncaught {
+            if status[p] == Failed {
+                from.insert(p);
+            } else {
+                from.extend(causes[p].iter().copied());
+            }
+        }
+        return (Aborted, from, None);
+    }
+    if node.reads.iter().any(|&r| status[r] == Skipped) {
+        return (Skipped, BTreeSet::new(), None);
+    }
+    match node.kind {
+        NodeKind::Operation => {
+            let s = if node.behaviour.succeeds() {
+                Completed
+            } else {
+                Failed
+            };
+            (s, BTreeSet::new(), None)
+        }
+        NodeKind::Decision => {
+            // A test sees a named node as `Err` when it failed or was aborted.
+            let ok = |r: &usize| status[*r] == Completed;
+            let branch = match node.test {
+                Test::AllOk => node.reads.iter().all(ok),
+                Test::AnyErr => !node.reads.iter().all(ok),
+                Test::Const(b) => b,
+            };
+            (Completed, BTreeSet::new(), Some(branch))
+        }
+        _ => unreachable!("gates are decided by the walk"),
+    }
+}
+
+/// The model's run. Which arms win a gate depends on timing, so with gates the model takes the
+/// winners the run logged (`oracle`) and checks them: a gate fires exactly when `min` of its
+/// arms can complete (no failure reaches their exits), and its winners are `min` such arms. A
+/// node of an arm that the gate withdraws (rest = cancel: the losers, or every arm when the
+/// gate fails) ends as the rules say or withdrawn, as the run says; the nodes after a withdrawn
+/// node of its arm are withdrawn with it; no other node is ever withdrawn.
+fn model_with(wf: &Wf, oracle: Option<&Observed>) -> Result<Expected, String> {
     let n = wf.len();
     let mut status = vec![NodeStatus::Idle; n];
     let mut causes: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
     let mut chose = vec![None::<bool>; n];
+    // The same, as if no arm were ever withdrawn: what decides the gates.
+    let mut ran = vec![NodeStatus::Idle; n];
+    let mut ran_causes: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
+    let mut ran_chose = vec![None::<bool>; n];
+    // Failed or aborted nodes of the arms of gates that fired: caught, as a test's names are.
+    let mut forgiven = BTreeSet::new();
     for i in 0..n {
         let node = &wf.nodes[i];
-        // In a branch that was not taken, or under a decision that was skipped.
-        let untaken = node.branches.iter().any(|&(d, side)| {
-            status[d] == Skipped || (status[d] == Completed && chose[d] != Some(side))
-        });
-        if untaken {
-            status[i] = Skipped;
-            continue;
-        }
-        // A failure reaching it over an edge that its own test does not catch.
-        let uncaught: Vec<usize> = wf
-            .preds(i)
-            .filter(|&p| matches!(status[p], Failed | Aborted) && !wf.catches(i, p))
-            .collect();
-        if !uncaught.is_empty() {
-            status[i] = Aborted;
-            for p in uncaught {
-                let from = if status[p] == Failed {
-                    BTreeSet::from([p])
-                } else {
-                    causes[p].clone()
-                };
-                causes[i].extend(from);
-            }
-            continue;
-        }
-        if node.reads.iter().any(|&r| status[r] == Skipped) {
-            status[i] = Skipped;
-            continue;
-        }
-        match node.kind {
-            NodeKind::Operation => {
-                status[i] = if node.behaviour.succeeds() {
-                    Completed
-                } else {
-                    Failed
-                };
-            }
-            NodeKind::Decision => {
-                // A test sees a named node as `Err` when it failed or was aborted.
-                let ok = |r: &usize| status[*r] == Completed;
-                chose[i] = Some(match node.test {
-                    Test::AllOk => node.reads.iter().all(ok),
-                    Test::AnyErr => !node.reads.iter().all(ok),
-                    Test::Const(b) => b,
-                });
+        if node.kind == NodeKind::Gate {
+            let g = wf
+                .gates
+                .iter()
+                .position(|gate| gate.node == i)
+                .ok_or_else(|| format!("node {i} is a gate of no block"))?;
+            let gate = &wf.gates[g];
+            let completable: Vec<bool> = gate
+                .arms
+                .iter()
+                .map(|(_, exits)| exits.iter().all(|&e| matches!(ran[e], Completed | Skipped)))
+                .collect();
+            let fires = completable.iter().filter(|&&c| c).count() >= gate.min as usize;
+            let won = oracle.and_then(|o| o.won.get(&i));
+            let withdrawable: Vec<bool> = if fires {
+                let winners =
+                    won.ok_or_else(|| format!("gate {i} can fire, but the run logged no winners"))?;
+                let distinct: BTreeSet<u32> = winners.iter().copied().collect();
+                if winners.len() != gate.min as usize
+                    || distinct.len() != winners.len()
+                    || winners
+                        .iter()
+                        .any(|&a| !completable.get(a as usize).copied().unwrap_or(false))
+                {
+                    return Err(format!(
+                        "gate {i} logged winners {winners:?}; {} of the arms {completable:?} that can complete should win",
+                        gate.min
+                    ));
+                }
                 status[i] = Completed;
+                for (nodes, _) in &gate.arms {
+                    forgiven.extend(
+                        nodes
+                            .iter()
+                            .copied()
+                            .filter(|&m| matches!(status[m], Failed | Aborted)),
+                    );
+                }
+                (0..gate.arms.len())
+                    .map(|a| !gate.rest_run && !distinct.contains(&(a as u32)))
+                    .collect()
+            } else {
+                if let Some(winners) = won {
+                    return Err(format!(
+                        "gate {i} cannot reach min = {}, yet the run logged winners {winners:?}",
+                        gate.min
+                    ));
+                }
+                status[i] = Aborted;
+                for (_, exits) in &gate.arms {
+                    for &e in exits {
+                        match status[e] {
+                            Failed => {
+                                causes[i].insert(e);
+                            }
+                            Aborted => {
+                                let from = causes[e].clone();
+                                causes[i].extend(from);
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                vec![!gate.rest_run; gate.arms.len()]
+            };
+            for (a, (nodes, _)) in gate.arms.iter().enumerate() {
+                if let Some(&m) = nodes.iter().find(|&&m| status[m] == Withdrawn)
+                    && !withdrawable[a]
+                {
+                    return Err(format!(
+                        "node {m} is withdrawn, but gate {i} withdraws nothing of its arm {a}"
+                    ));
+                }
             }
-            _ => unreachable!("the model builds operations and decisions only"),
+            ran[i] = status[i];
+            ran_causes[i] = causes[i].clone();
+            continue;
         }
+        let (s, c, ch) = fate(wf, i, &status, &causes, &chose);
+        if node.arm.is_some() {
+            let (rs, rc, rch) = fate(wf, i, &ran, &ran_causes, &ran_chose);
+            (ran[i], ran_causes[i], ran_chose[i]) = (rs, rc, rch);
+            // A branch not taken (or under a skipped decision) was skipped when its decision
+            // settled, before any withdrawal; otherwise a node after a withdrawn one had not
+            // ended, and went with it.
+            let untaken = node.branches.iter().any(|&(d, side)| {
+                status[d] == Skipped || (status[d] == Completed && chose[d] != Some(side))
+            });
+            let after_withdrawn = !untaken
+                && wf
+                    .preds(i)
+                    .any(|p| wf.nodes[p].arm == node.arm && status[p] == Withdrawn);
+            let observed = oracle.is_some_and(|o| o.status[i] == Withdrawn);
+            if after_withdrawn || observed {
+                status[i] = Withdrawn;
+                continue;
+            }
+        } else {
+            (ran[i], ran_causes[i], ran_chose[i]) = (s, c.clone(), ch);
+        }
+        (status[i], causes[i], chose[i]) = (s, c, ch);
     }
     let bad = |s: NodeStatus| matches!(s, Failed | Aborted);
     // The nodes a test that ran names.
@@ -660,6 +938,7 @@ fn model(wf: &Wf) -> Expected {
         .filter(|&d| wf.nodes[d].kind == NodeKind::Decision && status[d] == Completed)
         .flat_map(|d| wf.nodes[d].reads.iter().copied())
         .filter(|&r| bad(status[r]))
+        .chain(forgiven)
         .collect();
     // A failure is caught when a test that ran names the failed node, or a node it aborted.
     let caught: BTreeSet<usize> = named
@@ -692,12 +971,12 @@ fn model(wf: &Wf) -> Expected {
         }
         false => BTreeSet::new(),
     };
-    Expected {
+    Ok(Expected {
         status,
         causes,
         run_fails,
         listed,
-    }
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -858,10 +1137,13 @@ impl Leaf for HarnessNode {
         let shared = &self.get_mut().shared;
         let node = &shared.wf.nodes[i];
         let mut log = shared.log.borrow_mut();
-        if node.kind != NodeKind::Decision {
+        if node.kind == NodeKind::Operation {
             log.misuse.push(format!("decide({i}) on an operation"));
         }
         log.events.push(Event::Decide(i, Instant::now()));
+        if node.kind == NodeKind::Gate {
+            return true;
+        }
         let ok = |r: &usize| state.outcome(&shared.slots[*r], *r).is_ok();
         match node.test {
             Test::AllOk => node.reads.iter().all(ok),
@@ -879,6 +1161,8 @@ struct Observed {
     run_fails: bool,
     /// The nodes the run's error lists (empty on success).
     listed: BTreeSet<usize>,
+    /// The arms each gate that fired logged as its winners, by the gate's node.
+    won: BTreeMap<usize, Vec<u32>>,
     log: Log,
 }
 
@@ -938,7 +1222,20 @@ fn run(wf: &Wf, graph: &'static Graph, options: RunOptions) -> Result<Observed, 
             })
             .collect::<Result<_, _>>()?,
     };
+    let won = outcome
+        .report
+        .log()
+        .events()
+        .iter()
+        .filter_map(|e| match (&e.kind, e.node) {
+            (flow_runtime::EventKind::Won { arms }, Some(node)) => {
+                Some((node as usize, arms.clone()))
+            }
+            _ => None,
+        })
+        .collect();
     Ok(Observed {
+        won,
         status: outcome.report.nodes().iter().map(|n| n.status).collect(),
         errors: outcome
             .report
@@ -1021,7 +1318,11 @@ fn check_order(wf: &Wf, observed: &Observed) -> Result<(), String> {
         return Err(format!("the scheduler misused the node set: {misuse}"));
     }
     let spans = positions(observed, wf.len())?;
-    for &(from, to) in wf.edges.keys() {
+    for (&(from, to), &why) in &wf.edges {
+        if why & GATED != 0 {
+            // A gate waits for `min` arms, not for all of them.
+            continue;
+        }
         let (Some((_, (from_done, from_t))), Some(((to_begin, to_t), _))) =
             (spans[from], spans[to])
         else {
@@ -1064,8 +1365,8 @@ fn check_against_model(
                 expected.status[i],
                 NodeStatus::Completed | NodeStatus::Failed
             ),
-            NodeKind::Decision => expected.status[i] == NodeStatus::Completed,
-            _ => unreachable!("the model builds operations and decisions only"),
+            NodeKind::Decision | NodeKind::Gate => expected.status[i] == NodeStatus::Completed,
+            _ => unreachable!("the model builds operations, decisions and gates only"),
         };
         if ran != span.is_some() {
             return Err(format!(
@@ -1089,12 +1390,17 @@ fn check_against_model(
 /// Runs `wf` under `ContinueIndependent` and compares with the model.
 fn check_continue(wf: &Wf, limits: bool, max_concurrency: Option<usize>) -> Result<(), String> {
     let graph = graph(wf, limits);
-    let expected = model(wf);
     let mut options = Runner::<Model>::new();
     if let Some(limit) = max_concurrency.and_then(NonZeroUsize::new) {
         options = options.max_concurrency(limit);
     }
     let observed = run(wf, graph, options.__into_options())?;
+    let expected = model_with(wf, Some(&observed)).map_err(|why| {
+        format!(
+            "{why}\n{graph}statuses: {:?}\nwinners: {:?}\nevents: {:?}",
+            observed.status, observed.won, observed.log.events
+        )
+    })?;
     let mut verdict = check_against_model(wf, graph, &expected, &observed);
     if verdict.is_ok() {
         verdict = check_limits(wf, limits, max_concurrency, &observed);
@@ -1269,6 +1575,28 @@ fn workflow() -> impl Strategy<Value = Vec<Step>> {
     prop::collection::vec(step(), 1..=4)
 }
 
+/// A gate over two or three arms: any `min` up to their number, `rest = cancel` or `run`,
+/// sometimes a limit.
+fn gate() -> impl Strategy<Value = Step> {
+    (
+        prop::collection::vec(step(), 2..=3),
+        any::<u8>(),
+        any::<bool>(),
+        prop::option::weighted(0.2, 1u32..=2),
+    )
+        .prop_map(|(arms, min, rest_run, max_concurrency)| Step::Gate {
+            min: 1 + u32::from(min) % arms.len() as u32,
+            rest_run,
+            max_concurrency,
+            arms,
+        })
+}
+
+/// A workflow whose top-level steps are steps or gates.
+fn gated_workflow() -> impl Strategy<Value = Vec<Step>> {
+    prop::collection::vec(prop_oneof![2 => step(), 3 => gate()], 1..=4)
+}
+
 /// How many random workflows each property runs: `FLOW_MODEL_CASES`, or 1,000.
 fn cases() -> u32 {
     match std::env::var("FLOW_MODEL_CASES") {
@@ -1311,6 +1639,23 @@ proptest! {
     /// still the model's.
     #[test]
     fn limits_hold_and_statuses_match(body in workflow(), limit in prop::option::of(1usize..=4)) {
+        verdict(check_continue(&compile(&body), true, limit))?;
+    }
+
+    /// With races and joins of k of n: the gates fire when the rules say, with winners that can
+    /// win; only the arms a gate withdraws hold withdrawn nodes; everything else is the
+    /// model's.
+    #[test]
+    fn gates_agree_with_model(body in gated_workflow()) {
+        verdict(check_continue(&compile(&body), false, None))?;
+    }
+
+    /// The same under limits.
+    #[test]
+    fn gates_under_limits_agree_with_model(
+        body in gated_workflow(),
+        limit in prop::option::of(1usize..=4),
+    ) {
         verdict(check_continue(&compile(&body), true, limit))?;
     }
 
@@ -1556,4 +1901,41 @@ fn fail_fast_stops_on_a_failure_its_conditional_routes_around() {
         describe(graph, &model(&wf), &observed)
     );
     assert!(!observed.run_fails);
+}
+
+/// The gated generator reaches what the gate properties are about: withdrawn nodes, gates
+/// that fire and gates that fail, `rest = run` gates that fire, and k-of-n gates.
+#[test]
+fn gated_generator_covers_the_interesting_cases() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    let mut runner = TestRunner::deterministic();
+    let samples = 300;
+    let [mut withdrawn, mut fired, mut failed, mut run_on, mut k_of_n] = [0usize; 5];
+    for _ in 0..samples {
+        let body = gated_workflow()
+            .new_tree(&mut runner)
+            .expect("a workflow")
+            .current();
+        let wf = compile(&body);
+        let observed = run(&wf, graph(&wf, false), RunOptions::default()).expect("the run ends");
+        withdrawn += usize::from(observed.status.contains(&Withdrawn));
+        for gate in &wf.gates {
+            match observed.status[gate.node] {
+                Completed => {
+                    fired += 1;
+                    run_on += usize::from(gate.rest_run);
+                    k_of_n += usize::from(gate.min > 1);
+                }
+                Aborted => failed += 1,
+                _ => {}
+            }
+        }
+    }
+    let summary = format!(
+        "of {samples} runs, {withdrawn} withdrew nodes; gates fired {fired} ({run_on} with rest = run, {k_of_n} with min > 1), failed {failed}"
+    );
+    assert!(withdrawn > samples / 5, "{summary}");
+    assert!(fired > samples / 2 && failed > samples / 20, "{summary}");
+    assert!(run_on > samples / 10 && k_of_n > samples / 10, "{summary}");
 }

@@ -132,6 +132,56 @@ workflow! {
 }
 
 // ---- docs/dsl.md, block 7
+#[derive(Debug, Clone)]
+pub struct Approval { pub by: String }
+
+pub async fn ship_approved(order: &Order, approval: &Approval) -> Result<String, ShopError> {
+    Ok(format!("order {} approved by {}", order.id, approval.by))
+}
+
+workflow! {
+    /// Ships an order once someone approves it, after a cooling-off day.
+    pub Approve(ctx: &AppCtx, order_id: u64) -> String {
+        order = Operation(fetch_order(ctx, order_id)),
+        ok = Signal(approve: Approval),
+        Delay("1d"),
+        Delay(std::time::Duration::from_millis(order.total)),
+        shipped = Operation(ship_approved(&order, &ok)),
+        => shipped.clone()
+    }
+}
+
+pub async fn approve_and_run(ctx: &AppCtx) -> Result<String, WorkflowError> {
+    let mut runner = Approve::runner();
+    let signals: Signals = runner.signals();
+    // Sent before the step waits: kept until it does.
+    signals
+        .send(Approve::APPROVE, Approval { by: "ann".to_string() })
+        .expect("the run has not ended");
+    runner.run((ctx, 7)).await
+}
+
+// ---- docs/dsl.md, block 8
+pub async fn expire_order(order: &Order) -> Result<u64, ShopError> {
+    Ok(order.id)
+}
+
+workflow! {
+    /// Ships an approved order, or expires it when nobody approves it within two days.
+    pub ApproveOrExpire(ctx: &AppCtx, order_id: u64) -> Option<String> {
+        order = Operation(fetch_order(ctx, order_id)),
+        Pick {
+            ok = Signal(approve: Approval) => {
+                shipped = Operation(ship_approved(&order, &ok)),
+            },
+            Delay("48h") => { Operation(expire_order(&order)) },
+        },
+        Operation(notify(ctx, order_id)),
+        => shipped.cloned()
+    }
+}
+
+// ---- docs/dsl.md, block 9
 pub async fn archive(order: Order) -> Result<u64, ShopError> {
     Ok(order.id)
 }
@@ -148,7 +198,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 8
+// ---- docs/dsl.md, block 10
 pub async fn pay_by_card(order: &Order) -> Result<Receipt, ShopError> {
     Ok(Receipt { order_id: order.id, amount: order.total })
 }
@@ -175,7 +225,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 9
+// ---- docs/dsl.md, block 11
 pub async fn step(n: u64) -> Result<u64, Infallible> { Ok(n) }
 pub async fn add(a: &u64, b: &u64) -> Result<u64, Infallible> { Ok(a + b) }
 
@@ -191,7 +241,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 10
+// ---- docs/dsl.md, block 12
 workflow! {
     /// Scores an order with a flaky service: 2 retries, 50 ms then 100 ms apart, 1 s in all.
     pub Resilient(ctx: &AppCtx, order_id: u64) -> f64 {
@@ -208,7 +258,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 11
+// ---- docs/dsl.md, block 13
 workflow! {
     /// Notifies twice; stops everything at the first uncaught failure.
     #[flow(failure = FailFast)]
@@ -220,7 +270,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 12
+// ---- docs/dsl.md, block 14
 pub struct Client;
 impl Client {
     pub async fn get(&self, id: u64) -> Result<u64, ShopError> { Ok(id) }
@@ -235,7 +285,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 13
+// ---- docs/dsl.md, block 15
 #[operation(name = "charge card", timeout = "2s")]
 pub async fn charge_card(order: &Order, stock: &Reservation) -> Result<Receipt, ShopError> {
     charge(order, stock).await
@@ -251,7 +301,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 14
+// ---- docs/dsl.md, block 16
 workflow! {
     /// Rejects orders whose risk is high or could not be scored in time.
     pub Screen(ctx: &AppCtx, order_id: u64) {
@@ -266,7 +316,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 15
+// ---- docs/dsl.md, block 17
 workflow! {
     /// Charges an order and returns the receipt, if the risk was low.
     pub Receipted(ctx: &AppCtx, order_id: u64) -> (u64, Option<Receipt>) {
@@ -283,7 +333,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 16
+// ---- docs/dsl.md, block 18
 use std::num::NonZeroUsize;
 use std::time::Duration;
 

@@ -8,6 +8,7 @@ use std::task::{Context, Poll};
 use super::{SHARED_WAKER_LIMIT, Scheduler, Settle};
 use crate::error::{NodeError, render};
 use crate::events::EventKind;
+use crate::graph::NodeKind;
 use crate::nodes::Leaves;
 use crate::panic::{panic_message, timer};
 use crate::scope::{OperationSpec, is_later, listen};
@@ -69,23 +70,9 @@ impl Scheduler {
         if i == self.ready.len() {
             self.ready.clear();
         } else {
-            // `interrupt`: the rest waits for the withdrawals, or is never started (a halt:
-            // `stop_all` aborts it).
+            // `interrupt`: the rest waits until the run has applied the withdrawals, or is
+            // never started (a halt: `stop_all` aborts it).
             self.ready.drain(..i);
-        }
-        if self.interrupt && self.halt.is_none() {
-            self.withdraw_and_start(leaves);
-        }
-    }
-
-    /// [`Scheduler::start_ready`] was interrupted by a withdrawal: applies it, then starts
-    /// what is still ready.
-    #[cold]
-    #[inline(never)]
-    fn withdraw_and_start(&mut self, leaves: &mut Leaves<'_>) {
-        self.apply_withdrawals(leaves);
-        if self.halt.is_none() {
-            self.start_ready(leaves);
         }
     }
 
@@ -94,19 +81,10 @@ impl Scheduler {
     #[inline(never)]
     fn start_ready_limited(&mut self, leaves: &mut Leaves<'_>) {
         let mut i = 0;
-        loop {
-            if self.interrupt {
-                if self.halt.is_some() {
-                    return;
-                }
-                // The withdrawn nodes leave `ready`; the walk starts again from its head.
-                self.apply_withdrawals(leaves);
-                i = 0;
-                continue;
-            }
-            let Some(&node) = self.ready.get(i) else {
-                return;
-            };
+        // On `interrupt` the run applies the withdrawals (or the halt) and calls again.
+        while !self.interrupt
+            && let Some(&node) = self.ready.get(i)
+        {
             if !self.nodes[node as usize].decision && !self.has_capacity(node) {
                 i += 1;
                 continue;
@@ -185,13 +163,13 @@ impl Scheduler {
         if self.lean {
             return Ok(());
         }
-        self.attempt_started(node)
+        self.attempt_started(leaves, node)
     }
 
     /// The rest of [`Scheduler::start_attempt`] outside a lean run: the attempt's timeout, its
     /// span, its event; what the previous attempt left (backoff, timeout, span) goes.
     #[inline(never)]
-    fn attempt_started(&mut self, node: u32) -> Result<(), NodeError> {
+    fn attempt_started(&mut self, leaves: &mut Leaves<'_>, node: u32) -> Result<(), NodeError> {
         let timeout = self.node_policy(node).timeout().map(timer).transpose()?;
         if let Some(watch) = self.watch_of(node) {
             watch.backoff = None;
@@ -218,6 +196,12 @@ impl Scheduler {
             }
         }
         self.emit(Some(node), attempt, || EventKind::Requested);
+        if self.recording.is_some()
+            && self.graph.nodes[node as usize].kind == NodeKind::Delay
+            && let Some(after) = leaves[node as usize].delay()
+        {
+            self.emit(Some(node), attempt, || EventKind::TimerSet { after });
+        }
         Ok(())
     }
 

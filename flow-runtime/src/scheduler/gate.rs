@@ -62,13 +62,8 @@ impl Scheduler {
             // Skipped or withdrawn with its block: there is nothing to decide.
             Fired::No if self.nodes[gate.node as usize].status.is_terminal() => return,
             Fired::No => {}
-            // Late: the join ignores the arm, and forgives its failure.
-            Fired::Ok => {
-                if cause != NO_CAUSE {
-                    self.catch_arm(arm);
-                }
-                return;
-            }
+            // Late: the join ignores the arm (its failures are caught as they happen).
+            Fired::Ok => return,
             Fired::Failed => return,
         }
         let state = &mut self.gates[gate_id as usize];
@@ -146,6 +141,25 @@ impl Scheduler {
             self.set_halt(Halt::FailFast(cause));
         }
         self.reach_one(gate.node, node, cause, false);
+    }
+
+    /// `node` failed or was aborted: caught if it sits in an arm of a gate that has fired
+    /// (an arm may go on after its gate fired: `rest = run`, or a node an untaken branch no
+    /// longer waits for).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn catch_late(&mut self, node: u32) {
+        let control = self.plan().control;
+        for info in control.arms {
+            if self.gates[info.gate as usize].fired == Fired::Ok
+                && control.scopes[info.scope as usize]
+                    .binary_search(&node)
+                    .is_ok()
+            {
+                self.caught.push(node);
+                return;
+            }
+        }
     }
 
     /// The failures inside arm `arm` do not fail the run: its gate fired without it.

@@ -405,8 +405,12 @@ impl Scheduler {
         }
         loop {
             self.start_ready(leaves);
-            if self.interrupt && self.interrupted(leaves) {
-                return Poll::Ready(());
+            if self.interrupt {
+                if self.interrupted(leaves) {
+                    return Poll::Ready(());
+                }
+                // Withdrawals applied: start what is ready now.
+                continue;
             }
             if self.due.is_empty() {
                 return if self.settled == self.len() {
@@ -554,6 +558,9 @@ where
 {
     let mut table = Table::new(nodes.as_mut());
     debug_assert_eq!(table.len(), graph.nodes.len());
+    // Once the run has ended, or its future is dropped, signals are refused. Declared after
+    // the table, so dropped before it: the steps' waits are dropped first.
+    let _mailbox = options.signals.clone().map(FinishOnDrop);
     let mut scheduler = Scheduler::new(graph, &options);
     // The nodes' own wakers, made when the first node needs one.
     let mut wakes = None;
@@ -597,6 +604,15 @@ where
     })
     .await;
     scheduler.finish()
+}
+
+/// Closes a run's mailbox when the run ends or its future is dropped.
+struct FinishOnDrop(Arc<crate::signal::Mailbox>);
+
+impl Drop for FinishOnDrop {
+    fn drop(&mut self) {
+        self.0.finish();
+    }
 }
 
 #[cfg(test)]

@@ -151,6 +151,9 @@ impl Scheduler {
     fn mark_more(&mut self, node: u32, how: Settle) {
         if matches!(how, Settle::Failed | Settle::Aborted(_)) {
             self.failures += 1;
+            if !self.gates.is_empty() {
+                self.catch_late(node);
+            }
         }
         let state = &mut self.nodes[node as usize];
         if let Settle::Aborted(cause) | Settle::Withdrawn(cause) = how {
@@ -180,6 +183,9 @@ impl Scheduler {
         }
         if self.recording.is_some() {
             let attempt = self.attempt_of(node);
+            if let Settle::Completed = how {
+                self.environment_event(node, attempt);
+            }
             let kind = match how {
                 Settle::Completed => EventKind::Completed {
                     branch: match self.graph.nodes[node as usize].kind {
@@ -200,6 +206,23 @@ impl Scheduler {
             };
             self.emit(Some(node), attempt, || kind);
         }
+    }
+
+    /// What the environment did for a `Signal` or `Delay` step that completed: recorded
+    /// before its `Completed`.
+    fn environment_event(&mut self, node: u32, attempt: u32) {
+        let kind = match self.graph.nodes[node as usize].kind {
+            NodeKind::Delay => EventKind::TimerFired,
+            NodeKind::Signal => {
+                let signals = self.plan().control.signals;
+                match signals.iter().find(|s| s.node == node) {
+                    Some(info) => EventKind::SignalReceived { signal: info.name },
+                    None => return,
+                }
+            }
+            _ => return,
+        };
+        self.emit(Some(node), attempt, || kind);
     }
 
     #[inline(always)]

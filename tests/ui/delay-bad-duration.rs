@@ -1,0 +1,13 @@
+use flow::prelude::*;
+
+workflow! {
+    Wait() {
+        Sequential {
+            Delay("2 weeks"),
+            Delay("1.5h"),
+            Delay(),
+        }
+    }
+}
+
+fn main() {}

@@ -33,7 +33,9 @@ async fn read(replica: &str, key: &str, ms: u64) -> Result<String, ReplicaError>
 /// A replica that is down.
 async fn read_down(replica: &str, key: &str) -> Result<String, ReplicaError> {
     tokio::time::sleep(Duration::from_millis(5)).await;
-    Err(ReplicaError(format!("{replica}: connection refused reading {key}")))
+    Err(ReplicaError(format!(
+        "{replica}: connection refused reading {key}"
+    )))
 }
 
 workflow! {

@@ -106,6 +106,13 @@ async fn race_first_branch_wins_and_the_loser_is_withdrawn() {
         ]
     );
     assert!(report.to_string().contains("1 withdrawn"), "{report}");
+    let slow = report.node("slow").expect("the loser's line");
+    assert_eq!(slow.withdrawn_by, Some("won"));
+    assert!(
+        report.to_string().contains("withdrawn by `won`"),
+        "{report}"
+    );
+    assert_eq!(report.node("fast").map(|n| n.withdrawn_by), Some(None));
     assert_eq!(Replicas::GRAPH.nodes()[2].kind, NodeKind::Gate);
 }
 

@@ -30,6 +30,9 @@ pub struct NodeReport {
     pub started: Option<Duration>,
     /// When it settled, from the run's start (when the run recorded events and it ran).
     pub ended: Option<Duration>,
+    /// For a withdrawn node, the node whose decision withdrew it: the gate that fired, the
+    /// `Cancel` or `Terminate` step (when the run recorded events).
+    pub withdrawn_by: Option<&'static str>,
 }
 
 impl NodeReport {
@@ -87,6 +90,9 @@ impl Report {
                     node.ended = Some(event.at)
                 }
                 _ => {}
+            }
+            if let EventKind::Withdrawn { cause } = event.kind {
+                node.withdrawn_by = Some(cause);
             }
         }
         Report {
@@ -500,7 +506,7 @@ impl fmt::Display for Report {
                 node.attempts,
                 ms(node.started),
                 ms(node.duration()),
-                node.error.as_deref().unwrap_or("")
+                WhyCell(node)
             )?;
         }
         write!(
@@ -525,6 +531,19 @@ impl fmt::Display for Report {
             write!(f, ", {withdrawn} withdrawn")?;
         }
         writeln!(f)
+    }
+}
+
+/// The last column of a report's table: a node's error, or what withdrew it.
+struct WhyCell<'a>(&'a NodeReport);
+
+impl fmt::Display for WhyCell<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.0.error, self.0.withdrawn_by) {
+            (Some(error), _) => f.write_str(error),
+            (None, Some(cause)) => write!(f, "withdrawn by `{cause}`"),
+            (None, None) => Ok(()),
+        }
     }
 }
 

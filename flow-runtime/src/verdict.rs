@@ -197,6 +197,7 @@ impl Finished {
                         .or_else(|| errors.get(id).and_then(Option::as_ref).map(render)),
                     started: None,
                     ended: None,
+                    withdrawn_by: None,
                 })
                 .collect(),
         });

@@ -12,12 +12,16 @@ use syn::{Expr, Ident};
 
 use crate::ctxt::Ctxt;
 use crate::options;
-use crate::parse::{BlockStep, CondStep, OpStep, Step, Workflow};
+use crate::parse::{BlockStep, CancelTarget, CondStep, OpStep, Step, Workflow};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Kind {
     Operation,
     Decision,
+    /// `Cancel(target)`: withdraws its target when it starts.
+    Cancel,
+    /// `Terminate(expr)`: ends the run with `expr` as its output.
+    Terminate,
 }
 
 /// Why an edge exists; one pair of nodes may have several reasons.
@@ -66,6 +70,17 @@ pub struct Dag {
     pub edges: BTreeMap<(usize, usize), u8>,
     /// The limit of each limited `Parallel` block.
     pub group_limits: Vec<u32>,
+    /// The labelled steps and blocks (`'export: Sequential { .. }`), each with its nodes.
+    pub regions: Vec<Region>,
+    /// The `Cancel` nodes and what each targets.
+    pub cancels: Vec<(usize, CancelTarget)>,
+}
+
+/// A labelled step or block: the nodes it holds are the ids `nodes` (a block's nodes are
+/// built one after the other, so they are a range).
+pub struct Region {
+    pub label: syn::Lifetime,
+    pub nodes: std::ops::Range<usize>,
 }
 
 impl Dag {
@@ -88,6 +103,8 @@ pub fn build(workflow: &Workflow, cx: &mut Ctxt) -> Dag {
             nodes: Vec::new(),
             edges: BTreeMap::new(),
             group_limits: Vec::new(),
+            regions: Vec::new(),
+            cancels: Vec::new(),
         },
         cx,
         branches: Vec::new(),
@@ -141,6 +158,21 @@ impl Builder<'_> {
             }
             Step::Parallel(block) => self.parallel(block),
             Step::Conditional(cond) => self.conditional(cond),
+            Step::Cancel(cancel) => {
+                let target = Expr::Verbatim(cancel.target.tokens());
+                let id = self.instant(Kind::Cancel, &cancel.keyword, target);
+                let target = match &cancel.target {
+                    CancelTarget::Label(label) => CancelTarget::Label(label.clone()),
+                    CancelTarget::Node(name) => CancelTarget::Node(name.clone()),
+                };
+                self.dag.cancels.push((id, target));
+                (vec![id], vec![id])
+            }
+            Step::Terminate(term) => {
+                let id = self.instant(Kind::Terminate, &term.keyword, term.value.clone());
+                (vec![id], vec![id])
+            }
+            Step::Labelled(label, inner) => self.labelled(label, inner),
             Step::Invalid => (Vec::new(), Vec::new()),
         }
     }
@@ -170,6 +202,51 @@ impl Builder<'_> {
             else_nodes: Vec::new(),
         });
         self.dag.nodes.len() - 1
+    }
+
+    /// A `Cancel` or `Terminate` node: no options, no limits (it does its work the moment
+    /// it starts). A `Cancel`'s `expr` is its target's tokens, which read no node.
+    fn instant(&mut self, kind: Kind, keyword: &Ident, expr: Expr) -> usize {
+        self.dag.nodes.push(Node {
+            kind,
+            name: None,
+            display: String::new(),
+            keyword: keyword.clone(),
+            expr,
+            after: Vec::new(),
+            policy: options::Policy::default(),
+            branches: self.branches.clone(),
+            groups: Vec::new(),
+            then_nodes: Vec::new(),
+            else_nodes: Vec::new(),
+        });
+        self.dag.nodes.len() - 1
+    }
+
+    /// `'label: step`: the step, and the region of its nodes. A label names a region once.
+    fn labelled(&mut self, label: &syn::Lifetime, inner: &Step) -> (Vec<usize>, Vec<usize>) {
+        if let Some(first) = self
+            .dag
+            .regions
+            .iter()
+            .find(|r| r.label.ident == label.ident)
+        {
+            self.cx.error(
+                label.span(),
+                format!(
+                    "duplicate label `{label}`: it already names the step{}; every label needs its own name",
+                    crate::suggest::on_line(first.label.span()),
+                ),
+            );
+        }
+        let first = self.dag.nodes.len();
+        let ends = self.step(inner);
+        let last = self.dag.nodes.len();
+        self.dag.regions.push(Region {
+            label: label.clone(),
+            nodes: first..last,
+        });
+        ends
     }
 
     fn parallel(&mut self, block: &BlockStep) -> (Vec<usize>, Vec<usize>) {
@@ -271,6 +348,8 @@ fn name_nodes(dag: &mut Dag) {
         .map(|node| match (&node.name, node.kind) {
             (Some(name), _) => name.to_string(),
             (None, Kind::Decision) => "decision".to_string(),
+            (None, Kind::Cancel) => "cancel".to_string(),
+            (None, Kind::Terminate) => "terminate".to_string(),
             (None, Kind::Operation) => {
                 callee(&node.expr).unwrap_or_else(|| "operation".to_string())
             }

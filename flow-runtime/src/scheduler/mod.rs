@@ -35,6 +35,9 @@ use crate::wake::WakeSet;
 
 const NO_CAUSE: u32 = u32::MAX;
 
+/// The scope of a withdrawal that takes every node that has not ended (`Terminate`).
+pub(crate) const ALL_NODES: u32 = u32::MAX;
+
 /// Up to this many operations in flight, the scheduler polls them with the run's own waker
 /// (and all of them on each wake-up); above it, each with its own (`wake.rs`). `join_all`
 /// makes the same switch at 30.
@@ -67,6 +70,8 @@ enum Settle {
     Failed,
     Aborted(u32),
     Skipped,
+    /// Withdrawn by the node it names (a gate that fired, a `Cancel`, a `Terminate`).
+    Withdrawn(u32),
 }
 
 /// What a running node may have besides its future: kept apart from its [`NodeState`], in
@@ -141,6 +146,13 @@ struct Scheduler {
     /// For `FailFast`: whether a test could catch a failure of each node (computed on demand).
     catchable: Vec<bool>,
     halt: Option<Halt>,
+    /// Something must happen before any node is started or polled again: a halt, or a
+    /// withdrawal in `withdrawals`. One test in the loops, so a plain run pays nothing more.
+    interrupt: bool,
+    /// Queued withdrawals: (scope, an index into `Control::scopes` or [`ALL_NODES`]; cause).
+    withdrawals: Vec<(u32, u32)>,
+    /// Some node was withdrawn.
+    withdrawn_any: bool,
     cancelled: Option<CancelReason>,
     seed: u64,
     /// `None` when nobody wants events: then none are built.
@@ -211,6 +223,9 @@ impl Scheduler {
             policy: options.failure.unwrap_or(plan.failure),
             catchable: Vec::new(),
             halt: None,
+            interrupt: false,
+            withdrawals: Vec::new(),
+            withdrawn_any: false,
             cancelled: None,
             seed: 0,
             recording: (options.record || !options.observers.is_empty()).then(|| {
@@ -346,8 +361,7 @@ impl Scheduler {
         }
         loop {
             self.start_ready(leaves);
-            if self.halt.is_some() {
-                self.stop_all(leaves);
+            if self.interrupt && self.interrupted(leaves) {
                 return Poll::Ready(());
             }
             if self.due.is_empty() {
@@ -358,8 +372,7 @@ impl Scheduler {
                 };
             }
             self.poll_due(leaves, wakes, cx);
-            if self.halt.is_some() {
-                self.stop_all(leaves);
+            if self.interrupt && self.interrupted(leaves) {
                 return Poll::Ready(());
             }
             if self.settled == self.len() {
@@ -371,6 +384,27 @@ impl Scheduler {
                 return Poll::Pending;
             }
         }
+    }
+
+    /// The cold branch of the `interrupt` test: with a halt, stops the run and returns `true`;
+    /// otherwise applies the queued withdrawals and returns whether that halted the run.
+    #[cold]
+    #[inline(never)]
+    fn interrupted(&mut self, leaves: &mut Leaves<'_>) -> bool {
+        if self.halt.is_none() {
+            self.apply_withdrawals(leaves);
+            if self.halt.is_none() {
+                return false;
+            }
+        }
+        self.stop_all(leaves);
+        true
+    }
+
+    /// Ends the run early: the halt is applied before anything else is started or polled.
+    pub(super) fn set_halt(&mut self, halt: Halt) {
+        self.halt = Some(halt);
+        self.interrupt = true;
     }
 
     fn finish(mut self) -> Finished {
@@ -482,7 +516,7 @@ where
     let mut deadline = match options.deadline.map(deadline_timer).transpose() {
         Ok(deadline) => deadline,
         Err(reason) => {
-            scheduler.halt = Some(Halt::Cancelled(reason));
+            scheduler.set_halt(Halt::Cancelled(reason));
             scheduler.stop_all(table.leaves());
             return scheduler.finish();
         }
@@ -510,7 +544,7 @@ where
                 None
             };
             if let Some(reason) = reason {
-                scheduler.halt = Some(Halt::Cancelled(reason));
+                scheduler.set_halt(Halt::Cancelled(reason));
                 scheduler.stop_all(leaves);
                 return Poll::Ready(());
             }
@@ -520,3 +554,6 @@ where
     .await;
     scheduler.finish()
 }
+
+#[cfg(test)]
+mod tests;

@@ -4,7 +4,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-use super::{Halt, NO_CAUSE, Scheduler, Settle};
+use super::{ALL_NODES, Halt, NO_CAUSE, Scheduler, Settle};
 use crate::error::{NodeError, render};
 use crate::events::EventKind;
 use crate::graph::{NodeKind, Plan};
@@ -65,7 +65,7 @@ impl Scheduler {
         self.state.set_error(node as usize, len, error);
         self.settle(node, Settle::Failed);
         if self.policy == FailurePolicy::FailFast && self.halt.is_none() && !self.catchable(node) {
-            self.halt = Some(Halt::FailFast(node));
+            self.set_halt(Halt::FailFast(node));
         }
     }
 
@@ -131,6 +131,7 @@ impl Scheduler {
             Settle::Failed => NodeStatus::Failed,
             Settle::Aborted(_) => NodeStatus::Aborted,
             Settle::Skipped => NodeStatus::Skipped,
+            Settle::Withdrawn(_) => NodeStatus::Withdrawn,
         };
         self.settled += 1;
         if !matches!(how, Settle::Completed) || self.recording.is_some() {
@@ -147,8 +148,12 @@ impl Scheduler {
             self.failures += 1;
         }
         let state = &mut self.nodes[node as usize];
-        if let Settle::Aborted(cause) = how {
+        if let Settle::Aborted(cause) | Settle::Withdrawn(cause) = how {
+            // The status tells an abort's cause from a withdrawal's.
             state.abort_cause = cause;
+        }
+        if let Settle::Withdrawn(_) = how {
+            self.withdrawn_any = true;
         }
         if self.policy == FailurePolicy::FailFast
             && self.halt.is_none()
@@ -160,7 +165,7 @@ impl Scheduler {
                 Settle::Aborted(cause) => cause,
                 _ => node,
             };
-            self.halt = Some(Halt::FailFast(cause));
+            self.set_halt(Halt::FailFast(cause));
         }
         if let Settle::Aborted(cause) = how {
             let cause = self.graph.nodes[cause as usize].name;
@@ -184,6 +189,9 @@ impl Scheduler {
                     cause: Some(self.graph.nodes[cause as usize].name),
                 },
                 Settle::Skipped => EventKind::Skipped,
+                Settle::Withdrawn(cause) => EventKind::Withdrawn {
+                    cause: self.graph.nodes[cause as usize].name,
+                },
             };
             self.emit(Some(node), attempt, || kind);
         }
@@ -207,32 +215,95 @@ impl Scheduler {
             Settle::Completed => (NO_CAUSE, false),
             Settle::Failed => (node, false),
             Settle::Aborted(cause) => (cause, false),
-            Settle::Skipped => {
-                self.skip_branches(node);
+            // Withdrawn passes on like a skip: successors outside the withdrawn scope count
+            // it as done, and those that read its data are withdrawn too (`reach_one`).
+            Settle::Skipped | Settle::Withdrawn(_) => {
+                self.close_branches(node, how);
                 (NO_CAUSE, true)
             }
         };
         self.reach(self.plan().successors(node as usize), node, cause, skipped);
     }
 
-    /// A skipped decision takes neither branch: both are skipped.
+    /// A skipped or withdrawn decision takes neither branch: both end the same way.
     #[cold]
-    fn skip_branches(&mut self, node: u32) {
+    fn close_branches(&mut self, node: u32, how: Settle) {
         if self.graph.nodes[node as usize].kind == NodeKind::Decision {
             let plan = self.plan();
-            self.skip_all(plan.then_nodes[node as usize]);
-            self.skip_all(plan.else_nodes[node as usize]);
+            self.close_all(plan.then_nodes[node as usize], how);
+            self.close_all(plan.else_nodes[node as usize], how);
         }
     }
 
     /// Marks a whole untaken branch skipped, then tells the nodes outside it.
     fn skip_all(&mut self, branch: &'static [u32]) {
-        for &node in branch {
+        self.close_all(branch, Settle::Skipped);
+    }
+
+    /// Marks every node of `nodes` that has not ended `how` (skipped or withdrawn), then tells
+    /// the nodes outside it (through `work`).
+    fn close_all(&mut self, nodes: &'static [u32], how: Settle) {
+        for &node in nodes {
             if !self.nodes[node as usize].status.is_terminal() {
-                self.mark(node, Settle::Skipped);
-                self.work.push((node, Settle::Skipped));
+                self.mark(node, how);
+                self.work.push((node, how));
             }
         }
+    }
+
+    /// Asks for the nodes of `scope` (an index into `Control::scopes`, or [`ALL_NODES`]) that
+    /// have not ended to be withdrawn, `cause` being the node that decided it. The request is
+    /// applied before anything else is started or polled: running nodes have their future
+    /// dropped at once. Callable from settle code (a gate that fires, a `Cancel`).
+    pub(super) fn withdraw(&mut self, scope: u32, cause: u32) {
+        self.withdrawals.push((scope, cause));
+        self.interrupt = true;
+    }
+
+    /// Applies the queued withdrawals: running nodes are stopped (their futures dropped) and
+    /// released, ready ones leave `ready`, and every node of the scope that has not ended is
+    /// marked withdrawn; then the nodes after them learn of it. Withdrawals that this queues
+    /// in turn (a gate that fires or fails) are applied too.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn apply_withdrawals(&mut self, leaves: &mut Leaves<'_>) {
+        let mut i = 0;
+        while let Some(&(scope, cause)) = self.withdrawals.get(i) {
+            i += 1;
+            if scope == ALL_NODES {
+                for node in 0..self.len() as u32 {
+                    self.withdraw_node(leaves, node, cause);
+                }
+            } else {
+                let plan = self.plan();
+                for &node in plan.control.scopes[scope as usize] {
+                    self.withdraw_node(leaves, node, cause);
+                }
+            }
+            while let Some((node, how)) = self.work.pop() {
+                self.settled_one(node, how);
+            }
+        }
+        self.withdrawals.clear();
+        self.ready
+            .retain(|&node| self.nodes[node as usize].status == NodeStatus::Ready);
+        self.interrupt = self.halt.is_some();
+    }
+
+    /// Withdraws one node unless it has ended; its successors learn of it from `work`.
+    fn withdraw_node(&mut self, leaves: &mut Leaves<'_>, node: u32, cause: u32) {
+        let status = self.nodes[node as usize].status;
+        if status.is_terminal() {
+            return;
+        }
+        if status == NodeStatus::Running {
+            leaves[node as usize].as_mut().stop();
+            let attempts = self.nodes[node as usize].attempt;
+            self.release(node);
+            self.record_attempts(node, attempts, 0);
+        }
+        self.mark(node, Settle::Withdrawn(cause));
+        self.work.push((node, Settle::Withdrawn(cause)));
     }
 
     /// Tells the targets of `entries` that `node` has settled; `cause` is the failure it passes
@@ -262,6 +333,30 @@ impl Scheduler {
         }
     }
 
+    /// The fate of a node whose data came from a skipped or withdrawn node: withdrawn (with
+    /// the same cause) when a data predecessor was withdrawn, else skipped. The macro never
+    /// reads a possibly-withdrawn node through a data edge, so the search (predecessors have
+    /// lower ids) runs only for hand-built plans, and only once something was withdrawn.
+    #[cold]
+    #[inline(never)]
+    fn skip_fate(&self, succ: u32) -> Settle {
+        if self.withdrawn_any {
+            for pred in 0..succ as usize {
+                let state = &self.nodes[pred];
+                if state.status == NodeStatus::Withdrawn
+                    && self.plan().successors(pred).iter().any(|&entry| {
+                        entry & (Plan::JOIN | Plan::GATE) == 0
+                            && entry & Plan::DATA != 0
+                            && entry & Plan::NODE == succ
+                    })
+                {
+                    return Settle::Withdrawn(state.abort_cause);
+                }
+            }
+        }
+        Settle::Skipped
+    }
+
     /// Tells one target, through the successor `entry` (its index and flags), that `node` has
     /// settled: the target is decided when this was its last unsettled predecessor.
     #[inline(always)]
@@ -288,7 +383,7 @@ impl Scheduler {
         let next = if state.abort_cause != NO_CAUSE {
             Settle::Aborted(state.abort_cause)
         } else if state.skip {
-            Settle::Skipped
+            self.skip_fate(succ)
         } else {
             state.status = NodeStatus::Ready;
             self.ready.push(succ);

@@ -48,8 +48,9 @@ const SHARED_WAKER_LIMIT: usize = 16;
 #[derive(Clone, Copy)]
 struct NodeState {
     status: NodeStatus,
-    /// A decision (else an operation): kept here, beside the status that starting a node
-    /// writes, rather than looked up in the graph's node list.
+    /// A decision, or a `Cancel` or `Terminate` step (else an operation): a node that acts
+    /// the moment it starts. Kept here, beside the status that starting a node writes, rather
+    /// than looked up in the graph's node list.
     decision: bool,
     /// A data predecessor was skipped.
     skip: bool,
@@ -161,6 +162,8 @@ struct Scheduler {
     decided: Option<bool>,
     /// Whether the caller wants the per-node report.
     report: bool,
+    /// A `Terminate` step ended the run: it succeeds, whatever failed before.
+    terminated: bool,
     /// Starting an attempt is making its future and nothing else: no step has a policy, no
     /// `#[operation]`'s defaults were heard, nobody records events and no subscriber can want
     /// a span. Cleared when an operation is heard.
@@ -183,10 +186,14 @@ impl Scheduler {
                 attempt: 0,
             })
             .collect();
-        // A workflow without decisions has no branch lists, and its node list need not be read.
-        if !plan.then_nodes.is_empty() {
+        // A workflow without decisions has no branch lists, and one without `Cancel` or
+        // `Terminate` steps no instants: then its node list need not be read.
+        if !plan.then_nodes.is_empty() || !plan.control.instants.is_empty() {
             for (state, info) in nodes.iter_mut().zip(graph.nodes) {
-                state.decision = info.kind == NodeKind::Decision;
+                state.decision = matches!(
+                    info.kind,
+                    NodeKind::Decision | NodeKind::Cancel | NodeKind::Terminate
+                );
             }
         }
         let limit = options
@@ -243,6 +250,7 @@ impl Scheduler {
             }),
             decided: None,
             report: options.report,
+            terminated: false,
             lean: false,
         };
         scheduler.lean = plan.policies.is_empty() && scheduler.recording.is_none() && !spans();
@@ -426,7 +434,7 @@ impl Scheduler {
         } else {
             Verdict::judge(self.graph, &statuses, &self.caught)
         };
-        let succeeded = self.cancelled.is_none() && verdict.succeeded;
+        let succeeded = self.cancelled.is_none() && (self.terminated || verdict.succeeded);
         self.emit(None, 0, || EventKind::RunFinished { succeeded });
         let recording = self.recording.take();
         Finished {
@@ -440,6 +448,7 @@ impl Scheduler {
             elapsed: recording.as_ref().map(|r| r.start.elapsed()),
             log: recording.and_then(|r| r.log),
             report: self.report,
+            terminated: self.terminated,
         }
     }
 }

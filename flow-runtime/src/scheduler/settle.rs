@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::{ALL_NODES, Halt, NO_CAUSE, Scheduler, Settle};
 use crate::error::{NodeError, render};
 use crate::events::EventKind;
-use crate::graph::{NodeKind, Plan};
+use crate::graph::{Instant, NodeKind, Plan};
 use crate::nodes::Leaves;
 use crate::panic::panic_message;
 use crate::policy::FailurePolicy;
@@ -33,6 +33,11 @@ impl Scheduler {
     }
 
     pub(super) fn decide(&mut self, leaves: &mut Leaves<'_>, node: u32) {
+        if let Some(&instant) = self.plan().control.instants.get(node as usize)
+            && instant != Instant::None
+        {
+            return self.instant(leaves, node, instant);
+        }
         let state = &self.state;
         let chosen = catch_unwind(AssertUnwindSafe(|| {
             leaves[node as usize].as_mut().decide(state)
@@ -57,6 +62,40 @@ impl Scheduler {
                 self.settle(node, Settle::Completed);
             }
             Err(payload) => self.fail(node, NodeError::Panicked(panic_message(payload))),
+        }
+    }
+
+    /// A `Cancel` or `Terminate` step, the moment it starts: it requests its withdrawal and
+    /// completes. Its target's nodes that have ended keep their status (a failure there stays
+    /// a failure); the others are withdrawn before anything else starts or is polled.
+    #[cold]
+    #[inline(never)]
+    fn instant(&mut self, leaves: &mut Leaves<'_>, node: u32, instant: Instant) {
+        match instant {
+            Instant::Cancel { scope } => {
+                self.withdraw(scope, node);
+                self.settle(node, Settle::Completed);
+            }
+            Instant::Terminate => {
+                // The step's expression puts the run's output in the run's `TermCell`.
+                let state = &self.state;
+                let given = catch_unwind(AssertUnwindSafe(|| {
+                    leaves[node as usize].as_mut().decide(state)
+                }));
+                match given {
+                    Ok(true) => {
+                        self.terminated = true;
+                        self.withdraw(ALL_NODES, node);
+                        self.settle(node, Settle::Completed);
+                    }
+                    Ok(false) => self.fail(
+                        node,
+                        NodeError::Internal("a `Terminate` step found an input missing"),
+                    ),
+                    Err(payload) => self.fail(node, NodeError::Panicked(panic_message(payload))),
+                }
+            }
+            Instant::None => self.settle(node, Settle::Completed),
         }
     }
 

@@ -414,3 +414,60 @@ async fn terminate_in_a_workflow_without_output() {
         .expect("the Cancel node");
     assert_eq!(CancelRegion::GRAPH.nodes()[cancel].label, "'export");
 }
+
+// Two Terminates ready at once: the first in source order ends the run. A Terminate whose
+// expression panics fails like an operation.
+
+fn explode() -> u32 {
+    panic!("no value")
+}
+
+workflow! {
+    TwoEnds(log: &Log, panics: bool) -> u32 {
+        Sequential {
+            Parallel {
+                Terminate(1),
+                Terminate(2),
+                Conditional(panics) {
+                    Terminate(explode()),
+                },
+            },
+            rest = Operation(work(log, "rest", 5)),
+        }
+        => 0
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_first_terminate_in_source_order_wins() {
+    let log = Log::new();
+    let outcome = TwoEnds::runner().record(true).execute((&log, false)).await;
+    assert_eq!(outcome.result.expect("the run succeeds"), 1);
+    assert_eq!(outcome.report.status("terminate#1"), Some(NodeStatus::Completed));
+    assert_eq!(outcome.report.status("terminate#2"), Some(NodeStatus::Withdrawn));
+    assert_eq!(outcome.report.status("rest"), Some(NodeStatus::Withdrawn));
+    assert!(log.started().is_empty());
+    let dot = TwoEnds::GRAPH.to_dot();
+    assert!(dot.contains("terminate#1\\n1\", shape=octagon"), "{dot}");
+}
+
+workflow! {
+    PanickingEnd(log: &Log) -> u32 {
+        Sequential {
+            Terminate(explode()),
+            rest = Operation(work(log, "rest", 5)),
+        }
+        => 0
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_terminate_whose_expression_panics_fails_its_step() {
+    let log = Log::new();
+    let outcome = PanickingEnd::runner().execute(&log).await;
+    assert_eq!(outcome.report.status("terminate#1"), Some(NodeStatus::Failed));
+    assert_eq!(outcome.report.status("rest"), Some(NodeStatus::Aborted));
+    let error = outcome.result.expect_err("the panic fails the run");
+    assert!(error.to_string().contains("terminate#1"), "{error}");
+    assert!(log.started().is_empty());
+}

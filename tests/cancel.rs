@@ -93,7 +93,7 @@ async fn wcp_19_cancel_task_withdraws_a_running_step_and_drops_its_future_once()
         .execute((&log, &drops, true))
         .await;
     assert!(outcome.report.succeeded(), "a withdrawal is no failure");
-    assert_eq!(outcome.result.expect("the run succeeds"), false);
+    assert!(!outcome.result.expect("the run succeeds"));
     assert_eq!(
         drops.load(Ordering::SeqCst),
         1,
@@ -119,7 +119,7 @@ async fn wcp_19_cancel_task_withdraws_a_running_step_and_drops_its_future_once()
     // Without the Cancel, the same workflow waits for `slow` and reads it.
     let (log, drops) = (Log::new(), AtomicUsize::new(0));
     let outcome = CancelTask::runner().execute((&log, &drops, false)).await;
-    assert_eq!(outcome.result.expect("the run succeeds"), true);
+    assert!(outcome.result.expect("the run succeeds"));
     assert_eq!(outcome.report.status("slow"), Some(NodeStatus::Completed));
     assert_eq!(outcome.report.status("cancel#1"), Some(NodeStatus::Skipped));
     assert_eq!(log.at("after", "start"), ms(1000));
@@ -443,8 +443,14 @@ async fn the_first_terminate_in_source_order_wins() {
     let log = Log::new();
     let outcome = TwoEnds::runner().record(true).execute((&log, false)).await;
     assert_eq!(outcome.result.expect("the run succeeds"), 1);
-    assert_eq!(outcome.report.status("terminate#1"), Some(NodeStatus::Completed));
-    assert_eq!(outcome.report.status("terminate#2"), Some(NodeStatus::Withdrawn));
+    assert_eq!(
+        outcome.report.status("terminate#1"),
+        Some(NodeStatus::Completed)
+    );
+    assert_eq!(
+        outcome.report.status("terminate#2"),
+        Some(NodeStatus::Withdrawn)
+    );
     assert_eq!(outcome.report.status("rest"), Some(NodeStatus::Withdrawn));
     assert!(log.started().is_empty());
     let dot = TwoEnds::GRAPH.to_dot();
@@ -465,7 +471,10 @@ workflow! {
 async fn a_terminate_whose_expression_panics_fails_its_step() {
     let log = Log::new();
     let outcome = PanickingEnd::runner().execute(&log).await;
-    assert_eq!(outcome.report.status("terminate#1"), Some(NodeStatus::Failed));
+    assert_eq!(
+        outcome.report.status("terminate#1"),
+        Some(NodeStatus::Failed)
+    );
     assert_eq!(outcome.report.status("rest"), Some(NodeStatus::Aborted));
     let error = outcome.result.expect_err("the panic fails the run");
     assert!(error.to_string().contains("terminate#1"), "{error}");

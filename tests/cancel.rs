@@ -480,3 +480,32 @@ async fn a_terminate_whose_expression_panics_fails_its_step() {
     assert!(error.to_string().contains("terminate#1"), "{error}");
     assert!(log.started().is_empty());
 }
+
+// A test reads a node a Cancel may withdraw as `Option<Result<&T, &NodeError>>`.
+
+workflow! {
+    TestAfterCancel(log: &Log) -> bool {
+        Sequential {
+            Parallel {
+                slow = Operation(work(log, "slow", 1000)),
+                Sequential {
+                    quick = Operation(work(log, "quick", 10)),
+                    Cancel(slow),
+                },
+            },
+            Conditional(slow.is_none()) {
+                gone = Operation(work(log, "gone", 1)),
+            },
+        }
+        => gone.is_some()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_test_sees_a_withdrawn_node_as_none() {
+    let log = Log::new();
+    let outcome = TestAfterCancel::runner().execute(&log).await;
+    assert!(outcome.result.expect("the run succeeds"));
+    assert_eq!(outcome.report.status("slow"), Some(NodeStatus::Withdrawn));
+    assert_eq!(log.at("gone", "start"), ms(10));
+}

@@ -509,3 +509,50 @@ async fn a_test_sees_a_withdrawn_node_as_none() {
     assert_eq!(outcome.report.status("slow"), Some(NodeStatus::Withdrawn));
     assert_eq!(log.at("gone", "start"), ms(10));
 }
+
+// A withdrawn node whose predecessors are still running lets nothing after it start before
+// they end: a Sequential keeps its order, and a branch waits for its decision.
+
+workflow! {
+    CancelAhead(log: &Log, take: bool) {
+        Parallel {
+            Sequential {
+                first = Operation(work(log, "first", 50)),
+                'later: Sequential { later = Operation(work(log, "later", 5)) },
+                last = Operation(work(log, "last", 5)),
+                Conditional(take) {
+                    'entry: entry = Operation(work(log, "entry", 5)),
+                    rest = Operation(work(log, "rest", 5)),
+                },
+            },
+            Sequential {
+                quick = Operation(work(log, "quick", 10)),
+                Cancel('later),
+                Cancel('entry),
+            },
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_withdrawn_waiting_node_keeps_the_order_around_it() {
+    let log = Log::new();
+    let outcome = CancelAhead::runner().execute((&log, false)).await;
+    outcome.result.expect("the run succeeds");
+    assert_eq!(outcome.report.status("later"), Some(NodeStatus::Withdrawn));
+    assert_eq!(
+        log.at("last", "start"),
+        ms(50),
+        "after `first`, not at the Cancel"
+    );
+    assert_eq!(outcome.report.status("entry"), Some(NodeStatus::Withdrawn));
+    assert_eq!(outcome.report.status("rest"), Some(NodeStatus::Skipped));
+    assert_eq!(log.started(), vec!["first", "quick", "last"]);
+
+    // Taken, the branch runs what the Cancel left: `rest`, after its decision.
+    let log = Log::new();
+    let outcome = CancelAhead::runner().execute((&log, true)).await;
+    outcome.result.expect("the run succeeds");
+    assert_eq!(outcome.report.status("rest"), Some(NodeStatus::Completed));
+    assert_eq!(log.at("rest", "start"), ms(55));
+}

@@ -285,6 +285,10 @@ impl Scheduler {
         for &node in nodes {
             if !self.nodes[node as usize].status.is_terminal() {
                 self.mark(node, how);
+                if let Settle::Withdrawn(_) = how {
+                    // Passed on now, so not again when its predecessors settle.
+                    self.nodes[node as usize].remaining = 0;
+                }
                 self.work.push((node, how));
             }
         }
@@ -342,7 +346,28 @@ impl Scheduler {
             self.record_attempts(node, attempts, 0);
         }
         self.mark(node, Settle::Withdrawn(cause));
-        self.work.push((node, Settle::Withdrawn(cause)));
+        // A node some of whose predecessors have not settled passes its end on only once they
+        // have (`reach_withdrawn`): nothing after it starts before what comes before it ended,
+        // and no node of a branch starts before its decision has run.
+        if self.nodes[node as usize].remaining == 0 {
+            self.work.push((node, Settle::Withdrawn(cause)));
+        }
+    }
+
+    /// A predecessor of `node`, withdrawn before all its predecessors had settled, has
+    /// settled: once the last has, `node` passes its withdrawal on.
+    #[cold]
+    #[inline(never)]
+    fn reach_withdrawn(&mut self, node: u32) {
+        let state = &mut self.nodes[node as usize];
+        if state.remaining == 0 {
+            return;
+        }
+        state.remaining -= 1;
+        if state.remaining == 0 {
+            let cause = state.abort_cause;
+            self.work.push((node, Settle::Withdrawn(cause)));
+        }
     }
 
     /// Tells the targets of `entries` that `node` has settled; `cause` is the failure it passes
@@ -403,6 +428,9 @@ impl Scheduler {
         let succ = entry & Plan::NODE;
         let state = &mut self.nodes[succ as usize];
         if state.status.is_terminal() {
+            if state.status == NodeStatus::Withdrawn {
+                self.reach_withdrawn(succ);
+            }
             return;
         }
         state.remaining -= 1;

@@ -48,6 +48,8 @@ pub enum Step {
     Terminate(TermStep),
     /// `'label: step`: a step or block with a label, which `Cancel('label)` can target.
     Labelled(syn::Lifetime, Box<Step>),
+    /// `Race { .. }` or `Parallel(min = k) { .. }`: a block whose children are arms of a gate.
+    Gate(GateStep),
     /// A step that did not parse (its error is recorded). It keeps its block from looking empty,
     /// so one mistake does not also report "empty block".
     Invalid,
@@ -92,6 +94,16 @@ impl CancelTarget {
 pub struct TermStep {
     pub keyword: Ident,
     pub value: Expr,
+}
+
+/// `[name =] Race { .. }` or `[name =] Parallel(min = k, ..) { .. }`.
+pub struct GateStep {
+    /// Binds the gate's output: the winning arm (`Race`) or the completed arms.
+    pub name: Option<Ident>,
+    /// `Race` or `Parallel`, as written.
+    pub keyword: Ident,
+    pub race: bool,
+    pub block: BlockStep,
 }
 
 pub struct CondStep {
@@ -455,16 +467,43 @@ fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
     };
     let rest: Vec<TokenTree> = trees.collect();
     let kind = keyword.to_string();
-    if kind != "Operation"
+    // A `Race` or a `Parallel(min = k)` may be named: the name binds its winners.
+    if !matches!(kind.as_str(), "Operation" | "Race" | "Parallel")
         && let Some(name) = &name
     {
         cx.error(
             name.span(),
-            format!("only an `Operation` can be named, not a `{kind}` block; name the operations inside it"),
+            format!("only an `Operation`, a `Race` or a `Parallel(min = k)` can be named, not a `{kind}` block; name the operations inside it"),
         );
     }
     match kind.as_str() {
         "Operation" => operation(name, keyword, rest, cx).map(Step::Operation),
+        "Race" => {
+            let block = block(keyword.clone(), rest, cx)?;
+            Some(Step::Gate(GateStep {
+                name,
+                keyword,
+                race: true,
+                block,
+            }))
+        }
+        "Parallel" if name.is_some() || has_min(&rest) => {
+            let block = block(keyword.clone(), rest, cx)?;
+            if !block.options.iter().any(|o| o.key == "min")
+                && let Some(name) = &name
+            {
+                cx.error(
+                    name.span(),
+                    "only an `Operation`, a `Race` or a `Parallel(min = k)` can be named, not a `Parallel` block without `min`; name the operations inside it",
+                );
+            }
+            Some(Step::Gate(GateStep {
+                name,
+                keyword,
+                race: false,
+                block,
+            }))
+        }
         "Sequential" | "Parallel" => {
             let block = block(keyword, rest, cx)?;
             Some(if kind == "Sequential" {
@@ -491,6 +530,7 @@ fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
                         "Sequential",
                         "Parallel",
                         "Conditional",
+                        "Race",
                         "Cancel",
                         "Terminate",
                     ],
@@ -614,6 +654,18 @@ fn terminate(keyword: Ident, rest: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Term
             None
         }
     }
+}
+
+/// Whether a block's options (`Parallel(..)`) set `min`.
+fn has_min(rest: &[TokenTree]) -> bool {
+    group(rest.first(), Delimiter::Parenthesis).is_some_and(|g| {
+        let trees: Vec<TokenTree> = g.stream().into_iter().collect();
+        trees.windows(2).enumerate().any(|(i, w)| {
+            matches!(&w[0], TokenTree::Ident(key) if key == "min")
+                && matches!(&w[1], TokenTree::Punct(eq) if eq.as_char() == '=')
+                && (i == 0 || matches!(&trees[i - 1], TokenTree::Punct(c) if c.as_char() == ','))
+        })
+    })
 }
 
 fn group(tree: Option<&TokenTree>, delimiter: Delimiter) -> Option<&proc_macro2::Group> {

@@ -145,6 +145,8 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
         })
     };
 
+    let arms_of = arms_of(&dag);
+    let mut soft_reads = Vec::new();
     let mut uses: Vec<Vec<Use>> = (0..n).map(|_| Vec::new()).collect();
     for (node, idents) in raw_uses.into_iter().enumerate() {
         for ident in idents {
@@ -178,11 +180,17 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
                 continue;
             }
             let inside = &dag.nodes[node].branches;
-            let optional = !dag.nodes[source]
-                .branches
-                .iter()
-                .all(|b| inside.contains(b))
+            // A node in a gate's arm may be withdrawn apart from a reader outside that arm.
+            let withdrawable = !arms_of[source].iter().all(|a| arms_of[node].contains(a));
+            let optional = withdrawable
+                || !dag.nodes[source]
+                    .branches
+                    .iter()
+                    .all(|b| inside.contains(b))
                 || withdrawn_apart(source, node);
+            if withdrawable {
+                soft_reads.push((source, node));
+            }
             uses[node].push(Use {
                 ident,
                 source,
@@ -199,6 +207,9 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
             };
             dag.add_edge(read.source, node, why);
         }
+    }
+    for (source, node) in soft_reads {
+        dag.add_edge(source, node, edge::SOFT_READ);
     }
 
     let output_uses = match &workflow.output {
@@ -267,14 +278,14 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
         reaches_test[node] |= downstream;
     }
     // A node a `Cancel` may withdraw may be missing after a successful run too.
-    let mut withdrawable = vec![false; n];
+    let mut cancellable = vec![false; n];
     for (_, scope) in &cancels {
         for &m in scope {
-            withdrawable[m] = true;
+            cancellable[m] = true;
         }
     }
     let sure = (0..n)
-        .map(|i| !may_skip[i] && !reaches_test[i] && !withdrawable[i])
+        .map(|i| !may_skip[i] && !reaches_test[i] && arms_of[i].is_empty() && !cancellable[i])
         .collect();
 
     Some(Checked {
@@ -359,6 +370,19 @@ fn unknown_target(dag: &Dag, names: &HashMap<String, usize>, target: &CancelTarg
         Some(hint) => format!("`Cancel` names `{written}`, which is {what} of this workflow{hint}"),
         None => format!("`Cancel` names `{written}`, which is {what} of this workflow; {fix}"),
     }
+}
+
+/// For each node, the gate arms it sits in: (gate, arm) pairs, outermost first.
+fn arms_of(dag: &Dag) -> Vec<Vec<(usize, usize)>> {
+    let mut arms = vec![Vec::new(); dag.nodes.len()];
+    for (g, gate) in dag.gates.iter().enumerate() {
+        for (a, arm) in gate.arms.iter().enumerate() {
+            for &node in &arm.nodes {
+                arms[node].push((g, a));
+            }
+        }
+    }
+    arms
 }
 
 /// Node names: unique, and no shadowing of parameters.

@@ -294,8 +294,9 @@ impl Plan {
         &self.join_succ[start..end]
     }
 
-    /// Calls `f` with every node that node `node` reaches in one step (through its joins too)
-    /// and whether the edge is [`Plan::CAUGHT`].
+    /// Calls `f` with every node that node `node` reaches in one step (through its joins too,
+    /// and through an arm to its gate's node) and whether the edge is [`Plan::CAUGHT`]. A
+    /// [`Plan::SOFT`] edge passes nothing on and is left out.
     pub(crate) fn for_each_target(&self, node: usize, mut f: impl FnMut(usize, bool)) {
         for &entry in self.successors(node) {
             let id = (entry & Self::NODE) as usize;
@@ -303,6 +304,11 @@ impl Plan {
                 self.join_targets(id)
                     .iter()
                     .for_each(|&t| f(t as usize, false));
+            } else if entry & Self::GATE != 0 {
+                let gate = self.control.arms[id].gate;
+                f(self.control.gates[gate as usize].node as usize, false);
+            } else if entry & Self::SOFT != 0 {
+                continue;
             } else {
                 f(id, entry & Self::CAUGHT != 0);
             }

@@ -517,6 +517,11 @@ impl fmt::Display for Report {
             self.count(NodeStatus::Skipped),
             self.attempts(),
         )?;
+        // Only runs with races, picks or cancels withdraw nodes: the others keep their line.
+        let withdrawn = self.count(NodeStatus::Withdrawn);
+        if withdrawn > 0 {
+            write!(f, ", {withdrawn} withdrawn")?;
+        }
         writeln!(f)
     }
 }

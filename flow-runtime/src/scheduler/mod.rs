@@ -12,6 +12,7 @@
 //! node's end and decides what it makes ready, skipped or aborted.
 
 mod attempt;
+mod gate;
 mod settle;
 
 use std::future::Future;
@@ -114,6 +115,37 @@ struct JoinState {
     cause: u32,
 }
 
+/// An arm of a gate during a run.
+#[derive(Clone, Copy)]
+struct ArmState {
+    /// Exits not yet settled.
+    remaining: u32,
+    /// The first failure that reached an exit, or `NO_CAUSE`.
+    cause: u32,
+    /// The node that withdrew an exit, or `NO_CAUSE`.
+    withdrawn: u32,
+}
+
+/// Where a gate stands.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fired {
+    No,
+    Ok,
+    Failed,
+}
+
+/// A gate during a run (its winners are in `RunState::winners`, for its node's leaf).
+#[derive(Clone, Copy)]
+struct GateState {
+    /// Arms that failed.
+    failed: u32,
+    /// Arms withdrawn from outside (a `Cancel`): neither a win nor a failure.
+    lost: u32,
+    /// The first arm failure, or `NO_CAUSE`.
+    cause: u32,
+    fired: Fired,
+}
+
 /// The scheduler's state for one run.
 struct Scheduler {
     graph: &'static Graph,
@@ -154,6 +186,9 @@ struct Scheduler {
     withdrawals: Vec<(u32, u32)>,
     /// Some node was withdrawn.
     withdrawn_any: bool,
+    /// The gates and their arms (`Control::gates`, `Control::arms`): empty without gates.
+    gates: Vec<GateState>,
+    arms: Vec<ArmState>,
     cancelled: Option<CancelReason>,
     seed: u64,
     /// `None` when nobody wants events: then none are built.
@@ -186,13 +221,17 @@ impl Scheduler {
                 attempt: 0,
             })
             .collect();
-        // A workflow without decisions has no branch lists, and one without `Cancel` or
-        // `Terminate` steps no instants: then its node list need not be read.
-        if !plan.then_nodes.is_empty() || !plan.control.instants.is_empty() {
+        // A workflow without decisions, gates, `Cancel` or `Terminate` steps has no branch
+        // lists, gates or instants, and its node list need not be read. A gate's node and an
+        // instant node are started like a decision: at once, without a limit.
+        if !plan.then_nodes.is_empty()
+            || !plan.control.gates.is_empty()
+            || !plan.control.instants.is_empty()
+        {
             for (state, info) in nodes.iter_mut().zip(graph.nodes) {
                 state.decision = matches!(
                     info.kind,
-                    NodeKind::Decision | NodeKind::Cancel | NodeKind::Terminate
+                    NodeKind::Decision | NodeKind::Gate | NodeKind::Cancel | NodeKind::Terminate
                 );
             }
         }
@@ -211,7 +250,10 @@ impl Scheduler {
             graph,
             nodes,
             joins,
-            state: RunState { errors: Vec::new() },
+            state: RunState {
+                errors: Vec::new(),
+                winners: Vec::new(),
+            },
             // Room for the usual widths up front: growing these lists showed in profiles.
             ready: Vec::with_capacity(plan.roots.len().max(plan.pred_count.len().min(64))),
             watches: Vec::new(),
@@ -233,6 +275,8 @@ impl Scheduler {
             interrupt: false,
             withdrawals: Vec::new(),
             withdrawn_any: false,
+            gates: Vec::new(),
+            arms: Vec::new(),
             cancelled: None,
             seed: 0,
             recording: (options.record || !options.observers.is_empty()).then(|| {
@@ -253,6 +297,9 @@ impl Scheduler {
             terminated: false,
             lean: false,
         };
+        if !plan.control.gates.is_empty() {
+            scheduler.init_gates();
+        }
         scheduler.lean = plan.policies.is_empty() && scheduler.recording.is_none() && !spans();
         scheduler.emit(None, 0, || EventKind::RunStarted {
             workflow: graph.name,

@@ -43,6 +43,10 @@ impl Scheduler {
             leaves[node as usize].as_mut().decide(state)
         }));
         match chosen {
+            Ok(_) if self.graph.nodes[node as usize].kind == NodeKind::Gate => {
+                // A gate's node wrote its winners.
+                self.settle(node, Settle::Completed);
+            }
             Ok(branch) => {
                 // The test ran: every failure it named is caught.
                 let caught = self
@@ -111,14 +115,15 @@ impl Scheduler {
     /// Whether some `Conditional` test could still catch a failure of `node`: a test names it,
     /// or names a node downstream of it (which the failure would abort). Node ids are in
     /// topological order, so one backward pass computes it for every node.
-    fn catchable(&mut self, node: u32) -> bool {
+    pub(super) fn catchable(&mut self, node: u32) -> bool {
         if self.catchable.is_empty() {
             let plan = self.plan();
             let mut catchable = vec![false; self.len()];
             for n in (0..self.len()).rev() {
                 let mut any = false;
                 plan.for_each_target(n, |target, caught| any |= caught || catchable[target]);
-                catchable[n] = any;
+                // A gate catches its arms' failures, unless it fails itself.
+                catchable[n] = any || plan.successors(n).iter().any(|&e| e & Plan::GATE != 0);
             }
             self.catchable = catchable;
         }
@@ -164,7 +169,7 @@ impl Scheduler {
     }
 
     #[inline(always)]
-    fn mark(&mut self, node: u32, how: Settle) {
+    pub(super) fn mark(&mut self, node: u32, how: Settle) {
         self.nodes[node as usize].status = match how {
             Settle::Completed => NodeStatus::Completed,
             Settle::Failed => NodeStatus::Failed,
@@ -377,8 +382,12 @@ impl Scheduler {
     #[inline(always)]
     fn reach(&mut self, entries: &'static [u32], node: u32, cause: u32, skipped: bool) {
         for &entry in entries {
-            if entry & Plan::JOIN == 0 {
+            if entry & (Plan::JOIN | Plan::GATE) == 0 {
                 self.reach_one(entry, node, cause, skipped);
+                continue;
+            }
+            if super::gate::is_gate(entry) {
+                self.reach_arm(entry & Plan::NODE, node, cause);
                 continue;
             }
             let join_id = (entry & Plan::NODE) as usize;
@@ -424,7 +433,7 @@ impl Scheduler {
     /// Tells one target, through the successor `entry` (its index and flags), that `node` has
     /// settled: the target is decided when this was its last unsettled predecessor.
     #[inline(always)]
-    fn reach_one(&mut self, entry: u32, node: u32, cause: u32, skipped: bool) {
+    pub(super) fn reach_one(&mut self, entry: u32, node: u32, cause: u32, skipped: bool) {
         let succ = entry & Plan::NODE;
         let state = &mut self.nodes[succ as usize];
         if state.status.is_terminal() {
@@ -437,6 +446,8 @@ impl Scheduler {
         if cause != NO_CAUSE {
             if entry & Plan::CAUGHT != 0 {
                 self.catches.push((succ, node));
+            } else if entry & Plan::SOFT != 0 {
+                // An ordering edge only: the source's failure is judged elsewhere (its gate).
             } else if state.abort_cause == NO_CAUSE {
                 state.abort_cause = cause;
             }

@@ -9,10 +9,11 @@ use std::task::{Context, Poll, Waker};
 use super::{ALL_NODES, Scheduler};
 use crate::error::NodeError;
 use crate::events::EventKind;
-use crate::graph::{Control, Edge, EdgeKind, Graph, NodeInfo, NodeKind, Plan};
-use crate::nodes::{Op, Pair, Table};
+use crate::graph::{Arm, Control, Edge, EdgeKind, Gate, Graph, NodeInfo, NodeKind, Plan, Rest};
+use crate::nodes::{Decide, Op, Pair, Table};
 use crate::options::RunOptions;
 use crate::policy::FailurePolicy;
+use crate::run_state::RunState;
 use crate::status::NodeStatus;
 
 /// A future that never ends and counts its drops and its starts.
@@ -67,8 +68,8 @@ static GRAPH: Graph = Graph::__new(
     .with_control(&CONTROL),
 );
 
-fn ready() -> impl Future<Output = Result<(), NodeError>> {
-    async { Ok(()) }
+async fn ready() -> Result<(), NodeError> {
+    Ok(())
 }
 
 #[test]
@@ -202,5 +203,105 @@ fn withdrawing_every_node_drops_the_running_and_never_starts_the_ready() {
     assert_eq!(
         super::attempts_of(&finished.extras.attempts, 1, NodeStatus::Withdrawn),
         0
+    );
+}
+
+/// `Race { a, b }` then `next`: `a` never ends, `b` ends at once; node 2 is the gate.
+static RACE_CONTROL: Control = Control {
+    scopes: &[&[0], &[1]],
+    gates: &[Gate {
+        node: 2,
+        min: 1,
+        rest: Rest::Cancel,
+        first_arm: 0,
+        arms: 2,
+    }],
+    arms: &[
+        Arm {
+            gate: 0,
+            exits: 1,
+            scope: 0,
+        },
+        Arm {
+            gate: 0,
+            exits: 1,
+            scope: 1,
+        },
+    ],
+    ..Control::NONE
+};
+static RACE: Graph = Graph::__new(
+    "Race",
+    &[
+        op("a"),
+        op("b"),
+        NodeInfo::__new("race#1", NodeKind::Gate, "Race", 1, 1),
+        op("next"),
+    ],
+    &[
+        Edge::__new(0, 2, EdgeKind::Sequence),
+        Edge::__new(1, 2, EdgeKind::Sequence),
+        Edge::__new(2, 3, EdgeKind::Sequence),
+    ],
+    Plan::new(
+        &[0, 0, 1, 1],
+        &[0, 1, 2, 3, 3],
+        &[Plan::GATE, 1 | Plan::GATE, 3],
+        &[0, 1],
+        &[],
+        &[0],
+        &[],
+        &[],
+        &[],
+        &[],
+        &[],
+        &[],
+        FailurePolicy::FailFast,
+    )
+    .with_control(&RACE_CONTROL),
+);
+
+#[test]
+fn a_race_drops_the_loser_before_its_gate_writes_the_winner() {
+    static DROPS: AtomicUsize = AtomicUsize::new(0);
+    static WON: AtomicUsize = AtomicUsize::new(usize::MAX);
+    let set = pin!(Pair::new(
+        Pair::new(Op::new(|| Forever(&DROPS)), Op::new(ready)),
+        Pair::new(
+            Decide::new(|state: &RunState| {
+                // The loser is gone before the gate's node runs.
+                assert_eq!(DROPS.load(Ordering::SeqCst), 1);
+                WON.store(state.winners(0)[0], Ordering::SeqCst);
+                true
+            }),
+            Op::new(ready),
+        ),
+    ));
+    let mut table = Table::new(set);
+    let mut scheduler = Scheduler::new(&RACE, &RunOptions::default());
+    let cx = Context::from_waker(Waker::noop());
+    assert!(scheduler.poll(table.leaves(), &mut None, &cx).is_ready());
+    assert_eq!(DROPS.load(Ordering::SeqCst), 1);
+    assert_eq!(WON.load(Ordering::SeqCst), 1, "arm 1 (`b`) won");
+    let finished = scheduler.finish();
+    assert!(finished.verdict.succeeded);
+    use NodeStatus::*;
+    assert_eq!(
+        finished.statuses,
+        [Withdrawn, Completed, Completed, Completed]
+    );
+    let log = finished.log.expect("recorded");
+    let kinds: Vec<String> = log
+        .events()
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Won { .. } | EventKind::Withdrawn { .. }))
+        .map(|e| format!("{} {:?}", e.node_name.unwrap_or("-"), e.kind))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "race#1 Won { arms: [1] }",
+            "a Withdrawn { cause: \"race#1\" }"
+        ]
     );
 }

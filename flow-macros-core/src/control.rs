@@ -8,6 +8,7 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 
+use crate::graph::Kind;
 use crate::validate::Checked;
 
 /// The rows of a workflow's `Control`, ready to emit. A table that stays empty is emitted as
@@ -82,7 +83,44 @@ pub(crate) fn tables(checked: &Checked, pos: &[usize], private: &TokenStream) ->
     let mut tables = ControlTables::default();
     crate::signals::fill(&mut tables, checked, pos, private);
     gate_tables(checked, pos, private, &mut tables);
+    instants(checked, pos, private, &mut tables);
     tables
+}
+
+/// `Cancel` and `Terminate` steps: one `Instant` per node (none when the workflow has
+/// neither), and a scope per `Cancel` with the nodes it withdraws.
+fn instants(checked: &Checked, pos: &[usize], private: &TokenStream, tables: &mut ControlTables) {
+    let dag = &checked.dag;
+    let any = checked
+        .order
+        .iter()
+        .any(|&id| matches!(dag.nodes[id].kind, Kind::Cancel | Kind::Terminate));
+    if !any {
+        return;
+    }
+    tables.instants = checked
+        .order
+        .iter()
+        .map(|&id| match dag.nodes[id].kind {
+            Kind::Cancel => {
+                let scope = checked
+                    .cancels
+                    .iter()
+                    .find(|(cancel, _)| *cancel == id)
+                    .map(|(_, scope)| {
+                        let mut nodes: Vec<u32> = scope.iter().map(|&m| pos[m] as u32).collect();
+                        nodes.sort_unstable();
+                        nodes
+                    })
+                    .unwrap_or_default();
+                let index = tables.scopes.len() as u32;
+                tables.scopes.push(scope);
+                quote!(#private::Instant::Cancel { scope: #index })
+            }
+            Kind::Terminate => quote!(#private::Instant::Terminate),
+            _ => quote!(#private::Instant::None),
+        })
+        .collect();
 }
 
 /// The gate blocks (indices into `Dag::gates`) in the order of their nodes: the order of

@@ -145,6 +145,28 @@ fn generate(
     };
     let graph = graph_const(&names);
     let output = output(&names);
+    // A workflow with a `Terminate` step keeps the output it gives in a cell, which the output
+    // expression takes first.
+    let terminates = checked
+        .order
+        .iter()
+        .any(|&id| checked.dag.nodes[id].kind == Kind::Terminate);
+    let (term_cell, output) = if terminates {
+        let cell = term_cell();
+        let output_ty = match &workflow.output_ty {
+            Some(ty) => quote!(#ty),
+            None => quote!(()),
+        };
+        (
+            quote!(let #cell = &#private::TermCell::<#output_ty>::new();),
+            quote!(match #cell.take() {
+                ::core::option::Option::Some(__flow_value) => #private::Result::Ok(__flow_value),
+                ::core::option::Option::None => #output,
+            }),
+        )
+    } else {
+        (TokenStream::new(), output)
+    };
     let options = Ident::new("__flow_options", Span::mixed_site());
     // Only a workflow with `Signal` steps has a mailbox.
     let mailbox = match checked.dag.nodes.iter().any(|n| n.kind == Kind::Signal) {
@@ -156,6 +178,7 @@ fn generate(
         async move {
             #(let #param_names = &#param_names;)*
             #mailbox
+            #term_cell
             #(#statements)*
             let __flow_finished = #private::#execute(
                 &<Self as #private::Workflow>::GRAPH, #options, #tree,
@@ -428,6 +451,11 @@ mod lifetimes {
     }
 }
 
+/// The cell where a `Terminate` step puts the run's output.
+fn term_cell() -> Ident {
+    Ident::new("__flow_term", Span::mixed_site())
+}
+
 /// Workflows with at most this many nodes keep node futures inline.
 const INLINE_LIMIT: usize = 64;
 
@@ -596,6 +624,46 @@ fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
                 });
             }
         }
+        // An instant node: the scheduler withdraws its target when it starts.
+        Kind::Cancel => quote! {
+            let #var = (#private::Decision, move |_: &#private::RunState| -> bool { true });
+        },
+        // Reads like an operation and puts the run's output in the cell; `false` only if an
+        // input is missing, which the scheduler reports as the step's failure.
+        Kind::Terminate => {
+            let inputs = uses.iter().map(
+                |Use {
+                     ident,
+                     source,
+                     optional,
+                 }| {
+                    let slot = names.slot(*source);
+                    if *optional {
+                        quote!(let #ident = &#slot.get();)
+                    } else {
+                        quote!(let #ident = match #slot.get() {
+                            ::core::option::Option::Some(__flow_value) => __flow_value,
+                            ::core::option::Option::None => return false,
+                        };)
+                    }
+                },
+            );
+            let output_ty = match &names.workflow.output_ty {
+                Some(ty) => quote!(#ty),
+                None => quote!(()),
+            };
+            let cell = term_cell();
+            let value =
+                quote_spanned!(span=> { let __flow_output: #output_ty = #expr; __flow_output });
+            quote! {
+                let #var = (#private::Decision, move |_: &#private::RunState| -> bool {
+                    #(#inputs)*
+                    #(#hints)*
+                    #cell.put(#value);
+                    true
+                });
+            }
+        }
     }
 }
 
@@ -690,6 +758,8 @@ fn graph_const(names: &Names<'_>) -> TokenStream {
             Kind::Decision => quote!(#node_kind::Decision),
             Kind::Signal => quote!(#node_kind::Signal),
             Kind::Delay => quote!(#node_kind::Delay),
+            Kind::Cancel => quote!(#node_kind::Cancel),
+            Kind::Terminate => quote!(#node_kind::Terminate),
             Kind::Gate => quote!(#node_kind::Gate),
         };
         let start = node.keyword.span().start();

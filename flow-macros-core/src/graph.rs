@@ -12,7 +12,7 @@ use syn::{Expr, Ident};
 
 use crate::ctxt::Ctxt;
 use crate::options;
-use crate::parse::{BlockStep, CondStep, GateStep, OpStep, Step, Workflow};
+use crate::parse::{BlockStep, CancelTarget, CondStep, GateStep, OpStep, Step, Workflow};
 use crate::pick::PickStep;
 use crate::signals::{DelayStep, SignalStep};
 
@@ -20,6 +20,10 @@ use crate::signals::{DelayStep, SignalStep};
 pub enum Kind {
     Operation,
     Decision,
+    /// `Cancel(target)`: withdraws its target when it starts.
+    Cancel,
+    /// `Terminate(expr)`: ends the run with `expr` as its output.
+    Terminate,
     /// The node of a `Race` or a `Parallel(min = k)`: completes when `min` arms did.
     Gate,
     /// A `Signal` step.
@@ -110,6 +114,17 @@ pub struct Dag {
     pub group_limits: Vec<u32>,
     /// The gate blocks, in source order.
     pub gates: Vec<GateBlock>,
+    /// The labelled steps and blocks (`'export: Sequential { .. }`), each with its nodes.
+    pub regions: Vec<Region>,
+    /// The `Cancel` nodes and what each targets.
+    pub cancels: Vec<(usize, CancelTarget)>,
+}
+
+/// A labelled step or block: the nodes it holds are the ids `nodes` (a block's nodes are
+/// built one after the other, so they are a range).
+pub struct Region {
+    pub label: syn::Lifetime,
+    pub nodes: std::ops::Range<usize>,
 }
 
 impl Dag {
@@ -132,6 +147,8 @@ pub fn build(workflow: &Workflow, cx: &mut Ctxt) -> Dag {
             nodes: Vec::new(),
             edges: BTreeMap::new(),
             group_limits: Vec::new(),
+            regions: Vec::new(),
+            cancels: Vec::new(),
             gates: Vec::new(),
         },
         cx,
@@ -194,6 +211,21 @@ impl Builder<'_> {
                 let id = self.delay(delay);
                 (vec![id], vec![id])
             }
+            Step::Cancel(cancel) => {
+                let target = Expr::Verbatim(cancel.target.tokens());
+                let id = self.instant(Kind::Cancel, &cancel.keyword, target);
+                let target = match &cancel.target {
+                    CancelTarget::Label(label) => CancelTarget::Label(label.clone()),
+                    CancelTarget::Node(name) => CancelTarget::Node(name.clone()),
+                };
+                self.dag.cancels.push((id, target));
+                (vec![id], vec![id])
+            }
+            Step::Terminate(term) => {
+                let id = self.instant(Kind::Terminate, &term.keyword, term.value.clone());
+                (vec![id], vec![id])
+            }
+            Step::Labelled(label, inner) => self.labelled(label, inner),
             Step::Gate(gate) => self.gate(gate),
             Step::Pick(pick) => self.pick(pick),
             Step::Invalid => (Vec::new(), Vec::new()),
@@ -255,6 +287,26 @@ impl Builder<'_> {
         self.dag.nodes.len() - 1
     }
 
+    /// A `Cancel` or `Terminate` node: no options, no limits (it does its work the moment
+    /// it starts). A `Cancel`'s `expr` is its target's tokens, which read no node.
+    fn instant(&mut self, kind: Kind, keyword: &Ident, expr: Expr) -> usize {
+        self.dag.nodes.push(Node {
+            kind,
+            name: None,
+            display: String::new(),
+            keyword: keyword.clone(),
+            expr,
+            after: Vec::new(),
+            policy: options::Policy::default(),
+            branches: self.branches.clone(),
+            groups: Vec::new(),
+            then_nodes: Vec::new(),
+            else_nodes: Vec::new(),
+            waits: None,
+        });
+        self.dag.nodes.len() - 1
+    }
+
     fn signal(&mut self, step: &SignalStep) -> usize {
         let waits = Waits::Signal {
             signal: step.signal.clone(),
@@ -275,6 +327,32 @@ impl Builder<'_> {
             step.after.clone(),
             waits,
         )
+    }
+
+    /// `'label: step`: the step, and the region of its nodes. A label names a region once.
+    fn labelled(&mut self, label: &syn::Lifetime, inner: &Step) -> (Vec<usize>, Vec<usize>) {
+        if let Some(first) = self
+            .dag
+            .regions
+            .iter()
+            .find(|r| r.label.ident == label.ident)
+        {
+            self.cx.error(
+                label.span(),
+                format!(
+                    "duplicate label `{label}`: it already names the step{}; every label needs its own name",
+                    crate::suggest::on_line(first.label.span()),
+                ),
+            );
+        }
+        let first = self.dag.nodes.len();
+        let ends = self.step(inner);
+        let last = self.dag.nodes.len();
+        self.dag.regions.push(Region {
+            label: label.clone(),
+            nodes: first..last,
+        });
+        ends
     }
 
     fn parallel(&mut self, block: &BlockStep) -> (Vec<usize>, Vec<usize>) {
@@ -523,6 +601,8 @@ fn name_nodes(dag: &mut Dag) {
         .map(|node| match (&node.name, node.kind) {
             (Some(name), _) => name.to_string(),
             (None, Kind::Decision) => "decision".to_string(),
+            (None, Kind::Cancel) => "cancel".to_string(),
+            (None, Kind::Terminate) => "terminate".to_string(),
             (None, Kind::Gate) if node.keyword == "Race" => "race".to_string(),
             (None, Kind::Gate) if node.keyword == "Pick" => "pick".to_string(),
             (None, Kind::Gate) => "join".to_string(),

@@ -42,6 +42,12 @@ pub enum Step {
     Sequential(BlockStep),
     Parallel(BlockStep),
     Conditional(CondStep),
+    /// `Cancel('label)` or `Cancel(name)`: withdraws a labelled block or a named step.
+    Cancel(CancelStep),
+    /// `Terminate(expr)`: ends the run successfully with `expr` as its output.
+    Terminate(TermStep),
+    /// `'label: step`: a step or block with a label, which `Cancel('label)` can target.
+    Labelled(syn::Lifetime, Box<Step>),
     /// `Race { .. }` or `Parallel(min = k) { .. }`: a block whose children are arms of a gate.
     Gate(GateStep),
     /// `name = Signal(signal: Type)`: waits for a signal from outside.
@@ -66,6 +72,34 @@ pub struct BlockStep {
     pub options: Vec<Opt>,
     pub steps: Vec<Step>,
     pub brace: Span,
+}
+
+pub struct CancelStep {
+    pub keyword: Ident,
+    pub target: CancelTarget,
+}
+
+/// What a `Cancel` withdraws.
+pub enum CancelTarget {
+    /// A labelled block or step: `Cancel('export)`.
+    Label(syn::Lifetime),
+    /// A named step: `Cancel(part)`.
+    Node(Ident),
+}
+
+impl CancelTarget {
+    /// The target's tokens, as written.
+    pub fn tokens(&self) -> TokenStream {
+        match self {
+            CancelTarget::Label(label) => quote::ToTokens::to_token_stream(label),
+            CancelTarget::Node(name) => quote::ToTokens::to_token_stream(name),
+        }
+    }
+}
+
+pub struct TermStep {
+    pub keyword: Ident,
+    pub value: Expr,
 }
 
 /// `[name =] Race { .. }` or `[name =] Parallel(min = k, ..) { .. }`.
@@ -396,6 +430,11 @@ pub fn steps(tokens: TokenStream, cx: &mut Ctxt) -> Vec<Step> {
 }
 
 pub(crate) fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
+    if let Some(TokenTree::Punct(quote)) = chunk.first()
+        && quote.as_char() == '\''
+    {
+        return labelled(chunk, cx);
+    }
     let mut trees = chunk.into_iter().peekable();
     let first = trees.next()?;
     // `name = Kind(..)`?
@@ -486,6 +525,8 @@ pub(crate) fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
         "Signal" => crate::signals::signal(name, keyword, rest, cx).map(Step::Signal),
         "Delay" => crate::signals::delay(name, keyword, rest, cx).map(Step::Delay),
         "Pick" => crate::pick::pick(keyword, rest, cx).map(Step::Pick),
+        "Cancel" => cancel(keyword, rest, cx).map(Step::Cancel),
+        "Terminate" => terminate(keyword, rest, cx).map(Step::Terminate),
         other => {
             let lower = other.to_ascii_lowercase();
             // Short forms users bring from other languages, then the closest keyword.
@@ -505,6 +546,8 @@ pub(crate) fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
                         "Signal",
                         "Delay",
                         "Pick",
+                        "Cancel",
+                        "Terminate",
                     ],
                 ),
             };
@@ -514,6 +557,115 @@ pub(crate) fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
                 format!("unknown step `{other}`{hint}")
             };
             cx.error(keyword.span(), message);
+            None
+        }
+    }
+}
+
+/// `'label: step`: the label (Rust's loop-label syntax), then the step it names.
+fn labelled(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
+    let tokens: TokenStream = chunk.iter().cloned().collect();
+    let end = last_span(&tokens);
+    let parser = |input: ParseStream| -> syn::Result<(syn::Lifetime, TokenStream)> {
+        let label: syn::Lifetime = input.parse()?;
+        if !input.peek(Token![:]) || input.peek(Token![::]) {
+            return Err(syn::Error::new(
+                label.span(),
+                format!(
+                    "expected `{label}: ` and a step after the label, as in `{label}: Sequential {{ .. }}`"
+                ),
+            ));
+        }
+        input.parse::<Token![:]>()?;
+        Ok((label, input.parse()?))
+    };
+    let (label, rest) = match parse_within(parser, tokens, end) {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            cx.push(e);
+            return None;
+        }
+    };
+    let rest: Vec<TokenTree> = rest.into_iter().collect();
+    if rest.is_empty() {
+        cx.error(
+            label.span(),
+            format!("expected a step after `{label}:`, as in `{label}: Sequential {{ .. }}`"),
+        );
+        return None;
+    }
+    if let Some(TokenTree::Punct(quote)) = rest.first()
+        && quote.as_char() == '\''
+    {
+        cx.error(quote.span(), "a step takes one label; remove one of them");
+        return None;
+    }
+    let inner = step(rest, cx)?;
+    Some(Step::Labelled(label, Box::new(inner)))
+}
+
+/// `Cancel('label)` or `Cancel(name)`.
+fn cancel(keyword: Ident, rest: Vec<TokenTree>, cx: &mut Ctxt) -> Option<CancelStep> {
+    const EXPECTED: &str = "`Cancel` takes what it withdraws: the `'label` of a block or the name of a step, as in `Cancel('export)` or `Cancel(part)`";
+    let Some(args) = group(rest.first(), Delimiter::Parenthesis) else {
+        cx.error(keyword.span(), EXPECTED);
+        return None;
+    };
+    if let Some(extra) = rest.get(1) {
+        cx.error(
+            extra.span(),
+            "unexpected tokens after `Cancel(..)`; separate steps with commas",
+        );
+        return None;
+    }
+    if args.stream().is_empty() {
+        cx.error(args.span(), EXPECTED);
+        return None;
+    }
+    let parser = |input: ParseStream| -> syn::Result<CancelTarget> {
+        let target = if input.peek(syn::Lifetime) {
+            CancelTarget::Label(input.parse()?)
+        } else if input.peek(Ident) {
+            CancelTarget::Node(input.parse()?)
+        } else {
+            return Err(input.error(EXPECTED));
+        };
+        if !input.is_empty() {
+            return Err(input.error(EXPECTED));
+        }
+        Ok(target)
+    };
+    match parse_within(parser, args.stream(), args.span_close()) {
+        Ok(target) => Some(CancelStep { keyword, target }),
+        Err(e) => {
+            cx.push(e);
+            None
+        }
+    }
+}
+
+/// `Terminate(expr)`.
+fn terminate(keyword: Ident, rest: Vec<TokenTree>, cx: &mut Ctxt) -> Option<TermStep> {
+    const EXPECTED: &str = "expected the run's output inside `Terminate(..)`, as in `Terminate(cached.clone())`; write `Terminate(())` in a workflow without output";
+    let Some(args) = group(rest.first(), Delimiter::Parenthesis) else {
+        cx.error(keyword.span(), EXPECTED);
+        return None;
+    };
+    if let Some(extra) = rest.get(1) {
+        cx.error(
+            extra.span(),
+            "unexpected tokens after `Terminate(..)`; separate steps with commas",
+        );
+        return None;
+    }
+    if args.stream().is_empty() {
+        cx.error(args.span(), EXPECTED);
+        return None;
+    }
+    match parse_within(Expr::parse, args.stream(), args.span_close()) {
+        Ok(value) => Some(TermStep { keyword, value }),
+        Err(e) => {
+            cx.push(e);
             None
         }
     }

@@ -8,7 +8,7 @@ use syn::Ident;
 use crate::ctxt::Ctxt;
 use crate::graph::{Dag, Kind, edge};
 use crate::names;
-use crate::parse::Workflow;
+use crate::parse::{CancelTarget, Workflow};
 use crate::suggest::{at_line, closest, did_you_mean, on_line};
 
 /// A name an expression reads.
@@ -37,11 +37,14 @@ pub struct Checked {
     /// generated code binds each, unused, so that when rustc finds no such name it suggests the
     /// node ("a local variable with a similar name exists").
     pub hints: Vec<Vec<Ident>>,
+    /// Each `Cancel` node, with the nodes it withdraws (its scope), sorted by id.
+    pub cancels: Vec<(usize, Vec<usize>)>,
 }
 
 pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked> {
     let names = check_names(workflow, &dag, cx);
     resolve_after(&mut dag, &names, cx);
+    let cancels = resolve_cancels(&dag, &names, cx);
 
     let params: HashSet<String> = workflow.params.iter().map(|p| p.name.to_string()).collect();
     for (i, param) in workflow.params.iter().enumerate() {
@@ -112,6 +115,36 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
     }
     let is_ancestor = |a: usize, of: usize| ancestors[of * words + a / 64] & (1 << (a % 64)) != 0;
 
+    // A `Cancel` whose whole target comes before it has nothing left to withdraw. One inside
+    // its own target is a `break 'label`.
+    for (cancel, scope) in &cancels {
+        if !scope.is_empty() && scope.iter().all(|&m| is_ancestor(m, *cancel)) {
+            let Some((_, target)) = dag.cancels.iter().find(|(c, _)| c == cancel) else {
+                continue;
+            };
+            let (span, what) = match target {
+                CancelTarget::Label(label) => {
+                    (label.span(), format!("the block labelled `{label}`"))
+                }
+                CancelTarget::Node(name) => (name.span(), format!("`{name}`")),
+            };
+            let at = at_line(dag.nodes[scope[0]].span());
+            cx.error(
+                span,
+                format!("{what}{at} has always ended before this `Cancel` runs, so there is nothing left to withdraw; cancel a step or block that may still be running or waiting when the `Cancel` starts"),
+            );
+        }
+    }
+    // Whether `source` may be withdrawn by a `Cancel` while `reader`, outside that `Cancel`'s
+    // target, has not started yet: the reader then sees it as an `Option`.
+    let withdrawn_apart = |source: usize, reader: usize| {
+        cancels.iter().any(|(cancel, scope)| {
+            scope.binary_search(&source).is_ok()
+                && scope.binary_search(&reader).is_err()
+                && !is_ancestor(reader, *cancel)
+        })
+    };
+
     let arms_of = arms_of(&dag);
     let mut soft_reads = Vec::new();
     let mut uses: Vec<Vec<Use>> = (0..n).map(|_| Vec::new()).collect();
@@ -153,7 +186,8 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
                 || !dag.nodes[source]
                     .branches
                     .iter()
-                    .all(|b| inside.contains(b));
+                    .all(|b| inside.contains(b))
+                || withdrawn_apart(source, node);
             if withdrawable {
                 soft_reads.push((source, node));
             }
@@ -243,8 +277,15 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
             .any(|(&(_, to), _)| reaches_test[to]);
         reaches_test[node] |= downstream;
     }
+    // A node a `Cancel` may withdraw may be missing after a successful run too.
+    let mut cancellable = vec![false; n];
+    for (_, scope) in &cancels {
+        for &m in scope {
+            cancellable[m] = true;
+        }
+    }
     let sure = (0..n)
-        .map(|i| !may_skip[i] && !reaches_test[i] && arms_of[i].is_empty())
+        .map(|i| !may_skip[i] && !reaches_test[i] && arms_of[i].is_empty() && !cancellable[i])
         .collect();
 
     Some(Checked {
@@ -254,7 +295,81 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
         sure,
         output_uses,
         hints,
+        cancels,
     })
+}
+
+/// The nodes each `Cancel` withdraws: the nodes of the block its `'label` names, or the step
+/// its name names. An unknown target is an error, with the closest label or name.
+fn resolve_cancels(
+    dag: &Dag,
+    names: &HashMap<String, usize>,
+    cx: &mut Ctxt,
+) -> Vec<(usize, Vec<usize>)> {
+    let mut out = Vec::new();
+    for (cancel, target) in &dag.cancels {
+        let scope: Option<Vec<usize>> = match target {
+            CancelTarget::Label(label) => dag
+                .regions
+                .iter()
+                .find(|r| r.label.ident == label.ident)
+                .map(|r| r.nodes.clone().collect()),
+            CancelTarget::Node(name) => names.get(&name.to_string()).map(|&id| vec![id]),
+        };
+        match scope {
+            Some(scope) => out.push((*cancel, scope)),
+            None => cx.error(target_span(target), unknown_target(dag, names, target)),
+        }
+    }
+    out
+}
+
+fn target_span(target: &CancelTarget) -> proc_macro2::Span {
+    match target {
+        CancelTarget::Label(label) => label.span(),
+        CancelTarget::Node(name) => name.span(),
+    }
+}
+
+/// The error for a `Cancel` target that is no label and no step name, with the closest of
+/// either as a suggestion.
+fn unknown_target(dag: &Dag, names: &HashMap<String, usize>, target: &CancelTarget) -> String {
+    let mut candidates: Vec<(String, String)> = dag
+        .regions
+        .iter()
+        .map(|r| (r.label.ident.to_string(), r.label.to_string()))
+        .chain(names.keys().map(|n| (n.clone(), n.clone())))
+        .collect();
+    candidates.sort_unstable();
+    let (bare, written, what, fix) = match target {
+        CancelTarget::Label(label) => (
+            label.ident.to_string(),
+            label.to_string(),
+            "no label",
+            format!("label the block to withdraw, as in `{label}: Sequential {{ .. }}`"),
+        ),
+        CancelTarget::Node(name) => (
+            name.to_string(),
+            name.to_string(),
+            "no named step",
+            format!(
+                "name the step to withdraw, as in `{name} = Operation(..)`, or label a block, as in `'{name}: Sequential {{ .. }}`"
+            ),
+        ),
+    };
+    let hint = closest(&bare, candidates.iter().map(|(b, _)| b.as_str()))
+        .or_else(|| {
+            candidates
+                .iter()
+                .find(|(b, _)| *b == bare)
+                .map(|(b, _)| b.as_str())
+        })
+        .and_then(|close| candidates.iter().find(|(b, w)| b == close && *w != written))
+        .map(|(_, w)| format!("; did you mean `{w}`?"));
+    match hint {
+        Some(hint) => format!("`Cancel` names `{written}`, which is {what} of this workflow{hint}"),
+        None => format!("`Cancel` names `{written}`, which is {what} of this workflow; {fix}"),
+    }
 }
 
 /// For each node, the gate arms it sits in: (gate, arm) pairs, outermost first.

@@ -90,7 +90,7 @@ pub mod __private {
     pub use crate::runner::{Runner, Workflow, unreachable_run};
     pub use crate::scope::{Deferred, OperationScope, OperationSpec};
     pub use crate::signal::{Environment, Mailbox, SignalKey, WaitSignal, signal, with_mailbox};
-    pub use crate::slot::Slot;
+    pub use crate::slot::{Slot, TermCell};
     pub use crate::support::{
         complete, discard, execute, execute_in_arena, execute_nodes, input, require,
     };

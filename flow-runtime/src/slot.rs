@@ -3,6 +3,7 @@
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 /// The output of one named node: written once when the node completes, then read by reference
 /// by every node that names it.
@@ -83,11 +84,62 @@ impl<T: std::fmt::Debug> std::fmt::Debug for Slot<T> {
     }
 }
 
+/// The output a `Terminate` step gives the run: put by the step, taken once by the run's
+/// output code, which then does not evaluate the workflow's `=> expression`.
+///
+/// Unlike a [`Slot`] it hands out no reference, so taking the value out is safe.
+pub struct TermCell<T> {
+    value: Mutex<Option<T>>,
+}
+
+impl<T> TermCell<T> {
+    /// An empty cell.
+    pub const fn new() -> Self {
+        TermCell {
+            value: Mutex::new(None),
+        }
+    }
+
+    /// Stores the run's output (a later value replaces it: a run terminates once).
+    pub fn put(&self, value: T) {
+        *self.value.lock().unwrap_or_else(PoisonError::into_inner) = Some(value);
+    }
+
+    /// Takes the run's output, if a `Terminate` step gave one.
+    pub fn take(&self) -> Option<T> {
+        self.value
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+}
+
+impl<T> Default for TermCell<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> std::fmt::Debug for TermCell<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TermCell").finish_non_exhaustive()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::rc::Rc;
 
-    use super::Slot;
+    use super::{Slot, TermCell};
+
+    #[test]
+    fn term_cell_gives_its_value_once() {
+        let cell = TermCell::new();
+        assert_eq!(cell.take(), None::<String>);
+        cell.put("done".to_string());
+        assert_eq!(cell.take().as_deref(), Some("done"));
+        assert_eq!(cell.take(), None);
+    }
 
     #[test]
     fn slot_keeps_the_first_value_and_drops_it_once() {

@@ -132,14 +132,16 @@ pub struct Finished {
     pub(crate) log: Option<EventLog>,
     /// Whether to build the per-node report (not for a plain `run`).
     pub(crate) report: bool,
+    /// A `Terminate` step ended the run, with the output it put in the run's `TermCell`.
+    pub(crate) terminated: bool,
 }
 
 impl Finished {
-    /// Whether the run succeeded: it was not cancelled, no failure reached the end of the graph
-    /// (every node without successors completed or was skipped), and every failure was caught
-    /// by a `Conditional`.
+    /// Whether the run succeeded: it was not cancelled, and a `Terminate` step ended it or no
+    /// failure reached the end of the graph (every node without successors completed or was
+    /// skipped) and every failure was caught by a `Conditional`.
     pub fn succeeded(&self) -> bool {
-        self.cancelled.is_none() && self.verdict.succeeded
+        self.cancelled.is_none() && (self.terminated || self.verdict.succeeded)
     }
 
     /// Finishes the run: on success evaluates `output` (the workflow's output expression), on
@@ -157,6 +159,7 @@ impl Finished {
             elapsed,
             log,
             report: wants_report,
+            terminated: _,
         } = self;
         let attempts = |id: usize, status: NodeStatus| attempts_of(&extras.attempts, id, status);
         let report = Report::new(ReportParts {

@@ -29,5 +29,8 @@ async fn more() {
     let ctx = AppCtx;
     assert_eq!(Resilient::run(&ctx, 1).await.expect("resilient"), 0.1);
     NotifyTwice::run(&ctx).await.expect("twice");
+    assert_eq!(Reserve::run(&ctx, 7, false).await.expect("reserve"), Some(7));
+    assert_eq!(Reserve::run(&ctx, 7, true).await.expect("cancelled"), None);
+    assert_eq!(Quote::run(&ctx, 1).await.expect("quote"), 4200);
     println!("more ok");
 }

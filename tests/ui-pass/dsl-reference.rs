@@ -182,6 +182,38 @@ workflow! {
 }
 
 // ---- docs/dsl.md, block 9
+workflow! {
+    /// Reserves stock for an order, unless the order is called off first.
+    pub Reserve(ctx: &AppCtx, order_id: u64, abort: bool) -> Option<u64> {
+        order = Operation(fetch_order(ctx, order_id)),
+        Parallel {
+            'reserve: Sequential {
+                stock = Operation(reserve_stock(ctx, &order)),
+                Operation(notify(ctx, order_id)),
+            },
+            Conditional(abort) {
+                Cancel('reserve),                   // WCP 25: cancel a region
+            },
+        },
+        // `stock` may be withdrawn: here it is an `Option<&Reservation>`.
+        => stock.map(|s| s.order_id)
+    }
+}
+
+// ---- docs/dsl.md, block 10
+workflow! {
+    /// Quotes a large order at its total, without scoring its risk.
+    pub Quote(ctx: &AppCtx, order_id: u64) -> u64 {
+        order = Operation(fetch_order(ctx, order_id)),
+        Conditional(order.is_ok_and(|o| o.total > 1_000)) {
+            Terminate(order.total),
+        },
+        risk = Operation(score_risk(&order)),
+        => (risk.score * 100.0) as u64
+    }
+}
+
+// ---- docs/dsl.md, block 11
 pub async fn archive(order: Order) -> Result<u64, ShopError> {
     Ok(order.id)
 }
@@ -198,7 +230,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 10
+// ---- docs/dsl.md, block 12
 pub async fn pay_by_card(order: &Order) -> Result<Receipt, ShopError> {
     Ok(Receipt { order_id: order.id, amount: order.total })
 }
@@ -225,7 +257,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 11
+// ---- docs/dsl.md, block 13
 pub async fn step(n: u64) -> Result<u64, Infallible> { Ok(n) }
 pub async fn add(a: &u64, b: &u64) -> Result<u64, Infallible> { Ok(a + b) }
 
@@ -241,7 +273,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 12
+// ---- docs/dsl.md, block 14
 workflow! {
     /// Scores an order with a flaky service: 2 retries, 50 ms then 100 ms apart, 1 s in all.
     pub Resilient(ctx: &AppCtx, order_id: u64) -> f64 {
@@ -258,7 +290,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 13
+// ---- docs/dsl.md, block 15
 workflow! {
     /// Notifies twice; stops everything at the first uncaught failure.
     #[flow(failure = FailFast)]
@@ -270,7 +302,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 14
+// ---- docs/dsl.md, block 16
 pub struct Client;
 impl Client {
     pub async fn get(&self, id: u64) -> Result<u64, ShopError> { Ok(id) }
@@ -285,7 +317,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 15
+// ---- docs/dsl.md, block 17
 #[operation(name = "charge card", timeout = "2s")]
 pub async fn charge_card(order: &Order, stock: &Reservation) -> Result<Receipt, ShopError> {
     charge(order, stock).await
@@ -301,7 +333,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 16
+// ---- docs/dsl.md, block 18
 workflow! {
     /// Rejects orders whose risk is high or could not be scored in time.
     pub Screen(ctx: &AppCtx, order_id: u64) {
@@ -316,7 +348,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 17
+// ---- docs/dsl.md, block 19
 workflow! {
     /// Charges an order and returns the receipt, if the risk was low.
     pub Receipted(ctx: &AppCtx, order_id: u64) -> (u64, Option<Receipt>) {
@@ -333,7 +365,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 18
+// ---- docs/dsl.md, block 20
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
@@ -386,5 +418,8 @@ async fn more() {
     let ctx = AppCtx;
     assert_eq!(Resilient::run(&ctx, 1).await.expect("resilient"), 0.1);
     NotifyTwice::run(&ctx).await.expect("twice");
+    assert_eq!(Reserve::run(&ctx, 7, false).await.expect("reserve"), Some(7));
+    assert_eq!(Reserve::run(&ctx, 7, true).await.expect("cancelled"), None);
+    assert_eq!(Quote::run(&ctx, 1).await.expect("quote"), 4200);
     println!("more ok");
 }

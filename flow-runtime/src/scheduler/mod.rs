@@ -49,8 +49,9 @@ const SHARED_WAKER_LIMIT: usize = 16;
 #[derive(Clone, Copy)]
 struct NodeState {
     status: NodeStatus,
-    /// A decision (else an operation): kept here, beside the status that starting a node
-    /// writes, rather than looked up in the graph's node list.
+    /// A decision, or a `Cancel` or `Terminate` step (else an operation): a node that acts
+    /// the moment it starts. Kept here, beside the status that starting a node writes, rather
+    /// than looked up in the graph's node list.
     decision: bool,
     /// A data predecessor was skipped.
     skip: bool,
@@ -196,6 +197,8 @@ struct Scheduler {
     decided: Option<bool>,
     /// Whether the caller wants the per-node report.
     report: bool,
+    /// A `Terminate` step ended the run: it succeeds, whatever failed before.
+    terminated: bool,
     /// Starting an attempt is making its future and nothing else: no step has a policy, no
     /// `#[operation]`'s defaults were heard, nobody records events and no subscriber can want
     /// a span. Cleared when an operation is heard.
@@ -218,11 +221,18 @@ impl Scheduler {
                 attempt: 0,
             })
             .collect();
-        // A workflow without decisions or gates has no branch lists, and its node list need
-        // not be read. A gate's node is started like a decision: at once, without a limit.
-        if !plan.then_nodes.is_empty() || !plan.control.gates.is_empty() {
+        // A workflow without decisions, gates, `Cancel` or `Terminate` steps has no branch
+        // lists, gates or instants, and its node list need not be read. A gate's node and an
+        // instant node are started like a decision: at once, without a limit.
+        if !plan.then_nodes.is_empty()
+            || !plan.control.gates.is_empty()
+            || !plan.control.instants.is_empty()
+        {
             for (state, info) in nodes.iter_mut().zip(graph.nodes) {
-                state.decision = matches!(info.kind, NodeKind::Decision | NodeKind::Gate);
+                state.decision = matches!(
+                    info.kind,
+                    NodeKind::Decision | NodeKind::Gate | NodeKind::Cancel | NodeKind::Terminate
+                );
             }
         }
         let limit = options
@@ -284,6 +294,7 @@ impl Scheduler {
             }),
             decided: None,
             report: options.report,
+            terminated: false,
             lean: false,
         };
         if !plan.control.gates.is_empty() {
@@ -474,7 +485,7 @@ impl Scheduler {
         } else {
             Verdict::judge(self.graph, &statuses, &self.caught)
         };
-        let succeeded = self.cancelled.is_none() && verdict.succeeded;
+        let succeeded = self.cancelled.is_none() && (self.terminated || verdict.succeeded);
         self.emit(None, 0, || EventKind::RunFinished { succeeded });
         let recording = self.recording.take();
         Finished {
@@ -488,6 +499,7 @@ impl Scheduler {
             elapsed: recording.as_ref().map(|r| r.start.elapsed()),
             log: recording.and_then(|r| r.log),
             report: self.report,
+            terminated: self.terminated,
         }
     }
 }

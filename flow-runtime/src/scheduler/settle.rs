@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::{ALL_NODES, Halt, NO_CAUSE, Scheduler, Settle};
 use crate::error::{NodeError, render};
 use crate::events::EventKind;
-use crate::graph::{NodeKind, Plan};
+use crate::graph::{Instant, NodeKind, Plan};
 use crate::nodes::Leaves;
 use crate::panic::panic_message;
 use crate::policy::FailurePolicy;
@@ -33,6 +33,11 @@ impl Scheduler {
     }
 
     pub(super) fn decide(&mut self, leaves: &mut Leaves<'_>, node: u32) {
+        if let Some(&instant) = self.plan().control.instants.get(node as usize)
+            && instant != Instant::None
+        {
+            return self.instant(leaves, node, instant);
+        }
         let state = &self.state;
         let chosen = catch_unwind(AssertUnwindSafe(|| {
             leaves[node as usize].as_mut().decide(state)
@@ -61,6 +66,40 @@ impl Scheduler {
                 self.settle(node, Settle::Completed);
             }
             Err(payload) => self.fail(node, NodeError::Panicked(panic_message(payload))),
+        }
+    }
+
+    /// A `Cancel` or `Terminate` step, the moment it starts: it requests its withdrawal and
+    /// completes. Its target's nodes that have ended keep their status (a failure there stays
+    /// a failure); the others are withdrawn before anything else starts or is polled.
+    #[cold]
+    #[inline(never)]
+    fn instant(&mut self, leaves: &mut Leaves<'_>, node: u32, instant: Instant) {
+        match instant {
+            Instant::Cancel { scope } => {
+                self.withdraw(scope, node);
+                self.settle(node, Settle::Completed);
+            }
+            Instant::Terminate => {
+                // The step's expression puts the run's output in the run's `TermCell`.
+                let state = &self.state;
+                let given = catch_unwind(AssertUnwindSafe(|| {
+                    leaves[node as usize].as_mut().decide(state)
+                }));
+                match given {
+                    Ok(true) => {
+                        self.terminated = true;
+                        self.withdraw(ALL_NODES, node);
+                        self.settle(node, Settle::Completed);
+                    }
+                    Ok(false) => self.fail(
+                        node,
+                        NodeError::Internal("a `Terminate` step found an input missing"),
+                    ),
+                    Err(payload) => self.fail(node, NodeError::Panicked(panic_message(payload))),
+                }
+            }
+            Instant::None => self.settle(node, Settle::Completed),
         }
     }
 
@@ -274,6 +313,10 @@ impl Scheduler {
         for &node in nodes {
             if !self.nodes[node as usize].status.is_terminal() {
                 self.mark(node, how);
+                if let Settle::Withdrawn(_) = how {
+                    // Passed on now, so not again when its predecessors settle.
+                    self.nodes[node as usize].remaining = 0;
+                }
                 self.work.push((node, how));
             }
         }
@@ -331,7 +374,28 @@ impl Scheduler {
             self.record_attempts(node, attempts, 0);
         }
         self.mark(node, Settle::Withdrawn(cause));
-        self.work.push((node, Settle::Withdrawn(cause)));
+        // A node some of whose predecessors have not settled passes its end on only once they
+        // have (`reach_withdrawn`): nothing after it starts before what comes before it ended,
+        // and no node of a branch starts before its decision has run.
+        if self.nodes[node as usize].remaining == 0 {
+            self.work.push((node, Settle::Withdrawn(cause)));
+        }
+    }
+
+    /// A predecessor of `node`, withdrawn before all its predecessors had settled, has
+    /// settled: once the last has, `node` passes its withdrawal on.
+    #[cold]
+    #[inline(never)]
+    fn reach_withdrawn(&mut self, node: u32) {
+        let state = &mut self.nodes[node as usize];
+        if state.remaining == 0 {
+            return;
+        }
+        state.remaining -= 1;
+        if state.remaining == 0 {
+            let cause = state.abort_cause;
+            self.work.push((node, Settle::Withdrawn(cause)));
+        }
     }
 
     /// Tells the targets of `entries` that `node` has settled; `cause` is the failure it passes
@@ -396,6 +460,9 @@ impl Scheduler {
         let succ = entry & Plan::NODE;
         let state = &mut self.nodes[succ as usize];
         if state.status.is_terminal() {
+            if state.status == NodeStatus::Withdrawn {
+                self.reach_withdrawn(succ);
+            }
             return;
         }
         state.remaining -= 1;

@@ -1,0 +1,17 @@
+use flow::prelude::*;
+
+async fn export_part() -> Result<u32, std::io::Error> {
+    Ok(1)
+}
+
+workflow! {
+    Export() {
+        Parallel {
+            part = Operation(export_part()),
+            Cancel(),
+            Cancel,
+        }
+    }
+}
+
+fn main() {}

@@ -1,0 +1,16 @@
+use flow::prelude::*;
+
+async fn step() -> Result<u32, std::io::Error> {
+    Ok(1)
+}
+
+workflow! {
+    Labels() {
+        Parallel {
+            'work: Sequential { Operation(step()) },
+            'work: Operation(step()),
+        }
+    }
+}
+
+fn main() {}

@@ -79,6 +79,7 @@ impl ControlTables {
 
 /// The control tables of a checked workflow. `pos[id]` is node `id`'s runtime index.
 pub(crate) fn tables(checked: &Checked, pos: &[usize], private: &TokenStream) -> ControlTables {
-    let _ = (checked, pos, private);
-    ControlTables::default()
+    let mut tables = ControlTables::default();
+    crate::rules::tables(checked, pos, private, &mut tables);
+    tables
 }

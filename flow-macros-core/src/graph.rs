@@ -13,6 +13,7 @@ use syn::{Expr, Ident};
 use crate::ctxt::Ctxt;
 use crate::options;
 use crate::parse::{BlockStep, CondStep, OpStep, Step, Workflow};
+use crate::rules::{self, Rule, SectionDef};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Kind {
@@ -48,6 +49,10 @@ pub struct Node {
     pub branches: Vec<(usize, bool)>,
     /// The limited `Parallel` blocks the node sits in.
     pub groups: Vec<usize>,
+    /// Its trigger rule (`when = ..`).
+    pub rule: Rule,
+    /// Where `when` is written, if it is.
+    pub when_span: Option<Span>,
     /// For a decision: the nodes of each branch, at all depths.
     pub then_nodes: Vec<usize>,
     pub else_nodes: Vec<usize>,
@@ -66,6 +71,8 @@ pub struct Dag {
     pub edges: BTreeMap<(usize, usize), u8>,
     /// The limit of each limited `Parallel` block.
     pub group_limits: Vec<u32>,
+    /// The critical sections (`exclusive = "group"`), outer before inner.
+    pub sections: Vec<SectionDef>,
 }
 
 impl Dag {
@@ -79,6 +86,8 @@ struct Builder<'a> {
     cx: &'a mut Ctxt,
     branches: Vec<(usize, bool)>,
     groups: Vec<usize>,
+    /// The sections around the step being built, innermost last.
+    sections: Vec<usize>,
 }
 
 /// Builds the DAG of a workflow. Structural problems (empty blocks, bad options) go to `cx`.
@@ -88,10 +97,12 @@ pub fn build(workflow: &Workflow, cx: &mut Ctxt) -> Dag {
             nodes: Vec::new(),
             edges: BTreeMap::new(),
             group_limits: Vec::new(),
+            sections: Vec::new(),
         },
         cx,
         branches: Vec::new(),
         groups: Vec::new(),
+        sections: Vec::new(),
     };
     if workflow.body.is_empty() {
         builder.cx.error(
@@ -135,9 +146,12 @@ impl Builder<'_> {
                 (vec![id], vec![id])
             }
             Step::Sequential(block) => {
-                options::sequential(&block.options, self.cx);
+                let exclusive = options::sequential(&block.options, self.cx);
                 self.non_empty(block, "Sequential");
-                self.sequence(&block.steps)
+                let opened = self.open_section(exclusive.as_ref());
+                let ends = self.sequence(&block.steps);
+                self.close_section(opened);
+                ends
             }
             Step::Parallel(block) => self.parallel(block),
             Step::Conditional(cond) => self.conditional(cond),
@@ -154,8 +168,32 @@ impl Builder<'_> {
         }
     }
 
+    /// Opens the section of `exclusive = group`, if given; whether it opened one.
+    fn open_section(&mut self, group: Option<&syn::LitStr>) -> bool {
+        group.is_some_and(|group| {
+            rules::open_section(&mut self.dag, &mut self.sections, group, self.cx)
+        })
+    }
+
+    fn close_section(&mut self, opened: bool) {
+        if opened {
+            self.sections.pop();
+        }
+    }
+
+    /// Adds `node`, the last node pushed, to the sections around it.
+    fn enter_sections(&mut self, node: usize) {
+        for &section in &self.sections {
+            self.dag.sections[section].nodes.push(node);
+        }
+    }
+
     fn operation(&mut self, op: &OpStep) -> usize {
         let options = options::operation(&op.options, self.cx);
+        let opened = self.open_section(options.exclusive.as_ref());
+        let (rule, when_span) = options
+            .rule
+            .map_or((Rule::Default, None), |(rule, span)| (rule, Some(span)));
         self.dag.nodes.push(Node {
             kind: Kind::Operation,
             name: op.name.clone(),
@@ -166,10 +204,15 @@ impl Builder<'_> {
             policy: options.policy,
             branches: self.branches.clone(),
             groups: self.groups.clone(),
+            rule,
+            when_span,
             then_nodes: Vec::new(),
             else_nodes: Vec::new(),
         });
-        self.dag.nodes.len() - 1
+        let id = self.dag.nodes.len() - 1;
+        self.enter_sections(id);
+        self.close_section(opened);
+        id
     }
 
     fn parallel(&mut self, block: &BlockStep) -> (Vec<usize>, Vec<usize>) {
@@ -180,6 +223,7 @@ impl Builder<'_> {
             self.dag.group_limits.push(limit);
             self.groups.push(self.dag.group_limits.len() - 1);
         }
+        let opened = self.open_section(options.exclusive.as_ref());
         let mut entries = Vec::new();
         let mut exits = Vec::new();
         for step in &block.steps {
@@ -187,6 +231,7 @@ impl Builder<'_> {
             entries.extend(e);
             exits.extend(x);
         }
+        self.close_section(opened);
         self.groups.truncate(depth);
         (entries, exits)
     }
@@ -202,10 +247,13 @@ impl Builder<'_> {
             policy: options::Policy::default(),
             branches: self.branches.clone(),
             groups: Vec::new(),
+            rule: Rule::Default,
+            when_span: None,
             then_nodes: Vec::new(),
             else_nodes: Vec::new(),
         });
         let decision = self.dag.nodes.len() - 1;
+        self.enter_sections(decision);
         if cond.then.is_empty() {
             let fix = if cond.otherwise.is_some() {
                 "; to act only when the test is false, negate the test and move the `else` steps here"

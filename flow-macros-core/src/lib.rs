@@ -20,6 +20,7 @@ mod names;
 mod operation;
 mod options;
 mod parse;
+mod rules;
 mod suggest;
 mod validate;
 

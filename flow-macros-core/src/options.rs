@@ -1,11 +1,13 @@
 //! Typed step options: each value is checked and kept with its span; duplicates are rejected.
 
+use proc_macro2::Span;
 use proc_macro2::TokenStream;
 use quote::{ToTokens, quote};
-use syn::{Expr, Ident, Lit};
+use syn::{Expr, Ident, Lit, LitStr};
 
 use crate::ctxt::Ctxt;
 use crate::parse::{Opt, OptValue};
+use crate::rules::{self, Rule};
 use crate::suggest::did_you_mean;
 
 /// Options of an `Operation`.
@@ -13,6 +15,10 @@ use crate::suggest::did_you_mean;
 pub struct OpOptions {
     pub after: Vec<Ident>,
     pub policy: Policy,
+    /// `when = ..`, and where it is written.
+    pub rule: Option<(Rule, Span)>,
+    /// `exclusive = "group"`.
+    pub exclusive: Option<LitStr>,
 }
 
 /// Resilience settings, shared by `Operation(..)` and `#[operation(..)]`; unset fields fall
@@ -176,9 +182,11 @@ fn backoff(value: &OptValue, cx: &mut Ctxt) -> Option<Backoff> {
 #[derive(Default)]
 pub struct ParallelOptions {
     pub max_concurrency: Option<u32>,
+    /// `exclusive = "group"`.
+    pub exclusive: Option<LitStr>,
 }
 
-const OPERATION_OPTIONS: &str = "`after = [name, ..]`, `timeout = \"2s\"`, `retries = 3`, `backoff = \"100ms\"`, `jitter = true` or `deadline = \"30s\"`";
+const OPERATION_OPTIONS: &str = "`after = [name, ..]`, `when = all_done`, `exclusive = \"group\"`, `timeout = \"2s\"`, `retries = 3`, `backoff = \"100ms\"`, `jitter = true` or `deadline = \"30s\"`";
 
 fn check_duplicates(options: &[Opt], cx: &mut Ctxt) {
     for (i, opt) in options.iter().enumerate() {
@@ -214,9 +222,13 @@ pub fn operation(options: &[Opt], cx: &mut Ctxt) -> OpOptions {
                     "`after` takes a list of node names in brackets, as in `after = [one, two]`",
                 ),
             },
+            "when" => out.rule = Some((rules::when(opt, cx), opt.key.span())),
+            "exclusive" => out.exclusive = rules::exclusive(opt, cx),
             _ if out.policy.option(opt, cx) => {}
             other => {
-                let keys = std::iter::once("after").chain(POLICY_KEYS);
+                let keys = ["after", "when", "exclusive"]
+                    .into_iter()
+                    .chain(POLICY_KEYS);
                 let message = match did_you_mean(other, keys) {
                     hint if hint.is_empty() => format!(
                         "unknown option `{other}` for an `Operation`: expected {OPERATION_OPTIONS}"
@@ -252,14 +264,16 @@ pub fn parallel(options: &[Opt], cx: &mut Ctxt) -> ParallelOptions {
                     "`max_concurrency` takes a whole number, as in `max_concurrency = 4`",
                 ),
             },
+            "exclusive" => out.exclusive = rules::exclusive(opt, cx),
+            "when" => rules::when_on_block(opt, "Parallel", cx),
             other => {
-                let hint = did_you_mean(other, ["max_concurrency"]);
+                let hint = did_you_mean(other, ["max_concurrency", "exclusive"]);
                 cx.error(
                     opt.key.span(),
                     format!(
                         "unknown option `{other}` for `Parallel`{}",
                         if hint.is_empty() {
-                            ": expected `max_concurrency = N`"
+                            ": expected `max_concurrency = N` or `exclusive = \"group\"`"
                         } else {
                             &hint
                         }
@@ -271,13 +285,28 @@ pub fn parallel(options: &[Opt], cx: &mut Ctxt) -> ParallelOptions {
     out
 }
 
-pub fn sequential(options: &[Opt], cx: &mut Ctxt) {
+/// Options of a `Sequential` block: `exclusive = "group"`, if given.
+pub fn sequential(options: &[Opt], cx: &mut Ctxt) -> Option<LitStr> {
+    check_duplicates(options, cx);
+    let mut exclusive = None;
     for opt in options {
-        cx.error(
-            opt.key.span(),
-            format!("`Sequential` takes no options, found `{}`", opt.key),
-        );
+        match opt.key.to_string().as_str() {
+            "exclusive" => exclusive = rules::exclusive(opt, cx),
+            "when" => rules::when_on_block(opt, "Sequential", cx),
+            other => cx.error(
+                opt.key.span(),
+                format!(
+                    "unknown option `{other}` for `Sequential`{}",
+                    match did_you_mean(other, ["exclusive"]) {
+                        hint if hint.is_empty() =>
+                            ": it takes only `exclusive = \"group\"`".to_string(),
+                        hint => hint,
+                    }
+                ),
+            ),
+        }
     }
+    exclusive
 }
 
 fn duration(key: &Ident, value: &OptValue, cx: &mut Ctxt) -> Option<u64> {

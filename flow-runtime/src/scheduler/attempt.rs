@@ -33,15 +33,21 @@ impl Scheduler {
         if self.in_flight >= self.limit {
             return false;
         }
-        match self.plan().node_groups.get(node as usize) {
+        let groups_free = match self.plan().node_groups.get(node as usize) {
             Some(groups) => groups
                 .iter()
                 .all(|&g| self.group_running[g as usize] < self.plan().group_limits[g as usize]),
             None => true,
-        }
+        };
+        groups_free && (self.group_holder.is_empty() || self.sections_free(node))
     }
 
+    /// `node` starts (`delta` 1) or stops (-1) running: counts it in its limited blocks; on
+    /// start, its critical sections hold their groups.
     fn occupy(&mut self, node: u32, delta: i32) {
+        if delta > 0 && !self.group_holder.is_empty() {
+            self.hold_sections(node);
+        }
         if let Some(groups) = self.plan().node_groups.get(node as usize) {
             for &g in *groups {
                 let count = &mut self.group_running[g as usize];
@@ -78,16 +84,23 @@ impl Scheduler {
     /// in its place, for a later turn.
     #[inline(never)]
     fn start_ready_limited(&mut self, leaves: &mut Leaves<'_>) {
-        let mut i = 0;
-        while self.halt.is_none()
-            && let Some(&node) = self.ready.get(i)
-        {
-            if !self.nodes[node as usize].decision && !self.has_capacity(node) {
-                i += 1;
-                continue;
+        loop {
+            let mut i = 0;
+            while self.halt.is_none()
+                && let Some(&node) = self.ready.get(i)
+            {
+                if !self.nodes[node as usize].decision && !self.has_capacity(node) {
+                    i += 1;
+                    continue;
+                }
+                self.ready.remove(i);
+                self.start_one(leaves, node);
             }
-            self.ready.remove(i);
-            self.start_one(leaves, node);
+            // A critical section that ended during the walk (a decision settled its last node,
+            // or a start failed) lets the nodes passed over start now.
+            if !std::mem::take(&mut self.section_freed) || self.ready.is_empty() {
+                return;
+            }
         }
     }
 

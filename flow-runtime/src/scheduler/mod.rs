@@ -12,6 +12,7 @@
 //! node's end and decides what it makes ready, skipped or aborted.
 
 mod attempt;
+mod rules;
 mod settle;
 
 use std::future::Future;
@@ -67,6 +68,9 @@ enum Settle {
     Failed,
     Aborted(u32),
     Skipped,
+    /// What a node with a trigger rule that completed after a failure reached it passes on:
+    /// the failure (its cause), as an aborted node would. Never given to `mark`.
+    Carried(u32),
 }
 
 /// What a running node may have besides its future: kept apart from its [`NodeState`], in
@@ -149,6 +153,15 @@ struct Scheduler {
     decided: Option<bool>,
     /// Whether the caller wants the per-node report.
     report: bool,
+    /// Every settle takes `mark_more`, not only failures: events are recorded, or a trigger
+    /// rule or a critical section must see completions. Set once, in `Scheduler::new`.
+    mark_more_always: bool,
+    /// Critical sections: members of each section not yet settled (empty without sections).
+    section_left: Vec<u32>,
+    /// Critical sections: the section holding each exclusion group, or `NO_CAUSE` when free.
+    group_holder: Vec<u32>,
+    /// A group was freed since [`Scheduler::start_ready`] last looked.
+    section_freed: bool,
     /// Starting an attempt is making its future and nothing else: no step has a policy, no
     /// `#[operation]`'s defaults were heard, nobody records events and no subscriber can want
     /// a span. Cleared when an operation is heard.
@@ -201,7 +214,9 @@ impl Scheduler {
             shared: Vec::with_capacity(SHARED_WAKER_LIMIT),
             group_running: vec![0; plan.group_limits.len()],
             limit,
-            limited: limit != usize::MAX || !plan.group_limits.is_empty(),
+            limited: limit != usize::MAX
+                || !plan.group_limits.is_empty()
+                || !plan.control.sections.is_empty(),
             settled: 0,
             failures: 0,
             work: Vec::new(),
@@ -229,7 +244,17 @@ impl Scheduler {
             decided: None,
             report: options.report,
             lean: false,
+            mark_more_always: false,
+            section_left: Vec::new(),
+            group_holder: Vec::new(),
+            section_freed: false,
         };
+        scheduler.mark_more_always = scheduler.recording.is_some()
+            || !plan.control.rules.is_empty()
+            || !plan.control.sections.is_empty();
+        if !plan.control.rules.is_empty() || !plan.control.sections.is_empty() {
+            scheduler.prepare_control();
+        }
         scheduler.lean = plan.policies.is_empty() && scheduler.recording.is_none() && !spans();
         scheduler.emit(None, 0, || EventKind::RunStarted {
             workflow: graph.name,

@@ -4,6 +4,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
+use super::rules::runs_after_failure;
 use super::{Halt, NO_CAUSE, Scheduler, Settle};
 use crate::error::{NodeError, render};
 use crate::events::EventKind;
@@ -70,15 +71,19 @@ impl Scheduler {
     }
 
     /// Whether some `Conditional` test could still catch a failure of `node`: a test names it,
-    /// or names a node downstream of it (which the failure would abort). Node ids are in
-    /// topological order, so one backward pass computes it for every node.
+    /// or names a node downstream of it (which the failure would abort); or whether a step
+    /// with a trigger rule downstream of it must still run (a cleanup after the failure).
+    /// Node ids are in topological order, so one backward pass computes it for every node.
     fn catchable(&mut self, node: u32) -> bool {
         if self.catchable.is_empty() {
             let plan = self.plan();
+            let rules = plan.control.rules;
             let mut catchable = vec![false; self.len()];
             for n in (0..self.len()).rev() {
                 let mut any = false;
-                plan.for_each_target(n, |target, caught| any |= caught || catchable[target]);
+                plan.for_each_target(n, |target, caught| {
+                    any |= caught || catchable[target] || runs_after_failure(rules, target as u32)
+                });
                 catchable[n] = any;
             }
             self.catchable = catchable;
@@ -124,25 +129,33 @@ impl Scheduler {
         }
     }
 
+    /// Records that `node` settled as `how`; returns what it passes on to its successors
+    /// (`how`, or [`Settle::Carried`] for a trigger-rule node that ran after a failure).
     #[inline(always)]
-    fn mark(&mut self, node: u32, how: Settle) {
+    fn mark(&mut self, node: u32, how: Settle) -> Settle {
         self.nodes[node as usize].status = match how {
-            Settle::Completed => NodeStatus::Completed,
+            Settle::Completed | Settle::Carried(_) => NodeStatus::Completed,
             Settle::Failed => NodeStatus::Failed,
             Settle::Aborted(_) => NodeStatus::Aborted,
             Settle::Skipped => NodeStatus::Skipped,
         };
         self.settled += 1;
-        if !matches!(how, Settle::Completed) || self.recording.is_some() {
+        if !matches!(how, Settle::Completed) || self.mark_more_always {
             // Not the common case, where there is nothing to record and no failure to pass on.
-            self.mark_more(node, how);
+            return self.mark_more(node, how);
         }
+        how
     }
 
-    /// The rest of [`Scheduler::mark`]: passes a failure on and records the event.
+    /// The rest of [`Scheduler::mark`]: passes a failure on, frees a critical section and
+    /// records the event.
     #[cold]
     #[inline(never)]
-    fn mark_more(&mut self, node: u32, how: Settle) {
+    fn mark_more(&mut self, node: u32, how: Settle) -> Settle {
+        if !self.section_left.is_empty() {
+            self.leave_sections(node);
+        }
+        let passed = self.carried(node, how);
         if matches!(how, Settle::Failed | Settle::Aborted(_)) {
             self.failures += 1;
         }
@@ -152,12 +165,15 @@ impl Scheduler {
         }
         if self.policy == FailurePolicy::FailFast
             && self.halt.is_none()
-            && matches!(how, Settle::Failed | Settle::Aborted(_))
+            && matches!(
+                passed,
+                Settle::Failed | Settle::Aborted(_) | Settle::Carried(_)
+            )
             && self.plan().successors(node as usize).is_empty()
         {
             // A failure reached the end of the graph: the run has failed.
-            let cause = match how {
-                Settle::Aborted(cause) => cause,
+            let cause = match passed {
+                Settle::Aborted(cause) | Settle::Carried(cause) => cause,
                 _ => node,
             };
             self.halt = Some(Halt::FailFast(cause));
@@ -171,7 +187,7 @@ impl Scheduler {
         if self.recording.is_some() {
             let attempt = self.attempt_of(node);
             let kind = match how {
-                Settle::Completed => EventKind::Completed {
+                Settle::Completed | Settle::Carried(_) => EventKind::Completed {
                     branch: match self.graph.nodes[node as usize].kind {
                         NodeKind::Decision => self.decided.take(),
                         _ => None,
@@ -187,11 +203,12 @@ impl Scheduler {
             };
             self.emit(Some(node), attempt, || kind);
         }
+        passed
     }
 
     #[inline(always)]
     pub(super) fn settle(&mut self, node: u32, how: Settle) {
-        self.mark(node, how);
+        let how = self.mark(node, how);
         self.settled_one(node, how);
         while let Some((node, how)) = self.work.pop() {
             self.settled_one(node, how);
@@ -206,7 +223,7 @@ impl Scheduler {
             // The common case: nothing to pass on.
             Settle::Completed => (NO_CAUSE, false),
             Settle::Failed => (node, false),
-            Settle::Aborted(cause) => (cause, false),
+            Settle::Aborted(cause) | Settle::Carried(cause) => (cause, false),
             Settle::Skipped => {
                 self.skip_branches(node);
                 (NO_CAUSE, true)
@@ -229,8 +246,8 @@ impl Scheduler {
     fn skip_all(&mut self, branch: &'static [u32]) {
         for &node in branch {
             if !self.nodes[node as usize].status.is_terminal() {
-                self.mark(node, Settle::Skipped);
-                self.work.push((node, Settle::Skipped));
+                let how = self.mark(node, Settle::Skipped);
+                self.work.push((node, how));
             }
         }
     }
@@ -286,6 +303,12 @@ impl Scheduler {
             return;
         }
         let next = if state.abort_cause != NO_CAUSE {
+            if runs_after_failure(self.graph.plan.control.rules, succ) {
+                // A trigger rule: the node runs, carrying the failure (`Scheduler::carried`).
+                state.status = NodeStatus::Ready;
+                self.ready.push(succ);
+                return;
+            }
             Settle::Aborted(state.abort_cause)
         } else if state.skip {
             Settle::Skipped
@@ -294,7 +317,7 @@ impl Scheduler {
             self.ready.push(succ);
             return;
         };
-        self.mark(succ, next);
+        let next = self.mark(succ, next);
         self.work.push((succ, next));
     }
 }

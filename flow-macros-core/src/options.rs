@@ -298,6 +298,7 @@ pub fn sequential(options: &[Opt], cx: &mut Ctxt) -> Option<LitStr> {
                 format!(
                     "unknown option `{other}` for `Sequential`{}",
                     match did_you_mean(other, ["exclusive"]) {
+                        _ if other == "max_concurrency" => "; `max_concurrency` limits a `Parallel` block, and `Sequential` takes only `exclusive = \"group\"`".to_string(),
                         hint if hint.is_empty() =>
                             ": it takes only `exclusive = \"group\"`".to_string(),
                         hint => hint,

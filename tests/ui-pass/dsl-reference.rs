@@ -196,6 +196,35 @@ workflow! {
 }
 
 // ---- docs/dsl.md, block 11
+workflow! {
+    /// Releases the reservation whether or not the charge went through; reports a failure.
+    pub ChargeOnce(ctx: &AppCtx, order_id: u64) {
+        order = Operation(fetch_order(ctx, order_id)),
+        stock = Operation(reserve_stock(ctx, &order)),
+        receipt = Operation(charge(&order, &stock)),
+        Parallel {
+            Operation(notify(ctx, stock.map_or(0, |s| s.order_id)), when = all_done),
+            Operation(notify(ctx, order_id), when = one_failed),
+        },
+    }
+}
+
+// ---- docs/dsl.md, block 12
+workflow! {
+    /// Two postings that must not interleave, beside an independent notification.
+    pub Postings(ctx: &AppCtx) {
+        Parallel {
+            Sequential(exclusive = "ledger") {
+                first = Operation(fetch_order(ctx, 1)),
+                Operation(reserve_stock(ctx, &first)),
+            },
+            Operation(fetch_order(ctx, 2), exclusive = "ledger"),
+            Operation(notify(ctx, 3)),
+        }
+    }
+}
+
+// ---- docs/dsl.md, block 13
 pub struct Client;
 impl Client {
     pub async fn get(&self, id: u64) -> Result<u64, ShopError> { Ok(id) }
@@ -210,7 +239,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 12
+// ---- docs/dsl.md, block 14
 #[operation(name = "charge card", timeout = "2s")]
 pub async fn charge_card(order: &Order, stock: &Reservation) -> Result<Receipt, ShopError> {
     charge(order, stock).await
@@ -226,7 +255,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 13
+// ---- docs/dsl.md, block 15
 workflow! {
     /// Rejects orders whose risk is high or could not be scored in time.
     pub Screen(ctx: &AppCtx, order_id: u64) {
@@ -241,7 +270,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 14
+// ---- docs/dsl.md, block 16
 workflow! {
     /// Charges an order and returns the receipt, if the risk was low.
     pub Receipted(ctx: &AppCtx, order_id: u64) -> (u64, Option<Receipt>) {
@@ -258,7 +287,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 15
+// ---- docs/dsl.md, block 17
 use std::num::NonZeroUsize;
 use std::time::Duration;
 

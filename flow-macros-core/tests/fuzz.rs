@@ -1578,7 +1578,9 @@ fn invalid_inputs_give_their_messages() {
     );
     assert_errors(
         "W() { Sequential(max_concurrency = 2) { Operation(f()) } }",
-        &["unknown option `max_concurrency` for `Sequential`; `max_concurrency` limits a `Parallel` block"],
+        &[
+            "unknown option `max_concurrency` for `Sequential`; `max_concurrency` limits a `Parallel` block",
+        ],
     );
     assert_one_error(
         "W() { a = Operation(f()), Operation(g(), after = [ghost]) }",

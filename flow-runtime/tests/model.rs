@@ -23,7 +23,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use flow_runtime::__private::{
-    Leaf, Nodes, Plan, RunOptions, RunState, Slot, execute_nodes, unreachable_run,
+    Control, Leaf, Nodes, Plan, Rule, RunOptions, RunState, Slot, execute_nodes, unreachable_run,
 };
 use flow_runtime::NodeStatus::{Aborted, Completed, Failed, Skipped};
 use flow_runtime::{
@@ -78,6 +78,8 @@ enum Ref {
 enum Step {
     Op {
         behaviour: Behaviour,
+        /// `when = ..`: `Rule::Default` for an ordinary step.
+        rule: Rule,
         /// `after = [..]`: operations that come earlier in node order.
         after: Vec<Ref>,
         /// Outputs read: operations that are ancestors over order edges.
@@ -107,6 +109,9 @@ const DATA: u8 = 2;
 const AFTER: u8 = 4;
 const THEN: u8 = 8;
 const ELSE: u8 = 16;
+/// A read that sees `Option<&T>`: by a node with a trigger rule, or of a `one_failed` node. It
+/// orders, and passes on failures, but never skips the reader.
+const OPTIONAL: u8 = 32;
 
 #[derive(Debug, Clone)]
 struct Node {
@@ -115,6 +120,10 @@ struct Node {
     test: Test,
     /// The outputs an operation reads, or the nodes a decision's test names.
     reads: Vec<usize>,
+    /// The reads that are not optional: they must be there when the node starts.
+    required: Vec<usize>,
+    /// The trigger rule of an operation (`Rule::Default` for a decision).
+    rule: Rule,
     /// Enclosing branches, outermost first: (decision, is the `then` branch).
     branches: Vec<(usize, bool)>,
     /// Limited `Parallel` blocks the node sits in (operations only).
@@ -148,15 +157,19 @@ impl Wf {
         !self.edges.keys().any(|&(from, _)| from == node)
     }
 
-    /// Whether no decision's test names `node` or a node downstream of it: nothing can catch a
-    /// failure of `node` ("a failure no `Conditional` can catch", where `FailFast` stops).
-    fn uncatchable(&self) -> Vec<bool> {
+    /// Whether no decision's test names `node` or a node downstream of it, and no step with a
+    /// trigger rule is downstream of it: nothing can catch a failure of `node` or must still
+    /// run after it ("a failure no `Conditional` can catch", where `FailFast` stops).
+    /// With `rules` false, only tests count.
+    fn uncatchable(&self, rules: bool) -> Vec<bool> {
         let mut catchable = vec![false; self.len()];
         for node in (0..self.len()).rev() {
-            catchable[node] = self
-                .edges
-                .keys()
-                .any(|&(from, to)| from == node && (self.catches(to, from) || catchable[to]));
+            catchable[node] = self.edges.keys().any(|&(from, to)| {
+                from == node
+                    && (self.catches(to, from)
+                        || catchable[to]
+                        || (rules && self.nodes[to].rule != Rule::Default))
+            });
         }
         catchable.into_iter().map(|c| !c).collect()
     }
@@ -191,7 +204,12 @@ impl Wf {
                     Behaviour::SlowOk(ms) => format!("slow_ok_{ms}ms"),
                     Behaviour::SlowErr(ms) => format!("slow_err_{ms}ms"),
                 };
-                format!("{what}({names})")
+                let when = match n.rule {
+                    Rule::AllDone => ", when = all_done",
+                    Rule::OneFailed => ", when = one_failed",
+                    _ => "",
+                };
+                format!("{what}({names}{when})")
             }
             NodeKind::Decision => match n.test {
                 Test::AllOk => format!("all_ok({names})"),
@@ -251,6 +269,7 @@ impl Builder {
         &mut self,
         kind: NodeKind,
         behaviour: Behaviour,
+        rule: Rule,
         test: Test,
         after: &[Ref],
         reads: &[Ref],
@@ -265,6 +284,8 @@ impl Builder {
             behaviour,
             test,
             reads: Vec::new(),
+            required: Vec::new(),
+            rule,
             branches: self.branches.clone(),
             groups,
             then_nodes: Vec::new(),
@@ -297,12 +318,14 @@ impl Builder {
         match step {
             Step::Op {
                 behaviour,
+                rule,
                 after,
                 reads,
             } => {
                 let id = self.push(
                     NodeKind::Operation,
                     *behaviour,
+                    *rule,
                     Test::Const(false),
                     after,
                     reads,
@@ -335,7 +358,14 @@ impl Builder {
                 then,
                 otherwise,
             } => {
-                let decision = self.push(NodeKind::Decision, Behaviour::Ok, *test, &[], names);
+                let decision = self.push(
+                    NodeKind::Decision,
+                    Behaviour::Ok,
+                    Rule::Default,
+                    *test,
+                    &[],
+                    names,
+                );
                 let (then_entries, mut exits, then_nodes) = self.branch(decision, true, then);
                 for to in then_entries {
                     self.add_edge(decision, to, THEN);
@@ -373,7 +403,9 @@ impl Builder {
     }
 
     /// Adds `after` edges (to earlier operations), then data edges (to operations that are
-    /// ancestors over sequence, branch and `after` edges), as the macro's validation does.
+    /// ancestors over sequence, branch and `after` edges), as the macro's validation does: a
+    /// read by a step with a rule, or of a `one_failed` step, is optional. A decision names no
+    /// `one_failed` step, and a step that waits for nothing has no rule (the macro rejects it).
     fn resolve(&mut self) {
         let n = self.wf.len();
         let ops: Vec<usize> = (0..n)
@@ -399,17 +431,36 @@ impl Builder {
             }
         }
         for (node, ancestors) in ancestors.iter().enumerate() {
-            let candidates: Vec<usize> = ops.iter().copied().filter(|&op| ancestors[op]).collect();
+            let decision = self.wf.nodes[node].kind == NodeKind::Decision;
+            let candidates: Vec<usize> = ops
+                .iter()
+                .copied()
+                .filter(|&op| ancestors[op])
+                .filter(|&op| !decision || self.wf.nodes[op].rule != Rule::OneFailed)
+                .collect();
             let mut reads = BTreeSet::new();
             for r in self.refs[node].1.clone() {
                 if let Some(source) = resolve_ref(r, &candidates, node) {
                     reads.insert(source);
                 }
             }
+            let ruled = self.wf.nodes[node].rule != Rule::Default;
+            let mut required = Vec::new();
             for &source in &reads {
-                self.add_edge(source, node, DATA);
+                if ruled || self.wf.nodes[source].rule == Rule::OneFailed {
+                    self.add_edge(source, node, OPTIONAL);
+                } else {
+                    self.add_edge(source, node, DATA);
+                    required.push(source);
+                }
             }
             self.wf.nodes[node].reads = reads.into_iter().collect();
+            self.wf.nodes[node].required = required;
+        }
+        for node in 0..n {
+            if self.wf.preds(node).next().is_none() {
+                self.wf.nodes[node].rule = Rule::Default;
+            }
         }
     }
 }
@@ -448,7 +499,7 @@ fn graph(wf: &Wf, limits: bool) -> &'static Graph {
                 EdgeKind::Then
             } else if why & ELSE != 0 {
                 EdgeKind::Else
-            } else if why & DATA != 0 {
+            } else if why & (DATA | OPTIONAL) != 0 {
                 EdgeKind::Data
             } else if why & AFTER != 0 {
                 EdgeKind::After
@@ -462,7 +513,9 @@ fn graph(wf: &Wf, limits: bool) -> &'static Graph {
     // `Sequential` of `Parallel`s; here every target with two or more ordering predecessors
     // gets one (shared by targets with the same set), to exercise joins as often as possible.
     let use_joins = wf.edges.len().is_multiple_of(2);
-    let caught = |to: usize, why: u8| why & DATA != 0 && wf.nodes[to].kind == NodeKind::Decision;
+    let caught = |to: usize, why: u8| {
+        why & (DATA | OPTIONAL) != 0 && wf.nodes[to].kind == NodeKind::Decision
+    };
     let ordering = |to: usize, why: u8| why & (SEQUENCE | AFTER) != 0 && !caught(to, why);
     let mut ordering_preds: Vec<Vec<u32>> = vec![Vec::new(); n];
     for (&(from, to), &why) in &wf.edges {
@@ -533,8 +586,16 @@ fn graph(wf: &Wf, limits: bool) -> &'static Graph {
         )
     };
     let limited = limits && !wf.group_limits.is_empty();
+    let control: &'static Control = if wf.nodes.iter().any(|node| node.rule != Rule::Default) {
+        Box::leak(Box::new(Control {
+            rules: leak(wf.nodes.iter().map(|node| node.rule).collect()),
+            ..Control::NONE
+        }))
+    } else {
+        &Control::NONE
+    };
     let plan = Plan {
-        control: &flow_runtime::__private::Control::NONE,
+        control,
         pred_count: leak(pred_count),
         succ_start: leak(succ_start),
         succ: leak(succ),
@@ -588,8 +649,11 @@ impl Workflow for Model {
 #[derive(Debug)]
 struct Expected {
     status: Vec<NodeStatus>,
-    /// For an aborted node: every failed node at the root of a chain that reached it.
+    /// For an aborted node: every failed node at the root of a chain that reached it; for a
+    /// step with a rule that completed after failures, the failures it passes on.
     causes: Vec<BTreeSet<usize>>,
+    /// A step with a rule that completed after a failure reached it: it passes the failure on.
+    carried: Vec<bool>,
     run_fails: bool,
     /// The nodes the run's error lists, when it fails: failed or aborted, except those a
     /// decision caught.
@@ -602,6 +666,7 @@ fn model(wf: &Wf) -> Expected {
     let mut status = vec![NodeStatus::Idle; n];
     let mut causes: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
     let mut chose = vec![None::<bool>; n];
+    let mut carried = vec![false; n];
     for i in 0..n {
         let node = &wf.nodes[i];
         // In a branch that was not taken, or under a decision that was skipped.
@@ -613,23 +678,34 @@ fn model(wf: &Wf) -> Expected {
             continue;
         }
         // A failure reaching it over an edge that its own test does not catch.
+        // A step with a rule that ran after a failure passes it on, as an aborted node does.
         let uncaught: Vec<usize> = wf
             .preds(i)
-            .filter(|&p| matches!(status[p], Failed | Aborted) && !wf.catches(i, p))
+            .filter(|&p| (matches!(status[p], Failed | Aborted) || carried[p]) && !wf.catches(i, p))
             .collect();
-        if !uncaught.is_empty() {
-            status[i] = Aborted;
-            for p in uncaught {
-                let from = if status[p] == Failed {
-                    BTreeSet::from([p])
-                } else {
-                    causes[p].clone()
-                };
-                causes[i].extend(from);
-            }
-            continue;
+        for &p in &uncaught {
+            let from = if status[p] == Failed {
+                BTreeSet::from([p])
+            } else {
+                causes[p].clone()
+            };
+            causes[i].extend(from);
         }
-        if node.reads.iter().any(|&r| status[r] == Skipped) {
+        match node.rule {
+            // Runs whatever reached it; a failure that did goes on past it.
+            Rule::AllDone => carried[i] = !uncaught.is_empty(),
+            Rule::OneFailed if uncaught.is_empty() => {
+                status[i] = Skipped;
+                continue;
+            }
+            Rule::OneFailed => carried[i] = true,
+            _ if !uncaught.is_empty() => {
+                status[i] = Aborted;
+                continue;
+            }
+            _ => {}
+        }
+        if node.required.iter().any(|&r| status[r] == Skipped) {
             status[i] = Skipped;
             continue;
         }
@@ -638,6 +714,9 @@ fn model(wf: &Wf) -> Expected {
                 status[i] = if node.behaviour.succeeds() {
                     Completed
                 } else {
+                    // Its own failure goes on, not the one it carried.
+                    carried[i] = false;
+                    causes[i].clear();
                     Failed
                 };
             }
@@ -695,6 +774,7 @@ fn model(wf: &Wf) -> Expected {
     Expected {
         status,
         causes,
+        carried,
         run_fails,
         listed,
     }
@@ -801,11 +881,11 @@ impl Leaf for HarnessNode {
         }
         let shared = Rc::clone(&this.shared);
         let behaviour = node.behaviour;
-        let reads = node.reads.clone();
+        let required = node.required.clone();
         this.running = Some(Box::pin(async move {
             // An input that is missing fails the node, as generated code's `input` does (there
             // with an internal error): the scheduler must never start a node that early.
-            if reads.iter().any(|&r| shared.slots[r].get().is_none()) {
+            if required.iter().any(|&r| shared.slots[r].get().is_none()) {
                 shared.record(Event::End(i, Instant::now(), true));
                 return Err(NodeError::Aborted {
                     cause: "missing input",
@@ -1151,14 +1231,20 @@ fn fail_fast_verdict(
     observed: &Observed,
 ) -> Result<(), String> {
     check_order(wf, observed)?;
-    let uncatchable = wf.uncatchable();
+    let uncatchable = wf.uncatchable(true);
+    let untestable = wf.uncatchable(false);
     let first = observed
         .log
         .events
         .iter()
         .position(|e| matches!(*e, Event::End(node, _, true) if uncatchable[node]));
-    let reaches_end =
-        (0..wf.len()).any(|i| wf.is_sink(i) && matches!(expected.status[i], Failed | Aborted));
+    // A failure carried past a step with a rule to the end stops the run when no test can
+    // catch it.
+    let reaches_end = (0..wf.len()).any(|i| {
+        wf.is_sink(i)
+            && (matches!(expected.status[i], Failed | Aborted)
+                || (expected.carried[i] && expected.causes[i].iter().any(|&c| untestable[c])))
+    });
     match first {
         // No failure it must stop for: exactly the model's run.
         None if !reaches_end => check_against_model(wf, graph, expected, observed)?,
@@ -1225,8 +1311,14 @@ fn picks(max: usize) -> impl Strategy<Value = Vec<Ref>> {
 fn operation() -> impl Strategy<Value = Step> {
     let after = prop::option::weighted(0.3, any::<u16>().prop_map(Ref::Pick))
         .prop_map(|p| p.into_iter().collect());
-    (behaviour(), after, picks(2)).prop_map(|(behaviour, after, reads)| Step::Op {
+    let rule = prop_oneof![
+        10 => Just(Rule::Default),
+        1 => Just(Rule::AllDone),
+        1 => Just(Rule::OneFailed),
+    ];
+    (behaviour(), rule, after, picks(2)).prop_map(|(behaviour, rule, after, reads)| Step::Op {
         behaviour,
+        rule,
         after,
         reads,
     })
@@ -1328,6 +1420,7 @@ proptest! {
 fn op(behaviour: Behaviour, reads: &[usize]) -> Step {
     Step::Op {
         behaviour,
+        rule: Rule::Default,
         after: Vec::new(),
         reads: reads.iter().map(|&r| Ref::Node(r)).collect(),
     }
@@ -1336,8 +1429,18 @@ fn op(behaviour: Behaviour, reads: &[usize]) -> Step {
 fn op_after(behaviour: Behaviour, after: &[usize]) -> Step {
     Step::Op {
         behaviour,
+        rule: Rule::Default,
         after: after.iter().map(|&r| Ref::Node(r)).collect(),
         reads: Vec::new(),
+    }
+}
+
+fn op_when(behaviour: Behaviour, rule: Rule, reads: &[usize]) -> Step {
+    Step::Op {
+        behaviour,
+        rule,
+        after: Vec::new(),
+        reads: reads.iter().map(|&r| Ref::Node(r)).collect(),
     }
 }
 
@@ -1425,6 +1528,36 @@ fn conditional_is_an_error_boundary() {
 }
 
 #[test]
+fn trigger_rules_run_after_failures_and_pass_them_on() {
+    // n0 fails; the cleanup n1 runs anyway, reading n0 as missing, and passes the failure on
+    // to n2, which is aborted by n0; the run fails.
+    let body = [
+        op(Behaviour::Err, &[]),
+        op_when(Behaviour::Ok, Rule::AllDone, &[0]),
+        op(Behaviour::Ok, &[]),
+    ];
+    let wf = assert_run(&body, &[Failed, Completed, Aborted], true);
+    assert_eq!(model(&wf).causes[2], BTreeSet::from([0]));
+
+    // Nothing fails: the alarm n1 is skipped, and n2 after it runs.
+    let body = [
+        op(Behaviour::Ok, &[]),
+        op_when(Behaviour::Ok, Rule::OneFailed, &[]),
+        op(Behaviour::Ok, &[]),
+    ];
+    assert_run(&body, &[Completed, Skipped, Completed], false);
+
+    // n0's failure aborts n1 and n2; the alarm n3 after them runs, since a failure reached
+    // it (over an aborted node), and the run still fails.
+    let body = [
+        op(Behaviour::Err, &[]),
+        par(vec![op(Behaviour::Ok, &[]), op(Behaviour::SlowOk(5), &[])]),
+        op_when(Behaviour::Ok, Rule::OneFailed, &[]),
+    ];
+    assert_run(&body, &[Failed, Aborted, Aborted, Completed], true);
+}
+
+#[test]
 fn skip_propagates_through_data_only() {
     // The branch is not taken: n1 is skipped, n2 reads it and is skipped too, n3 only follows
     // n2 and runs.
@@ -1487,6 +1620,9 @@ fn generator_covers_the_interesting_cases() {
     let [mut fails, mut caught, mut skipped, mut aborted, mut nested] = [0usize; 5];
     // Workflows whose plan routes edges through joins, and of those, ones with a failure.
     let [mut joined, mut joined_fails] = [0usize; 2];
+    // Workflows where a step with a rule carried a failure on, and where a `one_failed` step
+    // was skipped.
+    let [mut carried, mut quiet] = [0usize; 2];
     for _ in 0..samples {
         let body = workflow()
             .new_tree(&mut runner)
@@ -1507,6 +1643,10 @@ fn generator_covers_the_interesting_cases() {
         skipped += usize::from(m.status.contains(&Skipped));
         aborted += usize::from(m.status.contains(&Aborted));
         nested += usize::from(wf.nodes.iter().any(|n| n.branches.len() >= 2));
+        carried += usize::from(m.carried.contains(&true));
+        quiet += usize::from(
+            (0..wf.len()).any(|i| wf.nodes[i].rule == Rule::OneFailed && m.status[i] == Skipped),
+        );
         if !graph(&wf, false).__plan().join_pred_count.is_empty() {
             joined += 1;
             joined_fails += usize::from(m.status.contains(&Failed));
@@ -1514,7 +1654,7 @@ fn generator_covers_the_interesting_cases() {
     }
     sizes.sort_unstable();
     let summary = format!(
-        "sizes: median {}, max {}; runs failing {fails}, with a caught failure {caught}, with skips {skipped}, with aborts {aborted}, with nested branches {nested}, with joins {joined} ({joined_fails} with a failure) (of {samples})",
+        "sizes: median {}, max {}; runs failing {fails}, with a caught failure {caught}, with skips {skipped}, with aborts {aborted}, with nested branches {nested}, with joins {joined} ({joined_fails} with a failure), with a carried failure {carried}, with a skipped one_failed step {quiet} (of {samples})",
         sizes[samples / 2],
         sizes[samples - 1]
     );
@@ -1524,6 +1664,7 @@ fn generator_covers_the_interesting_cases() {
     );
     assert!(fails > samples / 5 && fails < samples * 9 / 10, "{summary}");
     assert!(caught > samples / 50, "{summary}");
+    assert!(carried > samples / 10 && quiet > samples / 10, "{summary}");
     assert!(
         joined > samples / 5 && joined_fails > samples / 10,
         "{summary}"

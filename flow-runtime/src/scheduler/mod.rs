@@ -142,8 +142,9 @@ struct Scheduler {
     caught: Vec<u32>,
     extras: Extras,
     policy: FailurePolicy,
-    /// For `FailFast`: whether a test could catch a failure of each node (computed on demand).
-    catchable: Vec<bool>,
+    /// For `FailFast`: whether a test could catch a failure of each node, or a step with a
+    /// trigger rule must run after it (flags, computed on demand).
+    catchable: Vec<u8>,
     halt: Option<Halt>,
     cancelled: Option<CancelReason>,
     seed: u64,

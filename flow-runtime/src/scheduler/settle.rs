@@ -6,6 +6,13 @@ use std::sync::Arc;
 
 use super::rules::runs_after_failure;
 use super::{Halt, NO_CAUSE, Scheduler, Settle};
+
+/// In `Scheduler::catchable`: nothing can catch the failure or must run after it.
+const NOT_CATCHABLE: u8 = 0;
+/// In `Scheduler::catchable`: a `Conditional` test may catch the failure.
+const BY_TEST: u8 = 1;
+/// In `Scheduler::catchable`: a step with a trigger rule must run after the failure.
+const BY_RULE: u8 = 2;
 use crate::error::{NodeError, render};
 use crate::events::EventKind;
 use crate::graph::{NodeKind, Plan};
@@ -65,24 +72,34 @@ impl Scheduler {
         let len = self.len();
         self.state.set_error(node as usize, len, error);
         self.settle(node, Settle::Failed);
-        if self.policy == FailurePolicy::FailFast && self.halt.is_none() && !self.catchable(node) {
+        if self.policy == FailurePolicy::FailFast
+            && self.halt.is_none()
+            && self.catchable(node) == NOT_CATCHABLE
+        {
             self.halt = Some(Halt::FailFast(node));
         }
     }
 
-    /// Whether some `Conditional` test could still catch a failure of `node`: a test names it,
-    /// or names a node downstream of it (which the failure would abort); or whether a step
-    /// with a trigger rule downstream of it must still run (a cleanup after the failure).
-    /// Node ids are in topological order, so one backward pass computes it for every node.
-    fn catchable(&mut self, node: u32) -> bool {
+    /// What may still happen to a failure of `node`, for `FailFast`: [`BY_TEST`] when some
+    /// `Conditional` test could catch it (a test names it, or names a node downstream of it,
+    /// which the failure would abort), [`BY_RULE`] when a step with a trigger rule downstream
+    /// of it must still run (a cleanup after the failure). Node ids are in topological order,
+    /// so one backward pass computes it for every node.
+    fn catchable(&mut self, node: u32) -> u8 {
         if self.catchable.is_empty() {
             let plan = self.plan();
             let rules = plan.control.rules;
-            let mut catchable = vec![false; self.len()];
+            let mut catchable = vec![NOT_CATCHABLE; self.len()];
             for n in (0..self.len()).rev() {
-                let mut any = false;
+                let mut any = NOT_CATCHABLE;
                 plan.for_each_target(n, |target, caught| {
-                    any |= caught || catchable[target] || runs_after_failure(rules, target as u32)
+                    any |= catchable[target];
+                    if caught {
+                        any |= BY_TEST;
+                    }
+                    if runs_after_failure(rules, target as u32) {
+                        any |= BY_RULE;
+                    }
                 });
                 catchable[n] = any;
             }
@@ -165,18 +182,19 @@ impl Scheduler {
         }
         if self.policy == FailurePolicy::FailFast
             && self.halt.is_none()
-            && matches!(
-                passed,
-                Settle::Failed | Settle::Aborted(_) | Settle::Carried(_)
-            )
+            && !matches!(passed, Settle::Completed | Settle::Skipped)
             && self.plan().successors(node as usize).is_empty()
         {
-            // A failure reached the end of the graph: the run has failed.
+            // A failure reached the end of the graph: the run has failed. A failure carried
+            // past a cleanup to the end fails it only if no test can catch it elsewhere.
             let cause = match passed {
-                Settle::Aborted(cause) | Settle::Carried(cause) => cause,
-                _ => node,
+                Settle::Aborted(cause) => Some(cause),
+                Settle::Carried(cause) => (self.catchable(cause) & BY_TEST == 0).then_some(cause),
+                _ => Some(node),
             };
-            self.halt = Some(Halt::FailFast(cause));
+            if let Some(cause) = cause {
+                self.halt = Some(Halt::FailFast(cause));
+            }
         }
         if let Settle::Aborted(cause) = how {
             let cause = self.graph.nodes[cause as usize].name;

@@ -331,3 +331,39 @@ async fn a_failure_inside_a_section_releases_it() {
     let failed: Vec<_> = err.failed().map(|f| f.node).collect();
     assert_eq!(failed, vec!["x"]);
 }
+
+workflow! {
+    /// The first section ends with a decision that skips the rest of it.
+    SkippedMembers(log: &Log, flag: bool) {
+        Parallel {
+            Sequential(exclusive = "ledger") {
+                a = Operation(work(log, "a", 10)),
+                Conditional(flag) {
+                    b = Operation(work(log, "b", 10)),
+                },
+            },
+            c = Operation(work(log, "c", 10), exclusive = "ledger"),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn skipped_members_end_their_section() {
+    let log = Log::new();
+    let outcome = SkippedMembers::runner()
+        .record(true)
+        .execute((&log, false))
+        .await;
+    outcome.result.expect("nothing fails");
+    assert!(statuses(&outcome.report).contains(&("b", NodeStatus::Skipped)));
+    assert_eq!(log.started(), vec!["a", "c"]);
+    assert_eq!(log.at("c", "start"), ms(10));
+
+    // Taken, the branch keeps the section until `b` has ended.
+    let log = Log::new();
+    SkippedMembers::run(&log, true)
+        .await
+        .expect("nothing fails");
+    assert_eq!(log.started(), vec!["a", "b", "c"]);
+    assert_eq!(log.at("c", "start"), ms(20));
+}

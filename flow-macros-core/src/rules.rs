@@ -138,6 +138,7 @@ pub fn check(dag: &Dag, order: &[usize], cx: &mut Ctxt) {
     if dag.sections.len() < 2 {
         return;
     }
+    nesting_order(dag, cx);
     // Ancestors, as bitsets by node id.
     let words = n.div_ceil(64).max(1);
     let mut ancestors = vec![0u64; n * words];
@@ -186,6 +187,36 @@ pub fn check(dag: &Dag, order: &[usize], cx: &mut Ctxt) {
                     ),
                 );
             }
+        }
+    }
+}
+
+/// Sections of two groups must nest in one order: a `b` section inside an `a` section and an
+/// `a` section inside a `b` section could each hold one group and wait for the other's.
+fn nesting_order(dag: &Dag, cx: &mut Ctxt) {
+    let sections = &dag.sections;
+    // (outer group, inner group, the inner section), sections in the order they were opened.
+    let mut nested: Vec<(String, String, usize)> = Vec::new();
+    for (i, outer) in sections.iter().enumerate() {
+        for (j, inner) in sections.iter().enumerate().skip(i + 1) {
+            let (a, b) = (outer.group.value(), inner.group.value());
+            if a != b
+                && !inner.nodes.is_empty()
+                && inner.nodes.iter().all(|n| outer.nodes.contains(n))
+            {
+                nested.push((a, b, j));
+            }
+        }
+    }
+    for (k, (a, b, inner)) in nested.iter().enumerate() {
+        if let Some((_, _, first)) = nested[..k].iter().find(|(x, y, _)| x == b && y == a) {
+            cx.error(
+                sections[*inner].group.span(),
+                format!(
+                    "an `exclusive = {b:?}` section inside an `exclusive = {a:?}` section, while another `exclusive = {a:?}` section{} sits inside an `exclusive = {b:?}` one: each could hold one group and wait for the other forever; nest the two groups in one order",
+                    on_line(sections[*first].group.span()),
+                ),
+            );
         }
     }
 }

@@ -6,13 +6,6 @@ use std::sync::Arc;
 
 use super::rules::runs_after_failure;
 use super::{Halt, NO_CAUSE, Scheduler, Settle};
-
-/// In `Scheduler::catchable`: nothing can catch the failure or must run after it.
-const NOT_CATCHABLE: u8 = 0;
-/// In `Scheduler::catchable`: a `Conditional` test may catch the failure.
-const BY_TEST: u8 = 1;
-/// In `Scheduler::catchable`: a step with a trigger rule must run after the failure.
-const BY_RULE: u8 = 2;
 use crate::error::{NodeError, render};
 use crate::events::EventKind;
 use crate::graph::{NodeKind, Plan};
@@ -20,6 +13,13 @@ use crate::nodes::Leaves;
 use crate::panic::panic_message;
 use crate::policy::FailurePolicy;
 use crate::status::NodeStatus;
+
+/// In `Scheduler::catchable`: nothing can catch the failure or must run after it.
+const NOT_CATCHABLE: u8 = 0;
+/// In `Scheduler::catchable`: a `Conditional` test may catch the failure.
+const BY_TEST: u8 = 1;
+/// In `Scheduler::catchable`: a step with a trigger rule must run after the failure.
+const BY_RULE: u8 = 2;
 
 impl Scheduler {
     /// `node`'s final error rendered once, kept for the report to share with the event.
@@ -146,10 +146,12 @@ impl Scheduler {
         }
     }
 
-    /// Records that `node` settled as `how`; returns what it passes on to its successors
-    /// (`how`, or [`Settle::Carried`] for a trigger-rule node that ran after a failure).
+    /// Records that `node` settled as `how`. Returns whether it passes on a failure it carried
+    /// rather than `how` (a trigger-rule node that completed after a failure reached it): then
+    /// its successors learn [`Settle::Carried`]. A `bool`, so that where a node completes the
+    /// common path still passes `how` on as the constant it is.
     #[inline(always)]
-    fn mark(&mut self, node: u32, how: Settle) -> Settle {
+    fn mark(&mut self, node: u32, how: Settle) -> bool {
         self.nodes[node as usize].status = match how {
             Settle::Completed | Settle::Carried(_) => NodeStatus::Completed,
             Settle::Failed => NodeStatus::Failed,
@@ -161,14 +163,14 @@ impl Scheduler {
             // Not the common case, where there is nothing to record and no failure to pass on.
             return self.mark_more(node, how);
         }
-        how
+        false
     }
 
     /// The rest of [`Scheduler::mark`]: passes a failure on, frees a critical section and
     /// records the event.
     #[cold]
     #[inline(never)]
-    fn mark_more(&mut self, node: u32, how: Settle) -> Settle {
+    fn mark_more(&mut self, node: u32, how: Settle) -> bool {
         if !self.section_left.is_empty() {
             self.leave_sections(node);
         }
@@ -221,13 +223,16 @@ impl Scheduler {
             };
             self.emit(Some(node), attempt, || kind);
         }
-        passed
+        matches!(passed, Settle::Carried(_))
     }
 
     #[inline(always)]
     pub(super) fn settle(&mut self, node: u32, how: Settle) {
-        let how = self.mark(node, how);
-        self.settled_one(node, how);
+        if self.mark(node, how) {
+            self.settled_carrier(node);
+        } else {
+            self.settled_one(node, how);
+        }
         while let Some((node, how)) = self.work.pop() {
             self.settled_one(node, how);
         }
@@ -250,6 +255,15 @@ impl Scheduler {
         self.reach(self.plan().successors(node as usize), node, cause, skipped);
     }
 
+    /// A trigger-rule node that completed after a failure reached it has settled: its
+    /// successors learn of the failure it carried.
+    #[cold]
+    #[inline(never)]
+    fn settled_carrier(&mut self, node: u32) {
+        let cause = self.nodes[node as usize].abort_cause;
+        self.settled_one(node, Settle::Carried(cause));
+    }
+
     /// A skipped decision takes neither branch: both are skipped.
     #[cold]
     fn skip_branches(&mut self, node: u32) {
@@ -264,8 +278,8 @@ impl Scheduler {
     fn skip_all(&mut self, branch: &'static [u32]) {
         for &node in branch {
             if !self.nodes[node as usize].status.is_terminal() {
-                let how = self.mark(node, Settle::Skipped);
-                self.work.push((node, how));
+                self.mark(node, Settle::Skipped);
+                self.work.push((node, Settle::Skipped));
             }
         }
     }
@@ -335,7 +349,8 @@ impl Scheduler {
             self.ready.push(succ);
             return;
         };
-        let next = self.mark(succ, next);
+        // Aborted or skipped: nothing carried.
+        self.mark(succ, next);
         self.work.push((succ, next));
     }
 }

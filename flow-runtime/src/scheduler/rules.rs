@@ -9,7 +9,7 @@
 //! section holds stays ready.
 
 use super::{NO_CAUSE, Scheduler, Settle};
-use crate::graph::Rule;
+use crate::graph::{Graph, Rule};
 
 /// Whether `node` runs when a failure reached it: it has a trigger rule.
 #[inline]
@@ -17,6 +17,14 @@ pub(super) fn runs_after_failure(rules: &[Rule], node: u32) -> bool {
     rules
         .get(node as usize)
         .is_some_and(|rule| *rule != Rule::Default)
+}
+
+/// [`runs_after_failure`] for the decision of a node that a failure reached: out of line, so
+/// that none of its loads is hoisted into the common path, where no failure reached the node.
+#[cold]
+#[inline(never)]
+pub(super) fn rule_runs(graph: &Graph, node: u32) -> bool {
+    runs_after_failure(graph.plan.control.rules, node)
 }
 
 impl Scheduler {

@@ -4,7 +4,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-use super::rules::runs_after_failure;
+use super::rules::{rule_runs, runs_after_failure};
 use super::{Halt, NO_CAUSE, Scheduler, Settle};
 use crate::error::{NodeError, render};
 use crate::events::EventKind;
@@ -335,7 +335,7 @@ impl Scheduler {
             return;
         }
         let next = if state.abort_cause != NO_CAUSE {
-            if runs_after_failure(self.graph.plan.control.rules, succ) {
+            if rule_runs(self.graph, succ) {
                 // A trigger rule: the node runs, carrying the failure (`Scheduler::carried`).
                 state.status = NodeStatus::Ready;
                 self.ready.push(succ);

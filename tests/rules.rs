@@ -73,7 +73,7 @@ async fn all_done_runs_after_a_failure_and_the_run_still_fails_with_it() {
     );
     // The cleanup ran after the failure and saw no value; the step after it never ran.
     assert_eq!(log.started(), vec!["work", "cleanup"]);
-    assert_eq!(*seen.lock().unwrap(), vec![None]);
+    assert_eq!(*seen.lock().expect("not poisoned"), vec![None]);
     let err = outcome
         .result
         .expect_err("the cleanup does not rescue the run");
@@ -108,7 +108,7 @@ async fn all_done_runs_when_everything_succeeded() {
             .all(|(_, s)| *s == NodeStatus::Completed)
     );
     assert_eq!(log.started(), vec!["work", "cleanup", "next"]);
-    assert_eq!(*seen.lock().unwrap(), vec![Some(10)]);
+    assert_eq!(*seen.lock().expect("not poisoned"), vec![Some(10)]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -196,7 +196,7 @@ async fn fail_fast_lets_an_all_done_cleanup_run() {
     // `slow`.
     assert_eq!(log.at("cleanup", "start"), ms(10));
     assert_eq!(log.elapsed(), ms(15));
-    assert_eq!(*seen.lock().unwrap(), vec![None]);
+    assert_eq!(*seen.lock().expect("not poisoned"), vec![None]);
     let err = outcome.result.expect_err("the failure fails the run");
     let failed: Vec<_> = err.failed().map(|f| f.node).collect();
     assert_eq!(failed, vec!["w"]);

@@ -11,7 +11,7 @@ import json
 import pathlib
 import sys
 
-NODES = {"chain": 1000, "fan": 1000, "layered": 1000, "mixed": 50}
+NODES = {"chain": 1000, "fan": 1000, "layered": 1000, "mixed": 50, "race2": 2, "quorum_2of3": 3}
 LABELS = {
     "flow_run": "flow `run`",
     "flow_log": "flow `runner().execute` (event log)",
@@ -19,6 +19,7 @@ LABELS = {
     "hand_join_all": "hand-written: `join_all`",
     "hand_unordered": "hand-written: `FuturesUnordered`",
     "hand_try_join": "hand-written: `try_join!`",
+    "hand_select": "hand-written: `tokio::select!`",
     "dagrs": "dagrs 0.9.0",
     "run": "`run` (no observer, no log)",
     "runner_no_log": "`runner().record(false)` (no observer)",
@@ -110,9 +111,10 @@ def main() -> int:
                         f"| {shape} | {variant} | dagrs ÷ flow | {speedup:.1f}x | ≥ 10x | "
                         f"{'met' if speedup >= 10 else 'MISSED'} |"
                     )
-    table, _ = shape_table(root, "fan_gated", NODES["fan"])
-    if table is not None:
-        print(table + "\n")
+    for name, nodes in (("fan_gated", NODES["fan"]), ("race2", NODES["race2"]), ("quorum_2of3", NODES["quorum_2of3"])):
+        table, _ = shape_table(root, name, nodes)
+        if table is not None:
+            print(table + "\n")
     for shape in ("chain", "fan", "layered", "mixed"):
         table, _ = shape_table(root, f"observer_{shape}", NODES[shape], reference="run")
         if table is not None:

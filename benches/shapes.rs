@@ -4,7 +4,9 @@
 //! workflow, each with the immediate and the yielding operation, on a tokio `current_thread`
 //! runtime; the yielding fan and layered graphs and the mixed workflow also on a multi-thread
 //! runtime (where dagrs's per-node tasks can use both cores); the fan with nodes that finish
-//! one per turn of the runtime (`fan_gated`); and the cost of observers.
+//! one per turn of the runtime (`fan_gated`); the cost of observers; and a race of two replicas
+//! (`race2`) and a 2-of-3 quorum (`quorum_2of3`) against the hand-written `tokio::select!` and
+//! `FuturesUnordered` code that does the same.
 //!
 //! `cargo bench -p flow-benches --bench shapes` runs everything (about ten minutes on two
 //! cores); `cargo bench -p flow-benches --bench shapes -- chain_` runs one group.
@@ -46,6 +48,15 @@ mod gated {
     use flow::workflow;
     include!("generated/fan_1000.rs");
 }
+
+/// The replicas of `race2` (turns of the runtime before each answers): the second is slower, so
+/// it loses and is dropped.
+const RACE_TURNS: [u32; 2] = [1, 2];
+/// The replicas of `quorum_2of3`: the first and the third answer first, so the second is dropped
+/// once [`QUORUM`] of them have answered.
+const QUORUM_TURNS: [u32; 3] = [1, 2, 1];
+/// How many replicas of `quorum_2of3` must answer.
+const QUORUM: usize = 2;
 
 /// Benchmarks `run` on `rt`: one call of `run` is one iteration.
 fn bench<F, Fut>(group: &mut BenchmarkGroup<'_, WallTime>, id: &str, rt: &Runtime, run: F)
@@ -125,6 +136,11 @@ fn check(rt: &Runtime) {
     });
     assert_eq!(ok(gated), 2);
     assert_eq!(ok(rt.block_on(hand::fan_unordered(ops::yld, 0, NODES))), 2);
+    // The winner's output; the sum of the two outputs of the quorum.
+    let race = rt.block_on(hand::race2(ops::after, 0, RACE_TURNS));
+    assert_eq!(race.ok(), Some(1));
+    let quorum = rt.block_on(hand::quorum(ops::after, 0, &QUORUM_TURNS, QUORUM));
+    assert_eq!(quorum.ok(), Some(2));
     assert_eq!(
         ok(rt.block_on(hand::layered(ops::yld, 0, NODES, WIDTH))),
         (NODES / WIDTH) as u64
@@ -262,6 +278,32 @@ fn gated_fan(c: &mut Criterion, rt: &Runtime) {
     g.finish();
 }
 
+/// A race of two replicas of `ops::after`: the first to answer wins, the other is dropped.
+fn race2(c: &mut Criterion, rt: &Runtime) {
+    let mut g = c.benchmark_group("race2");
+    g.throughput(Throughput::Elements(RACE_TURNS.len() as u64));
+    // The flow contender goes here: `flow_run`, a workflow whose body is a `Race` of the same
+    // two replicas (`after(x, 1)`, `after(x, 2)`) with the winner's output as its output.
+    bench(&mut g, "hand_select", rt, || {
+        hand::race2(ops::after, black_box(0), RACE_TURNS)
+    });
+    g.finish();
+}
+
+/// A quorum of two out of three replicas of `ops::after`: go on once two answered, drop the
+/// third.
+fn quorum_2of3(c: &mut Criterion, rt: &Runtime) {
+    let mut g = c.benchmark_group("quorum_2of3");
+    g.throughput(Throughput::Elements(QUORUM_TURNS.len() as u64));
+    // The flow contender goes here: `flow_run`, a workflow whose body is a
+    // `Parallel(min = 2, rest = cancel)` of the same three replicas (`after(x, 1)`,
+    // `after(x, 2)`, `after(x, 1)`) with the sum of the answers as its output.
+    bench(&mut g, "hand_unordered", rt, || {
+        hand::quorum(ops::after, black_box(0), &QUORUM_TURNS, QUORUM)
+    });
+    g.finish();
+}
+
 /// The cost of observing a run (immediate operation, `current_thread`): no observer and no log
 /// (`run`), the runner with its log turned off (the same code path plus the report), an
 /// observer that does nothing, a `Recorder` (fresh for every run), and the event log.
@@ -311,7 +353,8 @@ macro_rules! observer_group {
 ///     target/release/deps/shapes-<hash> repeat chain_yield 20
 /// ```
 ///
-/// The count divided by `runs × 1000` is instructions per node (the run's set-up included).
+/// The count divided by `runs × 1000` is instructions per node (the run's set-up included); for
+/// the race and quorum contenders, divide by `runs` for instructions per race or quorum.
 #[inline(never)]
 fn repeat(rt: &Runtime, which: &str, runs: usize) -> Option<u64> {
     let mut total = 0;
@@ -335,6 +378,17 @@ fn repeat(rt: &Runtime, which: &str, runs: usize) -> Option<u64> {
             "hand_layered_yield" => {
                 ok(rt.block_on(hand::layered(ops::yld, black_box(0), NODES, WIDTH)))
             }
+            "hand_race2" => rt
+                .block_on(hand::race2(ops::after, black_box(0), RACE_TURNS))
+                .ok()?,
+            "hand_quorum_2of3" => rt
+                .block_on(hand::quorum(
+                    ops::after,
+                    black_box(0),
+                    &QUORUM_TURNS,
+                    QUORUM,
+                ))
+                .ok()?,
             _ => return None,
         };
     }
@@ -369,6 +423,8 @@ fn main() {
     shapes!(&mut c, &rt, "imm", imm, false);
     shapes!(&mut c, &rt, "yield", yld, true);
     gated_fan(&mut c, &rt);
+    race2(&mut c, &rt);
+    quorum_2of3(&mut c, &rt);
     observer_group!(&mut c, &rt, "chain", imm::Chain1000, NODES);
     observer_group!(&mut c, &rt, "fan", imm::Fan1000, NODES);
     observer_group!(&mut c, &rt, "layered", imm::Layered1000, NODES);

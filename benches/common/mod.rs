@@ -30,6 +30,15 @@ pub mod ops {
         tokio::task::yield_now().await;
         Ok(x + 1)
     }
+
+    /// Yields to the runtime `turns` times first: a replica that answers after `turns` turns
+    /// (the contenders of the race and quorum groups, where the slower replicas lose).
+    pub async fn after(x: u64, turns: u32) -> Result<u64, Infallible> {
+        for _ in 0..turns {
+            tokio::task::yield_now().await;
+        }
+        Ok(x + 1)
+    }
 }
 
 /// An operation that waits for its turn: each call takes a ticket on its first poll, and
@@ -168,6 +177,70 @@ pub mod hand {
                 .collect::<Result<Vec<u64>, E>>()?;
         }
         Ok(layer[0])
+    }
+
+    /// A race of two replicas, as one writes it with `tokio::select!`: the first to *succeed*
+    /// wins, and the other one's future is dropped when this function returns. A replica that
+    /// fails does not win; the race fails, with both errors, only when both failed. (flow's
+    /// `Race` has these rules; with infallible operations the first to complete wins.)
+    /// `biased` polls the replicas in the order written, as flow polls the arms of a block,
+    /// rather than from a random one.
+    pub async fn race2<F, Fut, E>(op: F, x: u64, turns: [u32; 2]) -> Result<u64, Vec<E>>
+    where
+        F: Fn(u64, u32) -> Fut,
+        Fut: Future<Output = Result<u64, E>>,
+    {
+        let first = op(x, turns[0]);
+        let second = op(x, turns[1]);
+        tokio::pin!(first, second);
+        let (mut first_failed, mut second_failed) = (false, false);
+        let mut errors = Vec::new();
+        loop {
+            tokio::select! {
+                biased;
+                result = &mut first, if !first_failed => match result {
+                    Ok(value) => return Ok(value),
+                    Err(error) => {
+                        first_failed = true;
+                        errors.push(error);
+                    }
+                },
+                result = &mut second, if !second_failed => match result {
+                    Ok(value) => return Ok(value),
+                    Err(error) => {
+                        second_failed = true;
+                        errors.push(error);
+                    }
+                },
+                else => return Err(errors),
+            }
+        }
+    }
+
+    /// A quorum read, as one writes it with a `FuturesUnordered` loop: one operation per entry
+    /// of `turns`, all at once; returns the sum of the first `k` outputs as soon as `k`
+    /// operations succeeded, and drops the ones still running. A failed operation does not
+    /// count; once `k` can no longer be reached the quorum fails at once with every error so
+    /// far. (flow's `Parallel(min = k, rest = cancel)` has these rules.)
+    pub async fn quorum<F, Fut, E>(op: F, x: u64, turns: &[u32], k: usize) -> Result<u64, Vec<E>>
+    where
+        F: Fn(u64, u32) -> Fut,
+        Fut: Future<Output = Result<u64, E>>,
+    {
+        let mut pending: FuturesUnordered<Fut> = turns.iter().map(|&t| op(x, t)).collect();
+        let (mut sum, mut done, mut errors) = (0, 0, Vec::new());
+        while done < k && done + pending.len() >= k {
+            match pending.next().await {
+                Some(Ok(value)) => {
+                    sum += value;
+                    done += 1;
+                }
+                Some(Err(error)) => errors.push(error),
+                None => break,
+            }
+        }
+        // `pending`, with the operations still running, is dropped on return.
+        if done == k { Ok(sum) } else { Err(errors) }
     }
 
     /// The mixed workflow as one would write it by hand with `try_join!`. Where the graph lets a

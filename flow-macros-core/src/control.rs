@@ -80,6 +80,66 @@ impl ControlTables {
 /// The control tables of a checked workflow. `pos[id]` is node `id`'s runtime index.
 pub(crate) fn tables(checked: &Checked, pos: &[usize], private: &TokenStream) -> ControlTables {
     let mut tables = ControlTables::default();
+    gate_tables(checked, pos, private, &mut tables);
     crate::rules::tables(checked, pos, private, &mut tables);
     tables
+}
+
+/// The gate blocks (indices into `Dag::gates`) in the order of their nodes: the order of
+/// `Control::gates`.
+pub(crate) fn gate_order(checked: &Checked, pos: &[usize]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..checked.dag.gates.len()).collect();
+    order.sort_by_key(|&g| pos[checked.dag.gates[g].node]);
+    order
+}
+
+/// For each node id, the arm (an index into `Control::arms`) whose exit it is, if any.
+pub(crate) fn arm_of_exit(checked: &Checked, pos: &[usize]) -> Vec<Option<u32>> {
+    let mut arm_of = vec![None; checked.dag.nodes.len()];
+    let mut next = 0u32;
+    for g in gate_order(checked, pos) {
+        for arm in &checked.dag.gates[g].arms {
+            for &exit in &arm.exits {
+                arm_of[exit] = Some(next);
+            }
+            next += 1;
+        }
+    }
+    arm_of
+}
+
+/// `Control::gates`, `Control::arms`, and one scope per arm (its nodes, withdrawn together).
+fn gate_tables(
+    checked: &Checked,
+    pos: &[usize],
+    private: &TokenStream,
+    tables: &mut ControlTables,
+) {
+    let mut first_arm = 0u32;
+    for (index, g) in gate_order(checked, pos).into_iter().enumerate() {
+        let gate = &checked.dag.gates[g];
+        let node = pos[gate.node] as u32;
+        let min = gate.min;
+        let arms = gate.arms.len() as u32;
+        let rest = if gate.rest_cancel {
+            quote!(#private::Rest::Cancel)
+        } else {
+            quote!(#private::Rest::Run)
+        };
+        tables.gates.push(quote!(#private::Gate {
+            node: #node, min: #min, rest: #rest, first_arm: #first_arm, arms: #arms,
+        }));
+        for arm in &gate.arms {
+            let mut nodes: Vec<u32> = arm.nodes.iter().map(|&n| pos[n] as u32).collect();
+            nodes.sort_unstable();
+            let scope = tables.scopes.len() as u32;
+            tables.scopes.push(nodes);
+            let exits = arm.exits.len() as u32;
+            let index = index as u32;
+            tables
+                .arms
+                .push(quote!(#private::Arm { gate: #index, exits: #exits, scope: #scope }));
+        }
+        first_arm += arms;
+    }
 }

@@ -510,6 +510,7 @@ fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
                 let #var = (move || #future,);
             }
         }
+        Kind::Gate => gate_statements(names, id),
         Kind::Decision => {
             let state = Ident::new("__flow_state", Span::mixed_site());
             let inputs = uses.iter().map(
@@ -537,6 +538,47 @@ fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
                 });
             }
         }
+    }
+}
+
+/// The statements of a gate's node: started when the gate fires, it writes the winners to its
+/// slot when the block is named (`won = Race {..}`: the winning arm; `got = Parallel(min = k)
+/// {..}`: the completed arms in completion order).
+fn gate_statements(names: &Names<'_>, id: usize) -> TokenStream {
+    let checked = names.checked;
+    let private = &names.private;
+    let node = &checked.dag.nodes[id];
+    let var = node_ident(names.pos[id]);
+    let state = Ident::new("__flow_state", Span::mixed_site());
+    let Some(name) = &node.name else {
+        return quote!(let #var = (#private::Decision, move |_: &#private::RunState| -> bool { true }););
+    };
+    let index = crate::control::gate_order(checked, &names.pos)
+        .iter()
+        .position(|&g| checked.dag.gates[g].node == id)
+        .unwrap_or_default();
+    let race = checked.dag.gates.iter().any(|g| g.node == id && g.race);
+    let slot = names.slot(id);
+    let (ty, write) = if race {
+        (
+            quote!(usize),
+            quote!(if let ::core::option::Option::Some(&__flow_won) = #state.winners(#index).first() {
+                #slot.put(__flow_won);
+            }),
+        )
+    } else {
+        (
+            quote!(::std::vec::Vec<usize>),
+            quote!(#slot.put(#state.winners(#index).to_vec());),
+        )
+    };
+    let slot_decl = quote_spanned!(name.span()=> let #slot = &#private::Slot::<#ty>::new(););
+    quote! {
+        #slot_decl
+        let #var = (#private::Decision, move |#state: &#private::RunState| -> bool {
+            #write
+            true
+        });
     }
 }
 
@@ -588,6 +630,7 @@ fn graph_const(names: &Names<'_>) -> TokenStream {
         let kind = match node.kind {
             Kind::Operation => quote!(#node_kind::Operation),
             Kind::Decision => quote!(#node_kind::Decision),
+            Kind::Gate => quote!(#node_kind::Gate),
         };
         let start = node.keyword.span().start();
         let line = start.line as u32;
@@ -619,7 +662,7 @@ fn graph_const(names: &Names<'_>) -> TokenStream {
         quote!(#edge_ty::__new(#from, #to, #edge_kind::#kind))
     });
 
-    let plan = plan_tables(checked, &edges);
+    let plan = plan_tables(checked, &edges, pos);
     let Tables {
         pred_count,
         succ_start,
@@ -730,6 +773,8 @@ struct Tables {
 const DATA_FLAG: u32 = 1 << 31;
 const CAUGHT_FLAG: u32 = 1 << 30;
 const JOIN_FLAG: u32 = 1 << 29;
+const GATE_FLAG: u32 = 1 << 28;
+const SOFT_FLAG: u32 = 1 << 27;
 
 /// Builds the successor lists from `edges` (runtime indices, sorted by source), routing each
 /// complete bipartite set of ordering edges through a join.
@@ -740,9 +785,23 @@ const JOIN_FLAG: u32 = 1 << 29;
 /// one join when that saves entries (`p * s > p + s`): each source lists the join, the join
 /// lists the targets. An edge that also carries data keeps a direct data entry beside the join,
 /// so a skipped source still skips its reader, and an edge a test catches stays direct.
-fn plan_tables(checked: &Checked, edges: &[(usize, usize, u8)]) -> Tables {
+///
+/// An edge from an exit of a gate's arm to the gate's node is the arm's entry (`GATE`), not a
+/// predecessor of the node: the gate's node counts one predecessor, its firing. A read of a
+/// node its gate may withdraw is `SOFT`.
+fn plan_tables(checked: &Checked, edges: &[(usize, usize, u8)], pos: &[usize]) -> Tables {
     let dag = &checked.dag;
     let n = checked.order.len();
+    let arm_of_exit = if dag.gates.is_empty() {
+        Vec::new()
+    } else {
+        let by_id = crate::control::arm_of_exit(checked, pos);
+        let mut by_pos = vec![None; n];
+        for (id, arm) in by_id.into_iter().enumerate() {
+            by_pos[pos[id]] = arm;
+        }
+        by_pos
+    };
     let is_decision = |p: usize| dag.nodes[checked.order[p]].kind == Kind::Decision;
     let caught =
         |to: usize, why: u8| why & (edge::DATA | edge::OPTIONAL_READ) != 0 && is_decision(to);
@@ -798,6 +857,12 @@ fn plan_tables(checked: &Checked, edges: &[(usize, usize, u8)]) -> Tables {
         while cursor < edges.len() && edges[cursor].0 == from {
             let (_, to, why) = edges[cursor];
             cursor += 1;
+            if why & edge::GATED != 0
+                && let Some(arm) = arm_of_exit[from]
+            {
+                succ.push(arm | GATE_FLAG);
+                continue;
+            }
             let joined = join_of[to].is_some() && ordering(to, why);
             if joined && why & edge::DATA == 0 {
                 continue;
@@ -810,6 +875,9 @@ fn plan_tables(checked: &Checked, edges: &[(usize, usize, u8)]) -> Tables {
             if caught(to, why) {
                 entry |= CAUGHT_FLAG;
             }
+            if why & edge::SOFT_READ != 0 {
+                entry |= SOFT_FLAG;
+            }
             succ.push(entry);
         }
     }
@@ -818,6 +886,10 @@ fn plan_tables(checked: &Checked, edges: &[(usize, usize, u8)]) -> Tables {
         if join.is_some() {
             pred_count[to] += 1;
         }
+    }
+    for gate in &dag.gates {
+        // Its one predecessor: the gate firing.
+        pred_count[pos[gate.node]] += 1;
     }
     Tables {
         pred_count,

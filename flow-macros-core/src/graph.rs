@@ -12,13 +12,15 @@ use syn::{Expr, Ident};
 
 use crate::ctxt::Ctxt;
 use crate::options;
-use crate::parse::{BlockStep, CondStep, OpStep, Step, Workflow};
+use crate::parse::{BlockStep, CondStep, GateStep, OpStep, Step, Workflow};
 use crate::rules::{self, Rule, SectionDef};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Kind {
     Operation,
     Decision,
+    /// The node of a `Race` or a `Parallel(min = k)`: completes when `min` arms did.
+    Gate,
 }
 
 /// Why an edge exists; one pair of nodes may have several reasons.
@@ -31,6 +33,27 @@ pub mod edge {
     /// The target reads the source, which sits in a branch the target is not in: the target
     /// sees it as an `Option` and is not skipped with it.
     pub const OPTIONAL_READ: u8 = 32;
+    /// From an exit of a gate's arm to the gate's node: counted by the gate, not by the node.
+    pub const GATED: u8 = 64;
+    /// An optional read of a node that its gate may withdraw: the reader waits for the source
+    /// to settle and inherits nothing from it.
+    pub const SOFT_READ: u8 = 128;
+}
+
+/// A `Race` or a `Parallel(min = k)` block.
+pub struct GateBlock {
+    /// The gate's node.
+    pub node: usize,
+    pub race: bool,
+    pub min: u32,
+    pub rest_cancel: bool,
+    /// Each child of the block: its nodes (all depths) and its exits.
+    pub arms: Vec<ArmBlock>,
+}
+
+pub struct ArmBlock {
+    pub nodes: Vec<usize>,
+    pub exits: Vec<usize>,
 }
 
 pub struct Node {
@@ -73,6 +96,8 @@ pub struct Dag {
     pub group_limits: Vec<u32>,
     /// The critical sections (`exclusive = "group"`), outer before inner.
     pub sections: Vec<SectionDef>,
+    /// The gate blocks, in source order.
+    pub gates: Vec<GateBlock>,
 }
 
 impl Dag {
@@ -98,6 +123,7 @@ pub fn build(workflow: &Workflow, cx: &mut Ctxt) -> Dag {
             edges: BTreeMap::new(),
             group_limits: Vec::new(),
             sections: Vec::new(),
+            gates: Vec::new(),
         },
         cx,
         branches: Vec::new(),
@@ -155,6 +181,7 @@ impl Builder<'_> {
             }
             Step::Parallel(block) => self.parallel(block),
             Step::Conditional(cond) => self.conditional(cond),
+            Step::Gate(gate) => self.gate(gate),
             Step::Invalid => (Vec::new(), Vec::new()),
         }
     }
@@ -234,6 +261,86 @@ impl Builder<'_> {
         self.close_section(opened);
         self.groups.truncate(depth);
         (entries, exits)
+    }
+
+    /// A gate block: each child is an arm; the arms' exits reach the gate's node, which is
+    /// the block's only exit.
+    fn gate(&mut self, step: &GateStep) -> (Vec<usize>, Vec<usize>) {
+        let block = &step.block;
+        let kind = step.keyword.to_string();
+        let options = options::gate(
+            &block.options,
+            step.race,
+            block.steps.len(),
+            &step.keyword,
+            self.cx,
+        );
+        self.non_empty(block, &kind);
+        if step.race && block.steps.len() == 1 {
+            self.cx.error(
+                step.keyword.span(),
+                "a `Race` needs at least two branches to race, found 1; add a branch, or write the step without `Race`",
+            );
+        }
+        let depth = self.groups.len();
+        if let Some(limit) = options.max_concurrency {
+            self.dag.group_limits.push(limit);
+            self.groups.push(self.dag.group_limits.len() - 1);
+        }
+        let mut entries = Vec::new();
+        let mut arms = Vec::new();
+        for child in &block.steps {
+            let first = self.dag.nodes.len();
+            let (e, x) = self.step(child);
+            let last = self.dag.nodes.len();
+            if e.is_empty() {
+                continue;
+            }
+            entries.extend(e);
+            arms.push(ArmBlock {
+                nodes: (first..last).collect(),
+                exits: x,
+            });
+        }
+        self.groups.truncate(depth);
+        let expr: Expr = syn::Expr::Path(syn::ExprPath {
+            attrs: Vec::new(),
+            qself: None,
+            path: step.keyword.clone().into(),
+        });
+        self.dag.nodes.push(Node {
+            kind: Kind::Gate,
+            name: step.name.clone(),
+            display: String::new(),
+            keyword: step.keyword.clone(),
+            expr,
+            after: Vec::new(),
+            policy: options::Policy::default(),
+            branches: self.branches.clone(),
+            groups: self.groups.clone(),
+            rule: Rule::Default,
+            when_span: None,
+            then_nodes: Vec::new(),
+            else_nodes: Vec::new(),
+        });
+        let node = self.dag.nodes.len() - 1;
+        self.enter_sections(node);
+        for arm in &arms {
+            for &exit in &arm.exits {
+                self.dag.add_edge(exit, node, edge::GATED);
+            }
+        }
+        self.dag.gates.push(GateBlock {
+            node,
+            race: step.race,
+            min: options.min,
+            rest_cancel: options.rest_cancel,
+            arms,
+        });
+        if entries.is_empty() {
+            entries.push(node);
+        }
+        (entries, vec![node])
     }
 
     fn conditional(&mut self, cond: &CondStep) -> (Vec<usize>, Vec<usize>) {
@@ -319,6 +426,8 @@ fn name_nodes(dag: &mut Dag) {
         .map(|node| match (&node.name, node.kind) {
             (Some(name), _) => name.to_string(),
             (None, Kind::Decision) => "decision".to_string(),
+            (None, Kind::Gate) if node.keyword == "Race" => "race".to_string(),
+            (None, Kind::Gate) => "join".to_string(),
             (None, Kind::Operation) => {
                 callee(&node.expr).unwrap_or_else(|| "operation".to_string())
             }

@@ -3,6 +3,7 @@
 use proc_macro2::Span;
 use proc_macro2::TokenStream;
 use quote::{ToTokens, quote};
+use syn::spanned::Spanned;
 use syn::{Expr, Ident, Lit, LitStr};
 
 use crate::ctxt::Ctxt;
@@ -247,27 +248,15 @@ pub fn parallel(options: &[Opt], cx: &mut Ctxt) -> ParallelOptions {
     let mut out = ParallelOptions::default();
     for opt in options {
         match opt.key.to_string().as_str() {
-            "max_concurrency" => match &opt.value {
-                OptValue::Int(lit) => match lit.base10_parse::<u32>() {
-                    Ok(0) => cx.error(
-                        lit.span(),
-                        "`max_concurrency` must be at least 1; remove the option for no limit",
-                    ),
-                    Ok(n) => out.max_concurrency = Some(n),
-                    Err(_) => cx.error(
-                        lit.span(),
-                        "`max_concurrency` must be a whole number from 1 to 4294967295",
-                    ),
-                },
-                other => cx.error(
-                    other.span(),
-                    "`max_concurrency` takes a whole number, as in `max_concurrency = 4`",
-                ),
-            },
+            "max_concurrency" => out.max_concurrency = max_concurrency(&opt.value, cx),
+            "rest" => cx.error(
+                opt.key.span(),
+                "`rest` needs `min`: it says what happens to the branches still running once `min` of them completed, as in `Parallel(min = 2, rest = cancel)`",
+            ),
             "exclusive" => out.exclusive = rules::exclusive(opt, cx),
             "when" => rules::when_on_block(opt, "Parallel", cx),
             other => {
-                let hint = did_you_mean(other, ["max_concurrency", "exclusive"]);
+                let hint = did_you_mean(other, ["max_concurrency", "exclusive", "min", "rest"]);
                 cx.error(
                     opt.key.span(),
                     format!(
@@ -281,6 +270,141 @@ pub fn parallel(options: &[Opt], cx: &mut Ctxt) -> ParallelOptions {
                 );
             }
         }
+    }
+    out
+}
+
+/// The value of `max_concurrency = N` on a block.
+fn max_concurrency(value: &OptValue, cx: &mut Ctxt) -> Option<u32> {
+    match value {
+        OptValue::Int(lit) => match lit.base10_parse::<u32>() {
+            Ok(0) => cx.error(
+                lit.span(),
+                "`max_concurrency` must be at least 1; remove the option for no limit",
+            ),
+            Ok(n) => return Some(n),
+            Err(_) => cx.error(
+                lit.span(),
+                "`max_concurrency` must be a whole number from 1 to 4294967295",
+            ),
+        },
+        other => cx.error(
+            other.span(),
+            "`max_concurrency` takes a whole number, as in `max_concurrency = 4`",
+        ),
+    }
+    None
+}
+
+/// Options of a gate block: `Race(..)` or `Parallel(min = k, ..)`.
+pub struct GateOptions {
+    /// How many arms must complete (1 for a race).
+    pub min: u32,
+    /// `rest = cancel` (the default): withdraw the other arms when the gate fires.
+    pub rest_cancel: bool,
+    pub max_concurrency: Option<u32>,
+}
+
+/// Reads a gate block's options; `arms` is its number of children, `keyword` its keyword.
+pub fn gate(
+    options: &[Opt],
+    race: bool,
+    arms: usize,
+    keyword: &Ident,
+    cx: &mut Ctxt,
+) -> GateOptions {
+    check_duplicates(options, cx);
+    let mut out = GateOptions {
+        min: 1,
+        rest_cancel: true,
+        max_concurrency: None,
+    };
+    let mut limits = Vec::new();
+    for opt in options {
+        match opt.key.to_string().as_str() {
+            "min" if race => cx.error(
+                opt.key.span(),
+                "a `Race` waits for its first branch: it takes no `min`; for k of n write `Parallel(min = k) { .. }`",
+            ),
+            "rest" if race => cx.error(
+                opt.key.span(),
+                "a `Race` always withdraws its losers: it takes no `rest`; to let them run on write `Parallel(min = 1, rest = run) { .. }`",
+            ),
+            "min" => match &opt.value {
+                OptValue::Int(lit) => match lit.base10_parse::<u32>() {
+                    Ok(0) => cx.error(
+                        lit.span(),
+                        "`min` must be at least 1: the number of branches that must complete",
+                    ),
+                    Ok(n) if n as usize > arms => cx.error(
+                        lit.span(),
+                        format!(
+                            "`min = {n}` is more than the {arms} branch{} of this `Parallel`; lower `min` or add branches",
+                            if arms == 1 { "" } else { "es" }
+                        ),
+                    ),
+                    Ok(n) => out.min = n,
+                    Err(_) => cx.error(
+                        lit.span(),
+                        "`min` must be a whole number from 1 to the number of branches",
+                    ),
+                },
+                other => cx.error(
+                    other.span(),
+                    "`min` takes a whole number, as in `min = 2`",
+                ),
+            },
+            "rest" => match &opt.value {
+                OptValue::Other(expr) => match &**expr {
+                    Expr::Path(path) if path.path.is_ident("cancel") => out.rest_cancel = true,
+                    Expr::Path(path) if path.path.is_ident("run") => out.rest_cancel = false,
+                    other => {
+                        let text = other.to_token_stream().to_string();
+                        let hint = match did_you_mean(&text, ["cancel", "run"]) {
+                            hint if hint.is_empty() => ": expected `rest = cancel` (withdraw the branches still running, the default) or `rest = run` (let them finish)".to_string(),
+                            hint => hint,
+                        };
+                        cx.error(
+                            other.span(),
+                            format!("unknown `rest = {text}`{hint}"),
+                        );
+                    }
+                },
+                other => cx.error(
+                    other.span(),
+                    "`rest` takes `cancel` or `run`, as in `rest = cancel`",
+                ),
+            },
+            "max_concurrency" => {
+                limits.push(opt);
+            }
+            other => {
+                let known: &[&str] = if race {
+                    &["max_concurrency"]
+                } else {
+                    &["max_concurrency", "min", "rest"]
+                };
+                let hint = did_you_mean(other, known.iter().copied());
+                cx.error(
+                    opt.key.span(),
+                    format!(
+                        "unknown option `{other}` for `{keyword}`{}",
+                        if hint.is_empty() {
+                            if race {
+                                ": expected `max_concurrency = N`"
+                            } else {
+                                ": expected `min = k`, `rest = cancel | run` or `max_concurrency = N`"
+                            }
+                        } else {
+                            &hint
+                        }
+                    ),
+                );
+            }
+        }
+    }
+    for opt in limits {
+        out.max_concurrency = max_concurrency(&opt.value, cx);
     }
     out
 }

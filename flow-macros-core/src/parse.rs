@@ -42,6 +42,8 @@ pub enum Step {
     Sequential(BlockStep),
     Parallel(BlockStep),
     Conditional(CondStep),
+    /// `Race { .. }` or `Parallel(min = k) { .. }`: a block whose children are arms of a gate.
+    Gate(GateStep),
     /// A step that did not parse (its error is recorded). It keeps its block from looking empty,
     /// so one mistake does not also report "empty block".
     Invalid,
@@ -58,6 +60,16 @@ pub struct BlockStep {
     pub options: Vec<Opt>,
     pub steps: Vec<Step>,
     pub brace: Span,
+}
+
+/// `[name =] Race { .. }` or `[name =] Parallel(min = k, ..) { .. }`.
+pub struct GateStep {
+    /// Binds the gate's output: the winning arm (`Race`) or the completed arms.
+    pub name: Option<Ident>,
+    /// `Race` or `Parallel`, as written.
+    pub keyword: Ident,
+    pub race: bool,
+    pub block: BlockStep,
 }
 
 pub struct CondStep {
@@ -416,16 +428,43 @@ fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
     };
     let rest: Vec<TokenTree> = trees.collect();
     let kind = keyword.to_string();
-    if kind != "Operation"
+    // A `Race` or a `Parallel(min = k)` may be named: the name binds its winners.
+    if !matches!(kind.as_str(), "Operation" | "Race" | "Parallel")
         && let Some(name) = &name
     {
         cx.error(
             name.span(),
-            format!("only an `Operation` can be named, not a `{kind}` block; name the operations inside it"),
+            format!("only an `Operation`, a `Race` or a `Parallel(min = k)` can be named, not a `{kind}` block; name the operations inside it"),
         );
     }
     match kind.as_str() {
         "Operation" => operation(name, keyword, rest, cx).map(Step::Operation),
+        "Race" => {
+            let block = block(keyword.clone(), rest, cx)?;
+            Some(Step::Gate(GateStep {
+                name,
+                keyword,
+                race: true,
+                block,
+            }))
+        }
+        "Parallel" if name.is_some() || has_min(&rest) => {
+            let block = block(keyword.clone(), rest, cx)?;
+            if !block.options.iter().any(|o| o.key == "min")
+                && let Some(name) = &name
+            {
+                cx.error(
+                    name.span(),
+                    "only an `Operation`, a `Race` or a `Parallel(min = k)` can be named, not a `Parallel` block without `min`; name the operations inside it",
+                );
+            }
+            Some(Step::Gate(GateStep {
+                name,
+                keyword,
+                race: false,
+                block,
+            }))
+        }
         "Sequential" | "Parallel" => {
             let block = block(keyword, rest, cx)?;
             Some(if kind == "Sequential" {
@@ -445,7 +484,7 @@ fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
                 "if" | "cond" => "; did you mean `Conditional`?".to_string(),
                 _ => crate::suggest::did_you_mean(
                     other,
-                    ["Operation", "Sequential", "Parallel", "Conditional"],
+                    ["Operation", "Sequential", "Parallel", "Conditional", "Race"],
                 ),
             };
             let message = if hint.is_empty() {
@@ -457,6 +496,18 @@ fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
             None
         }
     }
+}
+
+/// Whether a block's options (`Parallel(..)`) set `min`.
+fn has_min(rest: &[TokenTree]) -> bool {
+    group(rest.first(), Delimiter::Parenthesis).is_some_and(|g| {
+        let trees: Vec<TokenTree> = g.stream().into_iter().collect();
+        trees.windows(2).enumerate().any(|(i, w)| {
+            matches!(&w[0], TokenTree::Ident(key) if key == "min")
+                && matches!(&w[1], TokenTree::Punct(eq) if eq.as_char() == '=')
+                && (i == 0 || matches!(&trees[i - 1], TokenTree::Punct(c) if c.as_char() == ','))
+        })
+    })
 }
 
 fn group(tree: Option<&TokenTree>, delimiter: Delimiter) -> Option<&proc_macro2::Group> {

@@ -113,6 +113,8 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
     }
     let is_ancestor = |a: usize, of: usize| ancestors[of * words + a / 64] & (1 << (a % 64)) != 0;
 
+    let arms_of = arms_of(&dag);
+    let mut soft_reads = Vec::new();
     let mut uses: Vec<Vec<Use>> = (0..n).map(|_| Vec::new()).collect();
     for (node, idents) in raw_uses.into_iter().enumerate() {
         for ident in idents {
@@ -146,14 +148,20 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
                 continue;
             }
             let inside = &dag.nodes[node].branches;
+            // A node in a gate's arm may be withdrawn apart from a reader outside that arm.
+            let withdrawable = !arms_of[source].iter().all(|a| arms_of[node].contains(a));
             // A step with a trigger rule runs after failed inputs too, and a `one_failed`
             // step is skipped when nothing failed: such reads are optional as well.
-            let optional = !dag.nodes[source]
-                .branches
-                .iter()
-                .all(|b| inside.contains(b))
+            let optional = withdrawable
+                || !dag.nodes[source]
+                    .branches
+                    .iter()
+                    .all(|b| inside.contains(b))
                 || dag.nodes[node].rule != Rule::Default
                 || dag.nodes[source].rule == Rule::OneFailed;
+            if withdrawable {
+                soft_reads.push((source, node));
+            }
             uses[node].push(Use {
                 ident,
                 source,
@@ -170,6 +178,9 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
             };
             dag.add_edge(read.source, node, why);
         }
+    }
+    for (source, node) in soft_reads {
+        dag.add_edge(source, node, edge::SOFT_READ);
     }
 
     let output_uses = match &workflow.output {
@@ -238,7 +249,9 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
             .any(|(&(_, to), _)| reaches_test[to]);
         reaches_test[node] |= downstream;
     }
-    let sure = (0..n).map(|i| !may_skip[i] && !reaches_test[i]).collect();
+    let sure = (0..n)
+        .map(|i| !may_skip[i] && !reaches_test[i] && arms_of[i].is_empty())
+        .collect();
 
     Some(Checked {
         dag,
@@ -248,6 +261,19 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
         output_uses,
         hints,
     })
+}
+
+/// For each node, the gate arms it sits in: (gate, arm) pairs, outermost first.
+fn arms_of(dag: &Dag) -> Vec<Vec<(usize, usize)>> {
+    let mut arms = vec![Vec::new(); dag.nodes.len()];
+    for (g, gate) in dag.gates.iter().enumerate() {
+        for (a, arm) in gate.arms.iter().enumerate() {
+            for &node in &arm.nodes {
+                arms[node].push((g, a));
+            }
+        }
+    }
+    arms
 }
 
 /// Node names: unique, and no shadowing of parameters.

@@ -294,8 +294,9 @@ impl Plan {
         &self.join_succ[start..end]
     }
 
-    /// Calls `f` with every node that node `node` reaches in one step (through its joins too)
-    /// and whether the edge is [`Plan::CAUGHT`].
+    /// Calls `f` with every node that node `node` reaches in one step (through its joins too,
+    /// and through an arm to its gate's node) and whether the edge is [`Plan::CAUGHT`]. A
+    /// [`Plan::SOFT`] edge passes nothing on and is left out.
     pub(crate) fn for_each_target(&self, node: usize, mut f: impl FnMut(usize, bool)) {
         for &entry in self.successors(node) {
             let id = (entry & Self::NODE) as usize;
@@ -303,6 +304,11 @@ impl Plan {
                 self.join_targets(id)
                     .iter()
                     .for_each(|&t| f(t as usize, false));
+            } else if entry & Self::GATE != 0 {
+                let gate = self.control.arms[id].gate;
+                f(self.control.gates[gate as usize].node as usize, false);
+            } else if entry & Self::SOFT != 0 {
+                continue;
             } else {
                 f(id, entry & Self::CAUGHT != 0);
             }
@@ -541,6 +547,35 @@ impl Graph {
             .any(|branch| branch.contains(&(node as u32)))
     }
 
+    /// What a gate node waits for, for pictures: `first of 2`, `2 of 3, the rest run on`.
+    fn gate_summary(&self, node: usize) -> Option<String> {
+        let gate = self
+            .plan
+            .control
+            .gates
+            .iter()
+            .find(|g| g.node as usize == node)?;
+        let rest = match gate.rest {
+            Rest::Cancel => "",
+            Rest::Run => ", the rest run on",
+        };
+        Some(match gate.min {
+            1 => format!("first of {}{rest}", gate.arms),
+            min => format!("{min} of {}{rest}", gate.arms),
+        })
+    }
+
+    /// Whether `node` sits in an arm of a gate (a race, a pick or a join of k of n).
+    fn in_arm(&self, node: usize) -> bool {
+        let control = self.plan.control;
+        control.arms.iter().any(|arm| {
+            control
+                .scopes
+                .get(arm.scope as usize)
+                .is_some_and(|scope| scope.contains(&(node as u32)))
+        })
+    }
+
     /// DOT, with each node filled by its status when `statuses` is given.
     pub(crate) fn render_dot(&self, statuses: Option<&[crate::NodeStatus]>) -> String {
         let mut out = String::new();
@@ -558,7 +593,7 @@ impl Graph {
             if node.kind == NodeKind::Operation {
                 style.push("rounded");
             }
-            if self.in_branch(id) {
+            if self.in_branch(id) || self.in_arm(id) {
                 style.push("dashed");
             }
             let status = statuses.and_then(|s| s.get(id)).copied();
@@ -566,9 +601,13 @@ impl Graph {
             if fill.is_some() {
                 style.push("filled");
             }
+            let what = match self.gate_summary(id) {
+                Some(summary) => format!("{}: {summary}", node.label),
+                None => node.label.to_string(),
+            };
             let label = match status {
-                Some(status) => format!("{}\n{}\n[{status}]", node.name, node.label),
-                None => format!("{}\n{}", node.name, node.label),
+                Some(status) => format!("{}\n{what}\n[{status}]", node.name),
+                None => format!("{}\n{what}", node.name),
             };
             let _ = write!(out, "    n{id} [label={}, shape={shape}", quote_dot(&label));
             if !style.is_empty() {
@@ -597,7 +636,10 @@ impl Graph {
     pub(crate) fn render_mermaid(&self, statuses: Option<&[crate::NodeStatus]>) -> String {
         let mut out = String::from("flowchart TD\n");
         for (id, node) in self.nodes.iter().enumerate() {
-            let text = quote_mermaid(node.name);
+            let text = match self.gate_summary(id) {
+                Some(summary) => quote_mermaid(&format!("{}: {summary}", node.name)),
+                None => quote_mermaid(node.name),
+            };
             let _ = match node.kind {
                 NodeKind::Decision => writeln!(out, "    n{id}{{{{{text}}}}}"),
                 NodeKind::Gate => writeln!(out, "    n{id}[/{text}\\]"),
@@ -617,7 +659,7 @@ impl Graph {
             let _ = writeln!(out, "    n{} {arrow} n{}", edge.from, edge.to);
         }
         let branch: Vec<String> = (0..self.nodes.len())
-            .filter(|&id| self.in_branch(id))
+            .filter(|&id| self.in_branch(id) || self.in_arm(id))
             .map(|id| format!("n{id}"))
             .collect();
         if !branch.is_empty() {

@@ -297,15 +297,17 @@ impl Report {
             let (Some(start), Some(end)) = (node.started, node.ended) else {
                 continue;
             };
-            let tag = match node.status {
-                NodeStatus::Failed | NodeStatus::Aborted => "crit, ",
-                _ => "",
+            let (tag, note) = match node.status {
+                NodeStatus::Failed | NodeStatus::Aborted => ("crit, ", ""),
+                // Cut short: drawn as done, up to the moment it was withdrawn.
+                NodeStatus::Withdrawn => ("done, ", " (withdrawn)"),
+                _ => ("", ""),
             };
             // Mermaid needs a non-empty bar.
             let end_ms = end.as_millis().max(start.as_millis() + 1);
             let _ = writeln!(
                 out,
-                "    {} : {tag}{}, {}",
+                "    {}{note} : {tag}{}, {}",
                 node.name.replace(':', "#colon;"),
                 start.as_millis(),
                 end_ms
@@ -517,6 +519,11 @@ impl fmt::Display for Report {
             self.count(NodeStatus::Skipped),
             self.attempts(),
         )?;
+        // Only runs with races, picks or cancels withdraw nodes: the others keep their line.
+        let withdrawn = self.count(NodeStatus::Withdrawn);
+        if withdrawn > 0 {
+            write!(f, ", {withdrawn} withdrawn")?;
+        }
         writeln!(f)
     }
 }

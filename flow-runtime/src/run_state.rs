@@ -8,6 +8,9 @@ use crate::slot::Slot;
 /// Generated code reads it through [`RunState::outcome`]; users never build one.
 pub struct RunState {
     pub(crate) errors: Vec<Option<NodeError>>,
+    /// For each gate (`Race`, `Parallel(min = k)`), the arms that completed before it fired,
+    /// in completion order (0-based, source order). Empty when the workflow has no gate.
+    pub(crate) winners: Vec<Vec<usize>>,
 }
 
 static MISSING: NodeError =
@@ -42,6 +45,13 @@ impl RunState {
             Some(value) => Some(Ok(value)),
             None => self.errors.get(node).and_then(Option::as_ref).map(Err),
         }
+    }
+
+    /// The arms of gate `gate` (an index into the plan's gates) that completed before it
+    /// fired, in the order they completed: what the gate's node writes as its output. Empty
+    /// before the gate fires.
+    pub fn winners(&self, gate: usize) -> &[usize] {
+        self.winners.get(gate).map_or(&[], Vec::as_slice)
     }
 
     pub(crate) fn set_error(&mut self, node: usize, len: usize, error: NodeError) {

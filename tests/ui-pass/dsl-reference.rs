@@ -96,6 +96,31 @@ workflow! {
 
 // ---- docs/dsl.md, block 5
 workflow! {
+    /// Scores the order with whichever of two scorers answers first.
+    pub FastestRisk(ctx: &AppCtx, order_id: u64) -> (usize, Option<Risk>) {
+        order = Operation(fetch_order(ctx, order_id)),
+        won = Race {
+            primary = Operation(score_risk(&order)),
+            fallback = Operation(score_risk(&order)),
+        },
+        => (won, primary.or(fallback).copied())
+    }
+}
+
+workflow! {
+    /// Notifies three channels and goes on once two of them answered; the third is withdrawn.
+    pub NotifyTwo(ctx: &AppCtx, order_id: u64) -> Vec<usize> {
+        got = Parallel(min = 2, rest = cancel) {
+            Operation(notify(ctx, order_id)),
+            Operation(notify(ctx, order_id + 1)),
+            Operation(notify(ctx, order_id + 2)),
+        },
+        => got.clone()
+    }
+}
+
+// ---- docs/dsl.md, block 6
+workflow! {
     /// Notifies the customer about large orders only, then reserves stock.
     pub MaybeNotify(ctx: &AppCtx, order_id: u64) {
         order = Operation(fetch_order(ctx, order_id)),
@@ -106,7 +131,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 6
+// ---- docs/dsl.md, block 7
 pub async fn archive(order: Order) -> Result<u64, ShopError> {
     Ok(order.id)
 }
@@ -123,7 +148,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 7
+// ---- docs/dsl.md, block 8
 pub async fn pay_by_card(order: &Order) -> Result<Receipt, ShopError> {
     Ok(Receipt { order_id: order.id, amount: order.total })
 }
@@ -150,7 +175,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 8
+// ---- docs/dsl.md, block 9
 pub async fn step(n: u64) -> Result<u64, Infallible> { Ok(n) }
 pub async fn add(a: &u64, b: &u64) -> Result<u64, Infallible> { Ok(a + b) }
 
@@ -166,7 +191,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 9
+// ---- docs/dsl.md, block 10
 workflow! {
     /// Scores an order with a flaky service: 2 retries, 50 ms then 100 ms apart, 1 s in all.
     pub Resilient(ctx: &AppCtx, order_id: u64) -> f64 {
@@ -183,7 +208,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 10
+// ---- docs/dsl.md, block 11
 workflow! {
     /// Notifies twice; stops everything at the first uncaught failure.
     #[flow(failure = FailFast)]
@@ -195,7 +220,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 11
+// ---- docs/dsl.md, block 12
 workflow! {
     /// Releases the reservation whether or not the charge went through; reports a failure.
     pub ChargeOnce(ctx: &AppCtx, order_id: u64) {
@@ -209,7 +234,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 12
+// ---- docs/dsl.md, block 13
 workflow! {
     /// Two postings that must not interleave, beside an independent notification.
     pub Postings(ctx: &AppCtx) {
@@ -224,7 +249,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 13
+// ---- docs/dsl.md, block 14
 pub struct Client;
 impl Client {
     pub async fn get(&self, id: u64) -> Result<u64, ShopError> { Ok(id) }
@@ -239,7 +264,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 14
+// ---- docs/dsl.md, block 15
 #[operation(name = "charge card", timeout = "2s")]
 pub async fn charge_card(order: &Order, stock: &Reservation) -> Result<Receipt, ShopError> {
     charge(order, stock).await
@@ -255,7 +280,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 15
+// ---- docs/dsl.md, block 16
 workflow! {
     /// Rejects orders whose risk is high or could not be scored in time.
     pub Screen(ctx: &AppCtx, order_id: u64) {
@@ -270,7 +295,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 16
+// ---- docs/dsl.md, block 17
 workflow! {
     /// Charges an order and returns the receipt, if the risk was low.
     pub Receipted(ctx: &AppCtx, order_id: u64) -> (u64, Option<Receipt>) {
@@ -287,7 +312,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 17
+// ---- docs/dsl.md, block 18
 use std::num::NonZeroUsize;
 use std::time::Duration;
 

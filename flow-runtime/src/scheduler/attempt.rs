@@ -66,7 +66,7 @@ impl Scheduler {
         // Walked by index: a node made ready meanwhile (by a decision, or a start that failed)
         // joins the end of the list and is started in this walk too.
         let mut i = 0;
-        while self.halt.is_none()
+        while !self.interrupt
             && let Some(&node) = self.ready.get(i)
         {
             i += 1;
@@ -75,8 +75,23 @@ impl Scheduler {
         if i == self.ready.len() {
             self.ready.clear();
         } else {
-            // `halt`: the rest is never started (`stop_all` aborts it).
+            // `interrupt`: the rest waits for the withdrawals, or is never started (a halt:
+            // `stop_all` aborts it).
             self.ready.drain(..i);
+        }
+        if self.interrupt && self.halt.is_none() {
+            self.withdraw_and_start(leaves);
+        }
+    }
+
+    /// [`Scheduler::start_ready`] was interrupted by a withdrawal: applies it, then starts
+    /// what is still ready.
+    #[cold]
+    #[inline(never)]
+    fn withdraw_and_start(&mut self, leaves: &mut Leaves<'_>) {
+        self.apply_withdrawals(leaves);
+        if self.halt.is_none() {
+            self.start_ready(leaves);
         }
     }
 
@@ -84,23 +99,33 @@ impl Scheduler {
     /// in its place, for a later turn.
     #[inline(never)]
     fn start_ready_limited(&mut self, leaves: &mut Leaves<'_>) {
+        let mut i = 0;
         loop {
-            let mut i = 0;
-            while self.halt.is_none()
-                && let Some(&node) = self.ready.get(i)
-            {
-                if !self.nodes[node as usize].decision && !self.has_capacity(node) {
-                    i += 1;
+            if self.interrupt {
+                if self.halt.is_some() {
+                    return;
+                }
+                // The withdrawn nodes leave `ready`; the walk starts again from its head.
+                self.apply_withdrawals(leaves);
+                i = 0;
+                continue;
+            }
+            let Some(&node) = self.ready.get(i) else {
+                // A critical section that ended during the walk (a decision settled its last
+                // node, a start failed, a node was withdrawn) lets the nodes passed over start
+                // now.
+                if std::mem::take(&mut self.section_freed) && !self.ready.is_empty() {
+                    i = 0;
                     continue;
                 }
-                self.ready.remove(i);
-                self.start_one(leaves, node);
-            }
-            // A critical section that ended during the walk (a decision settled its last node,
-            // or a start failed) lets the nodes passed over start now.
-            if !std::mem::take(&mut self.section_freed) || self.ready.is_empty() {
                 return;
+            };
+            if !self.nodes[node as usize].decision && !self.has_capacity(node) {
+                i += 1;
+                continue;
             }
+            self.ready.remove(i);
+            self.start_one(leaves, node);
         }
     }
 
@@ -270,9 +295,16 @@ impl Scheduler {
         let mut i = 0;
         while let Some(&node) = self.due.get(i) {
             i += 1;
-            if self.halt.is_some() {
-                // `halt` stops whatever is still running.
-                break;
+            if self.interrupt {
+                if self.halt.is_some() {
+                    // `halt` stops whatever is still running.
+                    break;
+                }
+                // Withdrawn nodes stop before anything else is polled.
+                self.apply_withdrawals(leaves);
+                if self.halt.is_some() {
+                    break;
+                }
             }
             if self.nodes[node as usize].status != NodeStatus::Running {
                 // Woken after it ended (a timer or an earlier attempt's future).

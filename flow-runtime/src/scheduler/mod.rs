@@ -12,6 +12,7 @@
 //! node's end and decides what it makes ready, skipped or aborted.
 
 mod attempt;
+mod gate;
 mod rules;
 mod settle;
 
@@ -35,6 +36,9 @@ use crate::verdict::{Extras, Finished, Verdict, attempts_of};
 use crate::wake::WakeSet;
 
 const NO_CAUSE: u32 = u32::MAX;
+
+/// The scope of a withdrawal that takes every node that has not ended (`Terminate`).
+pub(crate) const ALL_NODES: u32 = u32::MAX;
 
 /// Up to this many operations in flight, the scheduler polls them with the run's own waker
 /// (and all of them on each wake-up); above it, each with its own (`wake.rs`). `join_all`
@@ -71,6 +75,8 @@ enum Settle {
     /// What a node with a trigger rule that completed after a failure reached it passes on:
     /// the failure (its cause), as an aborted node would. Never given to `mark`.
     Carried(u32),
+    /// Withdrawn by the node it names (a gate that fired, a `Cancel`, a `Terminate`).
+    Withdrawn(u32),
 }
 
 /// What a running node may have besides its future: kept apart from its [`NodeState`], in
@@ -112,6 +118,37 @@ struct JoinState {
     cause: u32,
 }
 
+/// An arm of a gate during a run.
+#[derive(Clone, Copy)]
+struct ArmState {
+    /// Exits not yet settled.
+    remaining: u32,
+    /// The first failure that reached an exit, or `NO_CAUSE`.
+    cause: u32,
+    /// The node that withdrew an exit, or `NO_CAUSE`.
+    withdrawn: u32,
+}
+
+/// Where a gate stands.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fired {
+    No,
+    Ok,
+    Failed,
+}
+
+/// A gate during a run (its winners are in `RunState::winners`, for its node's leaf).
+#[derive(Clone, Copy)]
+struct GateState {
+    /// Arms that failed.
+    failed: u32,
+    /// Arms withdrawn from outside (a `Cancel`): neither a win nor a failure.
+    lost: u32,
+    /// The first arm failure, or `NO_CAUSE`.
+    cause: u32,
+    fired: Fired,
+}
+
 /// The scheduler's state for one run.
 struct Scheduler {
     graph: &'static Graph,
@@ -146,6 +183,16 @@ struct Scheduler {
     /// trigger rule must run after it (flags, computed on demand).
     catchable: Vec<u8>,
     halt: Option<Halt>,
+    /// Something must happen before any node is started or polled again: a halt, or a
+    /// withdrawal in `withdrawals`. One test in the loops, so a plain run pays nothing more.
+    interrupt: bool,
+    /// Queued withdrawals: (scope, an index into `Control::scopes` or [`ALL_NODES`]; cause).
+    withdrawals: Vec<(u32, u32)>,
+    /// Some node was withdrawn.
+    withdrawn_any: bool,
+    /// The gates and their arms (`Control::gates`, `Control::arms`): empty without gates.
+    gates: Vec<GateState>,
+    arms: Vec<ArmState>,
     cancelled: Option<CancelReason>,
     seed: u64,
     /// `None` when nobody wants events: then none are built.
@@ -185,10 +232,11 @@ impl Scheduler {
                 attempt: 0,
             })
             .collect();
-        // A workflow without decisions has no branch lists, and its node list need not be read.
-        if !plan.then_nodes.is_empty() {
+        // A workflow without decisions or gates has no branch lists, and its node list need
+        // not be read. A gate's node is started like a decision: at once, without a limit.
+        if !plan.then_nodes.is_empty() || !plan.control.gates.is_empty() {
             for (state, info) in nodes.iter_mut().zip(graph.nodes) {
-                state.decision = info.kind == NodeKind::Decision;
+                state.decision = matches!(info.kind, NodeKind::Decision | NodeKind::Gate);
             }
         }
         let limit = options
@@ -206,7 +254,10 @@ impl Scheduler {
             graph,
             nodes,
             joins,
-            state: RunState { errors: Vec::new() },
+            state: RunState {
+                errors: Vec::new(),
+                winners: Vec::new(),
+            },
             // Room for the usual widths up front: growing these lists showed in profiles.
             ready: Vec::with_capacity(plan.roots.len().max(plan.pred_count.len().min(64))),
             watches: Vec::new(),
@@ -227,6 +278,11 @@ impl Scheduler {
             policy: options.failure.unwrap_or(plan.failure),
             catchable: Vec::new(),
             halt: None,
+            interrupt: false,
+            withdrawals: Vec::new(),
+            withdrawn_any: false,
+            gates: Vec::new(),
+            arms: Vec::new(),
             cancelled: None,
             seed: 0,
             recording: (options.record || !options.observers.is_empty()).then(|| {
@@ -255,6 +311,9 @@ impl Scheduler {
             || !plan.control.sections.is_empty();
         if !plan.control.rules.is_empty() || !plan.control.sections.is_empty() {
             scheduler.prepare_control();
+        }
+        if !plan.control.gates.is_empty() {
+            scheduler.init_gates();
         }
         scheduler.lean = plan.policies.is_empty() && scheduler.recording.is_none() && !spans();
         scheduler.emit(None, 0, || EventKind::RunStarted {
@@ -372,8 +431,7 @@ impl Scheduler {
         }
         loop {
             self.start_ready(leaves);
-            if self.halt.is_some() {
-                self.stop_all(leaves);
+            if self.interrupt && self.interrupted(leaves) {
                 return Poll::Ready(());
             }
             if self.due.is_empty() {
@@ -384,8 +442,7 @@ impl Scheduler {
                 };
             }
             self.poll_due(leaves, wakes, cx);
-            if self.halt.is_some() {
-                self.stop_all(leaves);
+            if self.interrupt && self.interrupted(leaves) {
                 return Poll::Ready(());
             }
             if self.settled == self.len() {
@@ -397,6 +454,27 @@ impl Scheduler {
                 return Poll::Pending;
             }
         }
+    }
+
+    /// The cold branch of the `interrupt` test: with a halt, stops the run and returns `true`;
+    /// otherwise applies the queued withdrawals and returns whether that halted the run.
+    #[cold]
+    #[inline(never)]
+    fn interrupted(&mut self, leaves: &mut Leaves<'_>) -> bool {
+        if self.halt.is_none() {
+            self.apply_withdrawals(leaves);
+            if self.halt.is_none() {
+                return false;
+            }
+        }
+        self.stop_all(leaves);
+        true
+    }
+
+    /// Ends the run early: the halt is applied before anything else is started or polled.
+    pub(super) fn set_halt(&mut self, halt: Halt) {
+        self.halt = Some(halt);
+        self.interrupt = true;
     }
 
     fn finish(mut self) -> Finished {
@@ -508,7 +586,7 @@ where
     let mut deadline = match options.deadline.map(deadline_timer).transpose() {
         Ok(deadline) => deadline,
         Err(reason) => {
-            scheduler.halt = Some(Halt::Cancelled(reason));
+            scheduler.set_halt(Halt::Cancelled(reason));
             scheduler.stop_all(table.leaves());
             return scheduler.finish();
         }
@@ -536,7 +614,7 @@ where
                 None
             };
             if let Some(reason) = reason {
-                scheduler.halt = Some(Halt::Cancelled(reason));
+                scheduler.set_halt(Halt::Cancelled(reason));
                 scheduler.stop_all(leaves);
                 return Poll::Ready(());
             }
@@ -546,3 +624,6 @@ where
     .await;
     scheduler.finish()
 }
+
+#[cfg(test)]
+mod tests;

@@ -5,7 +5,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use super::rules::{rule_runs, runs_after_failure};
-use super::{Halt, NO_CAUSE, Scheduler, Settle};
+use super::{ALL_NODES, Halt, NO_CAUSE, Scheduler, Settle};
 use crate::error::{NodeError, render};
 use crate::events::EventKind;
 use crate::graph::{NodeKind, Plan};
@@ -15,7 +15,7 @@ use crate::policy::FailurePolicy;
 use crate::status::NodeStatus;
 
 /// In `Scheduler::catchable`: nothing can catch the failure or must run after it.
-const NOT_CATCHABLE: u8 = 0;
+pub(super) const NOT_CATCHABLE: u8 = 0;
 /// In `Scheduler::catchable`: a `Conditional` test may catch the failure.
 const BY_TEST: u8 = 1;
 /// In `Scheduler::catchable`: a step with a trigger rule must run after the failure.
@@ -46,6 +46,10 @@ impl Scheduler {
             leaves[node as usize].as_mut().decide(state)
         }));
         match chosen {
+            Ok(_) if self.graph.nodes[node as usize].kind == NodeKind::Gate => {
+                // A gate's node wrote its winners.
+                self.settle(node, Settle::Completed);
+            }
             Ok(branch) => {
                 // The test ran: every failure it named is caught.
                 let caught = self
@@ -76,16 +80,17 @@ impl Scheduler {
             && self.halt.is_none()
             && self.catchable(node) == NOT_CATCHABLE
         {
-            self.halt = Some(Halt::FailFast(node));
+            self.set_halt(Halt::FailFast(node));
         }
     }
 
-    /// What may still happen to a failure of `node`, for `FailFast`: [`BY_TEST`] when some
-    /// `Conditional` test could catch it (a test names it, or names a node downstream of it,
-    /// which the failure would abort), [`BY_RULE`] when a step with a trigger rule downstream
-    /// of it must still run (a cleanup after the failure). Node ids are in topological order,
-    /// so one backward pass computes it for every node.
-    fn catchable(&mut self, node: u32) -> u8 {
+    /// What may still happen to a failure of `node`, for `FailFast`: [`BY_TEST`] when
+    /// something could catch it (a `Conditional` test names it, or names a node downstream of
+    /// it, which the failure would abort; or it reaches a gate through an arm, which catches
+    /// it if the gate fires), [`BY_RULE`] when a step with a trigger rule downstream of it must
+    /// still run (a cleanup after the failure). Node ids are in topological order, so one
+    /// backward pass computes it for every node.
+    pub(super) fn catchable(&mut self, node: u32) -> u8 {
         if self.catchable.is_empty() {
             let plan = self.plan();
             let rules = plan.control.rules;
@@ -101,6 +106,10 @@ impl Scheduler {
                         any |= BY_RULE;
                     }
                 });
+                // A gate catches its arms' failures, unless it fails itself.
+                if plan.successors(n).iter().any(|&e| e & Plan::GATE != 0) {
+                    any |= BY_TEST;
+                }
                 catchable[n] = any;
             }
             self.catchable = catchable;
@@ -151,12 +160,13 @@ impl Scheduler {
     /// its successors learn [`Settle::Carried`]. A `bool`, so that where a node completes the
     /// common path still passes `how` on as the constant it is.
     #[inline(always)]
-    fn mark(&mut self, node: u32, how: Settle) -> bool {
+    pub(super) fn mark(&mut self, node: u32, how: Settle) -> bool {
         self.nodes[node as usize].status = match how {
             Settle::Completed | Settle::Carried(_) => NodeStatus::Completed,
             Settle::Failed => NodeStatus::Failed,
             Settle::Aborted(_) => NodeStatus::Aborted,
             Settle::Skipped => NodeStatus::Skipped,
+            Settle::Withdrawn(_) => NodeStatus::Withdrawn,
         };
         self.settled += 1;
         if !matches!(how, Settle::Completed) || self.mark_more_always {
@@ -179,12 +189,19 @@ impl Scheduler {
             self.failures += 1;
         }
         let state = &mut self.nodes[node as usize];
-        if let Settle::Aborted(cause) = how {
+        if let Settle::Aborted(cause) | Settle::Withdrawn(cause) = how {
+            // The status tells an abort's cause from a withdrawal's.
             state.abort_cause = cause;
+        }
+        if let Settle::Withdrawn(_) = how {
+            self.withdrawn_any = true;
         }
         if self.policy == FailurePolicy::FailFast
             && self.halt.is_none()
-            && !matches!(passed, Settle::Completed | Settle::Skipped)
+            && !matches!(
+                passed,
+                Settle::Completed | Settle::Skipped | Settle::Withdrawn(_)
+            )
             && self.plan().successors(node as usize).is_empty()
         {
             // A failure reached the end of the graph: the run has failed. A failure carried
@@ -195,7 +212,7 @@ impl Scheduler {
                 _ => Some(node),
             };
             if let Some(cause) = cause {
-                self.halt = Some(Halt::FailFast(cause));
+                self.set_halt(Halt::FailFast(cause));
             }
         }
         if let Settle::Aborted(cause) = how {
@@ -220,6 +237,9 @@ impl Scheduler {
                     cause: Some(self.graph.nodes[cause as usize].name),
                 },
                 Settle::Skipped => EventKind::Skipped,
+                Settle::Withdrawn(cause) => EventKind::Withdrawn {
+                    cause: self.graph.nodes[cause as usize].name,
+                },
             };
             self.emit(Some(node), attempt, || kind);
         }
@@ -247,8 +267,10 @@ impl Scheduler {
             Settle::Completed => (NO_CAUSE, false),
             Settle::Failed => (node, false),
             Settle::Aborted(cause) | Settle::Carried(cause) => (cause, false),
-            Settle::Skipped => {
-                self.skip_branches(node);
+            // Withdrawn passes on like a skip: successors outside the withdrawn scope count
+            // it as done, and those that read its data are withdrawn too (`reach_one`).
+            Settle::Skipped | Settle::Withdrawn(_) => {
+                self.close_branches(node, how);
                 (NO_CAUSE, true)
             }
         };
@@ -264,24 +286,85 @@ impl Scheduler {
         self.settled_one(node, Settle::Carried(cause));
     }
 
-    /// A skipped decision takes neither branch: both are skipped.
+    /// A skipped or withdrawn decision takes neither branch: both end the same way.
     #[cold]
-    fn skip_branches(&mut self, node: u32) {
+    fn close_branches(&mut self, node: u32, how: Settle) {
         if self.graph.nodes[node as usize].kind == NodeKind::Decision {
             let plan = self.plan();
-            self.skip_all(plan.then_nodes[node as usize]);
-            self.skip_all(plan.else_nodes[node as usize]);
+            self.close_all(plan.then_nodes[node as usize], how);
+            self.close_all(plan.else_nodes[node as usize], how);
         }
     }
 
     /// Marks a whole untaken branch skipped, then tells the nodes outside it.
     fn skip_all(&mut self, branch: &'static [u32]) {
-        for &node in branch {
+        self.close_all(branch, Settle::Skipped);
+    }
+
+    /// Marks every node of `nodes` that has not ended `how` (skipped or withdrawn), then tells
+    /// the nodes outside it (through `work`).
+    fn close_all(&mut self, nodes: &'static [u32], how: Settle) {
+        for &node in nodes {
             if !self.nodes[node as usize].status.is_terminal() {
-                self.mark(node, Settle::Skipped);
-                self.work.push((node, Settle::Skipped));
+                self.mark(node, how);
+                self.work.push((node, how));
             }
         }
+    }
+
+    /// Asks for the nodes of `scope` (an index into `Control::scopes`, or [`ALL_NODES`]) that
+    /// have not ended to be withdrawn, `cause` being the node that decided it. The request is
+    /// applied before anything else is started or polled: running nodes have their future
+    /// dropped at once. Callable from settle code (a gate that fires, a `Cancel`).
+    pub(super) fn withdraw(&mut self, scope: u32, cause: u32) {
+        self.withdrawals.push((scope, cause));
+        self.interrupt = true;
+    }
+
+    /// Applies the queued withdrawals: running nodes are stopped (their futures dropped) and
+    /// released, ready ones leave `ready`, and every node of the scope that has not ended is
+    /// marked withdrawn; then the nodes after them learn of it. Withdrawals that this queues
+    /// in turn (a gate that fires or fails) are applied too.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn apply_withdrawals(&mut self, leaves: &mut Leaves<'_>) {
+        let mut i = 0;
+        while let Some(&(scope, cause)) = self.withdrawals.get(i) {
+            i += 1;
+            if scope == ALL_NODES {
+                for node in 0..self.len() as u32 {
+                    self.withdraw_node(leaves, node, cause);
+                }
+            } else {
+                let plan = self.plan();
+                for &node in plan.control.scopes[scope as usize] {
+                    self.withdraw_node(leaves, node, cause);
+                }
+            }
+            while let Some((node, how)) = self.work.pop() {
+                self.settled_one(node, how);
+            }
+        }
+        self.withdrawals.clear();
+        self.ready
+            .retain(|&node| self.nodes[node as usize].status == NodeStatus::Ready);
+        self.interrupt = self.halt.is_some();
+    }
+
+    /// Withdraws one node unless it has ended; its successors learn of it from `work`.
+    fn withdraw_node(&mut self, leaves: &mut Leaves<'_>, node: u32, cause: u32) {
+        let status = self.nodes[node as usize].status;
+        if status.is_terminal() {
+            return;
+        }
+        if status == NodeStatus::Running {
+            leaves[node as usize].as_mut().stop();
+            let attempts = self.nodes[node as usize].attempt;
+            self.release(node);
+            self.record_attempts(node, attempts, 0);
+        }
+        self.mark(node, Settle::Withdrawn(cause));
+        self.work.push((node, Settle::Withdrawn(cause)));
     }
 
     /// Tells the targets of `entries` that `node` has settled; `cause` is the failure it passes
@@ -291,8 +374,12 @@ impl Scheduler {
     #[inline(always)]
     fn reach(&mut self, entries: &'static [u32], node: u32, cause: u32, skipped: bool) {
         for &entry in entries {
-            if entry & Plan::JOIN == 0 {
+            if entry & (Plan::JOIN | Plan::GATE) == 0 {
                 self.reach_one(entry, node, cause, skipped);
+                continue;
+            }
+            if super::gate::is_gate(entry) {
+                self.reach_arm(entry & Plan::NODE, node, cause);
                 continue;
             }
             let join_id = (entry & Plan::NODE) as usize;
@@ -311,10 +398,34 @@ impl Scheduler {
         }
     }
 
+    /// The fate of a node whose data came from a skipped or withdrawn node: withdrawn (with
+    /// the same cause) when a data predecessor was withdrawn, else skipped. The macro never
+    /// reads a possibly-withdrawn node through a data edge, so the search (predecessors have
+    /// lower ids) runs only for hand-built plans, and only once something was withdrawn.
+    #[cold]
+    #[inline(never)]
+    fn skip_fate(&self, succ: u32) -> Settle {
+        if self.withdrawn_any {
+            for pred in 0..succ as usize {
+                let state = &self.nodes[pred];
+                if state.status == NodeStatus::Withdrawn
+                    && self.plan().successors(pred).iter().any(|&entry| {
+                        entry & (Plan::JOIN | Plan::GATE) == 0
+                            && entry & Plan::DATA != 0
+                            && entry & Plan::NODE == succ
+                    })
+                {
+                    return Settle::Withdrawn(state.abort_cause);
+                }
+            }
+        }
+        Settle::Skipped
+    }
+
     /// Tells one target, through the successor `entry` (its index and flags), that `node` has
     /// settled: the target is decided when this was its last unsettled predecessor.
     #[inline(always)]
-    fn reach_one(&mut self, entry: u32, node: u32, cause: u32, skipped: bool) {
+    pub(super) fn reach_one(&mut self, entry: u32, node: u32, cause: u32, skipped: bool) {
         let succ = entry & Plan::NODE;
         let state = &mut self.nodes[succ as usize];
         if state.status.is_terminal() {
@@ -324,6 +435,8 @@ impl Scheduler {
         if cause != NO_CAUSE {
             if entry & Plan::CAUGHT != 0 {
                 self.catches.push((succ, node));
+            } else if entry & Plan::SOFT != 0 {
+                // An ordering edge only: the source's failure is judged elsewhere (its gate).
             } else if state.abort_cause == NO_CAUSE {
                 state.abort_cause = cause;
             }
@@ -343,7 +456,7 @@ impl Scheduler {
             }
             Settle::Aborted(state.abort_cause)
         } else if state.skip {
-            Settle::Skipped
+            self.skip_fate(succ)
         } else {
             state.status = NodeStatus::Ready;
             self.ready.push(succ);

@@ -1,0 +1,171 @@
+//! Gates (`Race`, `Parallel(min = k)`): the arms' exits reach their gate through successor
+//! entries flagged [`Plan::GATE`]; the gate fires when `min` arms completed, or fails as soon
+//! as `min` is out of reach. Reached only from those entries: a workflow without gates never
+//! runs any of this.
+
+use super::settle::NOT_CATCHABLE;
+use super::{ArmState, Fired, GateState, Halt, NO_CAUSE, Scheduler, Settle};
+use crate::events::EventKind;
+use crate::graph::{Gate, Plan, Rest};
+use crate::policy::FailurePolicy;
+use crate::status::NodeStatus;
+
+impl Scheduler {
+    /// The run-time records of the plan's gates and arms.
+    pub(super) fn init_gates(&mut self) {
+        let control = self.plan().control;
+        self.arms = control
+            .arms
+            .iter()
+            .map(|arm| ArmState {
+                remaining: arm.exits,
+                cause: NO_CAUSE,
+                withdrawn: NO_CAUSE,
+            })
+            .collect();
+        self.gates = vec![
+            GateState {
+                failed: 0,
+                lost: 0,
+                cause: NO_CAUSE,
+                fired: Fired::No,
+            };
+            control.gates.len()
+        ];
+        self.state.winners = vec![Vec::new(); control.gates.len()];
+    }
+
+    /// `node`, an exit of arm `arm`, has settled, passing on `cause` (a failure, or
+    /// `NO_CAUSE`); the arm ends when all its exits have, and its gate counts it.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn reach_arm(&mut self, arm: u32, node: u32, cause: u32) {
+        let state = &mut self.arms[arm as usize];
+        state.remaining -= 1;
+        if cause != NO_CAUSE && state.cause == NO_CAUSE {
+            state.cause = cause;
+        }
+        if self.nodes[node as usize].status == NodeStatus::Withdrawn && state.withdrawn == NO_CAUSE
+        {
+            state.withdrawn = self.nodes[node as usize].abort_cause;
+        }
+        if state.remaining > 0 {
+            return;
+        }
+        let ArmState {
+            cause, withdrawn, ..
+        } = *state;
+        let control = self.plan().control;
+        let gate_id = control.arms[arm as usize].gate;
+        let gate = control.gates[gate_id as usize];
+        let index = arm - gate.first_arm;
+        match self.gates[gate_id as usize].fired {
+            // Skipped or withdrawn with its block: there is nothing to decide.
+            Fired::No if self.nodes[gate.node as usize].status.is_terminal() => return,
+            Fired::No => {}
+            // Late: the join ignores the arm, and forgives its failure.
+            Fired::Ok => {
+                if cause != NO_CAUSE {
+                    self.catch_arm(arm);
+                }
+                return;
+            }
+            Fired::Failed => return,
+        }
+        let state = &mut self.gates[gate_id as usize];
+        if cause != NO_CAUSE {
+            state.failed += 1;
+            if state.cause == NO_CAUSE {
+                state.cause = cause;
+            }
+        } else if withdrawn != NO_CAUSE {
+            state.lost += 1;
+        } else {
+            let winners = &mut self.state.winners[gate_id as usize];
+            winners.push(index as usize);
+            if winners.len() as u32 == gate.min {
+                self.fire_ok(gate_id, gate, node);
+            }
+            return;
+        }
+        let state = self.gates[gate_id as usize];
+        if gate.arms - state.failed - state.lost < gate.min {
+            self.fire_failed(gate_id, gate, node, withdrawn);
+        }
+    }
+
+    /// `min` arms completed: the arms' failures are caught, the others are withdrawn (with
+    /// `rest = cancel`) and the gate's node becomes ready, to write the winners.
+    fn fire_ok(&mut self, gate_id: u32, gate: Gate, node: u32) {
+        self.gates[gate_id as usize].fired = Fired::Ok;
+        let control = self.plan().control;
+        for index in 0..gate.arms {
+            let arm = gate.first_arm + index;
+            let won = self.state.winners[gate_id as usize].contains(&(index as usize));
+            if !won && gate.rest == Rest::Cancel {
+                self.withdraw(control.arms[arm as usize].scope, gate.node);
+            }
+            self.catch_arm(arm);
+        }
+        let arms = self.state.winners[gate_id as usize]
+            .iter()
+            .map(|&a| a as u32)
+            .collect::<Vec<u32>>();
+        self.emit(Some(gate.node), 0, || EventKind::Won { arms });
+        self.reach_one(gate.node, node, NO_CAUSE, false);
+    }
+
+    /// `min` arms can no longer complete: the gate's node ends aborted by the first arm
+    /// failure (withdrawn, when no arm failed but some were withdrawn from outside), nothing
+    /// is caught, and with `rest = cancel` the arms still going are withdrawn.
+    fn fire_failed(&mut self, gate_id: u32, gate: Gate, node: u32, withdrawn: u32) {
+        let state = &mut self.gates[gate_id as usize];
+        state.fired = Fired::Failed;
+        let cause = state.cause;
+        if gate.rest == Rest::Cancel {
+            let control = self.plan().control;
+            for index in 0..gate.arms {
+                self.withdraw(
+                    control.arms[(gate.first_arm + index) as usize].scope,
+                    gate.node,
+                );
+            }
+        }
+        if cause == NO_CAUSE {
+            // Every arm that could have won was withdrawn: so is the gate.
+            if !self.nodes[gate.node as usize].status.is_terminal() {
+                let how = Settle::Withdrawn(withdrawn);
+                // Withdrawn: nothing carried.
+                self.mark(gate.node, how);
+                self.work.push((gate.node, how));
+            }
+            return;
+        }
+        if self.policy == FailurePolicy::FailFast
+            && self.halt.is_none()
+            && self.catchable(gate.node) == NOT_CATCHABLE
+        {
+            self.set_halt(Halt::FailFast(cause));
+        }
+        self.reach_one(gate.node, node, cause, false);
+    }
+
+    /// The failures inside arm `arm` do not fail the run: its gate fired without it.
+    fn catch_arm(&mut self, arm: u32) {
+        let control = self.plan().control;
+        for &node in control.scopes[control.arms[arm as usize].scope as usize] {
+            if matches!(
+                self.nodes[node as usize].status,
+                NodeStatus::Failed | NodeStatus::Aborted
+            ) {
+                self.caught.push(node);
+            }
+        }
+    }
+}
+
+/// Whether `entry`, a successor entry, leads to a gate (an arm id).
+#[inline(always)]
+pub(super) fn is_gate(entry: u32) -> bool {
+    entry & Plan::GATE != 0
+}

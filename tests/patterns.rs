@@ -1,0 +1,794 @@
+//! The Workflow Control-flow Patterns (Russell, ter Hofstede, van der Aalst, Mulyar, "Workflow
+//! Control-Flow Patterns: A Revised View", 2006) that flow expresses, one test each, named
+//! `wcp_NN_<pattern>`. Each test is written from the paper's definition of its pattern and
+//! asserts the property that defines it; `docs/patterns.md` maps all 43 patterns to these tests.
+//! Time is tokio's paused clock, so every instant asserted is exact.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use flow::prelude::*;
+use flow::{EdgeKind, Graph};
+use tokio::time::sleep;
+
+use common::{Boom, Log, ms, work, work_on};
+
+/// Every node's status in the report, checked against the replay of its event log.
+fn status(report: &Report, name: &str) -> NodeStatus {
+    assert_eq!(
+        report.log().statuses(),
+        report.nodes().iter().map(|n| n.status).collect::<Vec<_>>(),
+        "the log replays to the live statuses"
+    );
+    report
+        .status(name)
+        .unwrap_or_else(|| panic!("no node `{name}` in the report:\n{report}"))
+}
+
+/// How many `start` entries `name` has in the log.
+fn starts(log: &Log, name: &str) -> usize {
+    log.started().iter().filter(|n| *n == name).count()
+}
+
+/// The names of the graph's nodes that no edge leaves.
+fn sinks(graph: &Graph) -> Vec<&'static str> {
+    graph
+        .nodes()
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| graph.edges().iter().all(|e| e.from as usize != i))
+        .map(|(_, n)| n.name)
+        .collect()
+}
+
+/// Like [`work`], failing (after logging its end) when `fails` is set.
+async fn maybe_fail(log: &Log, name: &'static str, millis: u64, fails: bool) -> Result<u64, Boom> {
+    let value = work(log, name, millis).await?;
+    if fails { Err(Boom(name)) } else { Ok(value) }
+}
+
+/// Logs `name` for `millis` and returns the value it read, which is `None` when the node that
+/// produced it was skipped.
+async fn merge(
+    log: &Log,
+    name: &'static str,
+    input: Option<&u64>,
+    millis: u64,
+) -> Result<u64, Boom> {
+    let value = work(log, name, millis).await?;
+    Ok(input.copied().unwrap_or(0) + value)
+}
+
+// ---------------------------------------------------------------------------------------------
+// WCP 1 Sequence: a task is enabled after the completion of a preceding task.
+
+workflow! {
+    /// a, then b, then c (which reads b).
+    Sequence(log: &Log) -> u64 {
+        Sequential {
+            a = Operation(work(log, "a", 10)),
+            b = Operation(work(log, "b", 20)),
+            c = Operation(work_on(log, "c", &b, 5)),
+        }
+        => c
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_01_sequence() {
+    let log = Log::new();
+    assert_eq!(Sequence::run(&log).await.ok(), Some(25));
+    // Each task starts when, and only when, the one before it has completed.
+    let entries: Vec<(String, &str)> = log.events().into_iter().map(|(n, w, _)| (n, w)).collect();
+    let expected = ["a", "b", "c"]
+        .into_iter()
+        .flat_map(|n| [(n.to_string(), "start"), (n.to_string(), "end")])
+        .collect::<Vec<_>>();
+    assert_eq!(entries, expected);
+    assert_eq!(log.at("b", "start"), log.at("a", "end"));
+    assert_eq!(log.at("c", "start"), log.at("b", "end"));
+    assert_eq!(log.elapsed(), ms(35));
+}
+
+// ---------------------------------------------------------------------------------------------
+// WCP 2 Parallel Split: a branch diverges into several branches that run concurrently.
+
+workflow! {
+    /// a, then b, c and d at once.
+    ParallelSplit(log: &Log) {
+        Sequential {
+            a = Operation(work(log, "a", 10)),
+            Parallel {
+                b = Operation(work_on(log, "b", &a, 30)),
+                c = Operation(work_on(log, "c", &a, 20)),
+                d = Operation(work(log, "d", 10)),
+            },
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_02_parallel_split() {
+    let log = Log::new();
+    ParallelSplit::run(&log).await.expect("the split succeeds");
+    // Every branch is enabled at the split (when a completes), and they run at the same time:
+    // each starts before any of them ends.
+    for name in ["b", "c", "d"] {
+        assert_eq!(log.at(name, "start"), ms(10), "{name}");
+    }
+    let last_start = ["b", "c", "d"]
+        .map(|n| log.index(n, "start"))
+        .into_iter()
+        .max();
+    let first_end = ["b", "c", "d"]
+        .map(|n| log.index(n, "end"))
+        .into_iter()
+        .min();
+    assert!(last_start < first_end, "{:?}", log.events());
+    // So the split takes as long as its longest branch, not the sum of them.
+    assert_eq!(log.elapsed(), ms(40));
+}
+
+// ---------------------------------------------------------------------------------------------
+// WCP 3 Synchronization: several branches converge into one, which is enabled when every
+// incoming branch has completed.
+
+workflow! {
+    /// Three branches of different lengths, then `join`.
+    Synchronization(log: &Log) -> u64 {
+        Sequential {
+            Parallel {
+                b = Operation(work(log, "b", 30)),
+                c = Operation(work(log, "c", 10)),
+                d = Operation(work(log, "d", 20)),
+            },
+            join = Operation(work(log, "join", 5)),
+        }
+        => join
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_03_synchronization() {
+    let log = Log::new();
+    assert_eq!(Synchronization::run(&log).await.ok(), Some(5));
+    // The join starts after every branch ended (by log position and by time), once, and at
+    // the end of the last one: it waits for all of them and not a tick longer.
+    let join = log.index("join", "start");
+    for name in ["b", "c", "d"] {
+        assert!(log.index(name, "end") < join, "{name}: {:?}", log.events());
+        assert!(log.at(name, "end") <= log.at("join", "start"), "{name}");
+    }
+    assert_eq!(starts(&log, "join"), 1);
+    assert_eq!(log.at("join", "start"), ms(30));
+}
+
+// ---------------------------------------------------------------------------------------------
+// WCP 4 Exclusive Choice: a branch diverges into several; control passes to exactly one of
+// them, chosen by a condition.
+
+workflow! {
+    /// One of three branches, chosen by `route` once `a` completed.
+    ExclusiveChoice(log: &Log, route: u8) {
+        Sequential {
+            a = Operation(work(log, "a", 10)),
+            Conditional(route == 0) {
+                post = Operation(work(log, "post", 20)),
+            } else {
+                Conditional(route == 1) {
+                    courier = Operation(work(log, "courier", 20)),
+                } else {
+                    pickup = Operation(work(log, "pickup", 20)),
+                },
+            },
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_04_exclusive_choice() {
+    let branches = ["post", "courier", "pickup"];
+    for route in 0..3u8 {
+        let log = Log::new();
+        let outcome = ExclusiveChoice::runner().execute((&log, route)).await;
+        outcome.result.expect("the choice succeeds");
+        let chosen = branches[usize::from(route)];
+        // Exactly one branch runs, the one whose condition holds, as soon as a completed.
+        assert_eq!(log.started(), vec!["a", chosen], "route {route}");
+        assert_eq!(log.at(chosen, "start"), ms(10));
+        for name in branches {
+            let expected = if name == chosen {
+                NodeStatus::Completed
+            } else {
+                NodeStatus::Skipped
+            };
+            assert_eq!(status(&outcome.report, name), expected, "route {route}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// WCP 5 Simple Merge: several branches converge into one; each enablement of an incoming
+// branch passes control on (in a structured context, only one of them is ever enabled).
+
+workflow! {
+    /// Card or invoice, then `confirm`, which reads whichever of the two ran.
+    SimpleMerge(log: &Log, by_card: bool) -> u64 {
+        Sequential {
+            Conditional(by_card) {
+                card = Operation(work(log, "card", 30)),
+            } else {
+                invoice = Operation(work(log, "invoice", 10)),
+            },
+            confirm = Operation(merge(log, "confirm", card.or(invoice), 5)),
+        }
+        => confirm
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_05_simple_merge() {
+    for (by_card, branch, took) in [(true, "card", 30), (false, "invoice", 10)] {
+        let log = Log::new();
+        // `confirm` reads the output of the branch that ran: 30 or 10, plus its own 5.
+        assert_eq!(SimpleMerge::run(&log, by_card).await.ok(), Some(took + 5));
+        // The merge runs once, as soon as the one enabled branch completed.
+        assert_eq!(log.started(), vec![branch, "confirm"]);
+        assert_eq!(log.at("confirm", "start"), log.at(branch, "end"));
+        assert_eq!(log.at("confirm", "start"), ms(took));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// WCP 6 Multi-Choice: a branch diverges into several; control passes to one or more of them,
+// each chosen by its own condition. WCP 7 Structured Synchronizing Merge: the branches of that
+// multi-choice converge into one, which is enabled when every *active* branch has completed.
+
+workflow! {
+    /// An emergency call dispatches the police, an ambulance or both, then transfers once
+    /// every dispatched vehicle has arrived.
+    MultiChoice(log: &Log, police: bool, ambulance: bool) {
+        Sequential {
+            call = Operation(work(log, "call", 10)),
+            Parallel {
+                Conditional(police) {
+                    to_police = Operation(work_on(log, "police", &call, 30)),
+                },
+                Conditional(ambulance) {
+                    to_ambulance = Operation(work_on(log, "ambulance", &call, 20)),
+                },
+            },
+            transfer = Operation(work(log, "transfer", 5)),
+        }
+    }
+}
+
+/// The four choices of [`MultiChoice`], with the branches each one starts.
+const CHOICES: [(bool, bool, &[&str]); 4] = [
+    (true, true, &["police", "ambulance"]),
+    (true, false, &["police"]),
+    (false, true, &["ambulance"]),
+    (false, false, &[]),
+];
+
+#[tokio::test(start_paused = true)]
+async fn wcp_06_multi_choice() {
+    for (police, ambulance, chosen) in CHOICES {
+        let log = Log::new();
+        let outcome = MultiChoice::runner()
+            .execute((&log, police, ambulance))
+            .await;
+        outcome.result.expect("the multi-choice succeeds");
+        // Every branch whose condition holds starts, all of them at once when `call`
+        // completed; every other branch is skipped.
+        let started: Vec<String> = log
+            .started()
+            .into_iter()
+            .filter(|n| n == "police" || n == "ambulance")
+            .collect();
+        assert_eq!(started, chosen, "police {police}, ambulance {ambulance}");
+        for &name in chosen {
+            assert_eq!(log.at(name, "start"), ms(10), "{name}");
+        }
+        for (name, node) in [("police", "to_police"), ("ambulance", "to_ambulance")] {
+            let expected = if chosen.contains(&name) {
+                NodeStatus::Completed
+            } else {
+                NodeStatus::Skipped
+            };
+            assert_eq!(status(&outcome.report, node), expected, "{name}");
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_07_structured_synchronizing_merge() {
+    for (police, ambulance, chosen) in CHOICES {
+        let log = Log::new();
+        MultiChoice::run(&log, police, ambulance)
+            .await
+            .expect("the multi-choice succeeds");
+        // The merge runs exactly once, after every branch that was started has ended, and
+        // waits for no branch that was not: at the end of the slowest active branch, or
+        // right after `call` when none is active.
+        assert_eq!(starts(&log, "transfer"), 1);
+        let transfer = log.index("transfer", "start");
+        for &name in chosen {
+            assert!(
+                log.index(name, "end") < transfer,
+                "{name}: {:?}",
+                log.events()
+            );
+        }
+        let last_active_end = chosen
+            .iter()
+            .map(|&name| log.at(name, "end"))
+            .max()
+            .unwrap_or(log.at("call", "end"));
+        assert_eq!(
+            log.at("transfer", "start"),
+            last_active_end,
+            "police {police}, ambulance {ambulance}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// WCP 11 Implicit Termination: a process instance terminates when no work item remains that
+// can be done now or at any time in the future, without an explicit end node.
+
+workflow! {
+    /// Two branches with no common end: `a` then `b`; `c` then `d`, which reads `c`.
+    ImplicitTermination(log: &Log, c_fails: bool) {
+        Parallel {
+            Sequential {
+                a = Operation(work(log, "a", 10)),
+                b = Operation(work(log, "b", 50)),
+            },
+            Sequential {
+                c = Operation(maybe_fail(log, "c", 5, c_fails)),
+                d = Operation(work_on(log, "d", &c, 100)),
+            },
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_11_implicit_termination() {
+    // No node is the end: the graph has two sinks, and nothing joins them.
+    let mut ends = sinks(&ImplicitTermination::GRAPH);
+    ends.sort_unstable();
+    assert_eq!(ends, vec!["b", "d"]);
+
+    // The run ends when the last work item ends, whichever branch it is in.
+    let log = Log::new();
+    let outcome = ImplicitTermination::runner().execute((&log, false)).await;
+    outcome.result.expect("both branches complete");
+    assert_eq!(log.elapsed(), ms(105));
+    assert_eq!(log.at("d", "end"), ms(105));
+
+    // When `c` fails, `d` can never run: the run does not wait for it, and ends when `b`,
+    // the last work that could still be done, has ended.
+    let log = Log::new();
+    let outcome = ImplicitTermination::runner().execute((&log, true)).await;
+    assert!(outcome.result.is_err(), "c's failure fails the run");
+    assert_eq!(log.elapsed(), ms(60));
+    assert_eq!(log.at("b", "end"), ms(60));
+    assert_eq!(starts(&log, "d"), 0);
+    assert_eq!(status(&outcome.report, "d"), NodeStatus::Aborted);
+    // Nothing is left pending: every node has a final status.
+    assert!(
+        outcome
+            .report
+            .nodes()
+            .iter()
+            .all(|n| n.status.is_terminal()),
+        "{}",
+        outcome.report
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// WCP 17 Interleaved Parallel Routing: each task of a set runs once, in any order that keeps a
+// partial order, and no two of them run at the same time. WCP 40 Interleaved Routing: the same
+// without a partial order, and the next task starts once all of them completed.
+
+/// Counts the operations in flight and remembers the most at once.
+#[derive(Debug, Default)]
+struct Gauge {
+    now: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+impl Gauge {
+    fn peak(&self) -> usize {
+        self.peak.load(Ordering::SeqCst)
+    }
+}
+
+/// Logs `name` for `millis`, counted in `gauge` while it runs.
+async fn gauged(log: &Log, gauge: &Gauge, name: &'static str, millis: u64) -> Result<u64, Boom> {
+    let now = gauge.now.fetch_add(1, Ordering::SeqCst) + 1;
+    gauge.peak.fetch_max(now, Ordering::SeqCst);
+    let result = work(log, name, millis).await;
+    gauge.now.fetch_sub(1, Ordering::SeqCst);
+    result
+}
+
+/// Asserts that no two of `names` ran at the same time: of any two, one ended before the other
+/// started (by log position and by time).
+fn assert_one_at_a_time(log: &Log, names: &[&str]) {
+    for (i, x) in names.iter().enumerate() {
+        for y in &names[i + 1..] {
+            let (first, second) = if log.index(x, "start") < log.index(y, "start") {
+                (x, y)
+            } else {
+                (y, x)
+            };
+            assert!(
+                log.index(first, "end") < log.index(second, "start"),
+                "`{first}` and `{second}` overlap: {:?}",
+                log.events()
+            );
+            assert!(log.at(first, "end") <= log.at(second, "start"));
+        }
+    }
+}
+
+workflow! {
+    /// Pick the goods before packing them; prepare the invoice at any time; one task at a time.
+    InterleavedParallelRouting(log: &Log, gauge: &Gauge) {
+        Sequential {
+            Parallel(max_concurrency = 1) {
+                Sequential {
+                    pick = Operation(gauged(log, gauge, "pick", 20)),
+                    pack = Operation(gauged(log, gauge, "pack", 30)),
+                },
+                invoice = Operation(gauged(log, gauge, "invoice", 10)),
+            },
+            ship = Operation(work(log, "ship", 5)),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_17_interleaved_parallel_routing() {
+    let log = Log::new();
+    let gauge = Gauge::default();
+    InterleavedParallelRouting::run(&log, &gauge)
+        .await
+        .expect("the routing succeeds");
+    let tasks = ["pick", "pack", "invoice"];
+    // Each task runs exactly once (`index` asserts one start and one end).
+    for name in tasks {
+        log.index(name, "start");
+        log.index(name, "end");
+    }
+    // The partial order holds: pick before pack.
+    assert!(log.index("pick", "end") < log.index("pack", "start"));
+    // Never two at once: the in-flight count never passed one, and no two intervals overlap,
+    // so the three take the sum of their times.
+    assert_eq!(gauge.peak(), 1);
+    assert_one_at_a_time(&log, &tasks);
+    assert_eq!(log.at("ship", "start"), ms(60));
+}
+
+workflow! {
+    /// Four checks of a machine service, in any order, one at a time; then `sign_off`.
+    InterleavedRouting(log: &Log, gauge: &Gauge) {
+        Sequential {
+            Parallel(max_concurrency = 1) {
+                oil = Operation(gauged(log, gauge, "oil", 10)),
+                feeder = Operation(gauged(log, gauge, "feeder", 20)),
+                main_unit = Operation(gauged(log, gauge, "main_unit", 30)),
+                warranty = Operation(gauged(log, gauge, "warranty", 40)),
+            },
+            sign_off = Operation(work(log, "sign_off", 5)),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_40_interleaved_routing() {
+    let log = Log::new();
+    let gauge = Gauge::default();
+    InterleavedRouting::run(&log, &gauge)
+        .await
+        .expect("the routing succeeds");
+    let tasks = ["oil", "feeder", "main_unit", "warranty"];
+    for name in tasks {
+        log.index(name, "start");
+        log.index(name, "end");
+    }
+    assert_eq!(gauge.peak(), 1);
+    assert_one_at_a_time(&log, &tasks);
+    // The next task starts once all of them completed, and not before.
+    let sign_off = log.index("sign_off", "start");
+    for name in tasks {
+        assert!(log.index(name, "end") < sign_off, "{name}");
+    }
+    assert_eq!(log.at("sign_off", "start"), ms(100));
+}
+
+// ---------------------------------------------------------------------------------------------
+// WCP 20 Cancel Case: a whole process instance is removed, with the tasks running now and the
+// ones that would run later; the instance is recorded as having completed unsuccessfully.
+
+/// Sets its flag when dropped.
+struct DropFlag<'a>(&'a AtomicBool);
+
+impl Drop for DropFlag<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Logs `name` for `millis`; `dropped` is set if the future is dropped before it ends.
+async fn droppable(
+    log: &Log,
+    dropped: &AtomicBool,
+    name: &'static str,
+    millis: u64,
+) -> Result<u64, Boom> {
+    let flag = DropFlag(dropped);
+    let result = work(log, name, millis).await;
+    std::mem::forget(flag);
+    result
+}
+
+workflow! {
+    /// `a`, then `b` and `c` (long) at once, then `d`.
+    CancelCase(log: &Log, b_dropped: &AtomicBool, c_dropped: &AtomicBool) {
+        Sequential {
+            a = Operation(work(log, "a", 10)),
+            Parallel {
+                b = Operation(droppable(log, b_dropped, "b", 100)),
+                c = Operation(droppable(log, c_dropped, "c", 200)),
+            },
+            d = Operation(work(log, "d", 10)),
+        }
+    }
+}
+
+/// Asserts what cancelling [`CancelCase`] at 50ms must leave: `a` completed, `b` and `c`
+/// dropped while running, `d` never started, every unfinished node aborted as cancelled, and a
+/// failed run.
+fn assert_case_removed(
+    log: &Log,
+    outcome: &Outcome<()>,
+    dropped: [&AtomicBool; 2],
+    reason: CancelReason,
+) {
+    assert_eq!(log.elapsed(), ms(50), "the run ends when it is cancelled");
+    assert!(dropped.iter().all(|d| d.load(Ordering::SeqCst)));
+    assert_eq!(log.started(), vec!["a", "b", "c"]);
+    assert_eq!(log.ended(), vec!["a"]);
+    let report = &outcome.report;
+    assert_eq!(status(report, "a"), NodeStatus::Completed);
+    for name in ["b", "c", "d"] {
+        assert_eq!(status(report, name), NodeStatus::Aborted, "{name}");
+    }
+    let error = outcome
+        .result
+        .as_ref()
+        .expect_err("a cancelled case failed");
+    assert!(error.is_cancelled());
+    assert_eq!(error.cancel_reason(), Some(reason));
+    for name in ["b", "c", "d"] {
+        assert!(
+            matches!(error.error_of(name), Some(NodeError::Cancelled)),
+            "{name}: {error}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_20_cancel_case() {
+    // By a token, from outside the run.
+    let log = Log::new();
+    let (b_dropped, c_dropped) = (AtomicBool::new(false), AtomicBool::new(false));
+    let token = CancelToken::new();
+    let run = CancelCase::runner()
+        .cancel_on(token.clone())
+        .execute((&log, &b_dropped, &c_dropped));
+    let cancel = async {
+        sleep(ms(50)).await;
+        token.cancel();
+    };
+    let (outcome, ()) = tokio::join!(run, cancel);
+    assert_case_removed(
+        &log,
+        &outcome,
+        [&b_dropped, &c_dropped],
+        CancelReason::Token,
+    );
+
+    // By the run's deadline.
+    let log = Log::new();
+    let (b_dropped, c_dropped) = (AtomicBool::new(false), AtomicBool::new(false));
+    let outcome = CancelCase::runner()
+        .deadline(ms(50))
+        .execute((&log, &b_dropped, &c_dropped))
+        .await;
+    assert_case_removed(
+        &log,
+        &outcome,
+        [&b_dropped, &c_dropped],
+        CancelReason::Deadline(ms(50)),
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// WCP 22 Recursion: a task invokes, during its execution, the process it belongs to.
+
+/// Logs the `what` entry of level `depth`.
+async fn level(log: &Log, depth: u64, what: &'static str) -> Result<(), Boom> {
+    log.record(&format!("level{depth}"), what);
+    Ok(())
+}
+
+workflow! {
+    /// Enters its level, runs itself one level down unless it is at the bottom, and leaves;
+    /// returns the number of levels below it.
+    Recursion(log: &Log, depth: u64) -> u64 {
+        Sequential {
+            Operation(level(log, depth, "start")),
+            Conditional(depth > 0) {
+                // Boxed, because the run's future contains itself.
+                below = Operation(Box::pin(Recursion::run(log, depth - 1))),
+            },
+            Operation(level(log, depth, "end")),
+        }
+        => below.map_or(0, |levels| levels + 1)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_22_recursion() {
+    let log = Log::new();
+    assert_eq!(Recursion::run(&log, 3).await.ok(), Some(3));
+    // Each level's task runs the workflow again while it is itself running: the levels nest.
+    assert_eq!(log.started(), ["level3", "level2", "level1", "level0"]);
+    assert_eq!(log.ended(), ["level0", "level1", "level2", "level3"]);
+    let outcome = Recursion::runner().execute((&log, 0)).await;
+    assert_eq!(outcome.result.ok(), Some(0));
+    assert_eq!(status(&outcome.report, "below"), NodeStatus::Skipped);
+}
+
+// ---------------------------------------------------------------------------------------------
+// WCP 37 Local Synchronizing Merge: branches that diverged earlier converge into one, which is
+// enabled when every active incoming branch has completed; how many are active is known from
+// information local to the merge (here: a skipped branch reports itself, dead-path
+// elimination), not from the structure of the model.
+
+workflow! {
+    /// Two branches that each may or may not do an optional task, and go on after it; `merge`
+    /// waits for the two optional tasks only, not for the rest of their branches.
+    LocalMerge(log: &Log, x: bool, y: bool) {
+        Parallel {
+            Sequential {
+                a = Operation(work(log, "a", 10)),
+                Conditional(x) {
+                    b = Operation(work(log, "b", 30)),
+                },
+                c = Operation(work(log, "c", 100)),
+            },
+            Sequential {
+                d = Operation(work(log, "d", 20)),
+                Conditional(y) {
+                    e = Operation(work(log, "e", 50)),
+                },
+            },
+            merge = Operation(work(log, "merge", 5), after = [b, e]),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_37_local_synchronizing_merge() {
+    // The merge is not the closing join of a block: its inputs are the optional steps of two
+    // different choices, in two branches that go on past it.
+    let into_merge: Vec<_> = LocalMerge::GRAPH
+        .edges()
+        .iter()
+        .filter(|e| LocalMerge::GRAPH.nodes()[e.to as usize].name == "merge")
+        .map(|e| (LocalMerge::GRAPH.nodes()[e.from as usize].name, e.kind))
+        .collect();
+    assert_eq!(into_merge, [("b", EdgeKind::After), ("e", EdgeKind::After)]);
+    // b ends at 40 when taken, e at 70; a skipped branch is known to be inactive as soon as
+    // its choice is made: x at 10, y at 20.
+    for (x, y, merge_at) in [
+        (true, true, 70),
+        (true, false, 40),
+        (false, true, 70),
+        (false, false, 20),
+    ] {
+        let log = Log::new();
+        let outcome = LocalMerge::runner().execute((&log, x, y)).await;
+        outcome.result.expect("the run succeeds");
+        assert_eq!(starts(&log, "merge"), 1);
+        assert_eq!(log.at("merge", "start"), ms(merge_at), "x {x}, y {y}");
+        for (taken, name) in [(x, "b"), (y, "e")] {
+            if taken {
+                assert!(
+                    log.index(name, "end") < log.index("merge", "start"),
+                    "{name}"
+                );
+            } else {
+                assert_eq!(status(&outcome.report, name), NodeStatus::Skipped, "{name}");
+            }
+        }
+        // It does not wait for `c`, which follows `b` in its branch.
+        assert!(log.at("c", "end") > log.at("merge", "end"));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// docs/patterns.md stays true: 43 rows in order, every `direct` row names tests of this file,
+// every `wcp_` test of this file is named by a `direct` row, and the count at the top is the
+// number of `direct` rows.
+
+#[test]
+fn patterns_doc_matches_these_tests() {
+    let doc = include_str!("../docs/patterns.md");
+    let tests = include_str!("patterns.rs");
+    let rows: Vec<Vec<&str>> = doc
+        .lines()
+        .filter(|line| {
+            line.starts_with("| ") && line.as_bytes().get(2).is_some_and(u8::is_ascii_digit)
+        })
+        .map(|line| line.split('|').map(str::trim).collect())
+        .collect();
+    assert_eq!(rows.len(), 43, "one row per pattern");
+    let mut named = Vec::new();
+    for (i, cells) in rows.iter().enumerate() {
+        // "", #, pattern, definition, form, test, status, "".
+        assert_eq!(cells.len(), 8, "row {}: {cells:?}", i + 1);
+        assert_eq!(cells[1], (i + 1).to_string(), "rows are in pattern order");
+        let status = cells[6];
+        assert!(
+            ["direct", "planned", "planned (iteration)", "not expressed"]
+                .iter()
+                .any(|s| status == *s || status.starts_with("not expressed:")),
+            "row {}: unknown status `{status}`",
+            i + 1
+        );
+        if status == "direct" {
+            let names: Vec<&str> = cells[5].split('`').skip(1).step_by(2).collect();
+            assert!(
+                !names.is_empty(),
+                "row {}: a direct pattern names its test",
+                i + 1
+            );
+            for name in names {
+                assert!(
+                    name.starts_with(&format!("wcp_{:02}_", i + 1)),
+                    "row {}: `{name}` is not a wcp_{:02}_ test",
+                    i + 1,
+                    i + 1
+                );
+                assert!(
+                    tests.contains(&format!("async fn {name}()")),
+                    "row {}: no test `{name}` in tests/patterns.rs",
+                    i + 1
+                );
+                named.push(name);
+            }
+        }
+    }
+    for line in tests.lines() {
+        if let Some(rest) = line.strip_prefix("async fn wcp_") {
+            let name = format!("wcp_{}", rest.trim_end_matches("() {"));
+            assert!(
+                named.contains(&name.as_str()),
+                "`{name}` is not named by a direct row of docs/patterns.md"
+            );
+        }
+    }
+    let direct = rows.iter().filter(|cells| cells[6] == "direct").count();
+    assert!(
+        doc.contains(&format!("**Expressed directly today: {direct} of 43**")),
+        "the count at the top of docs/patterns.md says {direct}"
+    );
+}

@@ -1,0 +1,15 @@
+use flow::prelude::*;
+
+async fn step() -> Result<u32, std::io::Error> {
+    Ok(1)
+}
+
+workflow! {
+    OneBranch() {
+        Race {
+            Operation(step()),
+        }
+    }
+}
+
+fn main() {}

@@ -367,3 +367,131 @@ async fn skipped_members_end_their_section() {
     assert_eq!(log.started(), vec!["a", "b", "c"]);
     assert_eq!(log.at("c", "start"), ms(20));
 }
+
+// ---------------------------------------------------------------------------------------------
+// With gates: a withdrawn node counts as ended, for trigger rules and for sections alike.
+
+workflow! {
+    /// `slow` loses the race and is withdrawn; `cleanup` runs after the race whatever happened
+    /// to its arms, `page` only if something failed.
+    RaceCleanup(log: &Log, seen: &Mutex<Vec<Option<u64>>>) {
+        Sequential {
+            Race {
+                fast = Operation(work(log, "fast", 10)),
+                slow = Operation(work(log, "slow", 50)),
+            },
+            Parallel {
+                Operation(cleanup(log, seen, slow.copied()), when = all_done),
+                page = Operation(work(log, "page", 1), when = one_failed),
+            },
+            Operation(work(log, "next", 5)),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn all_done_after_a_race_runs_when_the_loser_is_withdrawn() {
+    let log = Log::new();
+    let seen = Mutex::new(Vec::new());
+    let outcome = RaceCleanup::runner()
+        .record(true)
+        .execute((&log, &seen))
+        .await;
+    outcome
+        .result
+        .expect("a withdrawn loser fails nothing, and the cleanup rescues nothing");
+    assert_eq!(
+        statuses(&outcome.report),
+        vec![
+            ("fast", NodeStatus::Completed),
+            ("slow", NodeStatus::Withdrawn),
+            ("race#1", NodeStatus::Completed),
+            ("cleanup", NodeStatus::Completed),
+            // A withdrawal is not a failure.
+            ("page", NodeStatus::Skipped),
+            ("work", NodeStatus::Completed),
+        ]
+    );
+    // The cleanup ran once the race was decided and saw the withdrawn loser as `None`.
+    assert_eq!(log.started(), vec!["fast", "slow", "cleanup", "next"]);
+    assert_eq!(log.at("cleanup", "start"), ms(10));
+    assert_eq!(*seen.lock().expect("not poisoned"), vec![None]);
+}
+
+workflow! {
+    /// The slow arm of the race is a `ledger` section that holds the group when the race is
+    /// decided; `later` is another `ledger` section, waiting for it.
+    SectionInRace(log: &Log) {
+        Parallel {
+            Parallel(min = 1, rest = cancel) {
+                fast = Operation(work(log, "fast", 10)),
+                Sequential(exclusive = "ledger") {
+                    s1 = Operation(work(log, "s1", 50)),
+                    s2 = Operation(work(log, "s2", 10)),
+                },
+            },
+            later = Operation(work(log, "later", 10), exclusive = "ledger"),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_section_withdrawn_by_a_race_releases_its_group() {
+    let log = Log::new();
+    // A group never released would leave the run pending forever: fail instead of hanging.
+    let outcome =
+        tokio::time::timeout(ms(1000), SectionInRace::runner().record(true).execute(&log))
+            .await
+            .expect("the group is released");
+    outcome.result.expect("nothing fails");
+    assert_eq!(
+        statuses(&outcome.report),
+        vec![
+            ("fast", NodeStatus::Completed),
+            ("s1", NodeStatus::Withdrawn),
+            ("s2", NodeStatus::Withdrawn),
+            ("join#1", NodeStatus::Completed),
+            ("later", NodeStatus::Completed),
+        ]
+    );
+    // `s1` held the group from the start; its withdrawal (with `s2`, which never started)
+    // ended the section, and `later` got the group at once.
+    assert_eq!(log.started(), vec!["fast", "s1", "later"]);
+    assert_eq!(log.at("later", "start"), ms(10));
+    assert_eq!(log.elapsed(), ms(20));
+}
+
+workflow! {
+    /// The whole race is a `ledger` section: `later` waits for the winner and the withdrawal
+    /// of the loser.
+    RaceSection(log: &Log) {
+        Parallel {
+            Race(exclusive = "ledger") {
+                fast = Operation(work(log, "fast", 10)),
+                slow = Operation(work(log, "slow", 50)),
+            },
+            later = Operation(work(log, "later", 10), exclusive = "ledger"),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_race_block_can_be_a_section() {
+    let log = Log::new();
+    // A group never released would leave the run pending forever: fail instead of hanging.
+    let outcome = tokio::time::timeout(ms(1000), RaceSection::runner().record(true).execute(&log))
+        .await
+        .expect("the group is released");
+    outcome.result.expect("nothing fails");
+    assert_eq!(
+        statuses(&outcome.report),
+        vec![
+            ("fast", NodeStatus::Completed),
+            ("slow", NodeStatus::Withdrawn),
+            ("race#1", NodeStatus::Completed),
+            ("later", NodeStatus::Completed),
+        ]
+    );
+    assert_eq!(log.started(), vec!["fast", "slow", "later"]);
+    assert_eq!(log.at("later", "start"), ms(10));
+}

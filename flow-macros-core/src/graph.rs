@@ -287,6 +287,7 @@ impl Builder<'_> {
             self.dag.group_limits.push(limit);
             self.groups.push(self.dag.group_limits.len() - 1);
         }
+        let opened = self.open_section(options.exclusive.as_ref());
         let mut entries = Vec::new();
         let mut arms = Vec::new();
         for child in &block.steps {
@@ -325,6 +326,7 @@ impl Builder<'_> {
         });
         let node = self.dag.nodes.len() - 1;
         self.enter_sections(node);
+        self.close_section(opened);
         for arm in &arms {
             for &exit in &arm.exits {
                 self.dag.add_edge(exit, node, edge::GATED);

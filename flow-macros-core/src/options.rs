@@ -303,6 +303,8 @@ pub struct GateOptions {
     /// `rest = cancel` (the default): withdraw the other arms when the gate fires.
     pub rest_cancel: bool,
     pub max_concurrency: Option<u32>,
+    /// `exclusive = "group"`: the whole block is a critical section.
+    pub exclusive: Option<LitStr>,
 }
 
 /// Reads a gate block's options; `arms` is its number of children, `keyword` its keyword.
@@ -318,6 +320,7 @@ pub fn gate(
         min: 1,
         rest_cancel: true,
         max_concurrency: None,
+        exclusive: None,
     };
     let mut limits = Vec::new();
     for opt in options {
@@ -378,11 +381,13 @@ pub fn gate(
             "max_concurrency" => {
                 limits.push(opt);
             }
+            "exclusive" => out.exclusive = rules::exclusive(opt, cx),
+            "when" => rules::when_on_block(opt, &keyword.to_string(), cx),
             other => {
                 let known: &[&str] = if race {
-                    &["max_concurrency"]
+                    &["max_concurrency", "exclusive"]
                 } else {
-                    &["max_concurrency", "min", "rest"]
+                    &["max_concurrency", "min", "rest", "exclusive"]
                 };
                 let hint = did_you_mean(other, known.iter().copied());
                 cx.error(
@@ -391,9 +396,9 @@ pub fn gate(
                         "unknown option `{other}` for `{keyword}`{}",
                         if hint.is_empty() {
                             if race {
-                                ": expected `max_concurrency = N`"
+                                ": expected `max_concurrency = N` or `exclusive = \"group\"`"
                             } else {
-                                ": expected `min = k`, `rest = cancel | run` or `max_concurrency = N`"
+                                ": expected `min = k`, `rest = cancel | run`, `max_concurrency = N` or `exclusive = \"group\"`"
                             }
                         } else {
                             &hint

@@ -12,6 +12,10 @@ workflow! {
                 Operation(step()),
                 Operation(step(), when = 3),
             },
+            Race(when = all_done) {
+                Operation(step()),
+                Operation(step()),
+            },
         }
     }
 }

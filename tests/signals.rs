@@ -450,6 +450,29 @@ async fn a_failure_in_the_chosen_arm_fails_the_run() {
     let aborted: Vec<&str> = error.aborted().map(|f| f.node).collect();
     assert_eq!(aborted, ["tally"]);
 
+    // The same with a cleanup after the `Pick`: it runs, and the run still fails.
+    workflow! {
+        RefusedThenCleanup() {
+            Pick {
+                ok = Signal(approve: Approval) => { refused = Operation(refuse(&ok)) },
+                Delay("1h") => { Operation(done()) },
+            },
+            Operation(tally(refused.is_some()), when = all_done),
+        }
+    }
+    let mut runner = RefusedThenCleanup::runner();
+    runner
+        .signals()
+        .send(RefusedThenCleanup::APPROVE, Approval { by: "ann" })
+        .expect("kept");
+    let outcome = runner.execute(()).await;
+    assert_eq!(outcome.report.status("tally"), Some(NodeStatus::Completed));
+    let error = outcome
+        .result
+        .expect_err("the cleanup does not turn the arm's failure into a success");
+    let failed: Vec<&str> = error.failed().map(|f| f.node).collect();
+    assert_eq!(failed, ["refused"]);
+
     // The same with nothing after the `Pick`.
     workflow! {
         RefusedLast() {

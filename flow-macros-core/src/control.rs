@@ -84,6 +84,7 @@ pub(crate) fn tables(checked: &Checked, pos: &[usize], private: &TokenStream) ->
     crate::signals::fill(&mut tables, checked, pos, private);
     gate_tables(checked, pos, private, &mut tables);
     instants(checked, pos, private, &mut tables);
+    crate::rules::tables(checked, pos, private, &mut tables);
     tables
 }
 

@@ -14,6 +14,7 @@ use crate::ctxt::Ctxt;
 use crate::options;
 use crate::parse::{BlockStep, CancelTarget, CondStep, GateStep, OpStep, Step, Workflow};
 use crate::pick::PickStep;
+use crate::rules::{self, Rule, SectionDef};
 use crate::signals::{DelayStep, SignalStep};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -92,6 +93,10 @@ pub struct Node {
     pub branches: Vec<(usize, bool)>,
     /// The limited `Parallel` blocks the node sits in.
     pub groups: Vec<usize>,
+    /// Its trigger rule (`when = ..`).
+    pub rule: Rule,
+    /// Where `when` is written, if it is.
+    pub when_span: Option<Span>,
     /// For a decision: the nodes of each branch, at all depths.
     pub then_nodes: Vec<usize>,
     pub else_nodes: Vec<usize>,
@@ -112,6 +117,8 @@ pub struct Dag {
     pub edges: BTreeMap<(usize, usize), u8>,
     /// The limit of each limited `Parallel` block.
     pub group_limits: Vec<u32>,
+    /// The critical sections (`exclusive = "group"`), outer before inner.
+    pub sections: Vec<SectionDef>,
     /// The gate blocks, in source order.
     pub gates: Vec<GateBlock>,
     /// The labelled steps and blocks (`'export: Sequential { .. }`), each with its nodes.
@@ -138,6 +145,8 @@ struct Builder<'a> {
     cx: &'a mut Ctxt,
     branches: Vec<(usize, bool)>,
     groups: Vec<usize>,
+    /// The sections around the step being built, innermost last.
+    sections: Vec<usize>,
 }
 
 /// Builds the DAG of a workflow. Structural problems (empty blocks, bad options) go to `cx`.
@@ -149,11 +158,13 @@ pub fn build(workflow: &Workflow, cx: &mut Ctxt) -> Dag {
             group_limits: Vec::new(),
             regions: Vec::new(),
             cancels: Vec::new(),
+            sections: Vec::new(),
             gates: Vec::new(),
         },
         cx,
         branches: Vec::new(),
         groups: Vec::new(),
+        sections: Vec::new(),
     };
     if workflow.body.is_empty() {
         builder.cx.error(
@@ -197,9 +208,12 @@ impl Builder<'_> {
                 (vec![id], vec![id])
             }
             Step::Sequential(block) => {
-                options::sequential(&block.options, self.cx);
+                let exclusive = options::sequential(&block.options, self.cx);
                 self.non_empty(block, "Sequential");
-                self.sequence(&block.steps)
+                let opened = self.open_section(exclusive.as_ref());
+                let ends = self.sequence(&block.steps);
+                self.close_section(opened);
+                ends
             }
             Step::Parallel(block) => self.parallel(block),
             Step::Conditional(cond) => self.conditional(cond),
@@ -241,8 +255,32 @@ impl Builder<'_> {
         }
     }
 
+    /// Opens the section of `exclusive = group`, if given; whether it opened one.
+    fn open_section(&mut self, group: Option<&syn::LitStr>) -> bool {
+        group.is_some_and(|group| {
+            rules::open_section(&mut self.dag, &mut self.sections, group, self.cx)
+        })
+    }
+
+    fn close_section(&mut self, opened: bool) {
+        if opened {
+            self.sections.pop();
+        }
+    }
+
+    /// Adds `node`, the last node pushed, to the sections around it.
+    fn enter_sections(&mut self, node: usize) {
+        for &section in &self.sections {
+            self.dag.sections[section].nodes.push(node);
+        }
+    }
+
     fn operation(&mut self, op: &OpStep) -> usize {
         let options = options::operation(&op.options, self.cx);
+        let opened = self.open_section(options.exclusive.as_ref());
+        let (rule, when_span) = options
+            .rule
+            .map_or((Rule::Default, None), |(rule, span)| (rule, Some(span)));
         self.dag.nodes.push(Node {
             kind: Kind::Operation,
             name: op.name.clone(),
@@ -253,11 +291,16 @@ impl Builder<'_> {
             policy: options.policy,
             branches: self.branches.clone(),
             groups: self.groups.clone(),
+            rule,
+            when_span,
             then_nodes: Vec::new(),
             else_nodes: Vec::new(),
             waits: None,
         });
-        self.dag.nodes.len() - 1
+        let id = self.dag.nodes.len() - 1;
+        self.enter_sections(id);
+        self.close_section(opened);
+        id
     }
 
     /// A node that waits for the environment: it has no options, and its `expr` is its label
@@ -282,9 +325,13 @@ impl Builder<'_> {
             groups: self.groups.clone(),
             then_nodes: Vec::new(),
             else_nodes: Vec::new(),
+            rule: Rule::Default,
+            when_span: None,
             waits: Some(waits),
         });
-        self.dag.nodes.len() - 1
+        let node = self.dag.nodes.len() - 1;
+        self.enter_sections(node);
+        node
     }
 
     /// A `Cancel` or `Terminate` node: no options, no limits (it does its work the moment
@@ -300,11 +347,15 @@ impl Builder<'_> {
             policy: options::Policy::default(),
             branches: self.branches.clone(),
             groups: Vec::new(),
+            rule: Rule::Default,
+            when_span: None,
             then_nodes: Vec::new(),
             else_nodes: Vec::new(),
             waits: None,
         });
-        self.dag.nodes.len() - 1
+        let node = self.dag.nodes.len() - 1;
+        self.enter_sections(node);
+        node
     }
 
     fn signal(&mut self, step: &SignalStep) -> usize {
@@ -363,6 +414,7 @@ impl Builder<'_> {
             self.dag.group_limits.push(limit);
             self.groups.push(self.dag.group_limits.len() - 1);
         }
+        let opened = self.open_section(options.exclusive.as_ref());
         let mut entries = Vec::new();
         let mut exits = Vec::new();
         for step in &block.steps {
@@ -370,6 +422,7 @@ impl Builder<'_> {
             entries.extend(e);
             exits.extend(x);
         }
+        self.close_section(opened);
         self.groups.truncate(depth);
         (entries, exits)
     }
@@ -398,6 +451,7 @@ impl Builder<'_> {
             self.dag.group_limits.push(limit);
             self.groups.push(self.dag.group_limits.len() - 1);
         }
+        let opened = self.open_section(options.exclusive.as_ref());
         let mut entries = Vec::new();
         let mut arms = Vec::new();
         for child in &block.steps {
@@ -429,11 +483,15 @@ impl Builder<'_> {
             policy: options::Policy::default(),
             branches: self.branches.clone(),
             groups: self.groups.clone(),
+            rule: Rule::Default,
+            when_span: None,
             then_nodes: Vec::new(),
             else_nodes: Vec::new(),
             waits: None,
         });
         let node = self.dag.nodes.len() - 1;
+        self.enter_sections(node);
+        self.close_section(opened);
         for arm in &arms {
             for &exit in &arm.exits {
                 self.dag.add_edge(exit, node, edge::GATED);
@@ -495,11 +553,14 @@ impl Builder<'_> {
             policy: options::Policy::default(),
             branches: self.branches.clone(),
             groups: self.groups.clone(),
+            rule: Rule::Default,
+            when_span: None,
             then_nodes: Vec::new(),
             else_nodes: Vec::new(),
             waits: None,
         });
         let node = self.dag.nodes.len() - 1;
+        self.enter_sections(node);
         for arm in &arms {
             for &exit in &arm.exits {
                 self.dag.add_edge(exit, node, edge::GATED);
@@ -530,11 +591,14 @@ impl Builder<'_> {
             policy: options::Policy::default(),
             branches: self.branches.clone(),
             groups: Vec::new(),
+            rule: Rule::Default,
+            when_span: None,
             then_nodes: Vec::new(),
             else_nodes: Vec::new(),
             waits: None,
         });
         let decision = self.dag.nodes.len() - 1;
+        self.enter_sections(decision);
         if cond.then.is_empty() {
             let fix = if cond.otherwise.is_some() {
                 "; to act only when the test is false, negate the test and move the `else` steps here"

@@ -21,6 +21,7 @@ mod operation;
 mod options;
 mod parse;
 mod pick;
+mod rules;
 mod signals;
 mod suggest;
 mod validate;

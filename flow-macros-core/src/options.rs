@@ -1,12 +1,14 @@
 //! Typed step options: each value is checked and kept with its span; duplicates are rejected.
 
+use proc_macro2::Span;
 use proc_macro2::TokenStream;
 use quote::{ToTokens, quote};
 use syn::spanned::Spanned;
-use syn::{Expr, Ident, Lit};
+use syn::{Expr, Ident, Lit, LitStr};
 
 use crate::ctxt::Ctxt;
 use crate::parse::{Opt, OptValue};
+use crate::rules::{self, Rule};
 use crate::suggest::did_you_mean;
 
 /// Options of an `Operation`.
@@ -14,6 +16,10 @@ use crate::suggest::did_you_mean;
 pub struct OpOptions {
     pub after: Vec<Ident>,
     pub policy: Policy,
+    /// `when = ..`, and where it is written.
+    pub rule: Option<(Rule, Span)>,
+    /// `exclusive = "group"`.
+    pub exclusive: Option<LitStr>,
 }
 
 /// Resilience settings, shared by `Operation(..)` and `#[operation(..)]`; unset fields fall
@@ -177,9 +183,11 @@ fn backoff(value: &OptValue, cx: &mut Ctxt) -> Option<Backoff> {
 #[derive(Default)]
 pub struct ParallelOptions {
     pub max_concurrency: Option<u32>,
+    /// `exclusive = "group"`.
+    pub exclusive: Option<LitStr>,
 }
 
-const OPERATION_OPTIONS: &str = "`after = [name, ..]`, `timeout = \"2s\"`, `retries = 3`, `backoff = \"100ms\"`, `jitter = true` or `deadline = \"30s\"`";
+const OPERATION_OPTIONS: &str = "`after = [name, ..]`, `when = all_done`, `exclusive = \"group\"`, `timeout = \"2s\"`, `retries = 3`, `backoff = \"100ms\"`, `jitter = true` or `deadline = \"30s\"`";
 
 fn check_duplicates(options: &[Opt], cx: &mut Ctxt) {
     for (i, opt) in options.iter().enumerate() {
@@ -215,9 +223,13 @@ pub fn operation(options: &[Opt], cx: &mut Ctxt) -> OpOptions {
                     "`after` takes a list of node names in brackets, as in `after = [one, two]`",
                 ),
             },
+            "when" => out.rule = Some((rules::when(opt, cx), opt.key.span())),
+            "exclusive" => out.exclusive = rules::exclusive(opt, cx),
             _ if out.policy.option(opt, cx) => {}
             other => {
-                let keys = std::iter::once("after").chain(POLICY_KEYS);
+                let keys = ["after", "when", "exclusive"]
+                    .into_iter()
+                    .chain(POLICY_KEYS);
                 let message = match did_you_mean(other, keys) {
                     hint if hint.is_empty() => format!(
                         "unknown option `{other}` for an `Operation`: expected {OPERATION_OPTIONS}"
@@ -241,14 +253,16 @@ pub fn parallel(options: &[Opt], cx: &mut Ctxt) -> ParallelOptions {
                 opt.key.span(),
                 "`rest` needs `min`: it says what happens to the branches still running once `min` of them completed, as in `Parallel(min = 2, rest = cancel)`",
             ),
+            "exclusive" => out.exclusive = rules::exclusive(opt, cx),
+            "when" => rules::when_on_block(opt, "Parallel", cx),
             other => {
-                let hint = did_you_mean(other, ["max_concurrency", "min", "rest"]);
+                let hint = did_you_mean(other, ["max_concurrency", "exclusive", "min", "rest"]);
                 cx.error(
                     opt.key.span(),
                     format!(
                         "unknown option `{other}` for `Parallel`{}",
                         if hint.is_empty() {
-                            ": expected `max_concurrency = N`"
+                            ": expected `max_concurrency = N` or `exclusive = \"group\"`"
                         } else {
                             &hint
                         }
@@ -289,6 +303,8 @@ pub struct GateOptions {
     /// `rest = cancel` (the default): withdraw the other arms when the gate fires.
     pub rest_cancel: bool,
     pub max_concurrency: Option<u32>,
+    /// `exclusive = "group"`: the whole block is a critical section.
+    pub exclusive: Option<LitStr>,
 }
 
 /// Reads a gate block's options; `arms` is its number of children, `keyword` its keyword.
@@ -304,6 +320,7 @@ pub fn gate(
         min: 1,
         rest_cancel: true,
         max_concurrency: None,
+        exclusive: None,
     };
     let mut limits = Vec::new();
     for opt in options {
@@ -364,11 +381,13 @@ pub fn gate(
             "max_concurrency" => {
                 limits.push(opt);
             }
+            "exclusive" => out.exclusive = rules::exclusive(opt, cx),
+            "when" => rules::when_on_block(opt, &keyword.to_string(), cx),
             other => {
                 let known: &[&str] = if race {
-                    &["max_concurrency"]
+                    &["max_concurrency", "exclusive"]
                 } else {
-                    &["max_concurrency", "min", "rest"]
+                    &["max_concurrency", "min", "rest", "exclusive"]
                 };
                 let hint = did_you_mean(other, known.iter().copied());
                 cx.error(
@@ -377,9 +396,9 @@ pub fn gate(
                         "unknown option `{other}` for `{keyword}`{}",
                         if hint.is_empty() {
                             if race {
-                                ": expected `max_concurrency = N`"
+                                ": expected `max_concurrency = N` or `exclusive = \"group\"`"
                             } else {
-                                ": expected `min = k`, `rest = cancel | run` or `max_concurrency = N`"
+                                ": expected `min = k`, `rest = cancel | run`, `max_concurrency = N` or `exclusive = \"group\"`"
                             }
                         } else {
                             &hint
@@ -395,13 +414,29 @@ pub fn gate(
     out
 }
 
-pub fn sequential(options: &[Opt], cx: &mut Ctxt) {
+/// Options of a `Sequential` block: `exclusive = "group"`, if given.
+pub fn sequential(options: &[Opt], cx: &mut Ctxt) -> Option<LitStr> {
+    check_duplicates(options, cx);
+    let mut exclusive = None;
     for opt in options {
-        cx.error(
-            opt.key.span(),
-            format!("`Sequential` takes no options, found `{}`", opt.key),
-        );
+        match opt.key.to_string().as_str() {
+            "exclusive" => exclusive = rules::exclusive(opt, cx),
+            "when" => rules::when_on_block(opt, "Sequential", cx),
+            other => cx.error(
+                opt.key.span(),
+                format!(
+                    "unknown option `{other}` for `Sequential`{}",
+                    match did_you_mean(other, ["exclusive"]) {
+                        _ if other == "max_concurrency" => "; `max_concurrency` limits a `Parallel` block, and `Sequential` takes only `exclusive = \"group\"`".to_string(),
+                        hint if hint.is_empty() =>
+                            ": it takes only `exclusive = \"group\"`".to_string(),
+                        hint => hint,
+                    }
+                ),
+            ),
+        }
     }
+    exclusive
 }
 
 fn duration(key: &Ident, value: &OptValue, cx: &mut Ctxt) -> Option<u64> {

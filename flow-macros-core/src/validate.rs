@@ -9,6 +9,7 @@ use crate::ctxt::Ctxt;
 use crate::graph::{Dag, Kind, edge};
 use crate::names;
 use crate::parse::{CancelTarget, Workflow};
+use crate::rules::Rule;
 use crate::suggest::{at_line, closest, did_you_mean, on_line};
 
 /// A name an expression reads.
@@ -182,12 +183,16 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
             let inside = &dag.nodes[node].branches;
             // A node in a gate's arm may be withdrawn apart from a reader outside that arm.
             let withdrawable = !arms_of[source].iter().all(|a| arms_of[node].contains(a));
+            // A step with a trigger rule runs after failed inputs too, and a `one_failed`
+            // step is skipped when nothing failed: such reads are optional as well.
             let optional = withdrawable
                 || !dag.nodes[source]
                     .branches
                     .iter()
                     .all(|b| inside.contains(b))
-                || withdrawn_apart(source, node);
+                || withdrawn_apart(source, node)
+                || dag.nodes[node].rule != Rule::Default
+                || dag.nodes[source].rule == Rule::OneFailed;
             if withdrawable {
                 soft_reads.push((source, node));
             }
@@ -248,16 +253,17 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
         None => Vec::new(),
     };
 
+    crate::rules::check(&dag, &order, cx);
     if cx.has_errors() {
         return None;
     }
 
     // Reads of a node in another branch are optional and never skip the reader, so only a
-    // node inside a branch may be skipped.
+    // node inside a branch may be skipped, or a `one_failed` step when nothing failed.
     let may_skip: Vec<bool> = dag
         .nodes
         .iter()
-        .map(|node| !node.branches.is_empty())
+        .map(|node| !node.branches.is_empty() || node.rule == Rule::OneFailed)
         .collect();
     // A node is sure to have completed in a successful run unless it may be skipped, or a
     // Conditional test reads it or something downstream of it (a caught failure).

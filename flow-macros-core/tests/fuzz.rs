@@ -295,6 +295,10 @@ enum GOpt {
     /// `key = value` from [`POLICY`].
     Policy(usize),
     MaxConcurrency(usize),
+    /// `when = ..` with one of [`WHENS`].
+    When(usize),
+    /// `exclusive = ..` with one of [`GROUPS`].
+    Exclusive(usize),
     Unknown,
 }
 
@@ -347,6 +351,8 @@ fn op_opt() -> impl Strategy<Value = GOpt> {
         1 => Just(GOpt::TimeoutInt),
         3 => (0..POLICY.len()).prop_map(GOpt::Policy),
         1 => (0..CONCURRENCY.len()).prop_map(GOpt::MaxConcurrency),
+        1 => (0..WHENS.len()).prop_map(GOpt::When),
+        1 => (0..GROUPS.len()).prop_map(GOpt::Exclusive),
         1 => Just(GOpt::Unknown),
     ]
 }
@@ -358,6 +364,8 @@ fn block_opt() -> impl Strategy<Value = GOpt> {
         1 => (any::<bool>(), 0..DURATIONS.len()).prop_map(|(t, i)| GOpt::Duration(t, i)),
         1 => (0..POLICY.len()).prop_map(GOpt::Policy),
         1 => prop::collection::vec(gref(), 0..2).prop_map(GOpt::After),
+        1 => (0..WHENS.len()).prop_map(GOpt::When),
+        1 => (0..GROUPS.len()).prop_map(GOpt::Exclusive),
     ]
 }
 
@@ -438,6 +446,11 @@ enum Place {
 const VALID_DURATIONS: usize = 4;
 const VALID_POLICY: [usize; 8] = [0, 1, 5, 6, 8, 10, 16, 17];
 const VALID_CONCURRENCY: usize = 4;
+
+/// Values of `when`: the first two are valid.
+const WHENS: [&str; 4] = ["all_done", "one_failed", "all_donee", "3"];
+/// Values of `exclusive`: the first two are valid.
+const GROUPS: [&str; 4] = ["\"ledger\"", "\"audit\"", "\"\"", "ledger"];
 
 /// Renders a generated workflow as source text.
 ///
@@ -539,6 +552,10 @@ impl Render {
                     continue;
                 }
                 GOpt::MaxConcurrency(i) => format!("max_concurrency = {}", CONCURRENCY[*i]),
+                GOpt::When(i) if tidy && (*i >= 2 || place != Place::Op) => continue,
+                GOpt::When(i) => format!("when = {}", WHENS[*i]),
+                GOpt::Exclusive(i) if tidy && *i >= 2 => continue,
+                GOpt::Exclusive(i) => format!("exclusive = {}", GROUPS[*i]),
                 GOpt::Unknown if tidy => continue,
                 GOpt::Unknown => "colour = \"red\"".to_string(),
             };
@@ -1576,9 +1593,23 @@ fn invalid_inputs_give_their_messages() {
         "W() { Operation(f(), colour = 3) }",
         &["unknown option `colour` for an `Operation`"],
     );
+    assert_one_error(
+        "W() { a = Operation(f()), Operation(g(), when = one_faild) }",
+        "unknown trigger rule `one_faild`; did you mean `one_failed`?",
+    );
+    assert_one_error(
+        "W() { Operation(f(), when = all_done) }",
+        "`when` on a step that waits for no other step",
+    );
+    assert_one_error(
+        "W() { Sequential(exclusive = \"l\") { Operation(f(), exclusive = \"l\") } }",
+        "this section is inside another `exclusive = \"l\"` section",
+    );
     assert_errors(
         "W() { Sequential(max_concurrency = 2) { Operation(f()) } }",
-        &["`Sequential` takes no options, found `max_concurrency`"],
+        &[
+            "unknown option `max_concurrency` for `Sequential`; `max_concurrency` limits a `Parallel` block",
+        ],
     );
     assert_one_error(
         "W() { a = Operation(f()), Operation(g(), after = [ghost]) }",

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::error::{NodeError, NodeFailure, WorkflowError, render};
 use crate::events::{EventLog, RunId};
-use crate::graph::{Graph, NodeKind};
+use crate::graph::{Graph, NodeKind, Rule};
 use crate::policy::CancelReason;
 use crate::report::{NodeReport, Outcome, Report, ReportParts};
 use crate::scope::OperationSpec;
@@ -58,20 +58,24 @@ impl Verdict {
     /// or was aborted ([`Verdict::SUCCEEDED`] otherwise).
     pub(crate) fn judge(graph: &Graph, statuses: &[NodeStatus], named: &[u32]) -> Verdict {
         let n = statuses.len();
-        let bad = |s: NodeStatus| matches!(s, NodeStatus::Failed | NodeStatus::Aborted);
         // The failed nodes whose failure reached each aborted node, in one forward pass (ids
         // are in topological order). Aborts with no failure behind them are cancellations.
+        // A step with a trigger rule that ran after failures passes them on as an aborted
+        // node would.
+        let rules = graph.plan.control.rules;
+        let ruled = |node: usize| rules.get(node).is_some_and(|r| *r != Rule::Default);
         let mut roots: Vec<Vec<u32>> = vec![Vec::new(); n];
         for node in 0..n {
-            if !bad(statuses[node]) {
-                continue;
-            }
             let from = match statuses[node] {
                 NodeStatus::Failed => vec![node as u32],
-                _ => roots[node].clone(),
+                NodeStatus::Aborted => roots[node].clone(),
+                NodeStatus::Completed if ruled(node) && !roots[node].is_empty() => {
+                    roots[node].clone()
+                }
+                _ => continue,
             };
             graph.plan.for_each_target(node, |succ, caught| {
-                if !caught && statuses[succ] == NodeStatus::Aborted {
+                if !caught && (statuses[succ] == NodeStatus::Aborted || ruled(succ)) {
                     for &root in &from {
                         if !roots[succ].contains(&root) {
                             roots[succ].push(root);

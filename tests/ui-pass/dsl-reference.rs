@@ -303,6 +303,35 @@ workflow! {
 }
 
 // ---- docs/dsl.md, block 16
+workflow! {
+    /// Releases the reservation whether or not the charge went through; reports a failure.
+    pub ChargeOnce(ctx: &AppCtx, order_id: u64) {
+        order = Operation(fetch_order(ctx, order_id)),
+        stock = Operation(reserve_stock(ctx, &order)),
+        receipt = Operation(charge(&order, &stock)),
+        Parallel {
+            Operation(notify(ctx, stock.map_or(0, |s| s.order_id)), when = all_done),
+            Operation(notify(ctx, order_id), when = one_failed),
+        },
+    }
+}
+
+// ---- docs/dsl.md, block 17
+workflow! {
+    /// Two postings that must not interleave, beside an independent notification.
+    pub Postings(ctx: &AppCtx) {
+        Parallel {
+            Sequential(exclusive = "ledger") {
+                first = Operation(fetch_order(ctx, 1)),
+                Operation(reserve_stock(ctx, &first)),
+            },
+            Operation(fetch_order(ctx, 2), exclusive = "ledger"),
+            Operation(notify(ctx, 3)),
+        }
+    }
+}
+
+// ---- docs/dsl.md, block 18
 pub struct Client;
 impl Client {
     pub async fn get(&self, id: u64) -> Result<u64, ShopError> { Ok(id) }
@@ -317,7 +346,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 17
+// ---- docs/dsl.md, block 19
 #[operation(name = "charge card", timeout = "2s")]
 pub async fn charge_card(order: &Order, stock: &Reservation) -> Result<Receipt, ShopError> {
     charge(order, stock).await
@@ -333,7 +362,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 18
+// ---- docs/dsl.md, block 20
 workflow! {
     /// Rejects orders whose risk is high or could not be scored in time.
     pub Screen(ctx: &AppCtx, order_id: u64) {
@@ -348,7 +377,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 19
+// ---- docs/dsl.md, block 21
 workflow! {
     /// Charges an order and returns the receipt, if the risk was low.
     pub Receipted(ctx: &AppCtx, order_id: u64) -> (u64, Option<Receipt>) {
@@ -365,7 +394,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 20
+// ---- docs/dsl.md, block 22
 use std::num::NonZeroUsize;
 use std::time::Duration;
 

@@ -34,15 +34,21 @@ impl Scheduler {
         if self.in_flight >= self.limit {
             return false;
         }
-        match self.plan().node_groups.get(node as usize) {
+        let groups_free = match self.plan().node_groups.get(node as usize) {
             Some(groups) => groups
                 .iter()
                 .all(|&g| self.group_running[g as usize] < self.plan().group_limits[g as usize]),
             None => true,
-        }
+        };
+        groups_free && (self.group_holder.is_empty() || self.sections_free(node))
     }
 
+    /// `node` starts (`delta` 1) or stops (-1) running: counts it in its limited blocks; on
+    /// start, its critical sections hold their groups.
     fn occupy(&mut self, node: u32, delta: i32) {
+        if delta > 0 && !self.group_holder.is_empty() {
+            self.hold_sections(node);
+        }
         if let Some(groups) = self.plan().node_groups.get(node as usize) {
             for &g in *groups {
                 let count = &mut self.group_running[g as usize];
@@ -81,10 +87,26 @@ impl Scheduler {
     #[inline(never)]
     fn start_ready_limited(&mut self, leaves: &mut Leaves<'_>) {
         let mut i = 0;
-        // On `interrupt` the run applies the withdrawals (or the halt) and calls again.
-        while !self.interrupt
-            && let Some(&node) = self.ready.get(i)
-        {
+        loop {
+            if self.interrupt {
+                if self.halt.is_some() {
+                    return;
+                }
+                // The withdrawn nodes leave `ready`; the walk starts again from its head.
+                self.apply_withdrawals(leaves);
+                i = 0;
+                continue;
+            }
+            let Some(&node) = self.ready.get(i) else {
+                // A critical section that ended during the walk (a decision settled its last
+                // node, a start failed, a node was withdrawn) lets the nodes passed over start
+                // now.
+                if std::mem::take(&mut self.section_freed) && !self.ready.is_empty() {
+                    i = 0;
+                    continue;
+                }
+                return;
+            };
             if !self.nodes[node as usize].decision && !self.has_capacity(node) {
                 i += 1;
                 continue;

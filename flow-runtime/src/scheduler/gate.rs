@@ -3,6 +3,7 @@
 //! as `min` is out of reach. Reached only from those entries: a workflow without gates never
 //! runs any of this.
 
+use super::settle::NOT_CATCHABLE;
 use super::{ArmState, Fired, GateState, Halt, NO_CAUSE, Scheduler, Settle};
 use crate::events::EventKind;
 use crate::graph::{Gate, Plan, Rest};
@@ -96,7 +97,12 @@ impl Scheduler {
         for index in 0..gate.arms {
             let arm = gate.first_arm + index;
             let won = self.state.winners[gate_id as usize].contains(&(index as usize));
-            if !won && gate.rest == Rest::Cancel {
+            if won {
+                // A winning arm's steps may still run (a `Pick`'s arm after its event): their
+                // failures are the run's.
+                continue;
+            }
+            if gate.rest == Rest::Cancel {
                 self.withdraw(control.arms[arm as usize].scope, gate.node);
             }
             self.catch_arm(arm);
@@ -129,6 +135,7 @@ impl Scheduler {
             // Every arm that could have won was withdrawn: so is the gate.
             if !self.nodes[gate.node as usize].status.is_terminal() {
                 let how = Settle::Withdrawn(withdrawn);
+                // Withdrawn: nothing carried.
                 self.mark(gate.node, how);
                 self.work.push((gate.node, how));
             }
@@ -136,27 +143,32 @@ impl Scheduler {
         }
         if self.policy == FailurePolicy::FailFast
             && self.halt.is_none()
-            && !self.catchable(gate.node)
+            && self.catchable(gate.node) == NOT_CATCHABLE
         {
             self.set_halt(Halt::FailFast(cause));
         }
         self.reach_one(gate.node, node, cause, false);
     }
 
-    /// `node` failed or was aborted: caught if it sits in an arm of a gate that has fired
-    /// (an arm may go on after its gate fired: `rest = run`, or a node an untaken branch no
-    /// longer waits for).
+    /// `node` failed or was aborted: caught if it sits in an arm that lost a gate that has
+    /// fired (an arm may go on after its gate fired: `rest = run`, or a node an untaken branch
+    /// no longer waits for). A failure in a winning arm (the steps of a `Pick`'s chosen arm)
+    /// is not caught.
     #[cold]
     #[inline(never)]
     pub(super) fn catch_late(&mut self, node: u32) {
         let control = self.plan().control;
-        for info in control.arms {
-            if self.gates[info.gate as usize].fired == Fired::Ok
+        for (arm, info) in control.arms.iter().enumerate() {
+            let gate = info.gate as usize;
+            if self.gates[gate].fired == Fired::Ok
                 && control.scopes[info.scope as usize]
                     .binary_search(&node)
                     .is_ok()
             {
-                self.caught.push(node);
+                let index = arm - control.gates[gate].first_arm as usize;
+                if !self.state.winners[gate].contains(&index) {
+                    self.caught.push(node);
+                }
                 return;
             }
         }

@@ -13,6 +13,7 @@
 
 mod attempt;
 mod gate;
+mod rules;
 mod settle;
 
 use std::future::Future;
@@ -72,6 +73,9 @@ enum Settle {
     Failed,
     Aborted(u32),
     Skipped,
+    /// What a node with a trigger rule that completed after a failure reached it passes on:
+    /// the failure (its cause), as an aborted node would. Never given to `mark`.
+    Carried(u32),
     /// Withdrawn by the node it names (a gate that fired, a `Cancel`, a `Terminate`).
     Withdrawn(u32),
 }
@@ -176,8 +180,9 @@ struct Scheduler {
     caught: Vec<u32>,
     extras: Extras,
     policy: FailurePolicy,
-    /// For `FailFast`: whether a test could catch a failure of each node (computed on demand).
-    catchable: Vec<bool>,
+    /// For `FailFast`: whether a test could catch a failure of each node, or a step with a
+    /// trigger rule must run after it (flags, computed on demand).
+    catchable: Vec<u8>,
     halt: Option<Halt>,
     /// Something must happen before any node is started or polled again: a halt, or a
     /// withdrawal in `withdrawals`. One test in the loops, so a plain run pays nothing more.
@@ -199,6 +204,15 @@ struct Scheduler {
     report: bool,
     /// A `Terminate` step ended the run: it succeeds, whatever failed before.
     terminated: bool,
+    /// Every settle takes `mark_more`, not only failures: events are recorded, or a trigger
+    /// rule or a critical section must see completions. Set once, in `Scheduler::new`.
+    mark_more_always: bool,
+    /// Critical sections: members of each section not yet settled (empty without sections).
+    section_left: Vec<u32>,
+    /// Critical sections: the section holding each exclusion group, or `NO_CAUSE` when free.
+    group_holder: Vec<u32>,
+    /// A group was freed since [`Scheduler::start_ready`] last looked.
+    section_freed: bool,
     /// Starting an attempt is making its future and nothing else: no step has a policy, no
     /// `#[operation]`'s defaults were heard, nobody records events and no subscriber can want
     /// a span. Cleared when an operation is heard.
@@ -262,7 +276,9 @@ impl Scheduler {
             shared: Vec::with_capacity(SHARED_WAKER_LIMIT),
             group_running: vec![0; plan.group_limits.len()],
             limit,
-            limited: limit != usize::MAX || !plan.group_limits.is_empty(),
+            limited: limit != usize::MAX
+                || !plan.group_limits.is_empty()
+                || !plan.control.sections.is_empty(),
             settled: 0,
             failures: 0,
             work: Vec::new(),
@@ -296,7 +312,17 @@ impl Scheduler {
             report: options.report,
             terminated: false,
             lean: false,
+            mark_more_always: false,
+            section_left: Vec::new(),
+            group_holder: Vec::new(),
+            section_freed: false,
         };
+        scheduler.mark_more_always = scheduler.recording.is_some()
+            || !plan.control.rules.is_empty()
+            || !plan.control.sections.is_empty();
+        if !plan.control.rules.is_empty() || !plan.control.sections.is_empty() {
+            scheduler.prepare_control();
+        }
         if !plan.control.gates.is_empty() {
             scheduler.init_gates();
         }

@@ -4,6 +4,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
+use super::rules::{rule_runs, runs_after_failure};
 use super::{ALL_NODES, Halt, NO_CAUSE, Scheduler, Settle};
 use crate::error::{NodeError, render};
 use crate::events::EventKind;
@@ -12,6 +13,13 @@ use crate::nodes::Leaves;
 use crate::panic::panic_message;
 use crate::policy::FailurePolicy;
 use crate::status::NodeStatus;
+
+/// In `Scheduler::catchable`: nothing can catch the failure or must run after it.
+pub(super) const NOT_CATCHABLE: u8 = 0;
+/// In `Scheduler::catchable`: a `Conditional` test may catch the failure.
+const BY_TEST: u8 = 1;
+/// In `Scheduler::catchable`: a step with a trigger rule must run after the failure.
+const BY_RULE: u8 = 2;
 
 impl Scheduler {
     /// `node`'s final error rendered once, kept for the report to share with the event.
@@ -107,23 +115,41 @@ impl Scheduler {
         let len = self.len();
         self.state.set_error(node as usize, len, error);
         self.settle(node, Settle::Failed);
-        if self.policy == FailurePolicy::FailFast && self.halt.is_none() && !self.catchable(node) {
+        if self.policy == FailurePolicy::FailFast
+            && self.halt.is_none()
+            && self.catchable(node) == NOT_CATCHABLE
+        {
             self.set_halt(Halt::FailFast(node));
         }
     }
 
-    /// Whether some `Conditional` test could still catch a failure of `node`: a test names it,
-    /// or names a node downstream of it (which the failure would abort). Node ids are in
-    /// topological order, so one backward pass computes it for every node.
-    pub(super) fn catchable(&mut self, node: u32) -> bool {
+    /// What may still happen to a failure of `node`, for `FailFast`: [`BY_TEST`] when
+    /// something could catch it (a `Conditional` test names it, or names a node downstream of
+    /// it, which the failure would abort; or it reaches a gate through an arm, which catches
+    /// it if the gate fires), [`BY_RULE`] when a step with a trigger rule downstream of it must
+    /// still run (a cleanup after the failure). Node ids are in topological order, so one
+    /// backward pass computes it for every node.
+    pub(super) fn catchable(&mut self, node: u32) -> u8 {
         if self.catchable.is_empty() {
             let plan = self.plan();
-            let mut catchable = vec![false; self.len()];
+            let rules = plan.control.rules;
+            let mut catchable = vec![NOT_CATCHABLE; self.len()];
             for n in (0..self.len()).rev() {
-                let mut any = false;
-                plan.for_each_target(n, |target, caught| any |= caught || catchable[target]);
+                let mut any = NOT_CATCHABLE;
+                plan.for_each_target(n, |target, caught| {
+                    any |= catchable[target];
+                    if caught {
+                        any |= BY_TEST;
+                    }
+                    if runs_after_failure(rules, target as u32) {
+                        any |= BY_RULE;
+                    }
+                });
                 // A gate catches its arms' failures, unless it fails itself.
-                catchable[n] = any || plan.successors(n).iter().any(|&e| e & Plan::GATE != 0);
+                if plan.successors(n).iter().any(|&e| e & Plan::GATE != 0) {
+                    any |= BY_TEST;
+                }
+                catchable[n] = any;
             }
             self.catchable = catchable;
         }
@@ -168,26 +194,36 @@ impl Scheduler {
         }
     }
 
+    /// Records that `node` settled as `how`. Returns whether it passes on a failure it carried
+    /// rather than `how` (a trigger-rule node that completed after a failure reached it): then
+    /// its successors learn [`Settle::Carried`]. A `bool`, so that where a node completes the
+    /// common path still passes `how` on as the constant it is.
     #[inline(always)]
-    pub(super) fn mark(&mut self, node: u32, how: Settle) {
+    pub(super) fn mark(&mut self, node: u32, how: Settle) -> bool {
         self.nodes[node as usize].status = match how {
-            Settle::Completed => NodeStatus::Completed,
+            Settle::Completed | Settle::Carried(_) => NodeStatus::Completed,
             Settle::Failed => NodeStatus::Failed,
             Settle::Aborted(_) => NodeStatus::Aborted,
             Settle::Skipped => NodeStatus::Skipped,
             Settle::Withdrawn(_) => NodeStatus::Withdrawn,
         };
         self.settled += 1;
-        if !matches!(how, Settle::Completed) || self.recording.is_some() {
+        if !matches!(how, Settle::Completed) || self.mark_more_always {
             // Not the common case, where there is nothing to record and no failure to pass on.
-            self.mark_more(node, how);
+            return self.mark_more(node, how);
         }
+        false
     }
 
-    /// The rest of [`Scheduler::mark`]: passes a failure on and records the event.
+    /// The rest of [`Scheduler::mark`]: passes a failure on, frees a critical section and
+    /// records the event.
     #[cold]
     #[inline(never)]
-    fn mark_more(&mut self, node: u32, how: Settle) {
+    fn mark_more(&mut self, node: u32, how: Settle) -> bool {
+        if !self.section_left.is_empty() {
+            self.leave_sections(node);
+        }
+        let passed = self.carried(node, how);
         if matches!(how, Settle::Failed | Settle::Aborted(_)) {
             self.failures += 1;
             if !self.gates.is_empty() {
@@ -204,15 +240,22 @@ impl Scheduler {
         }
         if self.policy == FailurePolicy::FailFast
             && self.halt.is_none()
-            && matches!(how, Settle::Failed | Settle::Aborted(_))
+            && !matches!(
+                passed,
+                Settle::Completed | Settle::Skipped | Settle::Withdrawn(_)
+            )
             && self.plan().successors(node as usize).is_empty()
         {
-            // A failure reached the end of the graph: the run has failed.
-            let cause = match how {
-                Settle::Aborted(cause) => cause,
-                _ => node,
+            // A failure reached the end of the graph: the run has failed. A failure carried
+            // past a cleanup to the end fails it only if no test can catch it elsewhere.
+            let cause = match passed {
+                Settle::Aborted(cause) => Some(cause),
+                Settle::Carried(cause) => (self.catchable(cause) & BY_TEST == 0).then_some(cause),
+                _ => Some(node),
             };
-            self.set_halt(Halt::FailFast(cause));
+            if let Some(cause) = cause {
+                self.set_halt(Halt::FailFast(cause));
+            }
         }
         if let Settle::Aborted(cause) = how {
             let cause = self.graph.nodes[cause as usize].name;
@@ -226,7 +269,7 @@ impl Scheduler {
                 self.environment_event(node, attempt);
             }
             let kind = match how {
-                Settle::Completed => EventKind::Completed {
+                Settle::Completed | Settle::Carried(_) => EventKind::Completed {
                     branch: match self.graph.nodes[node as usize].kind {
                         NodeKind::Decision => self.decided.take(),
                         _ => None,
@@ -245,6 +288,7 @@ impl Scheduler {
             };
             self.emit(Some(node), attempt, || kind);
         }
+        matches!(passed, Settle::Carried(_))
     }
 
     /// What the environment did for a `Signal` or `Delay` step that completed: recorded
@@ -266,8 +310,11 @@ impl Scheduler {
 
     #[inline(always)]
     pub(super) fn settle(&mut self, node: u32, how: Settle) {
-        self.mark(node, how);
-        self.settled_one(node, how);
+        if self.mark(node, how) {
+            self.settled_carrier(node);
+        } else {
+            self.settled_one(node, how);
+        }
         while let Some((node, how)) = self.work.pop() {
             self.settled_one(node, how);
         }
@@ -281,7 +328,7 @@ impl Scheduler {
             // The common case: nothing to pass on.
             Settle::Completed => (NO_CAUSE, false),
             Settle::Failed => (node, false),
-            Settle::Aborted(cause) => (cause, false),
+            Settle::Aborted(cause) | Settle::Carried(cause) => (cause, false),
             // Withdrawn passes on like a skip: successors outside the withdrawn scope count
             // it as done, and those that read its data are withdrawn too (`reach_one`).
             Settle::Skipped | Settle::Withdrawn(_) => {
@@ -290,6 +337,15 @@ impl Scheduler {
             }
         };
         self.reach(self.plan().successors(node as usize), node, cause, skipped);
+    }
+
+    /// A trigger-rule node that completed after a failure reached it has settled: its
+    /// successors learn of the failure it carried.
+    #[cold]
+    #[inline(never)]
+    fn settled_carrier(&mut self, node: u32) {
+        let cause = self.nodes[node as usize].abort_cause;
+        self.settled_one(node, Settle::Carried(cause));
     }
 
     /// A skipped or withdrawn decision takes neither branch: both end the same way.
@@ -482,6 +538,12 @@ impl Scheduler {
             return;
         }
         let next = if state.abort_cause != NO_CAUSE {
+            if rule_runs(self.graph, succ) {
+                // A trigger rule: the node runs, carrying the failure (`Scheduler::carried`).
+                state.status = NodeStatus::Ready;
+                self.ready.push(succ);
+                return;
+            }
             Settle::Aborted(state.abort_cause)
         } else if state.skip {
             self.skip_fate(succ)
@@ -490,6 +552,7 @@ impl Scheduler {
             self.ready.push(succ);
             return;
         };
+        // Aborted or skipped: nothing carried.
         self.mark(succ, next);
         self.work.push((succ, next));
     }

@@ -259,16 +259,10 @@ impl Scheduler {
         let mut i = 0;
         while let Some(&node) = self.due.get(i) {
             i += 1;
-            if self.interrupt {
-                if self.halt.is_some() {
-                    // `halt` stops whatever is still running.
-                    break;
-                }
-                // Withdrawn nodes stop before anything else is polled.
-                self.apply_withdrawals(leaves);
-                if self.halt.is_some() {
-                    break;
-                }
+            // A halt stops whatever is still running; withdrawn nodes stop before anything
+            // else is polled.
+            if self.interrupt && self.halted(leaves) {
+                break;
             }
             if self.nodes[node as usize].status != NodeStatus::Running {
                 // Woken after it ended (a timer or an earlier attempt's future).

@@ -449,6 +449,17 @@ impl Scheduler {
         true
     }
 
+    /// The cold branch of the `interrupt` test between two polls: applies the queued
+    /// withdrawals unless the run halts; returns whether it halts.
+    #[cold]
+    #[inline(never)]
+    fn halted(&mut self, leaves: &mut Leaves<'_>) -> bool {
+        if self.halt.is_none() {
+            self.apply_withdrawals(leaves);
+        }
+        self.halt.is_some()
+    }
+
     /// Ends the run early: the halt is applied before anything else is started or polled.
     pub(super) fn set_halt(&mut self, halt: Halt) {
         self.halt = Some(halt);

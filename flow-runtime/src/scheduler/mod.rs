@@ -420,8 +420,12 @@ impl Scheduler {
                 };
             }
             self.poll_due(leaves, wakes, cx);
-            if self.interrupt && self.interrupted(leaves) {
-                return Poll::Ready(());
+            if self.interrupt {
+                if self.interrupted(leaves) {
+                    return Poll::Ready(());
+                }
+                // Withdrawals applied: start what is ready, poll what is left.
+                continue;
             }
             if self.settled == self.len() {
                 return Poll::Ready(());
@@ -447,17 +451,6 @@ impl Scheduler {
         }
         self.stop_all(leaves);
         true
-    }
-
-    /// The cold branch of the `interrupt` test between two polls: applies the queued
-    /// withdrawals unless the run halts; returns whether it halts.
-    #[cold]
-    #[inline(never)]
-    fn halted(&mut self, leaves: &mut Leaves<'_>) -> bool {
-        if self.halt.is_none() {
-            self.apply_withdrawals(leaves);
-        }
-        self.halt.is_some()
     }
 
     /// Ends the run early: the halt is applied before anything else is started or polled.

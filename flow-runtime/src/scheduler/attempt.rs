@@ -285,20 +285,15 @@ impl Scheduler {
     ) {
         // Polling adds nothing to `due` (nodes started from here on are polled by the next
         // round), so the list is walked by index and cleared at the end, keeping its room.
+        // On `interrupt` the walk stops and what it has not reached stays.
         let mut i = 0;
         while let Some(&node) = self.due.get(i) {
-            i += 1;
             if self.interrupt {
-                if self.halt.is_some() {
-                    // `halt` stops whatever is still running.
-                    break;
-                }
-                // Withdrawn nodes stop before anything else is polled.
-                self.apply_withdrawals(leaves);
-                if self.halt.is_some() {
-                    break;
-                }
+                // A halt stops whatever is still running; withdrawals are applied by the run
+                // loop before it polls the rest.
+                break;
             }
+            i += 1;
             if self.nodes[node as usize].status != NodeStatus::Running {
                 // Woken after it ended (a timer or an earlier attempt's future).
                 continue;
@@ -337,7 +332,12 @@ impl Scheduler {
                 self.shared.push(node);
             }
         }
-        self.due.clear();
+        if self.interrupt {
+            // The rest is polled once the withdrawals are applied (or never: a halt).
+            self.due.drain(..i);
+        } else {
+            self.due.clear();
+        }
     }
 
     /// Polls one running node. `None` while it is still going; `Some` with its final result.

@@ -457,8 +457,12 @@ impl Scheduler {
                 };
             }
             self.poll_due(leaves, wakes, cx);
-            if self.interrupt && self.interrupted(leaves) {
-                return Poll::Ready(());
+            if self.interrupt {
+                if self.interrupted(leaves) {
+                    return Poll::Ready(());
+                }
+                // Withdrawals applied: start what is ready, poll what is left.
+                continue;
             }
             if self.settled == self.len() {
                 return Poll::Ready(());

@@ -305,3 +305,91 @@ fn a_race_drops_the_loser_before_its_gate_writes_the_winner() {
         ]
     );
 }
+
+/// A future that never ends and counts its polls (first counter) and its drops (second).
+struct Polled(&'static AtomicUsize, &'static AtomicUsize);
+
+impl Future for Polled {
+    type Output = Result<(), NodeError>;
+
+    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Self::Output> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Poll::Pending
+    }
+}
+
+impl Drop for Polled {
+    fn drop(&mut self) {
+        self.1.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// `Race { a, b }` where `a` wins on its first poll, before `b` was polled.
+static FIRST_CONTROL: Control = Control {
+    scopes: &[&[0], &[1]],
+    gates: &[Gate {
+        node: 2,
+        min: 1,
+        rest: Rest::Cancel,
+        first_arm: 0,
+        arms: 2,
+    }],
+    arms: &[
+        Arm {
+            gate: 0,
+            exits: 1,
+            scope: 0,
+        },
+        Arm {
+            gate: 0,
+            exits: 1,
+            scope: 1,
+        },
+    ],
+    ..Control::NONE
+};
+static FIRST: Graph = Graph::__new(
+    "First",
+    &[
+        op("a"),
+        op("b"),
+        NodeInfo::__new("race#1", NodeKind::Gate, "Race", 1, 1),
+    ],
+    &[],
+    Plan::new(
+        &[0, 0, 1],
+        &[0, 1, 2, 2],
+        &[Plan::GATE, 1 | Plan::GATE],
+        &[0, 1],
+        &[],
+        &[0],
+        &[],
+        &[],
+        &[],
+        &[],
+        &[],
+        &[],
+        FailurePolicy::ContinueIndependent,
+    )
+    .with_control(&FIRST_CONTROL),
+);
+
+#[test]
+fn a_loser_due_in_the_same_wake_up_is_withdrawn_before_it_is_polled() {
+    static POLLS: AtomicUsize = AtomicUsize::new(0);
+    static DROPS: AtomicUsize = AtomicUsize::new(0);
+    let set = pin!(Pair::new(
+        Pair::new(Op::new(ready), Op::new(|| Polled(&POLLS, &DROPS))),
+        Decide::new(|_: &RunState| true),
+    ));
+    let mut table = Table::new(set);
+    let mut scheduler = Scheduler::new(&FIRST, &RunOptions::default());
+    let cx = Context::from_waker(Waker::noop());
+    assert!(scheduler.poll(table.leaves(), &mut None, &cx).is_ready());
+    assert_eq!(POLLS.load(Ordering::SeqCst), 0, "never polled");
+    assert_eq!(DROPS.load(Ordering::SeqCst), 1, "dropped once");
+    let finished = scheduler.finish();
+    assert!(finished.verdict.succeeded);
+    use NodeStatus::*;
+    assert_eq!(finished.statuses, [Completed, Withdrawn, Completed]);
+}

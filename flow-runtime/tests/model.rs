@@ -860,7 +860,13 @@ fn model_with(wf: &Wf, oracle: Option<&Observed>) -> Result<Expected, String> {
                     ));
                 }
                 status[i] = Completed;
-                for (nodes, _) in &gate.arms {
+                // The losing arms' failures are caught; a winning arm's stay the run's.
+                for (_, (nodes, _)) in gate
+                    .arms
+                    .iter()
+                    .enumerate()
+                    .filter(|(a, _)| !distinct.contains(&(*a as u32)))
+                {
                     forgiven.extend(
                         nodes
                             .iter()

@@ -144,7 +144,7 @@ impl OptValue {
     }
 }
 
-pub const STEP_KINDS: &str = "`Operation`, `Sequential`, `Parallel` or `Conditional`";
+pub const STEP_KINDS: &str = "`Operation`, `Sequential`, `Parallel`, `Conditional`, `Race`, `Pick`, `Signal`, `Delay`, `Cancel` or `Terminate`";
 
 /// The workflow's header, and its body's tokens.
 struct Header {

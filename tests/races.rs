@@ -532,3 +532,37 @@ async fn an_arm_that_fails_after_its_gate_fired_is_forgiven() {
     assert_eq!(status(&report, "late"), NodeStatus::Failed);
     assert_eq!(log.at("late", "end"), ms(20));
 }
+
+#[tokio::test(start_paused = true)]
+async fn pictures_draw_a_race_as_a_gate_and_a_loser_as_withdrawn() {
+    let log = Log::new();
+    let drops = AtomicUsize::new(0);
+    let outcome = Replicas::runner().execute((&log, &drops)).await;
+    let report = outcome.report;
+
+    // The gate says what it waits for; the arms are dashed like branches.
+    let dot = Replicas::GRAPH.to_dot();
+    assert!(dot.contains("first of 2"), "{dot}");
+    assert!(dot.contains("shape=invtrapezium"), "{dot}");
+    let mermaid = Replicas::GRAPH.to_mermaid();
+    assert!(mermaid.contains("won: first of 2"), "{mermaid}");
+    assert!(mermaid.contains("classDef branch"), "{mermaid}");
+
+    // After the run, the loser is drawn withdrawn.
+    let dot = report.to_dot();
+    assert!(dot.contains("[withdrawn]"), "{dot}");
+    let mermaid = report.to_mermaid();
+    assert!(mermaid.contains("classDef withdrawn"), "{mermaid}");
+
+    // The gantt chart draws the loser up to its withdrawal; the trace matrix ends it there.
+    let gantt = report.to_mermaid_gantt();
+    assert!(gantt.contains("slow (withdrawn) : done, 0, 10"), "{gantt}");
+    let matrix = report.trace_matrix();
+    let slow = 1 + report
+        .nodes()
+        .iter()
+        .position(|n| n.name == "slow")
+        .expect("slow");
+    assert_eq!(matrix.row_sum(slow), 0, "a start and an end");
+    assert!(matrix.span(slow).is_some());
+}

@@ -7,6 +7,7 @@
 mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use flow::prelude::*;
 use flow::{EdgeKind, Graph};
@@ -58,6 +59,80 @@ async fn merge(
 ) -> Result<u64, Boom> {
     let value = work(log, name, millis).await?;
     Ok(input.copied().unwrap_or(0) + value)
+}
+
+/// Records `(name, "dropped")` in the log when the future that holds it is dropped before it
+/// ended: the instant an operation was cut short.
+struct Cut<'a> {
+    log: &'a Log,
+    name: &'static str,
+    ended: bool,
+}
+
+impl Drop for Cut<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.log.record(self.name, "dropped");
+        }
+    }
+}
+
+/// Like [`work`]; if its future is dropped before it ends, the log gets a `dropped` entry.
+async fn cut(log: &Log, name: &'static str, millis: u64) -> Result<u64, Boom> {
+    let mut guard = Cut {
+        log,
+        name,
+        ended: false,
+    };
+    let value = work(log, name, millis).await;
+    guard.ended = true;
+    value
+}
+
+/// Whether `name`'s future was dropped before it ended.
+fn dropped(log: &Log, name: &str) -> bool {
+    log.events()
+        .iter()
+        .any(|(n, what, _)| n == name && *what == "dropped")
+}
+
+/// The node whose decision withdrew `name`, from the report and, checked against it, from the
+/// `Withdrawn` event of the log.
+fn withdrawn_by(report: &Report, name: &str) -> Option<&'static str> {
+    let by = report.node(name).and_then(|n| n.withdrawn_by);
+    let events: Vec<&'static str> = report
+        .log()
+        .events()
+        .iter()
+        .filter(|e| e.node_name == Some(name))
+        .filter_map(|e| match e.kind {
+            EventKind::Withdrawn { cause } => Some(cause),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(events, by.into_iter().collect::<Vec<_>>(), "`{name}`");
+    by
+}
+
+/// How many times the gate `name` fired.
+fn fired(report: &Report, name: &str) -> usize {
+    report
+        .log()
+        .events()
+        .iter()
+        .filter(|e| e.node_name == Some(name) && matches!(e.kind, EventKind::Won { .. }))
+        .count()
+}
+
+/// When each `SignalReceived` event of the run happened, with its node.
+fn received(report: &Report) -> Vec<(&'static str, Duration)> {
+    report
+        .log()
+        .events()
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::SignalReceived { .. }))
+        .map(|e| (e.node_name.unwrap_or("?"), e.at))
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -335,6 +410,56 @@ async fn wcp_07_structured_synchronizing_merge() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// WCP 9 Structured Discriminator: branches of one earlier split converge; the first to complete
+// enables the subsequent branch, later completions are ignored, and the construct resets once
+// every incoming branch has completed.
+
+workflow! {
+    /// Three branches; `next` goes on after the first to complete, and the others run on.
+    StructuredDiscriminator(log: &Log) -> Vec<usize> {
+        Sequential {
+            first = Parallel(min = 1, rest = run) {
+                a = Operation(cut(log, "a", 10)),
+                b = Operation(cut(log, "b", 30)),
+                c = Operation(cut(log, "c", 50)),
+            },
+            next = Operation(work(log, "next", 5)),
+        }
+        => first.clone()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_09_structured_discriminator() {
+    let log = Log::new();
+    let outcome = StructuredDiscriminator::runner().execute(&log).await;
+    let report = &outcome.report;
+    assert!(report.succeeded(), "{report}");
+    assert_eq!(outcome.result.as_ref().ok(), Some(&vec![0]));
+    // The first branch to complete enables the next task, once, as soon as it completed.
+    assert_eq!(starts(&log, "next"), 1);
+    assert_eq!(log.at("next", "start"), ms(10));
+    assert_eq!(fired(report, "first"), 1);
+    // The later completions are ignored: the other branches are not withdrawn, they run to
+    // their end and complete, and start nothing.
+    assert_eq!(log.at("b", "end"), ms(30));
+    assert_eq!(log.at("c", "end"), ms(50));
+    assert!(
+        !dropped(&log, "b") && !dropped(&log, "c"),
+        "{:?}",
+        log.events()
+    );
+    for name in ["a", "b", "c", "first", "next"] {
+        assert_eq!(status(report, name), NodeStatus::Completed, "{name}");
+    }
+    assert_eq!(report.count(NodeStatus::Withdrawn), 0);
+    // The construct resets only once every branch completed: the run ends with the last one,
+    // long after `next`.
+    assert_eq!(log.at("next", "end"), ms(15));
+    assert_eq!(log.elapsed(), ms(50));
+}
+
+// ---------------------------------------------------------------------------------------------
 // WCP 11 Implicit Termination: a process instance terminates when no work item remains that
 // can be done now or at any time in the future, without an explicit end node.
 
@@ -387,6 +512,87 @@ async fn wcp_11_implicit_termination() {
         "{}",
         outcome.report
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// WCP 16 Deferred Choice: one of several branches is chosen by the environment; all are possible
+// until an event of one of them happens, which chooses it, and the others are withdrawn.
+
+workflow! {
+    /// Ships when approved within the hour, expires the order otherwise; then `close`.
+    DeferredChoice(log: &Log) -> (Option<u64>, Option<u64>) {
+        Sequential {
+            Pick {
+                ok = Signal(approve: u64) => { ship = Operation(work_on(log, "ship", &ok, 10)) },
+                Delay("1h") => { expire = Operation(work(log, "expire", 10)) },
+            },
+            close = Operation(work(log, "close", 5)),
+        }
+        => (ship.copied(), expire.copied())
+    }
+}
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+#[tokio::test(start_paused = true)]
+async fn wcp_16_deferred_choice() {
+    use NodeStatus::{Completed, Withdrawn};
+    // The approval comes after twenty minutes, before the delay: it chooses its branch.
+    let log = Log::new();
+    let mut runner = DeferredChoice::runner();
+    let signals = runner.signals();
+    let approve = async {
+        sleep(HOUR / 3).await;
+        signals.send(DeferredChoice::APPROVE, 7)
+    };
+    let (outcome, sent) = tokio::join!(runner.execute(&log), approve);
+    assert_eq!(sent, Ok(()));
+    let report = &outcome.report;
+    assert!(report.succeeded(), "{report}");
+    assert_eq!(outcome.result.as_ref().ok(), Some(&(Some(17), None)));
+    assert_eq!(log.at("ship", "start"), HOUR / 3);
+    // The other branch is withdrawn, its event and its steps, and its steps never start.
+    assert_eq!(starts(&log, "expire"), 0);
+    for (name, expected) in [
+        ("ok", Completed),
+        ("ship", Completed),
+        ("delay#1", Withdrawn),
+        ("expire", Withdrawn),
+        ("pick#1", Completed),
+        ("close", Completed),
+    ] {
+        assert_eq!(status(report, name), expected, "{name}");
+    }
+    assert_eq!(withdrawn_by(report, "delay#1"), Some("pick#1"));
+    assert_eq!(withdrawn_by(report, "expire"), Some("pick#1"));
+    // The step after runs once, after the chosen branch; the withdrawn timer holds nothing up.
+    assert_eq!(starts(&log, "close"), 1);
+    assert_eq!(log.at("close", "start"), HOUR / 3 + ms(10));
+    assert_eq!(log.elapsed(), HOUR / 3 + ms(15));
+
+    // Nobody approves: the delay chooses its branch, at exactly one hour.
+    let log = Log::new();
+    let outcome = DeferredChoice::runner().execute(&log).await;
+    let report = &outcome.report;
+    assert!(report.succeeded(), "{report}");
+    assert_eq!(outcome.result.as_ref().ok(), Some(&(None, Some(10))));
+    assert_eq!(log.at("expire", "start"), HOUR);
+    assert_eq!(starts(&log, "ship"), 0);
+    for (name, expected) in [
+        ("ok", Withdrawn),
+        ("ship", Withdrawn),
+        ("delay#1", Completed),
+        ("expire", Completed),
+        ("pick#1", Completed),
+        ("close", Completed),
+    ] {
+        assert_eq!(status(report, name), expected, "{name}");
+    }
+    assert_eq!(withdrawn_by(report, "ok"), Some("pick#1"));
+    assert_eq!(withdrawn_by(report, "ship"), Some("pick#1"));
+    assert_eq!(starts(&log, "close"), 1);
+    assert_eq!(log.at("close", "start"), HOUR + ms(10));
+    assert_eq!(log.elapsed(), HOUR + ms(15));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -509,6 +715,73 @@ async fn wcp_40_interleaved_routing() {
         assert!(log.index(name, "end") < sign_off, "{name}");
     }
     assert_eq!(log.at("sign_off", "start"), ms(100));
+}
+
+// ---------------------------------------------------------------------------------------------
+// WCP 19 Cancel Task: an enabled task is withdrawn before it starts; a task already running is
+// stopped and removed.
+
+workflow! {
+    /// `running` and `queued` share one concurrency slot: `queued` is enabled from the start
+    /// and waits for the slot. At 20ms `trigger`'s branch cancels both; `next` goes on.
+    CancelTask(log: &Log) -> (Option<u64>, Option<u64>) {
+        Sequential {
+            Parallel {
+                Parallel(max_concurrency = 1) {
+                    running = Operation(cut(log, "running", 100)),
+                    queued = Operation(cut(log, "queued", 10)),
+                },
+                Sequential {
+                    trigger = Operation(work(log, "trigger", 20)),
+                    Cancel(queued),
+                    Cancel(running),
+                },
+            },
+            next = Operation(work(log, "next", 5)),
+        }
+        => (running.copied(), queued.copied())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_19_cancel_task() {
+    // `queued` has no predecessor: only the slot keeps it from starting.
+    let graph = &CancelTask::GRAPH;
+    assert!(
+        graph
+            .edges()
+            .iter()
+            .all(|e| graph.nodes()[e.to as usize].name != "queued"),
+        "{:?}",
+        graph.edges()
+    );
+    let log = Log::new();
+    let outcome = CancelTask::runner().execute(&log).await;
+    let report = &outcome.report;
+    // The run succeeds: a cancelled task is no failure.
+    assert!(report.succeeded(), "{report}");
+    assert_eq!(outcome.result.as_ref().ok(), Some(&(None, None)));
+    // The running task is stopped: its future dropped when it was cancelled, before its end.
+    assert_eq!(log.at("running", "start"), ms(0));
+    assert_eq!(log.at("running", "dropped"), ms(20));
+    assert!(
+        log.ended().iter().all(|n| n != "running"),
+        "{:?}",
+        log.events()
+    );
+    // The enabled task never starts.
+    assert_eq!(starts(&log, "queued"), 0);
+    assert_eq!(report.node("queued").map(|n| n.attempts), Some(0));
+    // Both are withdrawn, by their Cancel, not failed or aborted.
+    assert_eq!(status(report, "queued"), NodeStatus::Withdrawn);
+    assert_eq!(status(report, "running"), NodeStatus::Withdrawn);
+    assert_eq!(withdrawn_by(report, "queued"), Some("cancel#1"));
+    assert_eq!(withdrawn_by(report, "running"), Some("cancel#2"));
+    assert_eq!(report.count(NodeStatus::Failed), 0);
+    assert_eq!(report.count(NodeStatus::Aborted), 0);
+    // The run goes on at once.
+    assert_eq!(log.at("next", "start"), ms(20));
+    assert_eq!(log.elapsed(), ms(25));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -657,6 +930,287 @@ async fn wcp_22_recursion() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// WCP 23 Transient Trigger: a task is triggered by a signal; a signal that no task is waiting
+// for when it arrives is lost. WCP 24 Persistent Trigger: the same, but a signal is kept until
+// a task can act on it.
+
+workflow! {
+    /// Prepares, then waits for a transient `ping`, then handles it.
+    TransientTrigger(log: &Log) -> u64 {
+        Sequential {
+            prepare = Operation(work(log, "prepare", 10)),
+            got = Signal(ping: u64, transient),
+            handle = Operation(work_on(log, "handle", &got, 5)),
+        }
+        => handle
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_23_transient_trigger() {
+    let log = Log::new();
+    // The deadline only stops a run that would otherwise wait for ever.
+    let mut runner = TransientTrigger::runner().deadline(HOUR);
+    let signals = runner.signals();
+    // Before the run, and at 5ms while `prepare` runs, no step waits: both are refused.
+    let before = signals.send(TransientTrigger::PING, 1);
+    let environment = async {
+        sleep(ms(5)).await;
+        let early = signals.send(TransientTrigger::PING, 2);
+        // The step waits from 10ms on.
+        sleep(ms(25)).await;
+        let waited = signals.send(TransientTrigger::PING, 3);
+        (early, waited)
+    };
+    let (outcome, (early, waited)) = tokio::join!(runner.execute(&log), environment);
+    assert_eq!(before, Err(SendError::NotWaiting(1)));
+    assert_eq!(early, Err(SendError::NotWaiting(2)));
+    assert_eq!(waited, Ok(()));
+    // The refused signals are lost: the step, waiting from 10ms, is triggered by the one sent
+    // while it waited, at 30ms, and reads its payload.
+    let report = &outcome.report;
+    assert!(report.succeeded(), "{report}");
+    assert_eq!(outcome.result.as_ref().ok(), Some(&(3 + 5)));
+    assert_eq!(received(report), [("got", ms(30))]);
+    assert_eq!(log.at("handle", "start"), ms(30));
+}
+
+workflow! {
+    /// Prepares, waits for an order, handles it; then waits for a second order.
+    PersistentTrigger(log: &Log) -> (u64, u64) {
+        Sequential {
+            prepare = Operation(work(log, "prepare", 10)),
+            first = Signal(order: u64),
+            handle = Operation(work_on(log, "handle", &first, 5)),
+            second = Signal(order: u64),
+            again = Operation(work_on(log, "again", &second, 5)),
+        }
+        => (handle, again)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_24_persistent_trigger() {
+    let log = Log::new();
+    // The deadline only stops a run that would otherwise wait for ever.
+    let mut runner = PersistentTrigger::runner().deadline(HOUR);
+    let signals = runner.signals();
+    let environment = async {
+        // While `prepare` runs, before any step waits: kept.
+        sleep(ms(5)).await;
+        let early = signals.send(PersistentTrigger::ORDER, 1);
+        sleep(ms(35)).await;
+        let later = signals.send(PersistentTrigger::ORDER, 2);
+        (early, later)
+    };
+    let (outcome, (early, later)) = tokio::join!(runner.execute(&log), environment);
+    assert_eq!(early, Ok(()));
+    assert_eq!(later, Ok(()));
+    let report = &outcome.report;
+    assert!(report.succeeded(), "{report}");
+    // The kept signal triggers its step as soon as the step is reached, at 10ms, and is
+    // consumed: the second step, reached at 15ms, does not take it again but waits for the
+    // next one, sent at 40ms.
+    assert_eq!(outcome.result.as_ref().ok(), Some(&(1 + 5, 2 + 5)));
+    assert_eq!(received(report), [("first", ms(10)), ("second", ms(40))]);
+    assert_eq!(log.at("handle", "start"), ms(10));
+    assert_eq!(log.at("again", "start"), ms(40));
+}
+
+// ---------------------------------------------------------------------------------------------
+// WCP 25 Cancel Region: a set of tasks is disabled at once; those running are withdrawn.
+
+workflow! {
+    /// A region of two arms: `done` ends first, `running` and `beside` run, `later` waits for
+    /// `running`. At 20ms `trigger`'s branch cancels the region; `outside` is not in it.
+    CancelRegion(log: &Log) {
+        Sequential {
+            Parallel {
+                'region: Parallel {
+                    Sequential {
+                        done = Operation(cut(log, "done", 5)),
+                        running = Operation(cut(log, "running", 100)),
+                        later = Operation(cut(log, "later", 10)),
+                    },
+                    beside = Operation(cut(log, "beside", 100)),
+                },
+                outside = Operation(cut(log, "outside", 50)),
+                Sequential {
+                    trigger = Operation(work(log, "trigger", 20)),
+                    Cancel('region),
+                },
+            },
+            next = Operation(work(log, "next", 5)),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_25_cancel_region() {
+    let log = Log::new();
+    let outcome = CancelRegion::runner().execute(&log).await;
+    let report = &outcome.report;
+    assert!(report.succeeded(), "{report}");
+    // Every unfinished node of the region is withdrawn by the Cancel, at once: the running
+    // ones are dropped at 20ms, before their end, and the one not yet started never starts.
+    for name in ["running", "beside", "later"] {
+        assert_eq!(status(report, name), NodeStatus::Withdrawn, "{name}");
+        assert_eq!(withdrawn_by(report, name), Some("cancel#1"), "{name}");
+    }
+    for name in ["running", "beside"] {
+        assert_eq!(log.at(name, "dropped"), ms(20), "{name}");
+    }
+    assert_eq!(starts(&log, "later"), 0);
+    // A node of the region that had completed stays completed.
+    assert_eq!(status(report, "done"), NodeStatus::Completed);
+    assert_eq!(withdrawn_by(report, "done"), None);
+    // Outside the region nothing changes: `outside` runs to its end, and `next` waits for it.
+    assert_eq!(status(report, "outside"), NodeStatus::Completed);
+    assert!(!dropped(&log, "outside"));
+    assert_eq!(log.at("outside", "end"), ms(50));
+    assert_eq!(log.at("next", "start"), ms(50));
+    assert_eq!(log.ended(), ["done", "trigger", "outside", "next"]);
+    assert_eq!(report.count(NodeStatus::Withdrawn), 3);
+}
+
+// ---------------------------------------------------------------------------------------------
+// WCP 29 Cancelling Discriminator: the first active incoming branch to complete enables the
+// subsequent branch and cancels the other incoming branches.
+
+workflow! {
+    /// Two branches race; `next` follows the winner.
+    CancellingDiscriminator(log: &Log) -> usize {
+        Sequential {
+            won = Race {
+                a = Operation(cut(log, "a", 10)),
+                b = Operation(cut(log, "b", 30)),
+            },
+            next = Operation(work(log, "next", 5)),
+        }
+        => won
+    }
+}
+
+workflow! {
+    /// The branch that ends first fails.
+    FailingDiscriminator(log: &Log) -> usize {
+        Sequential {
+            won = Race {
+                bad = Operation(maybe_fail(log, "bad", 10, true)),
+                good = Operation(cut(log, "good", 30)),
+            },
+            next = Operation(work(log, "next", 5)),
+        }
+        => won
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_29_cancelling_discriminator() {
+    let log = Log::new();
+    let outcome = CancellingDiscriminator::runner().execute(&log).await;
+    let report = &outcome.report;
+    assert!(report.succeeded(), "{report}");
+    assert_eq!(outcome.result.as_ref().ok(), Some(&0));
+    // The first branch to complete enables the next task, at once.
+    assert_eq!(starts(&log, "next"), 1);
+    assert_eq!(log.at("next", "start"), ms(10));
+    // And cancels the other: dropped at that instant, withdrawn by the gate, never ended.
+    assert_eq!(log.at("b", "dropped"), ms(10));
+    assert_eq!(log.ended(), ["a", "next"]);
+    assert_eq!(status(report, "b"), NodeStatus::Withdrawn);
+    assert_eq!(withdrawn_by(report, "b"), Some("won"));
+    assert_eq!(log.elapsed(), ms(15));
+
+    // A branch that ends by failing does not complete, so it does not win: the other does.
+    let log = Log::new();
+    let outcome = FailingDiscriminator::runner().execute(&log).await;
+    let report = &outcome.report;
+    assert!(report.succeeded(), "{report}");
+    assert_eq!(outcome.result.as_ref().ok(), Some(&1));
+    assert_eq!(status(report, "bad"), NodeStatus::Failed);
+    assert_eq!(status(report, "good"), NodeStatus::Completed);
+    assert!(!dropped(&log, "good"));
+    assert_eq!(log.at("bad", "end"), ms(10));
+    assert_eq!(starts(&log, "next"), 1);
+    assert_eq!(log.at("next", "start"), ms(30));
+}
+
+// ---------------------------------------------------------------------------------------------
+// WCP 30 Structured Partial Join: M branches converge; the subsequent branch is enabled when N
+// of them completed, and later completions are ignored. WCP 32 Cancelling Partial Join: the
+// same, and the other branches are cancelled.
+
+workflow! {
+    /// Two of three; the third runs on.
+    StructuredPartialJoin(log: &Log) -> Vec<usize> {
+        Sequential {
+            two = Parallel(min = 2, rest = run) {
+                a = Operation(cut(log, "a", 10)),
+                b = Operation(cut(log, "b", 20)),
+                c = Operation(cut(log, "c", 30)),
+            },
+            next = Operation(work(log, "next", 5)),
+        }
+        => two.clone()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_30_structured_partial_join() {
+    let log = Log::new();
+    let outcome = StructuredPartialJoin::runner().execute(&log).await;
+    let report = &outcome.report;
+    assert!(report.succeeded(), "{report}");
+    assert_eq!(outcome.result.as_ref().ok(), Some(&vec![0, 1]));
+    // The next task starts when the second branch completed.
+    assert_eq!(log.at("next", "start"), ms(20));
+    assert_eq!(fired(report, "two"), 1);
+    // The third runs on and completes, and its completion does not start the next task again.
+    assert_eq!(log.at("c", "end"), ms(30));
+    assert!(!dropped(&log, "c"));
+    assert_eq!(status(report, "c"), NodeStatus::Completed);
+    assert_eq!(starts(&log, "next"), 1);
+    assert_eq!(report.count(NodeStatus::Withdrawn), 0);
+    assert_eq!(log.elapsed(), ms(30));
+}
+
+workflow! {
+    /// Two of three; the third is cancelled.
+    CancellingPartialJoin(log: &Log) -> Vec<usize> {
+        Sequential {
+            two = Parallel(min = 2, rest = cancel) {
+                a = Operation(cut(log, "a", 10)),
+                b = Operation(cut(log, "b", 20)),
+                c = Operation(cut(log, "c", 30)),
+            },
+            next = Operation(work(log, "next", 5)),
+        }
+        => two.clone()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_32_cancelling_partial_join() {
+    let log = Log::new();
+    let outcome = CancellingPartialJoin::runner().execute(&log).await;
+    let report = &outcome.report;
+    assert!(report.succeeded(), "{report}");
+    assert_eq!(outcome.result.as_ref().ok(), Some(&vec![0, 1]));
+    assert_eq!(starts(&log, "next"), 1);
+    assert_eq!(log.at("next", "start"), ms(20));
+    // The third is cancelled when the join fires: dropped then, withdrawn by the join.
+    assert_eq!(log.at("c", "dropped"), ms(20));
+    assert_eq!(log.ended(), ["a", "b", "next"]);
+    assert_eq!(status(report, "c"), NodeStatus::Withdrawn);
+    assert_eq!(withdrawn_by(report, "c"), Some("two"));
+    for name in ["a", "b"] {
+        assert_eq!(status(report, name), NodeStatus::Completed, "{name}");
+    }
+    assert_eq!(log.elapsed(), ms(25));
+}
+
+// ---------------------------------------------------------------------------------------------
 // WCP 37 Local Synchronizing Merge: branches that diverged earlier converge into one, which is
 // enabled when every active incoming branch has completed; how many are active is known from
 // information local to the merge (here: a skipped branch reports itself, dead-path
@@ -722,6 +1276,64 @@ async fn wcp_37_local_synchronizing_merge() {
         // It does not wait for `c`, which follows `b` in its branch.
         assert!(log.at("c", "end") > log.at("merge", "end"));
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// WCP 43 Explicit Termination: a process instance ends when it reaches a given end point; the
+// remaining work is cancelled and the instance is recorded as completed successfully.
+
+workflow! {
+    /// `found` ends at 10ms and terminates the run while `running` runs, `waiting` waits for
+    /// it, and `approval` waits for a signal.
+    ExplicitTermination(log: &Log) -> u64 {
+        Sequential {
+            Parallel {
+                Sequential {
+                    running = Operation(cut(log, "running", 100)),
+                    waiting = Operation(cut(log, "waiting", 5)),
+                },
+                approval = Signal(approve: u64),
+                Sequential {
+                    found = Operation(work(log, "found", 10)),
+                    Terminate(found * 3),
+                },
+            },
+            after = Operation(work(log, "after", 5)),
+        }
+        => after
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_43_explicit_termination() {
+    let log = Log::new();
+    // The deadline only stops a run that would otherwise wait for ever.
+    let outcome = ExplicitTermination::runner()
+        .deadline(HOUR)
+        .execute(&log)
+        .await;
+    let report = &outcome.report;
+    // The run ends at the end point, at once, with its value.
+    assert_eq!(outcome.result.as_ref().ok(), Some(&30));
+    assert_eq!(log.elapsed(), ms(10));
+    assert_eq!(status(report, "found"), NodeStatus::Completed);
+    assert_eq!(status(report, "terminate#1"), NodeStatus::Completed);
+    // The remaining work is cancelled: the running task dropped then, the waiting ones never
+    // started; all withdrawn by the end point, none failed.
+    assert_eq!(log.at("running", "dropped"), ms(10));
+    assert_eq!(log.started(), ["running", "found"]);
+    for name in ["running", "waiting", "approval", "after"] {
+        assert_eq!(status(report, name), NodeStatus::Withdrawn, "{name}");
+        assert_eq!(withdrawn_by(report, name), Some("terminate#1"), "{name}");
+    }
+    // The instance is recorded as completed successfully.
+    assert!(report.succeeded(), "{report}");
+    assert_eq!(report.count(NodeStatus::Failed), 0);
+    assert_eq!(report.count(NodeStatus::Aborted), 0);
+    assert!(matches!(
+        report.log().events().last().map(|e| &e.kind),
+        Some(EventKind::RunFinished { succeeded: true })
+    ));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -718,6 +718,49 @@ async fn wcp_40_interleaved_routing() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// WCP 39 Critical Section: two or more connected subgraphs are marked as critical sections; at
+// most one of them is active at a time, and one that has started completes before another starts.
+
+workflow! {
+    /// Two sections of the group `ledger` in two branches, the first a two-step `Sequential`;
+    /// `report` is in no group.
+    CriticalSection(log: &Log) {
+        Sequential {
+            Parallel {
+                Sequential(exclusive = "ledger") {
+                    debit = Operation(work(log, "debit", 10)),
+                    credit = Operation(work(log, "credit", 10)),
+                },
+                audit = Operation(work(log, "audit", 15), exclusive = "ledger"),
+                report = Operation(work(log, "report", 30)),
+            },
+            close = Operation(work(log, "close", 5)),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_39_critical_section() {
+    let log = Log::new();
+    CriticalSection::run(&log)
+        .await
+        .expect("the sections succeed");
+    // The two-step section is active from its first start to its last end: the other section
+    // does not start in the gap between its steps, and neither overlaps the other.
+    let first = (log.at("debit", "start"), log.at("credit", "end"));
+    let second = (log.at("audit", "start"), log.at("audit", "end"));
+    assert!(
+        first.1 <= second.0 || second.1 <= first.0,
+        "the sections overlap: {first:?} and {second:?}"
+    );
+    // Ready in the order written, the Sequential section goes first; `audit` waits for it.
+    assert_eq!(log.at("audit", "start"), ms(20));
+    // A step of no group runs beside both.
+    assert_eq!(log.at("report", "start"), ms(0));
+    assert_eq!(log.at("close", "start"), ms(35));
+}
+
+// ---------------------------------------------------------------------------------------------
 // WCP 19 Cancel Task: an enabled task is withdrawn before it starts; a task already running is
 // stopped and removed.
 

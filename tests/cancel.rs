@@ -556,3 +556,40 @@ async fn a_withdrawn_waiting_node_keeps_the_order_around_it() {
     assert_eq!(outcome.report.status("rest"), Some(NodeStatus::Completed));
     assert_eq!(log.at("rest", "start"), ms(55));
 }
+
+// `Cancel(name)` of a named `Race` withdraws the whole block: its arms and its gate.
+
+workflow! {
+    CancelRace(log: &Log, drops: &AtomicUsize) -> Option<usize> {
+        Sequential {
+            Parallel {
+                won = Race {
+                    a = Operation(guarded(log, drops, "a", 100)),
+                    b = Operation(guarded(log, drops, "b", 200)),
+                },
+                Sequential {
+                    quick = Operation(work(log, "quick", 10)),
+                    Cancel(won),
+                },
+            },
+            next = Operation(work(log, "next", 1)),
+        }
+        => won.copied()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelling_a_named_race_withdraws_its_arms_and_its_gate() {
+    let (log, drops) = (Log::new(), AtomicUsize::new(0));
+    let outcome = CancelRace::runner()
+        .record(true)
+        .execute((&log, &drops))
+        .await;
+    assert_eq!(outcome.result.expect("the run succeeds"), None);
+    assert_eq!(drops.load(Ordering::SeqCst), 2, "both arms dropped");
+    assert_eq!(outcome.report.status("a"), Some(NodeStatus::Withdrawn));
+    assert_eq!(outcome.report.status("b"), Some(NodeStatus::Withdrawn));
+    assert_eq!(outcome.report.status("won"), Some(NodeStatus::Withdrawn));
+    assert_eq!(log.at("next", "start"), ms(10));
+    statuses(&outcome.report);
+}

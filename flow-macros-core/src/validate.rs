@@ -320,7 +320,16 @@ fn resolve_cancels(
                 .iter()
                 .find(|r| r.label.ident == label.ident)
                 .map(|r| r.nodes.clone().collect()),
-            CancelTarget::Node(name) => names.get(&name.to_string()).map(|&id| vec![id]),
+            // A named `Race` or `Parallel(min = k)` names its gate: the whole block goes.
+            CancelTarget::Node(name) => names.get(&name.to_string()).map(|&id| {
+                let mut scope = vec![id];
+                if let Some(gate) = dag.gates.iter().find(|g| g.node == id) {
+                    scope.extend(gate.arms.iter().flat_map(|arm| arm.nodes.iter().copied()));
+                    scope.sort_unstable();
+                    scope.dedup();
+                }
+                scope
+            }),
         };
         match scope {
             Some(scope) => out.push((*cancel, scope)),

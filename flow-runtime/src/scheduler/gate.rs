@@ -138,6 +138,10 @@ impl Scheduler {
                 // Withdrawn: nothing carried.
                 self.mark(gate.node, how);
                 self.work.push((gate.node, how));
+            } else {
+                // Withdrawn with its block (a `Cancel` of it) before its arms ended: it
+                // passes that on now (`reach_withdrawn`).
+                self.reach_one(gate.node, node, NO_CAUSE, false);
             }
             return;
         }

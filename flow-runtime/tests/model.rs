@@ -28,8 +28,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use flow_runtime::__private::{
-    Arm, Control, Gate, Leaf, Nodes, Plan, Rest, RunOptions, RunState, Slot, execute_nodes,
-    unreachable_run,
+    Arm, Control, Gate, Leaf, Nodes, Plan, Rest, Rule, RunOptions, RunState, Slot,
+    execute_nodes, unreachable_run,
 };
 use flow_runtime::NodeStatus::{Aborted, Completed, Failed, Skipped, Withdrawn};
 use flow_runtime::{
@@ -84,6 +84,8 @@ enum Ref {
 enum Step {
     Op {
         behaviour: Behaviour,
+        /// `when = ..`: `Rule::Default` for an ordinary step.
+        rule: Rule,
         /// `after = [..]`: operations that come earlier in node order.
         after: Vec<Ref>,
         /// Outputs read: operations that are ancestors over order edges.
@@ -121,8 +123,14 @@ const DATA: u8 = 2;
 const AFTER: u8 = 4;
 const THEN: u8 = 8;
 const ELSE: u8 = 16;
+/// A read that sees `Option<&T>`: by a node with a trigger rule, or of a `one_failed` node. It
+/// orders, and passes on failures, but never skips the reader.
+const OPTIONAL: u8 = 32;
 /// From an exit of a gate's arm to the gate's node (as in the macro's `graph::edge`).
 const GATED: u8 = 64;
+/// A read, from outside a gate's arm, of a node in it: the reader waits for the source to
+/// settle and inherits nothing from it (as the macro's `SOFT_READ`).
+const SOFT: u8 = 128;
 
 #[derive(Debug, Clone)]
 struct Node {
@@ -131,6 +139,10 @@ struct Node {
     test: Test,
     /// The outputs an operation reads, or the nodes a decision's test names.
     reads: Vec<usize>,
+    /// The reads that are not optional: they must be there when the node starts.
+    required: Vec<usize>,
+    /// The trigger rule of an operation (`Rule::Default` for a decision).
+    rule: Rule,
     /// Enclosing branches, outermost first: (decision, is the `then` branch).
     branches: Vec<(usize, bool)>,
     /// Limited `Parallel` blocks the node sits in (operations only).
@@ -172,19 +184,32 @@ impl Wf {
             .map(|&(from, _)| from)
     }
 
+    /// The predecessors whose end `node` inherits: all but those it reads from outside their
+    /// gate's arm (`SOFT`), which it only waits for.
+    fn hard_preds(&self, node: usize) -> impl Iterator<Item = usize> + '_ {
+        self.edges
+            .iter()
+            .filter(move |&(&(_, to), &why)| to == node && why & SOFT == 0)
+            .map(|(&(from, _), _)| from)
+    }
+
     fn is_sink(&self, node: usize) -> bool {
         !self.edges.keys().any(|&(from, _)| from == node)
     }
 
-    /// Whether no decision's test names `node` or a node downstream of it: nothing can catch a
-    /// failure of `node` ("a failure no `Conditional` can catch", where `FailFast` stops).
-    fn uncatchable(&self) -> Vec<bool> {
+    /// Whether no decision's test names `node` or a node downstream of it, and no step with a
+    /// trigger rule is downstream of it: nothing can catch a failure of `node` or must still
+    /// run after it ("a failure no `Conditional` can catch", where `FailFast` stops).
+    /// With `rules` false, only tests count.
+    fn uncatchable(&self, rules: bool) -> Vec<bool> {
         let mut catchable = vec![false; self.len()];
         for node in (0..self.len()).rev() {
-            catchable[node] = self
-                .edges
-                .keys()
-                .any(|&(from, to)| from == node && (self.catches(to, from) || catchable[to]));
+            catchable[node] = self.edges.keys().any(|&(from, to)| {
+                from == node
+                    && (self.catches(to, from)
+                        || catchable[to]
+                        || (rules && self.nodes[to].rule != Rule::Default))
+            });
         }
         catchable.into_iter().map(|c| !c).collect()
     }
@@ -220,7 +245,12 @@ impl Wf {
                     Behaviour::SlowOk(ms) => format!("slow_ok_{ms}ms"),
                     Behaviour::SlowErr(ms) => format!("slow_err_{ms}ms"),
                 };
-                format!("{what}({names})")
+                let when = match n.rule {
+                    Rule::AllDone => ", when = all_done",
+                    Rule::OneFailed => ", when = one_failed",
+                    _ => "",
+                };
+                format!("{what}({names}{when})")
             }
             NodeKind::Decision => match n.test {
                 Test::AllOk => format!("all_ok({names})"),
@@ -288,6 +318,7 @@ impl Builder {
         &mut self,
         kind: NodeKind,
         behaviour: Behaviour,
+        rule: Rule,
         test: Test,
         after: &[Ref],
         reads: &[Ref],
@@ -302,6 +333,8 @@ impl Builder {
             behaviour,
             test,
             reads: Vec::new(),
+            required: Vec::new(),
+            rule,
             branches: self.branches.clone(),
             groups,
             then_nodes: Vec::new(),
@@ -335,12 +368,14 @@ impl Builder {
         match step {
             Step::Op {
                 behaviour,
+                rule,
                 after,
                 reads,
             } => {
                 let id = self.push(
                     NodeKind::Operation,
                     *behaviour,
+                    *rule,
                     Test::Const(false),
                     after,
                     reads,
@@ -373,7 +408,14 @@ impl Builder {
                 then,
                 otherwise,
             } => {
-                let decision = self.push(NodeKind::Decision, Behaviour::Ok, *test, &[], names);
+                let decision = self.push(
+                    NodeKind::Decision,
+                    Behaviour::Ok,
+                    Rule::Default,
+                    *test,
+                    &[],
+                    names,
+                );
                 let (then_entries, mut exits, then_nodes) = self.branch(decision, true, then);
                 for to in then_entries {
                     self.add_edge(decision, to, THEN);
@@ -426,7 +468,14 @@ impl Builder {
                     self.wf.gates[gate].arms.push(((first..last).collect(), x));
                 }
                 self.groups.truncate(depth);
-                let node = self.push(NodeKind::Gate, Behaviour::Ok, Test::Const(true), &[], &[]);
+                let node = self.push(
+                    NodeKind::Gate,
+                    Behaviour::Ok,
+                    Rule::Default,
+                    Test::Const(true),
+                    &[],
+                    &[],
+                );
                 self.wf.gates[gate].node = node;
                 for (_, exits) in self.wf.gates[gate].arms.clone() {
                     for exit in exits {
@@ -453,14 +502,17 @@ impl Builder {
     }
 
     /// Adds `after` edges (to earlier operations), then data edges (to operations that are
-    /// ancestors over sequence, branch and `after` edges), as the macro's validation does.
+    /// ancestors over sequence, branch and `after` edges), as the macro's validation does: a
+    /// read by a step with a rule, or of a `one_failed` step, is optional. A decision names no
+    /// `one_failed` step, and a step that waits for nothing has no rule (the macro rejects it).
     fn resolve(&mut self) {
         let n = self.wf.len();
         let ops: Vec<usize> = (0..n)
             .filter(|&i| self.wf.nodes[i].kind == NodeKind::Operation)
             .collect();
         // A node of a gate's arm may be withdrawn apart from a node outside that arm: the model
-        // reads and waits for it only from inside (the macro would make such a read optional).
+        // waits for it (`after`) only from inside, and reads it from outside as the macro does,
+        // through an optional read that inherits nothing (`SOFT`).
         let arm_of: Vec<Option<(usize, usize)>> = self.wf.nodes.iter().map(|n| n.arm).collect();
         let visible =
             |source: usize, node: usize| arm_of[source].is_none() || arm_of[source] == arm_of[node];
@@ -476,6 +528,12 @@ impl Builder {
                 }
             }
         }
+        // A step that waits for nothing has no rule (the macro rejects it).
+        for node in 0..n {
+            if self.wf.preds(node).next().is_none() {
+                self.wf.nodes[node].rule = Rule::Default;
+            }
+        }
         let mut ancestors = vec![vec![false; n]; n];
         for node in 0..n {
             let preds: Vec<usize> = self.wf.preds(node).collect();
@@ -488,10 +546,12 @@ impl Builder {
             }
         }
         for (node, ancestors) in ancestors.iter().enumerate() {
+            let decision = self.wf.nodes[node].kind == NodeKind::Decision;
             let candidates: Vec<usize> = ops
                 .iter()
                 .copied()
-                .filter(|&op| ancestors[op] && visible(op, node))
+                .filter(|&op| ancestors[op])
+                .filter(|&op| !decision || self.wf.nodes[op].rule != Rule::OneFailed)
                 .collect();
             let mut reads = BTreeSet::new();
             for r in self.refs[node].1.clone() {
@@ -499,10 +559,20 @@ impl Builder {
                     reads.insert(source);
                 }
             }
+            let ruled = self.wf.nodes[node].rule != Rule::Default;
+            let mut required = Vec::new();
             for &source in &reads {
-                self.add_edge(source, node, DATA);
+                if !visible(source, node) {
+                    self.add_edge(source, node, OPTIONAL | SOFT);
+                } else if ruled || self.wf.nodes[source].rule == Rule::OneFailed {
+                    self.add_edge(source, node, OPTIONAL);
+                } else {
+                    self.add_edge(source, node, DATA);
+                    required.push(source);
+                }
             }
             self.wf.nodes[node].reads = reads.into_iter().collect();
+            self.wf.nodes[node].required = required;
         }
     }
 }
@@ -541,7 +611,7 @@ fn graph(wf: &Wf, limits: bool) -> &'static Graph {
                 EdgeKind::Then
             } else if why & ELSE != 0 {
                 EdgeKind::Else
-            } else if why & DATA != 0 {
+            } else if why & (DATA | OPTIONAL) != 0 {
                 EdgeKind::Data
             } else if why & AFTER != 0 {
                 EdgeKind::After
@@ -555,7 +625,9 @@ fn graph(wf: &Wf, limits: bool) -> &'static Graph {
     // `Sequential` of `Parallel`s; here every target with two or more ordering predecessors
     // gets one (shared by targets with the same set), to exercise joins as often as possible.
     let use_joins = wf.edges.len().is_multiple_of(2);
-    let caught = |to: usize, why: u8| why & DATA != 0 && wf.nodes[to].kind == NodeKind::Decision;
+    let caught = |to: usize, why: u8| {
+        why & (DATA | OPTIONAL) != 0 && wf.nodes[to].kind == NodeKind::Decision
+    };
     let ordering = |to: usize, why: u8| why & (SEQUENCE | AFTER) != 0 && !caught(to, why);
     let mut ordering_preds: Vec<Vec<u32>> = vec![Vec::new(); n];
     for (&(from, to), &why) in &wf.edges {
@@ -621,6 +693,9 @@ fn graph(wf: &Wf, limits: bool) -> &'static Graph {
             if caught(to, why) {
                 entry |= Plan::CAUGHT;
             }
+            if why & SOFT != 0 {
+                entry |= Plan::SOFT;
+            }
             succ.push(entry);
         }
     }
@@ -678,9 +753,10 @@ fn graph(wf: &Wf, limits: bool) -> &'static Graph {
     )))
 }
 
-/// The control tables of `wf`'s gates: one scope per arm.
+/// The control tables of `wf`: its gates, one scope per arm, and its trigger rules.
 fn control(wf: &Wf) -> &'static Control {
-    if wf.gates.is_empty() {
+    let ruled = wf.nodes.iter().any(|node| node.rule != Rule::Default);
+    if wf.gates.is_empty() && !ruled {
         return &Control::NONE;
     }
     let mut scopes = Vec::new();
@@ -711,6 +787,11 @@ fn control(wf: &Wf) -> &'static Control {
         scopes: leak(scopes),
         gates: leak(gates),
         arms: leak(arms),
+        rules: if ruled {
+            leak(wf.nodes.iter().map(|node| node.rule).collect())
+        } else {
+            &[]
+        },
         ..Control::NONE
     }))
 }
@@ -738,8 +819,11 @@ impl Workflow for Model {
 #[derive(Debug)]
 struct Expected {
     status: Vec<NodeStatus>,
-    /// For an aborted node: every failed node at the root of a chain that reached it.
+    /// For an aborted node: every failed node at the root of a chain that reached it; for a
+    /// step with a rule that completed after failures, the failures it passes on.
     causes: Vec<BTreeSet<usize>>,
+    /// A step with a rule that completed after a failure reached it: it passes the failure on.
+    carried: Vec<bool>,
     run_fails: bool,
     /// The nodes the run's error lists, when it fails: failed or aborted, except those a
     /// decision caught.
@@ -752,81 +836,130 @@ fn model(wf: &Wf) -> Expected {
     model_with(wf, None).unwrap_or_else(|why| panic!("{why}"))
 }
 
-/// A node's fate from its predecessors' statuses (`status`), for an operation or a decision:
-/// its status, the failures behind an abort, and a decision's branch.
-fn fate(
-    wf: &Wf,
-    i: usize,
-    status: &[NodeStatus],
-    causes: &[BTreeSet<usize>],
-    chose: &[Option<bool>],
-) -> (NodeStatus, BTreeSet<usize>, Option<bool>) {
-    let node = &wf.nodes[i];
-    // In a branch that was not taken, or under a decision that was skipped.
-    let untaken = node.branches.iter().any(|&(d, side)| {
-        status[d] == Skipped || (status[d] == Completed && chose[d] != Some(side))
-    });
-    if untaken {
-        return (Skipped, BTreeSet::new(), None);
+/// What the rules decide for one node: its status, the failures behind an abort (or the ones
+/// a step with a rule carries on), a decision's branch, and whether it carries a failure on.
+#[derive(Debug, Clone, Default)]
+struct Fate {
+    status: Vec<NodeStatus>,
+    causes: Vec<BTreeSet<usize>>,
+    chose: Vec<Option<bool>>,
+    /// A step with a rule that completed after a failure reached it: it passes the failure on.
+    carried: Vec<bool>,
+}
+
+impl Fate {
+    fn new(n: usize) -> Self {
+        Fate {
+            status: vec![NodeStatus::Idle; n],
+            causes: vec![BTreeSet::new(); n],
+            chose: vec![None; n],
+            carried: vec![false; n],
+        }
     }
-    // A failure reaching it over an edge that its own test does not catch.
-    let uncaught: Vec<usize> = wf
-        .preds(i)
-        .filter(|&p| matches!(status[p], Failed | Aborted) && !wf.catches(i, p))
-        .collect();
-    if !uncaught.is_empty() {
+
+    /// Takes `node`'s fate from `other`.
+    fn copy_from(&mut self, other: &Fate, node: usize) {
+        self.status[node] = other.status[node];
+        self.causes[node] = other.causes[node].clone();
+        self.chose[node] = other.chose[node];
+        self.carried[node] = other.carried[node];
+    }
+
+    /// Whether `node` passes a failure on: it failed, was aborted, or carries one.
+    fn passes_failure(&self, node: usize) -> bool {
+        matches!(self.status[node], Failed | Aborted) || self.carried[node]
+    }
+
+    /// Decides node `i`, an operation or a decision, from its predecessors' fates.
+    fn decide(&mut self, wf: &Wf, i: usize) {
+        let node = &wf.nodes[i];
+        self.causes[i].clear();
+        self.chose[i] = None;
+        self.carried[i] = false;
+        // In a branch that was not taken, or under a decision that was skipped.
+        let untaken = node.branches.iter().any(|&(d, side)| {
+            self.status[d] == Skipped || (self.status[d] == Completed && self.chose[d] != Some(side))
+        });
+        if untaken {
+            self.status[i] = Skipped;
+            return;
+        }
+        // A failure reaching it over an edge that its own test does not catch (a read from
+        // outside a gate's arm passes nothing on); a step with a rule that ran after a failure
+        // passes it on, as an aborted node does. A withdrawn or skipped node is no failure.
+        let uncaught: Vec<usize> = wf
+            .hard_preds(i)
+            .filter(|&p| self.passes_failure(p) && !wf.catches(i, p))
+            .collect();
         let mut from = BTreeSet::new();
-        for p in uncaught {
-            if status[p] == Failed {
+        for &p in &uncaught {
+            if self.status[p] == Failed {
                 from.insert(p);
             } else {
-                from.extend(causes[p].iter().copied());
+                from.extend(self.causes[p].iter().copied());
             }
         }
-        return (Aborted, from, None);
-    }
-    if node.reads.iter().any(|&r| status[r] == Skipped) {
-        return (Skipped, BTreeSet::new(), None);
-    }
-    match node.kind {
-        NodeKind::Operation => {
-            let s = if node.behaviour.succeeds() {
-                Completed
-            } else {
-                Failed
-            };
-            (s, BTreeSet::new(), None)
+        self.causes[i] = from;
+        match node.rule {
+            // Runs whatever reached it; a failure that did goes on past it.
+            Rule::AllDone => self.carried[i] = !uncaught.is_empty(),
+            Rule::OneFailed if uncaught.is_empty() => {
+                self.status[i] = Skipped;
+                return;
+            }
+            Rule::OneFailed => self.carried[i] = true,
+            _ if !uncaught.is_empty() => {
+                self.status[i] = Aborted;
+                return;
+            }
+            _ => {}
         }
-        NodeKind::Decision => {
-            // A test sees a named node as `Err` when it failed or was aborted.
-            let ok = |r: &usize| status[*r] == Completed;
-            let branch = match node.test {
-                Test::AllOk => node.reads.iter().all(ok),
-                Test::AnyErr => !node.reads.iter().all(ok),
-                Test::Const(b) => b,
-            };
-            (Completed, BTreeSet::new(), Some(branch))
+        if node.required.iter().any(|&r| self.status[r] == Skipped) {
+            self.status[i] = Skipped;
+            return;
         }
-        _ => unreachable!("gates are decided by the walk"),
+        match node.kind {
+            NodeKind::Operation => {
+                self.status[i] = if node.behaviour.succeeds() {
+                    Completed
+                } else {
+                    // Its own failure goes on, not the one it carried.
+                    self.carried[i] = false;
+                    self.causes[i].clear();
+                    Failed
+                };
+            }
+            NodeKind::Decision => {
+                // A test sees a named node as `Err` when it failed or was aborted, and when it
+                // was skipped or withdrawn (it has no value).
+                let ok = |r: &usize| self.status[*r] == Completed;
+                self.chose[i] = Some(match node.test {
+                    Test::AllOk => node.reads.iter().all(ok),
+                    Test::AnyErr => !node.reads.iter().all(ok),
+                    Test::Const(b) => b,
+                });
+                self.status[i] = Completed;
+            }
+            _ => unreachable!("gates are decided by the walk"),
+        }
     }
 }
 
 /// The model's run. Which arms win a gate depends on timing, so with gates the model takes the
 /// winners the run logged (`oracle`) and checks them: a gate fires exactly when `min` of its
-/// arms can complete (no failure reaches their exits), and its winners are `min` such arms. A
-/// node of an arm that the gate withdraws (rest = cancel: the losers, or every arm when the
-/// gate fails) ends as the rules say or withdrawn, as the run says; the nodes after a withdrawn
-/// node of its arm are withdrawn with it; no other node is ever withdrawn.
+/// arms can complete (no failure reaches their exits: none failed, was aborted or carries a
+/// failure on), and its winners are `min` such arms. A node of an arm that the gate withdraws
+/// (rest = cancel: the losers, or every arm when the gate fails) ends as the rules say or
+/// withdrawn, as the run says; the nodes after a withdrawn node of its arm are withdrawn with
+/// it; no other node is ever withdrawn. The failures in the arms that lost a gate that fired
+/// are caught; those of its winners are not.
 fn model_with(wf: &Wf, oracle: Option<&Observed>) -> Result<Expected, String> {
     let n = wf.len();
-    let mut status = vec![NodeStatus::Idle; n];
-    let mut causes: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
-    let mut chose = vec![None::<bool>; n];
+    let mut now = Fate::new(n);
     // The same, as if no arm were ever withdrawn: what decides the gates.
-    let mut ran = vec![NodeStatus::Idle; n];
-    let mut ran_causes: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
-    let mut ran_chose = vec![None::<bool>; n];
-    // Failed or aborted nodes of the arms of gates that fired: caught, as a test's names are.
+    let mut ran = Fate::new(n);
+    // Failed or aborted nodes of the arms that lost gates that fired: caught, as a test's
+    // names are.
     let mut forgiven = BTreeSet::new();
     for i in 0..n {
         let node = &wf.nodes[i];
@@ -840,7 +973,11 @@ fn model_with(wf: &Wf, oracle: Option<&Observed>) -> Result<Expected, String> {
             let completable: Vec<bool> = gate
                 .arms
                 .iter()
-                .map(|(_, exits)| exits.iter().all(|&e| matches!(ran[e], Completed | Skipped)))
+                .map(|(_, exits)| {
+                    exits.iter().all(|&e| {
+                        matches!(ran.status[e], Completed | Skipped) && !ran.carried[e]
+                    })
+                })
                 .collect();
             let fires = completable.iter().filter(|&&c| c).count() >= gate.min as usize;
             let won = oracle.and_then(|o| o.won.get(&i));
@@ -859,13 +996,16 @@ fn model_with(wf: &Wf, oracle: Option<&Observed>) -> Result<Expected, String> {
                         gate.min
                     ));
                 }
-                status[i] = Completed;
-                for (nodes, _) in &gate.arms {
+                now.status[i] = Completed;
+                for (a, (nodes, _)) in gate.arms.iter().enumerate() {
+                    if distinct.contains(&(a as u32)) {
+                        continue;
+                    }
                     forgiven.extend(
                         nodes
                             .iter()
                             .copied()
-                            .filter(|&m| matches!(status[m], Failed | Aborted)),
+                            .filter(|&m| matches!(now.status[m], Failed | Aborted)),
                     );
                 }
                 (0..gate.arms.len())
@@ -878,16 +1018,16 @@ fn model_with(wf: &Wf, oracle: Option<&Observed>) -> Result<Expected, String> {
                         gate.min
                     ));
                 }
-                status[i] = Aborted;
+                now.status[i] = Aborted;
                 for (_, exits) in &gate.arms {
                     for &e in exits {
-                        match status[e] {
+                        match now.status[e] {
                             Failed => {
-                                causes[i].insert(e);
+                                now.causes[i].insert(e);
                             }
-                            Aborted => {
-                                let from = causes[e].clone();
-                                causes[i].extend(from);
+                            Aborted | Completed if now.passes_failure(e) => {
+                                let from = now.causes[e].clone();
+                                now.causes[i].extend(from);
                             }
                             _ => {}
                         }
@@ -896,7 +1036,7 @@ fn model_with(wf: &Wf, oracle: Option<&Observed>) -> Result<Expected, String> {
                 vec![!gate.rest_run; gate.arms.len()]
             };
             for (a, (nodes, _)) in gate.arms.iter().enumerate() {
-                if let Some(&m) = nodes.iter().find(|&&m| status[m] == Withdrawn)
+                if let Some(&m) = nodes.iter().find(|&&m| now.status[m] == Withdrawn)
                     && !withdrawable[a]
                 {
                     return Err(format!(
@@ -904,34 +1044,45 @@ fn model_with(wf: &Wf, oracle: Option<&Observed>) -> Result<Expected, String> {
                     ));
                 }
             }
-            ran[i] = status[i];
-            ran_causes[i] = causes[i].clone();
+            // The gate is decided: what comes after it sees its arms as they ended.
+            for m in gate.arms.iter().flat_map(|(nodes, _)| nodes.iter().copied()) {
+                ran.copy_from(&now, m);
+            }
+            ran.copy_from(&now, i);
             continue;
         }
-        let (s, c, ch) = fate(wf, i, &status, &causes, &chose);
         if node.arm.is_some() {
-            let (rs, rc, rch) = fate(wf, i, &ran, &ran_causes, &ran_chose);
-            (ran[i], ran_causes[i], ran_chose[i]) = (rs, rc, rch);
+            ran.decide(wf, i);
             // A branch not taken (or under a skipped decision) was skipped when its decision
             // settled, before any withdrawal; otherwise a node after a withdrawn one had not
             // ended, and went with it.
             let untaken = node.branches.iter().any(|&(d, side)| {
-                status[d] == Skipped || (status[d] == Completed && chose[d] != Some(side))
+                now.status[d] == Skipped
+                    || (now.status[d] == Completed && now.chose[d] != Some(side))
             });
             let after_withdrawn = !untaken
                 && wf
                     .preds(i)
-                    .any(|p| wf.nodes[p].arm == node.arm && status[p] == Withdrawn);
+                    .any(|p| wf.nodes[p].arm == node.arm && now.status[p] == Withdrawn);
             let observed = oracle.is_some_and(|o| o.status[i] == Withdrawn);
             if after_withdrawn || observed {
-                status[i] = Withdrawn;
+                now.status[i] = Withdrawn;
+                now.causes[i].clear();
+                now.carried[i] = false;
                 continue;
             }
+            now.decide(wf, i);
         } else {
-            (ran[i], ran_causes[i], ran_chose[i]) = (s, c.clone(), ch);
+            now.decide(wf, i);
+            ran.copy_from(&now, i);
         }
-        (status[i], causes[i], chose[i]) = (s, c, ch);
     }
+    let Fate {
+        status,
+        causes,
+        carried,
+        ..
+    } = now;
     let bad = |s: NodeStatus| matches!(s, Failed | Aborted);
     // The nodes a test that ran names.
     let named: BTreeSet<usize> = (0..n)
@@ -974,6 +1125,7 @@ fn model_with(wf: &Wf, oracle: Option<&Observed>) -> Result<Expected, String> {
     Ok(Expected {
         status,
         causes,
+        carried,
         run_fails,
         listed,
     })
@@ -1080,11 +1232,11 @@ impl Leaf for HarnessNode {
         }
         let shared = Rc::clone(&this.shared);
         let behaviour = node.behaviour;
-        let reads = node.reads.clone();
+        let required = node.required.clone();
         this.running = Some(Box::pin(async move {
             // An input that is missing fails the node, as generated code's `input` does (there
             // with an internal error): the scheduler must never start a node that early.
-            if reads.iter().any(|&r| shared.slots[r].get().is_none()) {
+            if required.iter().any(|&r| shared.slots[r].get().is_none()) {
                 shared.record(Event::End(i, Instant::now(), true));
                 return Err(NodeError::Aborted {
                     cause: "missing input",
@@ -1457,14 +1609,20 @@ fn fail_fast_verdict(
     observed: &Observed,
 ) -> Result<(), String> {
     check_order(wf, observed)?;
-    let uncatchable = wf.uncatchable();
+    let uncatchable = wf.uncatchable(true);
+    let untestable = wf.uncatchable(false);
     let first = observed
         .log
         .events
         .iter()
         .position(|e| matches!(*e, Event::End(node, _, true) if uncatchable[node]));
-    let reaches_end =
-        (0..wf.len()).any(|i| wf.is_sink(i) && matches!(expected.status[i], Failed | Aborted));
+    // A failure carried past a step with a rule to the end stops the run when no test can
+    // catch it.
+    let reaches_end = (0..wf.len()).any(|i| {
+        wf.is_sink(i)
+            && (matches!(expected.status[i], Failed | Aborted)
+                || (expected.carried[i] && expected.causes[i].iter().any(|&c| untestable[c])))
+    });
     match first {
         // No failure it must stop for: exactly the model's run.
         None if !reaches_end => check_against_model(wf, graph, expected, observed)?,
@@ -1531,8 +1689,14 @@ fn picks(max: usize) -> impl Strategy<Value = Vec<Ref>> {
 fn operation() -> impl Strategy<Value = Step> {
     let after = prop::option::weighted(0.3, any::<u16>().prop_map(Ref::Pick))
         .prop_map(|p| p.into_iter().collect());
-    (behaviour(), after, picks(2)).prop_map(|(behaviour, after, reads)| Step::Op {
+    let rule = prop_oneof![
+        10 => Just(Rule::Default),
+        1 => Just(Rule::AllDone),
+        1 => Just(Rule::OneFailed),
+    ];
+    (behaviour(), rule, after, picks(2)).prop_map(|(behaviour, rule, after, reads)| Step::Op {
         behaviour,
+        rule,
         after,
         reads,
     })
@@ -1673,6 +1837,7 @@ proptest! {
 fn op(behaviour: Behaviour, reads: &[usize]) -> Step {
     Step::Op {
         behaviour,
+        rule: Rule::Default,
         after: Vec::new(),
         reads: reads.iter().map(|&r| Ref::Node(r)).collect(),
     }
@@ -1681,8 +1846,18 @@ fn op(behaviour: Behaviour, reads: &[usize]) -> Step {
 fn op_after(behaviour: Behaviour, after: &[usize]) -> Step {
     Step::Op {
         behaviour,
+        rule: Rule::Default,
         after: after.iter().map(|&r| Ref::Node(r)).collect(),
         reads: Vec::new(),
+    }
+}
+
+fn op_when(behaviour: Behaviour, rule: Rule, reads: &[usize]) -> Step {
+    Step::Op {
+        behaviour,
+        rule,
+        after: Vec::new(),
+        reads: reads.iter().map(|&r| Ref::Node(r)).collect(),
     }
 }
 
@@ -1770,6 +1945,36 @@ fn conditional_is_an_error_boundary() {
 }
 
 #[test]
+fn trigger_rules_run_after_failures_and_pass_them_on() {
+    // n0 fails; the cleanup n1 runs anyway, reading n0 as missing, and passes the failure on
+    // to n2, which is aborted by n0; the run fails.
+    let body = [
+        op(Behaviour::Err, &[]),
+        op_when(Behaviour::Ok, Rule::AllDone, &[0]),
+        op(Behaviour::Ok, &[]),
+    ];
+    let wf = assert_run(&body, &[Failed, Completed, Aborted], true);
+    assert_eq!(model(&wf).causes[2], BTreeSet::from([0]));
+
+    // Nothing fails: the alarm n1 is skipped, and n2 after it runs.
+    let body = [
+        op(Behaviour::Ok, &[]),
+        op_when(Behaviour::Ok, Rule::OneFailed, &[]),
+        op(Behaviour::Ok, &[]),
+    ];
+    assert_run(&body, &[Completed, Skipped, Completed], false);
+
+    // n0's failure aborts n1 and n2; the alarm n3 after them runs, since a failure reached
+    // it (over an aborted node), and the run still fails.
+    let body = [
+        op(Behaviour::Err, &[]),
+        par(vec![op(Behaviour::Ok, &[]), op(Behaviour::SlowOk(5), &[])]),
+        op_when(Behaviour::Ok, Rule::OneFailed, &[]),
+    ];
+    assert_run(&body, &[Failed, Aborted, Aborted, Completed], true);
+}
+
+#[test]
 fn skip_propagates_through_data_only() {
     // The branch is not taken: n1 is skipped, n2 reads it and is skipped too, n3 only follows
     // n2 and runs.
@@ -1832,6 +2037,9 @@ fn generator_covers_the_interesting_cases() {
     let [mut fails, mut caught, mut skipped, mut aborted, mut nested] = [0usize; 5];
     // Workflows whose plan routes edges through joins, and of those, ones with a failure.
     let [mut joined, mut joined_fails] = [0usize; 2];
+    // Workflows where a step with a rule carried a failure on, and where a `one_failed` step
+    // was skipped.
+    let [mut carried, mut quiet] = [0usize; 2];
     for _ in 0..samples {
         let body = workflow()
             .new_tree(&mut runner)
@@ -1852,6 +2060,10 @@ fn generator_covers_the_interesting_cases() {
         skipped += usize::from(m.status.contains(&Skipped));
         aborted += usize::from(m.status.contains(&Aborted));
         nested += usize::from(wf.nodes.iter().any(|n| n.branches.len() >= 2));
+        carried += usize::from(m.carried.contains(&true));
+        quiet += usize::from(
+            (0..wf.len()).any(|i| wf.nodes[i].rule == Rule::OneFailed && m.status[i] == Skipped),
+        );
         if !graph(&wf, false).__plan().join_pred_count.is_empty() {
             joined += 1;
             joined_fails += usize::from(m.status.contains(&Failed));
@@ -1859,7 +2071,7 @@ fn generator_covers_the_interesting_cases() {
     }
     sizes.sort_unstable();
     let summary = format!(
-        "sizes: median {}, max {}; runs failing {fails}, with a caught failure {caught}, with skips {skipped}, with aborts {aborted}, with nested branches {nested}, with joins {joined} ({joined_fails} with a failure) (of {samples})",
+        "sizes: median {}, max {}; runs failing {fails}, with a caught failure {caught}, with skips {skipped}, with aborts {aborted}, with nested branches {nested}, with joins {joined} ({joined_fails} with a failure), with a carried failure {carried}, with a skipped one_failed step {quiet} (of {samples})",
         sizes[samples / 2],
         sizes[samples - 1]
     );
@@ -1869,6 +2081,7 @@ fn generator_covers_the_interesting_cases() {
     );
     assert!(fails > samples / 5 && fails < samples * 9 / 10, "{summary}");
     assert!(caught > samples / 50, "{summary}");
+    assert!(carried > samples / 10 && quiet > samples / 10, "{summary}");
     assert!(
         joined > samples / 5 && joined_fails > samples / 10,
         "{summary}"

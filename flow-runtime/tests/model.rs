@@ -72,11 +72,13 @@ enum Test {
     Const(bool),
 }
 
-/// A reference to an earlier node: an index into the valid choices (random workflows), or a
-/// node id that must be one of them (hand-built workflows).
+/// A reference to an earlier node: an index into the valid choices (random workflows), or
+/// into those of them that sit in a gate's arm (the choices when none does), or a node id that
+/// must be one of them (hand-built workflows).
 #[derive(Debug, Clone, Copy)]
 enum Ref {
     Pick(u16),
+    InArm(u16),
     Node(usize),
 }
 
@@ -296,8 +298,8 @@ fn compile(body: &[Step]) -> Wf {
 
 fn resolve_ref(r: Ref, candidates: &[usize], node: usize) -> Option<usize> {
     match r {
-        Ref::Pick(_) if candidates.is_empty() => None,
-        Ref::Pick(p) => Some(candidates[p as usize % candidates.len()]),
+        Ref::Pick(_) | Ref::InArm(_) if candidates.is_empty() => None,
+        Ref::Pick(p) | Ref::InArm(p) => Some(candidates[p as usize % candidates.len()]),
         Ref::Node(id) => {
             assert!(
                 candidates.contains(&id),
@@ -554,8 +556,17 @@ impl Builder {
                 .filter(|&op| !decision || self.wf.nodes[op].rule != Rule::OneFailed)
                 .collect();
             let mut reads = BTreeSet::new();
+            let in_arms: Vec<usize> = candidates
+                .iter()
+                .copied()
+                .filter(|&op| self.wf.nodes[op].arm.is_some())
+                .collect();
             for r in self.refs[node].1.clone() {
-                if let Some(source) = resolve_ref(r, &candidates, node) {
+                let choices = match r {
+                    Ref::InArm(_) if !in_arms.is_empty() => &in_arms,
+                    _ => &candidates,
+                };
+                if let Some(source) = resolve_ref(r, choices, node) {
                     reads.insert(source);
                 }
             }
@@ -1756,9 +1767,31 @@ fn gate() -> impl Strategy<Value = Step> {
         })
 }
 
-/// A workflow whose top-level steps are steps or gates.
+/// A gate and a step with a rule right after it that reads nodes of the arms of this or an
+/// earlier gate: a cleanup that sees what a gate withdrew, or an alarm that its failure may
+/// reach.
+fn gate_then_rule() -> impl Strategy<Value = Step> {
+    let rule = prop_oneof![Just(Rule::AllDone), Just(Rule::OneFailed)];
+    let reads = prop::collection::vec(any::<u16>().prop_map(Ref::InArm), 1..=2);
+    (gate(), behaviour(), rule, reads).prop_map(|(gate, behaviour, rule, reads)| {
+        Step::Seq(vec![
+            gate,
+            Step::Op {
+                behaviour,
+                rule,
+                after: Vec::new(),
+                reads,
+            },
+        ])
+    })
+}
+
+/// A workflow whose top-level steps are steps or gates (some followed by a step with a rule).
 fn gated_workflow() -> impl Strategy<Value = Vec<Step>> {
-    prop::collection::vec(prop_oneof![2 => step(), 3 => gate()], 1..=4)
+    prop::collection::vec(
+        prop_oneof![2 => step(), 2 => gate(), 1 => gate_then_rule()],
+        1..=4,
+    )
 }
 
 /// How many random workflows each property runs: `FLOW_MODEL_CASES`, or 1,000.
@@ -2125,6 +2158,10 @@ fn gated_generator_covers_the_interesting_cases() {
     let mut runner = TestRunner::deterministic();
     let samples = 300;
     let [mut withdrawn, mut fired, mut failed, mut run_on, mut k_of_n] = [0usize; 5];
+    // Runs where a step with a rule outside an arm read a withdrawn node and was decided (it
+    // ran, or a `one_failed` step was skipped); where an arm's exit carried a failure on; and
+    // where a step with a rule after a gate ran carrying the gate's failure.
+    let [mut ruled_withdrawn, mut carried_exit, mut after_failed_gate] = [0usize; 3];
     for _ in 0..samples {
         let body = gated_workflow()
             .new_tree(&mut runner)
@@ -2132,7 +2169,26 @@ fn gated_generator_covers_the_interesting_cases() {
             .current();
         let wf = compile(&body);
         let observed = run(&wf, graph(&wf, false), RunOptions::default()).expect("the run ends");
+        let m = model_with(&wf, Some(&observed)).unwrap_or_else(|why| panic!("{why}"));
         withdrawn += usize::from(observed.status.contains(&Withdrawn));
+        ruled_withdrawn += usize::from((0..wf.len()).any(|i| {
+            wf.nodes[i].rule != Rule::Default
+                && wf.nodes[i].arm.is_none()
+                && matches!(m.status[i], Completed | Skipped)
+                && wf.nodes[i].reads.iter().any(|&r| m.status[r] == Withdrawn)
+        }));
+        carried_exit += usize::from(wf.gates.iter().any(|gate| {
+            gate.arms
+                .iter()
+                .any(|(_, exits)| exits.iter().any(|&e| m.carried[e]))
+        }));
+        after_failed_gate += usize::from(wf.gates.iter().any(|gate| {
+            m.status[gate.node] == Aborted
+                && wf
+                    .edges
+                    .keys()
+                    .any(|&(from, to)| from == gate.node && m.carried[to])
+        }));
         for gate in &wf.gates {
             match observed.status[gate.node] {
                 Completed => {
@@ -2146,7 +2202,13 @@ fn gated_generator_covers_the_interesting_cases() {
         }
     }
     let summary = format!(
-        "of {samples} runs, {withdrawn} withdrew nodes; gates fired {fired} ({run_on} with rest = run, {k_of_n} with min > 1), failed {failed}"
+        "of {samples} runs, {withdrawn} withdrew nodes; gates fired {fired} ({run_on} with rest = run, {k_of_n} with min > 1), failed {failed}; a step with a rule read a withdrawn node in {ruled_withdrawn}, an arm's exit carried a failure in {carried_exit}, a step with a rule carried a gate's failure in {after_failed_gate}"
+    );
+    assert!(
+        ruled_withdrawn > samples / 30
+            && carried_exit > samples / 10
+            && after_failed_gate > samples / 20,
+        "{summary}"
     );
     assert!(withdrawn > samples / 5, "{summary}");
     assert!(fired > samples / 2 && failed > samples / 20, "{summary}");

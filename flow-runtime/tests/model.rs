@@ -8,10 +8,18 @@
 //! applies the rules of the design one node at a time; the two must agree on every status, on
 //! the run's result, on the failures it lists and on the causes of aborts.
 //!
+//! Any operation may carry a trigger rule (`when = all_done | one_failed`): it runs after its
+//! inputs settle whatever their status (`one_failed` only if a failure reached it, else it is
+//! skipped), and when it completes it passes on the failure it carried. Reads by such a step,
+//! and of a `one_failed` step, are optional.
+//!
 //! Workflows with gates (`Race`, `Parallel(min = k, rest = ..)`) are generated apart, with gates
-//! at the top of the workflow: which arms win depends on timing, so the model takes the winners
-//! the run logged and checks that they could win, that a gate fires exactly when `min` of its
-//! arms can complete, and that only the arms a gate withdraws hold withdrawn nodes.
+//! at the top of the workflow, some followed by a step with a rule: which arms win depends on
+//! timing, so the model takes the winners the run logged and checks that they could win, that
+//! a gate fires exactly when `min` of its arms can complete (an arm whose exit carries a
+//! failure cannot), and that only the arms a gate withdraws hold withdrawn nodes. A node read
+//! from outside its arm is read as the macro reads it: the reader waits for it and inherits
+//! nothing, so a withdrawn input counts as ended and is no failure.
 //!
 //! Each property runs 1,000 random workflows; `FLOW_MODEL_CASES` sets another number, for a
 //! long hunt (`FLOW_MODEL_CASES=200000 cargo test -p flow-runtime --release --test model`)
@@ -28,8 +36,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use flow_runtime::__private::{
-    Arm, Control, Gate, Leaf, Nodes, Plan, Rest, Rule, RunOptions, RunState, Slot,
-    execute_nodes, unreachable_run,
+    Arm, Control, Gate, Leaf, Nodes, Plan, Rest, Rule, RunOptions, RunState, Slot, execute_nodes,
+    unreachable_run,
 };
 use flow_runtime::NodeStatus::{Aborted, Completed, Failed, Skipped, Withdrawn};
 use flow_runtime::{
@@ -889,7 +897,8 @@ impl Fate {
         self.carried[i] = false;
         // In a branch that was not taken, or under a decision that was skipped.
         let untaken = node.branches.iter().any(|&(d, side)| {
-            self.status[d] == Skipped || (self.status[d] == Completed && self.chose[d] != Some(side))
+            self.status[d] == Skipped
+                || (self.status[d] == Completed && self.chose[d] != Some(side))
         });
         if untaken {
             self.status[i] = Skipped;
@@ -985,9 +994,9 @@ fn model_with(wf: &Wf, oracle: Option<&Observed>) -> Result<Expected, String> {
                 .arms
                 .iter()
                 .map(|(_, exits)| {
-                    exits.iter().all(|&e| {
-                        matches!(ran.status[e], Completed | Skipped) && !ran.carried[e]
-                    })
+                    exits
+                        .iter()
+                        .all(|&e| matches!(ran.status[e], Completed | Skipped) && !ran.carried[e])
                 })
                 .collect();
             let fires = completable.iter().filter(|&&c| c).count() >= gate.min as usize;
@@ -1056,7 +1065,11 @@ fn model_with(wf: &Wf, oracle: Option<&Observed>) -> Result<Expected, String> {
                 }
             }
             // The gate is decided: what comes after it sees its arms as they ended.
-            for m in gate.arms.iter().flat_map(|(nodes, _)| nodes.iter().copied()) {
+            for m in gate
+                .arms
+                .iter()
+                .flat_map(|(nodes, _)| nodes.iter().copied())
+            {
                 ran.copy_from(&now, m);
             }
             ran.copy_from(&now, i);
@@ -1910,6 +1923,38 @@ fn par(steps: Vec<Step>) -> Step {
     }
 }
 
+/// A race (`min = 1`, `rest = cancel`) over `arms`.
+fn race(arms: Vec<Step>) -> Step {
+    Step::Gate {
+        min: 1,
+        rest_run: false,
+        max_concurrency: None,
+        arms,
+    }
+}
+
+/// Runs a workflow with gates, checks the model (which takes the run's winners) against
+/// hand-written expectations, then the scheduler against the model, with and without limits.
+fn assert_gated_run(body: &[Step], statuses: &[NodeStatus], run_fails: bool) -> (Wf, Expected) {
+    let wf = compile(body);
+    let observed = run(&wf, graph(&wf, false), RunOptions::default()).expect("the run ends");
+    let expected = model_with(&wf, Some(&observed)).unwrap_or_else(|why| panic!("{why}"));
+    assert_eq!(
+        expected.status, statuses,
+        "the model disagrees with the hand-written statuses"
+    );
+    assert_eq!(
+        expected.run_fails, run_fails,
+        "the model disagrees with the hand-written result"
+    );
+    for limits in [false, true] {
+        if let Err(why) = check_continue(&wf, limits, None) {
+            panic!("{why}");
+        }
+    }
+    (wf, expected)
+}
+
 /// Checks the model against hand-written expectations, then the scheduler against the model.
 fn assert_run(body: &[Step], statuses: &[NodeStatus], run_fails: bool) -> Wf {
     let wf = compile(body);
@@ -1975,6 +2020,90 @@ fn conditional_is_an_error_boundary() {
     ];
     let wf = assert_run(&body, &[Failed, Aborted, Aborted, Aborted], true);
     assert_eq!(model(&wf).causes[3], BTreeSet::from([0]));
+}
+
+#[test]
+fn trigger_rules_beside_gates() {
+    // The race's loser n1 is withdrawn. The cleanup n3 reads it (from outside its arm, so it
+    // inherits nothing) and runs; a withdrawal is no failure, so the alarm n4 is skipped; n5
+    // runs; the run succeeds.
+    let body = [
+        race(vec![
+            op(Behaviour::SlowOk(10), &[]),
+            op(Behaviour::SlowOk(50), &[]),
+        ]),
+        par(vec![
+            op_when(Behaviour::Ok, Rule::AllDone, &[1]),
+            op_when(Behaviour::Ok, Rule::OneFailed, &[1]),
+        ]),
+        op(Behaviour::Ok, &[]),
+    ];
+    assert_gated_run(
+        &body,
+        &[
+            Completed, Withdrawn, Completed, Completed, Skipped, Completed,
+        ],
+        false,
+    );
+
+    // The cleanup n1 ends arm 0 carrying n0's failure on: the arm cannot win, n2's arm wins,
+    // and n0's failure, in an arm that lost, is caught. Nothing reaches the alarm n4.
+    let body = [
+        race(vec![
+            Step::Seq(vec![
+                op(Behaviour::Err, &[]),
+                op_when(Behaviour::Ok, Rule::AllDone, &[0]),
+            ]),
+            op(Behaviour::SlowOk(5), &[]),
+        ]),
+        op_when(Behaviour::Ok, Rule::OneFailed, &[]),
+    ];
+    assert_gated_run(
+        &body,
+        &[Failed, Completed, Completed, Completed, Skipped],
+        false,
+    );
+
+    // Both arms fail (arm 0 through the failure its cleanup carries): the race fails, the
+    // cleanup n4 after it runs and carries the failure on, n5 is aborted, the run fails.
+    let body = [
+        race(vec![
+            Step::Seq(vec![
+                op(Behaviour::Err, &[]),
+                op_when(Behaviour::Ok, Rule::AllDone, &[0]),
+            ]),
+            op(Behaviour::SlowErr(5), &[]),
+        ]),
+        op_when(Behaviour::Ok, Rule::AllDone, &[]),
+        op(Behaviour::Ok, &[]),
+    ];
+    let (_, expected) = assert_gated_run(
+        &body,
+        &[Failed, Completed, Failed, Aborted, Completed, Aborted],
+        true,
+    );
+    assert!(expected.carried[4]);
+    assert_eq!(expected.causes[5], BTreeSet::from([0, 2]));
+    assert_eq!(expected.listed, BTreeSet::from([0, 2, 3, 5]));
+
+    // Arm 0 wins: its test d2 names the cleanup n1, which completed, so nothing aborts it; but
+    // n0's failure was only carried, never caught, and a winning arm's failures are the run's.
+    let body = [race(vec![
+        Step::Seq(vec![
+            op(Behaviour::Err, &[]),
+            op_when(Behaviour::Ok, Rule::AllDone, &[0]),
+            cond(Test::Const(true), &[1], vec![op(Behaviour::Ok, &[])], None),
+        ]),
+        op(Behaviour::SlowOk(5), &[]),
+    ])];
+    let (_, expected) = assert_gated_run(
+        &body,
+        &[
+            Failed, Completed, Completed, Completed, Withdrawn, Completed,
+        ],
+        true,
+    );
+    assert_eq!(expected.listed, BTreeSet::from([0]));
 }
 
 #[test]

@@ -1626,6 +1626,39 @@ fn check_fail_fast(wf: &Wf) -> Result<(), String> {
     verdict.map_err(|why| format!("{why}\n{}", describe(graph, &expected, &observed)))
 }
 
+/// Runs `wf`, with gates, under `ContinueIndependent` (whose winners the model takes) and under
+/// `FailFast`: the two runs share their timing until `FailFast` stops, so under `FailFast`
+/// every node keeps the model's status or is aborted, and the run fails exactly when the
+/// model's does.
+fn check_fail_fast_gated(wf: &Wf) -> Result<(), String> {
+    let graph = graph(wf, false);
+    let full = run(wf, graph, RunOptions::default())?;
+    let expected = model_with(wf, Some(&full))?;
+    let options = Runner::<Model>::new()
+        .failure_policy(FailurePolicy::FailFast)
+        .__into_options();
+    let observed = run(wf, graph, options)?;
+    let verdict = (|| {
+        check_order(wf, &observed)?;
+        for i in 0..wf.len() {
+            let s = observed.status[i];
+            if s != expected.status[i] && s != Aborted {
+                return Err(format!(
+                    "node {i} is {s}: neither the model's status nor aborted"
+                ));
+            }
+        }
+        if expected.run_fails != observed.run_fails {
+            return Err(format!(
+                "the model's run fails: {}, the FailFast run fails: {}",
+                expected.run_fails, observed.run_fails
+            ));
+        }
+        Ok(())
+    })();
+    verdict.map_err(|why| format!("{why}\n{}", describe(graph, &expected, &observed)))
+}
+
 fn fail_fast_verdict(
     wf: &Wf,
     graph: &Graph,
@@ -1873,6 +1906,13 @@ proptest! {
     #[test]
     fn fail_fast_stops_at_first_uncaught_failure(body in workflow()) {
         verdict(check_fail_fast(&compile(&body)))?;
+    }
+
+    /// Under `FailFast`, with gates and rules: every node keeps the model's status or is
+    /// aborted, and the run fails exactly when the model's does.
+    #[test]
+    fn fail_fast_with_gates_keeps_the_models_result(body in gated_workflow()) {
+        verdict(check_fail_fast_gated(&compile(&body)))?;
     }
 }
 

@@ -8,10 +8,18 @@
 //! applies the rules of the design one node at a time; the two must agree on every status, on
 //! the run's result, on the failures it lists and on the causes of aborts.
 //!
+//! Any operation may carry a trigger rule (`when = all_done | one_failed`): it runs after its
+//! inputs settle whatever their status (`one_failed` only if a failure reached it, else it is
+//! skipped), and when it completes it passes on the failure it carried. Reads by such a step,
+//! and of a `one_failed` step, are optional.
+//!
 //! Workflows with gates (`Race`, `Parallel(min = k, rest = ..)`) are generated apart, with gates
-//! at the top of the workflow: which arms win depends on timing, so the model takes the winners
-//! the run logged and checks that they could win, that a gate fires exactly when `min` of its
-//! arms can complete, and that only the arms a gate withdraws hold withdrawn nodes.
+//! at the top of the workflow, some followed by a step with a rule: which arms win depends on
+//! timing, so the model takes the winners the run logged and checks that they could win, that
+//! a gate fires exactly when `min` of its arms can complete (an arm whose exit carries a
+//! failure cannot), and that only the arms a gate withdraws hold withdrawn nodes. A node read
+//! from outside its arm is read as the macro reads it: the reader waits for it and inherits
+//! nothing, so a withdrawn input counts as ended and is no failure.
 //!
 //! Each property runs 1,000 random workflows; `FLOW_MODEL_CASES` sets another number, for a
 //! long hunt (`FLOW_MODEL_CASES=200000 cargo test -p flow-runtime --release --test model`)
@@ -28,7 +36,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use flow_runtime::__private::{
-    Arm, Control, Gate, Leaf, Nodes, Plan, Rest, RunOptions, RunState, Slot, execute_nodes,
+    Arm, Control, Gate, Leaf, Nodes, Plan, Rest, Rule, RunOptions, RunState, Slot, execute_nodes,
     unreachable_run,
 };
 use flow_runtime::NodeStatus::{Aborted, Completed, Failed, Skipped, Withdrawn};
@@ -72,11 +80,13 @@ enum Test {
     Const(bool),
 }
 
-/// A reference to an earlier node: an index into the valid choices (random workflows), or a
-/// node id that must be one of them (hand-built workflows).
+/// A reference to an earlier node: an index into the valid choices (random workflows), or
+/// into those of them that sit in a gate's arm (the choices when none does), or a node id that
+/// must be one of them (hand-built workflows).
 #[derive(Debug, Clone, Copy)]
 enum Ref {
     Pick(u16),
+    InArm(u16),
     Node(usize),
 }
 
@@ -84,6 +94,8 @@ enum Ref {
 enum Step {
     Op {
         behaviour: Behaviour,
+        /// `when = ..`: `Rule::Default` for an ordinary step.
+        rule: Rule,
         /// `after = [..]`: operations that come earlier in node order.
         after: Vec<Ref>,
         /// Outputs read: operations that are ancestors over order edges.
@@ -121,8 +133,14 @@ const DATA: u8 = 2;
 const AFTER: u8 = 4;
 const THEN: u8 = 8;
 const ELSE: u8 = 16;
+/// A read that sees `Option<&T>`: by a node with a trigger rule, or of a `one_failed` node. It
+/// orders, and passes on failures, but never skips the reader.
+const OPTIONAL: u8 = 32;
 /// From an exit of a gate's arm to the gate's node (as in the macro's `graph::edge`).
 const GATED: u8 = 64;
+/// A read, from outside a gate's arm, of a node in it: the reader waits for the source to
+/// settle and inherits nothing from it (as the macro's `SOFT_READ`).
+const SOFT: u8 = 128;
 
 #[derive(Debug, Clone)]
 struct Node {
@@ -131,6 +149,10 @@ struct Node {
     test: Test,
     /// The outputs an operation reads, or the nodes a decision's test names.
     reads: Vec<usize>,
+    /// The reads that are not optional: they must be there when the node starts.
+    required: Vec<usize>,
+    /// The trigger rule of an operation (`Rule::Default` for a decision).
+    rule: Rule,
     /// Enclosing branches, outermost first: (decision, is the `then` branch).
     branches: Vec<(usize, bool)>,
     /// Limited `Parallel` blocks the node sits in (operations only).
@@ -172,19 +194,32 @@ impl Wf {
             .map(|&(from, _)| from)
     }
 
+    /// The predecessors whose end `node` inherits: all but those it reads from outside their
+    /// gate's arm (`SOFT`), which it only waits for.
+    fn hard_preds(&self, node: usize) -> impl Iterator<Item = usize> + '_ {
+        self.edges
+            .iter()
+            .filter(move |&(&(_, to), &why)| to == node && why & SOFT == 0)
+            .map(|(&(from, _), _)| from)
+    }
+
     fn is_sink(&self, node: usize) -> bool {
         !self.edges.keys().any(|&(from, _)| from == node)
     }
 
-    /// Whether no decision's test names `node` or a node downstream of it: nothing can catch a
-    /// failure of `node` ("a failure no `Conditional` can catch", where `FailFast` stops).
-    fn uncatchable(&self) -> Vec<bool> {
+    /// Whether no decision's test names `node` or a node downstream of it, and no step with a
+    /// trigger rule is downstream of it: nothing can catch a failure of `node` or must still
+    /// run after it ("a failure no `Conditional` can catch", where `FailFast` stops).
+    /// With `rules` false, only tests count.
+    fn uncatchable(&self, rules: bool) -> Vec<bool> {
         let mut catchable = vec![false; self.len()];
         for node in (0..self.len()).rev() {
-            catchable[node] = self
-                .edges
-                .keys()
-                .any(|&(from, to)| from == node && (self.catches(to, from) || catchable[to]));
+            catchable[node] = self.edges.keys().any(|&(from, to)| {
+                from == node
+                    && (self.catches(to, from)
+                        || catchable[to]
+                        || (rules && self.nodes[to].rule != Rule::Default))
+            });
         }
         catchable.into_iter().map(|c| !c).collect()
     }
@@ -220,7 +255,12 @@ impl Wf {
                     Behaviour::SlowOk(ms) => format!("slow_ok_{ms}ms"),
                     Behaviour::SlowErr(ms) => format!("slow_err_{ms}ms"),
                 };
-                format!("{what}({names})")
+                let when = match n.rule {
+                    Rule::AllDone => ", when = all_done",
+                    Rule::OneFailed => ", when = one_failed",
+                    _ => "",
+                };
+                format!("{what}({names}{when})")
             }
             NodeKind::Decision => match n.test {
                 Test::AllOk => format!("all_ok({names})"),
@@ -266,8 +306,8 @@ fn compile(body: &[Step]) -> Wf {
 
 fn resolve_ref(r: Ref, candidates: &[usize], node: usize) -> Option<usize> {
     match r {
-        Ref::Pick(_) if candidates.is_empty() => None,
-        Ref::Pick(p) => Some(candidates[p as usize % candidates.len()]),
+        Ref::Pick(_) | Ref::InArm(_) if candidates.is_empty() => None,
+        Ref::Pick(p) | Ref::InArm(p) => Some(candidates[p as usize % candidates.len()]),
         Ref::Node(id) => {
             assert!(
                 candidates.contains(&id),
@@ -288,6 +328,7 @@ impl Builder {
         &mut self,
         kind: NodeKind,
         behaviour: Behaviour,
+        rule: Rule,
         test: Test,
         after: &[Ref],
         reads: &[Ref],
@@ -302,6 +343,8 @@ impl Builder {
             behaviour,
             test,
             reads: Vec::new(),
+            required: Vec::new(),
+            rule,
             branches: self.branches.clone(),
             groups,
             then_nodes: Vec::new(),
@@ -335,12 +378,14 @@ impl Builder {
         match step {
             Step::Op {
                 behaviour,
+                rule,
                 after,
                 reads,
             } => {
                 let id = self.push(
                     NodeKind::Operation,
                     *behaviour,
+                    *rule,
                     Test::Const(false),
                     after,
                     reads,
@@ -373,7 +418,14 @@ impl Builder {
                 then,
                 otherwise,
             } => {
-                let decision = self.push(NodeKind::Decision, Behaviour::Ok, *test, &[], names);
+                let decision = self.push(
+                    NodeKind::Decision,
+                    Behaviour::Ok,
+                    Rule::Default,
+                    *test,
+                    &[],
+                    names,
+                );
                 let (then_entries, mut exits, then_nodes) = self.branch(decision, true, then);
                 for to in then_entries {
                     self.add_edge(decision, to, THEN);
@@ -426,7 +478,14 @@ impl Builder {
                     self.wf.gates[gate].arms.push(((first..last).collect(), x));
                 }
                 self.groups.truncate(depth);
-                let node = self.push(NodeKind::Gate, Behaviour::Ok, Test::Const(true), &[], &[]);
+                let node = self.push(
+                    NodeKind::Gate,
+                    Behaviour::Ok,
+                    Rule::Default,
+                    Test::Const(true),
+                    &[],
+                    &[],
+                );
                 self.wf.gates[gate].node = node;
                 for (_, exits) in self.wf.gates[gate].arms.clone() {
                     for exit in exits {
@@ -453,14 +512,17 @@ impl Builder {
     }
 
     /// Adds `after` edges (to earlier operations), then data edges (to operations that are
-    /// ancestors over sequence, branch and `after` edges), as the macro's validation does.
+    /// ancestors over sequence, branch and `after` edges), as the macro's validation does: a
+    /// read by a step with a rule, or of a `one_failed` step, is optional. A decision names no
+    /// `one_failed` step, and a step that waits for nothing has no rule (the macro rejects it).
     fn resolve(&mut self) {
         let n = self.wf.len();
         let ops: Vec<usize> = (0..n)
             .filter(|&i| self.wf.nodes[i].kind == NodeKind::Operation)
             .collect();
         // A node of a gate's arm may be withdrawn apart from a node outside that arm: the model
-        // reads and waits for it only from inside (the macro would make such a read optional).
+        // waits for it (`after`) only from inside, and reads it from outside as the macro does,
+        // through an optional read that inherits nothing (`SOFT`).
         let arm_of: Vec<Option<(usize, usize)>> = self.wf.nodes.iter().map(|n| n.arm).collect();
         let visible =
             |source: usize, node: usize| arm_of[source].is_none() || arm_of[source] == arm_of[node];
@@ -476,6 +538,12 @@ impl Builder {
                 }
             }
         }
+        // A step that waits for nothing has no rule (the macro rejects it).
+        for node in 0..n {
+            if self.wf.preds(node).next().is_none() {
+                self.wf.nodes[node].rule = Rule::Default;
+            }
+        }
         let mut ancestors = vec![vec![false; n]; n];
         for node in 0..n {
             let preds: Vec<usize> = self.wf.preds(node).collect();
@@ -488,21 +556,42 @@ impl Builder {
             }
         }
         for (node, ancestors) in ancestors.iter().enumerate() {
+            let decision = self.wf.nodes[node].kind == NodeKind::Decision;
             let candidates: Vec<usize> = ops
                 .iter()
                 .copied()
-                .filter(|&op| ancestors[op] && visible(op, node))
+                .filter(|&op| ancestors[op])
+                .filter(|&op| !decision || self.wf.nodes[op].rule != Rule::OneFailed)
                 .collect();
             let mut reads = BTreeSet::new();
+            let in_arms: Vec<usize> = candidates
+                .iter()
+                .copied()
+                .filter(|&op| self.wf.nodes[op].arm.is_some())
+                .collect();
             for r in self.refs[node].1.clone() {
-                if let Some(source) = resolve_ref(r, &candidates, node) {
+                let choices = match r {
+                    Ref::InArm(_) if !in_arms.is_empty() => &in_arms,
+                    _ => &candidates,
+                };
+                if let Some(source) = resolve_ref(r, choices, node) {
                     reads.insert(source);
                 }
             }
+            let ruled = self.wf.nodes[node].rule != Rule::Default;
+            let mut required = Vec::new();
             for &source in &reads {
-                self.add_edge(source, node, DATA);
+                if !visible(source, node) {
+                    self.add_edge(source, node, OPTIONAL | SOFT);
+                } else if ruled || self.wf.nodes[source].rule == Rule::OneFailed {
+                    self.add_edge(source, node, OPTIONAL);
+                } else {
+                    self.add_edge(source, node, DATA);
+                    required.push(source);
+                }
             }
             self.wf.nodes[node].reads = reads.into_iter().collect();
+            self.wf.nodes[node].required = required;
         }
     }
 }
@@ -541,7 +630,7 @@ fn graph(wf: &Wf, limits: bool) -> &'static Graph {
                 EdgeKind::Then
             } else if why & ELSE != 0 {
                 EdgeKind::Else
-            } else if why & DATA != 0 {
+            } else if why & (DATA | OPTIONAL) != 0 {
                 EdgeKind::Data
             } else if why & AFTER != 0 {
                 EdgeKind::After
@@ -555,7 +644,9 @@ fn graph(wf: &Wf, limits: bool) -> &'static Graph {
     // `Sequential` of `Parallel`s; here every target with two or more ordering predecessors
     // gets one (shared by targets with the same set), to exercise joins as often as possible.
     let use_joins = wf.edges.len().is_multiple_of(2);
-    let caught = |to: usize, why: u8| why & DATA != 0 && wf.nodes[to].kind == NodeKind::Decision;
+    let caught = |to: usize, why: u8| {
+        why & (DATA | OPTIONAL) != 0 && wf.nodes[to].kind == NodeKind::Decision
+    };
     let ordering = |to: usize, why: u8| why & (SEQUENCE | AFTER) != 0 && !caught(to, why);
     let mut ordering_preds: Vec<Vec<u32>> = vec![Vec::new(); n];
     for (&(from, to), &why) in &wf.edges {
@@ -621,6 +712,9 @@ fn graph(wf: &Wf, limits: bool) -> &'static Graph {
             if caught(to, why) {
                 entry |= Plan::CAUGHT;
             }
+            if why & SOFT != 0 {
+                entry |= Plan::SOFT;
+            }
             succ.push(entry);
         }
     }
@@ -678,9 +772,10 @@ fn graph(wf: &Wf, limits: bool) -> &'static Graph {
     )))
 }
 
-/// The control tables of `wf`'s gates: one scope per arm.
+/// The control tables of `wf`: its gates, one scope per arm, and its trigger rules.
 fn control(wf: &Wf) -> &'static Control {
-    if wf.gates.is_empty() {
+    let ruled = wf.nodes.iter().any(|node| node.rule != Rule::Default);
+    if wf.gates.is_empty() && !ruled {
         return &Control::NONE;
     }
     let mut scopes = Vec::new();
@@ -711,6 +806,11 @@ fn control(wf: &Wf) -> &'static Control {
         scopes: leak(scopes),
         gates: leak(gates),
         arms: leak(arms),
+        rules: if ruled {
+            leak(wf.nodes.iter().map(|node| node.rule).collect())
+        } else {
+            &[]
+        },
         ..Control::NONE
     }))
 }
@@ -738,8 +838,11 @@ impl Workflow for Model {
 #[derive(Debug)]
 struct Expected {
     status: Vec<NodeStatus>,
-    /// For an aborted node: every failed node at the root of a chain that reached it.
+    /// For an aborted node: every failed node at the root of a chain that reached it; for a
+    /// step with a rule that completed after failures, the failures it passes on.
     causes: Vec<BTreeSet<usize>>,
+    /// A step with a rule that completed after a failure reached it: it passes the failure on.
+    carried: Vec<bool>,
     run_fails: bool,
     /// The nodes the run's error lists, when it fails: failed or aborted, except those a
     /// decision caught.
@@ -752,81 +855,131 @@ fn model(wf: &Wf) -> Expected {
     model_with(wf, None).unwrap_or_else(|why| panic!("{why}"))
 }
 
-/// A node's fate from its predecessors' statuses (`status`), for an operation or a decision:
-/// its status, the failures behind an abort, and a decision's branch.
-fn fate(
-    wf: &Wf,
-    i: usize,
-    status: &[NodeStatus],
-    causes: &[BTreeSet<usize>],
-    chose: &[Option<bool>],
-) -> (NodeStatus, BTreeSet<usize>, Option<bool>) {
-    let node = &wf.nodes[i];
-    // In a branch that was not taken, or under a decision that was skipped.
-    let untaken = node.branches.iter().any(|&(d, side)| {
-        status[d] == Skipped || (status[d] == Completed && chose[d] != Some(side))
-    });
-    if untaken {
-        return (Skipped, BTreeSet::new(), None);
+/// What the rules decide for one node: its status, the failures behind an abort (or the ones
+/// a step with a rule carries on), a decision's branch, and whether it carries a failure on.
+#[derive(Debug, Clone, Default)]
+struct Fate {
+    status: Vec<NodeStatus>,
+    causes: Vec<BTreeSet<usize>>,
+    chose: Vec<Option<bool>>,
+    /// A step with a rule that completed after a failure reached it: it passes the failure on.
+    carried: Vec<bool>,
+}
+
+impl Fate {
+    fn new(n: usize) -> Self {
+        Fate {
+            status: vec![NodeStatus::Idle; n],
+            causes: vec![BTreeSet::new(); n],
+            chose: vec![None; n],
+            carried: vec![false; n],
+        }
     }
-    // A failure reaching it over an edge that its own test does not catch.
-    let uncaught: Vec<usize> = wf
-        .preds(i)
-        .filter(|&p| matches!(status[p], Failed | Aborted) && !wf.catches(i, p))
-        .collect();
-    if !uncaught.is_empty() {
+
+    /// Takes `node`'s fate from `other`.
+    fn copy_from(&mut self, other: &Fate, node: usize) {
+        self.status[node] = other.status[node];
+        self.causes[node] = other.causes[node].clone();
+        self.chose[node] = other.chose[node];
+        self.carried[node] = other.carried[node];
+    }
+
+    /// Whether `node` passes a failure on: it failed, was aborted, or carries one.
+    fn passes_failure(&self, node: usize) -> bool {
+        matches!(self.status[node], Failed | Aborted) || self.carried[node]
+    }
+
+    /// Decides node `i`, an operation or a decision, from its predecessors' fates.
+    fn decide(&mut self, wf: &Wf, i: usize) {
+        let node = &wf.nodes[i];
+        self.causes[i].clear();
+        self.chose[i] = None;
+        self.carried[i] = false;
+        // In a branch that was not taken, or under a decision that was skipped.
+        let untaken = node.branches.iter().any(|&(d, side)| {
+            self.status[d] == Skipped
+                || (self.status[d] == Completed && self.chose[d] != Some(side))
+        });
+        if untaken {
+            self.status[i] = Skipped;
+            return;
+        }
+        // A failure reaching it over an edge that its own test does not catch (a read from
+        // outside a gate's arm passes nothing on); a step with a rule that ran after a failure
+        // passes it on, as an aborted node does. A withdrawn or skipped node is no failure.
+        let uncaught: Vec<usize> = wf
+            .hard_preds(i)
+            .filter(|&p| self.passes_failure(p) && !wf.catches(i, p))
+            .collect();
         let mut from = BTreeSet::new();
-        for p in uncaught {
-            if status[p] == Failed {
+        for &p in &uncaught {
+            if self.status[p] == Failed {
                 from.insert(p);
             } else {
-                from.extend(causes[p].iter().copied());
+                from.extend(self.causes[p].iter().copied());
             }
         }
-        return (Aborted, from, None);
-    }
-    if node.reads.iter().any(|&r| status[r] == Skipped) {
-        return (Skipped, BTreeSet::new(), None);
-    }
-    match node.kind {
-        NodeKind::Operation => {
-            let s = if node.behaviour.succeeds() {
-                Completed
-            } else {
-                Failed
-            };
-            (s, BTreeSet::new(), None)
+        self.causes[i] = from;
+        match node.rule {
+            // Runs whatever reached it; a failure that did goes on past it.
+            Rule::AllDone => self.carried[i] = !uncaught.is_empty(),
+            Rule::OneFailed if uncaught.is_empty() => {
+                self.status[i] = Skipped;
+                return;
+            }
+            Rule::OneFailed => self.carried[i] = true,
+            _ if !uncaught.is_empty() => {
+                self.status[i] = Aborted;
+                return;
+            }
+            _ => {}
         }
-        NodeKind::Decision => {
-            // A test sees a named node as `Err` when it failed or was aborted.
-            let ok = |r: &usize| status[*r] == Completed;
-            let branch = match node.test {
-                Test::AllOk => node.reads.iter().all(ok),
-                Test::AnyErr => !node.reads.iter().all(ok),
-                Test::Const(b) => b,
-            };
-            (Completed, BTreeSet::new(), Some(branch))
+        if node.required.iter().any(|&r| self.status[r] == Skipped) {
+            self.status[i] = Skipped;
+            return;
         }
-        _ => unreachable!("gates are decided by the walk"),
+        match node.kind {
+            NodeKind::Operation => {
+                self.status[i] = if node.behaviour.succeeds() {
+                    Completed
+                } else {
+                    // Its own failure goes on, not the one it carried.
+                    self.carried[i] = false;
+                    self.causes[i].clear();
+                    Failed
+                };
+            }
+            NodeKind::Decision => {
+                // A test sees a named node as `Err` when it failed or was aborted, and when it
+                // was skipped or withdrawn (it has no value).
+                let ok = |r: &usize| self.status[*r] == Completed;
+                self.chose[i] = Some(match node.test {
+                    Test::AllOk => node.reads.iter().all(ok),
+                    Test::AnyErr => !node.reads.iter().all(ok),
+                    Test::Const(b) => b,
+                });
+                self.status[i] = Completed;
+            }
+            _ => unreachable!("gates are decided by the walk"),
+        }
     }
 }
 
 /// The model's run. Which arms win a gate depends on timing, so with gates the model takes the
 /// winners the run logged (`oracle`) and checks them: a gate fires exactly when `min` of its
-/// arms can complete (no failure reaches their exits), and its winners are `min` such arms. A
-/// node of an arm that the gate withdraws (rest = cancel: the losers, or every arm when the
-/// gate fails) ends as the rules say or withdrawn, as the run says; the nodes after a withdrawn
-/// node of its arm are withdrawn with it; no other node is ever withdrawn.
+/// arms can complete (no failure reaches their exits: none failed, was aborted or carries a
+/// failure on), and its winners are `min` such arms. A node of an arm that the gate withdraws
+/// (rest = cancel: the losers, or every arm when the gate fails) ends as the rules say or
+/// withdrawn, as the run says; the nodes after a withdrawn node of its arm are withdrawn with
+/// it; no other node is ever withdrawn. The failures in the arms that lost a gate that fired
+/// are caught; those of its winners are not.
 fn model_with(wf: &Wf, oracle: Option<&Observed>) -> Result<Expected, String> {
     let n = wf.len();
-    let mut status = vec![NodeStatus::Idle; n];
-    let mut causes: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
-    let mut chose = vec![None::<bool>; n];
+    let mut now = Fate::new(n);
     // The same, as if no arm were ever withdrawn: what decides the gates.
-    let mut ran = vec![NodeStatus::Idle; n];
-    let mut ran_causes: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
-    let mut ran_chose = vec![None::<bool>; n];
-    // Failed or aborted nodes of the arms of gates that fired: caught, as a test's names are.
+    let mut ran = Fate::new(n);
+    // Failed or aborted nodes of the arms that lost gates that fired: caught, as a test's
+    // names are.
     let mut forgiven = BTreeSet::new();
     for i in 0..n {
         let node = &wf.nodes[i];
@@ -840,7 +993,11 @@ fn model_with(wf: &Wf, oracle: Option<&Observed>) -> Result<Expected, String> {
             let completable: Vec<bool> = gate
                 .arms
                 .iter()
-                .map(|(_, exits)| exits.iter().all(|&e| matches!(ran[e], Completed | Skipped)))
+                .map(|(_, exits)| {
+                    exits
+                        .iter()
+                        .all(|&e| matches!(ran.status[e], Completed | Skipped) && !ran.carried[e])
+                })
                 .collect();
             let fires = completable.iter().filter(|&&c| c).count() >= gate.min as usize;
             let won = oracle.and_then(|o| o.won.get(&i));
@@ -859,19 +1016,16 @@ fn model_with(wf: &Wf, oracle: Option<&Observed>) -> Result<Expected, String> {
                         gate.min
                     ));
                 }
-                status[i] = Completed;
-                // The losing arms' failures are caught; a winning arm's stay the run's.
-                for (_, (nodes, _)) in gate
-                    .arms
-                    .iter()
-                    .enumerate()
-                    .filter(|(a, _)| !distinct.contains(&(*a as u32)))
-                {
+                now.status[i] = Completed;
+                for (a, (nodes, _)) in gate.arms.iter().enumerate() {
+                    if distinct.contains(&(a as u32)) {
+                        continue;
+                    }
                     forgiven.extend(
                         nodes
                             .iter()
                             .copied()
-                            .filter(|&m| matches!(status[m], Failed | Aborted)),
+                            .filter(|&m| matches!(now.status[m], Failed | Aborted)),
                     );
                 }
                 (0..gate.arms.len())
@@ -884,16 +1038,16 @@ fn model_with(wf: &Wf, oracle: Option<&Observed>) -> Result<Expected, String> {
                         gate.min
                     ));
                 }
-                status[i] = Aborted;
+                now.status[i] = Aborted;
                 for (_, exits) in &gate.arms {
                     for &e in exits {
-                        match status[e] {
+                        match now.status[e] {
                             Failed => {
-                                causes[i].insert(e);
+                                now.causes[i].insert(e);
                             }
-                            Aborted => {
-                                let from = causes[e].clone();
-                                causes[i].extend(from);
+                            Aborted | Completed if now.passes_failure(e) => {
+                                let from = now.causes[e].clone();
+                                now.causes[i].extend(from);
                             }
                             _ => {}
                         }
@@ -902,7 +1056,7 @@ fn model_with(wf: &Wf, oracle: Option<&Observed>) -> Result<Expected, String> {
                 vec![!gate.rest_run; gate.arms.len()]
             };
             for (a, (nodes, _)) in gate.arms.iter().enumerate() {
-                if let Some(&m) = nodes.iter().find(|&&m| status[m] == Withdrawn)
+                if let Some(&m) = nodes.iter().find(|&&m| now.status[m] == Withdrawn)
                     && !withdrawable[a]
                 {
                     return Err(format!(
@@ -910,34 +1064,49 @@ fn model_with(wf: &Wf, oracle: Option<&Observed>) -> Result<Expected, String> {
                     ));
                 }
             }
-            ran[i] = status[i];
-            ran_causes[i] = causes[i].clone();
+            // The gate is decided: what comes after it sees its arms as they ended.
+            for m in gate
+                .arms
+                .iter()
+                .flat_map(|(nodes, _)| nodes.iter().copied())
+            {
+                ran.copy_from(&now, m);
+            }
+            ran.copy_from(&now, i);
             continue;
         }
-        let (s, c, ch) = fate(wf, i, &status, &causes, &chose);
         if node.arm.is_some() {
-            let (rs, rc, rch) = fate(wf, i, &ran, &ran_causes, &ran_chose);
-            (ran[i], ran_causes[i], ran_chose[i]) = (rs, rc, rch);
+            ran.decide(wf, i);
             // A branch not taken (or under a skipped decision) was skipped when its decision
             // settled, before any withdrawal; otherwise a node after a withdrawn one had not
             // ended, and went with it.
             let untaken = node.branches.iter().any(|&(d, side)| {
-                status[d] == Skipped || (status[d] == Completed && chose[d] != Some(side))
+                now.status[d] == Skipped
+                    || (now.status[d] == Completed && now.chose[d] != Some(side))
             });
             let after_withdrawn = !untaken
                 && wf
                     .preds(i)
-                    .any(|p| wf.nodes[p].arm == node.arm && status[p] == Withdrawn);
+                    .any(|p| wf.nodes[p].arm == node.arm && now.status[p] == Withdrawn);
             let observed = oracle.is_some_and(|o| o.status[i] == Withdrawn);
             if after_withdrawn || observed {
-                status[i] = Withdrawn;
+                now.status[i] = Withdrawn;
+                now.causes[i].clear();
+                now.carried[i] = false;
                 continue;
             }
+            now.decide(wf, i);
         } else {
-            (ran[i], ran_causes[i], ran_chose[i]) = (s, c.clone(), ch);
+            now.decide(wf, i);
+            ran.copy_from(&now, i);
         }
-        (status[i], causes[i], chose[i]) = (s, c, ch);
     }
+    let Fate {
+        status,
+        causes,
+        carried,
+        ..
+    } = now;
     let bad = |s: NodeStatus| matches!(s, Failed | Aborted);
     // The nodes a test that ran names.
     let named: BTreeSet<usize> = (0..n)
@@ -980,6 +1149,7 @@ fn model_with(wf: &Wf, oracle: Option<&Observed>) -> Result<Expected, String> {
     Ok(Expected {
         status,
         causes,
+        carried,
         run_fails,
         listed,
     })
@@ -1086,11 +1256,11 @@ impl Leaf for HarnessNode {
         }
         let shared = Rc::clone(&this.shared);
         let behaviour = node.behaviour;
-        let reads = node.reads.clone();
+        let required = node.required.clone();
         this.running = Some(Box::pin(async move {
             // An input that is missing fails the node, as generated code's `input` does (there
             // with an internal error): the scheduler must never start a node that early.
-            if reads.iter().any(|&r| shared.slots[r].get().is_none()) {
+            if required.iter().any(|&r| shared.slots[r].get().is_none()) {
                 shared.record(Event::End(i, Instant::now(), true));
                 return Err(NodeError::Aborted {
                     cause: "missing input",
@@ -1456,6 +1626,39 @@ fn check_fail_fast(wf: &Wf) -> Result<(), String> {
     verdict.map_err(|why| format!("{why}\n{}", describe(graph, &expected, &observed)))
 }
 
+/// Runs `wf`, with gates, under `ContinueIndependent` (whose winners the model takes) and under
+/// `FailFast`: the two runs share their timing until `FailFast` stops, so under `FailFast`
+/// every node keeps the model's status or is aborted, and the run fails exactly when the
+/// model's does.
+fn check_fail_fast_gated(wf: &Wf) -> Result<(), String> {
+    let graph = graph(wf, false);
+    let full = run(wf, graph, RunOptions::default())?;
+    let expected = model_with(wf, Some(&full))?;
+    let options = Runner::<Model>::new()
+        .failure_policy(FailurePolicy::FailFast)
+        .__into_options();
+    let observed = run(wf, graph, options)?;
+    let verdict = (|| {
+        check_order(wf, &observed)?;
+        for i in 0..wf.len() {
+            let s = observed.status[i];
+            if s != expected.status[i] && s != Aborted {
+                return Err(format!(
+                    "node {i} is {s}: neither the model's status nor aborted"
+                ));
+            }
+        }
+        if expected.run_fails != observed.run_fails {
+            return Err(format!(
+                "the model's run fails: {}, the FailFast run fails: {}",
+                expected.run_fails, observed.run_fails
+            ));
+        }
+        Ok(())
+    })();
+    verdict.map_err(|why| format!("{why}\n{}", describe(graph, &expected, &observed)))
+}
+
 fn fail_fast_verdict(
     wf: &Wf,
     graph: &Graph,
@@ -1463,14 +1666,20 @@ fn fail_fast_verdict(
     observed: &Observed,
 ) -> Result<(), String> {
     check_order(wf, observed)?;
-    let uncatchable = wf.uncatchable();
+    let uncatchable = wf.uncatchable(true);
+    let untestable = wf.uncatchable(false);
     let first = observed
         .log
         .events
         .iter()
         .position(|e| matches!(*e, Event::End(node, _, true) if uncatchable[node]));
-    let reaches_end =
-        (0..wf.len()).any(|i| wf.is_sink(i) && matches!(expected.status[i], Failed | Aborted));
+    // A failure carried past a step with a rule to the end stops the run when no test can
+    // catch it.
+    let reaches_end = (0..wf.len()).any(|i| {
+        wf.is_sink(i)
+            && (matches!(expected.status[i], Failed | Aborted)
+                || (expected.carried[i] && expected.causes[i].iter().any(|&c| untestable[c])))
+    });
     match first {
         // No failure it must stop for: exactly the model's run.
         None if !reaches_end => check_against_model(wf, graph, expected, observed)?,
@@ -1537,8 +1746,14 @@ fn picks(max: usize) -> impl Strategy<Value = Vec<Ref>> {
 fn operation() -> impl Strategy<Value = Step> {
     let after = prop::option::weighted(0.3, any::<u16>().prop_map(Ref::Pick))
         .prop_map(|p| p.into_iter().collect());
-    (behaviour(), after, picks(2)).prop_map(|(behaviour, after, reads)| Step::Op {
+    let rule = prop_oneof![
+        10 => Just(Rule::Default),
+        1 => Just(Rule::AllDone),
+        1 => Just(Rule::OneFailed),
+    ];
+    (behaviour(), rule, after, picks(2)).prop_map(|(behaviour, rule, after, reads)| Step::Op {
         behaviour,
+        rule,
         after,
         reads,
     })
@@ -1598,9 +1813,31 @@ fn gate() -> impl Strategy<Value = Step> {
         })
 }
 
-/// A workflow whose top-level steps are steps or gates.
+/// A gate and a step with a rule right after it that reads nodes of the arms of this or an
+/// earlier gate: a cleanup that sees what a gate withdrew, or an alarm that its failure may
+/// reach.
+fn gate_then_rule() -> impl Strategy<Value = Step> {
+    let rule = prop_oneof![Just(Rule::AllDone), Just(Rule::OneFailed)];
+    let reads = prop::collection::vec(any::<u16>().prop_map(Ref::InArm), 1..=2);
+    (gate(), behaviour(), rule, reads).prop_map(|(gate, behaviour, rule, reads)| {
+        Step::Seq(vec![
+            gate,
+            Step::Op {
+                behaviour,
+                rule,
+                after: Vec::new(),
+                reads,
+            },
+        ])
+    })
+}
+
+/// A workflow whose top-level steps are steps or gates (some followed by a step with a rule).
 fn gated_workflow() -> impl Strategy<Value = Vec<Step>> {
-    prop::collection::vec(prop_oneof![2 => step(), 3 => gate()], 1..=4)
+    prop::collection::vec(
+        prop_oneof![2 => step(), 2 => gate(), 1 => gate_then_rule()],
+        1..=4,
+    )
 }
 
 /// How many random workflows each property runs: `FLOW_MODEL_CASES`, or 1,000.
@@ -1670,6 +1907,13 @@ proptest! {
     fn fail_fast_stops_at_first_uncaught_failure(body in workflow()) {
         verdict(check_fail_fast(&compile(&body)))?;
     }
+
+    /// Under `FailFast`, with gates and rules: every node keeps the model's status or is
+    /// aborted, and the run fails exactly when the model's does.
+    #[test]
+    fn fail_fast_with_gates_keeps_the_models_result(body in gated_workflow()) {
+        verdict(check_fail_fast_gated(&compile(&body)))?;
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1679,6 +1923,7 @@ proptest! {
 fn op(behaviour: Behaviour, reads: &[usize]) -> Step {
     Step::Op {
         behaviour,
+        rule: Rule::Default,
         after: Vec::new(),
         reads: reads.iter().map(|&r| Ref::Node(r)).collect(),
     }
@@ -1687,8 +1932,18 @@ fn op(behaviour: Behaviour, reads: &[usize]) -> Step {
 fn op_after(behaviour: Behaviour, after: &[usize]) -> Step {
     Step::Op {
         behaviour,
+        rule: Rule::Default,
         after: after.iter().map(|&r| Ref::Node(r)).collect(),
         reads: Vec::new(),
+    }
+}
+
+fn op_when(behaviour: Behaviour, rule: Rule, reads: &[usize]) -> Step {
+    Step::Op {
+        behaviour,
+        rule,
+        after: Vec::new(),
+        reads: reads.iter().map(|&r| Ref::Node(r)).collect(),
     }
 }
 
@@ -1706,6 +1961,38 @@ fn par(steps: Vec<Step>) -> Step {
         max_concurrency: None,
         steps,
     }
+}
+
+/// A race (`min = 1`, `rest = cancel`) over `arms`.
+fn race(arms: Vec<Step>) -> Step {
+    Step::Gate {
+        min: 1,
+        rest_run: false,
+        max_concurrency: None,
+        arms,
+    }
+}
+
+/// Runs a workflow with gates, checks the model (which takes the run's winners) against
+/// hand-written expectations, then the scheduler against the model, with and without limits.
+fn assert_gated_run(body: &[Step], statuses: &[NodeStatus], run_fails: bool) -> (Wf, Expected) {
+    let wf = compile(body);
+    let observed = run(&wf, graph(&wf, false), RunOptions::default()).expect("the run ends");
+    let expected = model_with(&wf, Some(&observed)).unwrap_or_else(|why| panic!("{why}"));
+    assert_eq!(
+        expected.status, statuses,
+        "the model disagrees with the hand-written statuses"
+    );
+    assert_eq!(
+        expected.run_fails, run_fails,
+        "the model disagrees with the hand-written result"
+    );
+    for limits in [false, true] {
+        if let Err(why) = check_continue(&wf, limits, None) {
+            panic!("{why}");
+        }
+    }
+    (wf, expected)
 }
 
 /// Checks the model against hand-written expectations, then the scheduler against the model.
@@ -1776,6 +2063,120 @@ fn conditional_is_an_error_boundary() {
 }
 
 #[test]
+fn trigger_rules_beside_gates() {
+    // The race's loser n1 is withdrawn. The cleanup n3 reads it (from outside its arm, so it
+    // inherits nothing) and runs; a withdrawal is no failure, so the alarm n4 is skipped; n5
+    // runs; the run succeeds.
+    let body = [
+        race(vec![
+            op(Behaviour::SlowOk(10), &[]),
+            op(Behaviour::SlowOk(50), &[]),
+        ]),
+        par(vec![
+            op_when(Behaviour::Ok, Rule::AllDone, &[1]),
+            op_when(Behaviour::Ok, Rule::OneFailed, &[1]),
+        ]),
+        op(Behaviour::Ok, &[]),
+    ];
+    assert_gated_run(
+        &body,
+        &[
+            Completed, Withdrawn, Completed, Completed, Skipped, Completed,
+        ],
+        false,
+    );
+
+    // The cleanup n1 ends arm 0 carrying n0's failure on: the arm cannot win, n2's arm wins,
+    // and n0's failure, in an arm that lost, is caught. Nothing reaches the alarm n4.
+    let body = [
+        race(vec![
+            Step::Seq(vec![
+                op(Behaviour::Err, &[]),
+                op_when(Behaviour::Ok, Rule::AllDone, &[0]),
+            ]),
+            op(Behaviour::SlowOk(5), &[]),
+        ]),
+        op_when(Behaviour::Ok, Rule::OneFailed, &[]),
+    ];
+    assert_gated_run(
+        &body,
+        &[Failed, Completed, Completed, Completed, Skipped],
+        false,
+    );
+
+    // Both arms fail (arm 0 through the failure its cleanup carries): the race fails, the
+    // cleanup n4 after it runs and carries the failure on, n5 is aborted, the run fails.
+    let body = [
+        race(vec![
+            Step::Seq(vec![
+                op(Behaviour::Err, &[]),
+                op_when(Behaviour::Ok, Rule::AllDone, &[0]),
+            ]),
+            op(Behaviour::SlowErr(5), &[]),
+        ]),
+        op_when(Behaviour::Ok, Rule::AllDone, &[]),
+        op(Behaviour::Ok, &[]),
+    ];
+    let (_, expected) = assert_gated_run(
+        &body,
+        &[Failed, Completed, Failed, Aborted, Completed, Aborted],
+        true,
+    );
+    assert!(expected.carried[4]);
+    assert_eq!(expected.causes[5], BTreeSet::from([0, 2]));
+    assert_eq!(expected.listed, BTreeSet::from([0, 2, 3, 5]));
+
+    // Arm 0 wins: its test d2 names the cleanup n1, which completed, so nothing aborts it; but
+    // n0's failure was only carried, never caught, and a winning arm's failures are the run's.
+    let body = [race(vec![
+        Step::Seq(vec![
+            op(Behaviour::Err, &[]),
+            op_when(Behaviour::Ok, Rule::AllDone, &[0]),
+            cond(Test::Const(true), &[1], vec![op(Behaviour::Ok, &[])], None),
+        ]),
+        op(Behaviour::SlowOk(5), &[]),
+    ])];
+    let (_, expected) = assert_gated_run(
+        &body,
+        &[
+            Failed, Completed, Completed, Completed, Withdrawn, Completed,
+        ],
+        true,
+    );
+    assert_eq!(expected.listed, BTreeSet::from([0]));
+}
+
+#[test]
+fn trigger_rules_run_after_failures_and_pass_them_on() {
+    // n0 fails; the cleanup n1 runs anyway, reading n0 as missing, and passes the failure on
+    // to n2, which is aborted by n0; the run fails.
+    let body = [
+        op(Behaviour::Err, &[]),
+        op_when(Behaviour::Ok, Rule::AllDone, &[0]),
+        op(Behaviour::Ok, &[]),
+    ];
+    let wf = assert_run(&body, &[Failed, Completed, Aborted], true);
+    assert_eq!(model(&wf).causes[2], BTreeSet::from([0]));
+
+    // Nothing fails: the alarm n1 is skipped, and n2 after it runs.
+    let body = [
+        op(Behaviour::Ok, &[]),
+        op_when(Behaviour::Ok, Rule::OneFailed, &[]),
+        op(Behaviour::Ok, &[]),
+    ];
+    assert_run(&body, &[Completed, Skipped, Completed], false);
+
+    // n0's failure aborts n1 and n2; the alarm n3 after them runs, since a failure reached
+    // it (over an aborted node), and the run still fails.
+    let body = [
+        op(Behaviour::Err, &[]),
+        par(vec![op(Behaviour::Ok, &[]), op(Behaviour::SlowOk(5), &[])]),
+        op_when(Behaviour::Ok, Rule::OneFailed, &[]),
+    ];
+    assert_run(&body, &[Failed, Aborted, Aborted, Completed], true);
+}
+
+#[test]
 fn skip_propagates_through_data_only() {
     // The branch is not taken: n1 is skipped, n2 reads it and is skipped too, n3 only follows
     // n2 and runs.
@@ -1838,6 +2239,9 @@ fn generator_covers_the_interesting_cases() {
     let [mut fails, mut caught, mut skipped, mut aborted, mut nested] = [0usize; 5];
     // Workflows whose plan routes edges through joins, and of those, ones with a failure.
     let [mut joined, mut joined_fails] = [0usize; 2];
+    // Workflows where a step with a rule carried a failure on, and where a `one_failed` step
+    // was skipped.
+    let [mut carried, mut quiet] = [0usize; 2];
     for _ in 0..samples {
         let body = workflow()
             .new_tree(&mut runner)
@@ -1858,6 +2262,10 @@ fn generator_covers_the_interesting_cases() {
         skipped += usize::from(m.status.contains(&Skipped));
         aborted += usize::from(m.status.contains(&Aborted));
         nested += usize::from(wf.nodes.iter().any(|n| n.branches.len() >= 2));
+        carried += usize::from(m.carried.contains(&true));
+        quiet += usize::from(
+            (0..wf.len()).any(|i| wf.nodes[i].rule == Rule::OneFailed && m.status[i] == Skipped),
+        );
         if !graph(&wf, false).__plan().join_pred_count.is_empty() {
             joined += 1;
             joined_fails += usize::from(m.status.contains(&Failed));
@@ -1865,7 +2273,7 @@ fn generator_covers_the_interesting_cases() {
     }
     sizes.sort_unstable();
     let summary = format!(
-        "sizes: median {}, max {}; runs failing {fails}, with a caught failure {caught}, with skips {skipped}, with aborts {aborted}, with nested branches {nested}, with joins {joined} ({joined_fails} with a failure) (of {samples})",
+        "sizes: median {}, max {}; runs failing {fails}, with a caught failure {caught}, with skips {skipped}, with aborts {aborted}, with nested branches {nested}, with joins {joined} ({joined_fails} with a failure), with a carried failure {carried}, with a skipped one_failed step {quiet} (of {samples})",
         sizes[samples / 2],
         sizes[samples - 1]
     );
@@ -1875,6 +2283,7 @@ fn generator_covers_the_interesting_cases() {
     );
     assert!(fails > samples / 5 && fails < samples * 9 / 10, "{summary}");
     assert!(caught > samples / 50, "{summary}");
+    assert!(carried > samples / 10 && quiet > samples / 10, "{summary}");
     assert!(
         joined > samples / 5 && joined_fails > samples / 10,
         "{summary}"
@@ -1918,6 +2327,10 @@ fn gated_generator_covers_the_interesting_cases() {
     let mut runner = TestRunner::deterministic();
     let samples = 300;
     let [mut withdrawn, mut fired, mut failed, mut run_on, mut k_of_n] = [0usize; 5];
+    // Runs where a step with a rule outside an arm read a withdrawn node and was decided (it
+    // ran, or a `one_failed` step was skipped); where an arm's exit carried a failure on; and
+    // where a step with a rule after a gate ran carrying the gate's failure.
+    let [mut ruled_withdrawn, mut carried_exit, mut after_failed_gate] = [0usize; 3];
     for _ in 0..samples {
         let body = gated_workflow()
             .new_tree(&mut runner)
@@ -1925,7 +2338,26 @@ fn gated_generator_covers_the_interesting_cases() {
             .current();
         let wf = compile(&body);
         let observed = run(&wf, graph(&wf, false), RunOptions::default()).expect("the run ends");
+        let m = model_with(&wf, Some(&observed)).unwrap_or_else(|why| panic!("{why}"));
         withdrawn += usize::from(observed.status.contains(&Withdrawn));
+        ruled_withdrawn += usize::from((0..wf.len()).any(|i| {
+            wf.nodes[i].rule != Rule::Default
+                && wf.nodes[i].arm.is_none()
+                && matches!(m.status[i], Completed | Skipped)
+                && wf.nodes[i].reads.iter().any(|&r| m.status[r] == Withdrawn)
+        }));
+        carried_exit += usize::from(wf.gates.iter().any(|gate| {
+            gate.arms
+                .iter()
+                .any(|(_, exits)| exits.iter().any(|&e| m.carried[e]))
+        }));
+        after_failed_gate += usize::from(wf.gates.iter().any(|gate| {
+            m.status[gate.node] == Aborted
+                && wf
+                    .edges
+                    .keys()
+                    .any(|&(from, to)| from == gate.node && m.carried[to])
+        }));
         for gate in &wf.gates {
             match observed.status[gate.node] {
                 Completed => {
@@ -1939,7 +2371,13 @@ fn gated_generator_covers_the_interesting_cases() {
         }
     }
     let summary = format!(
-        "of {samples} runs, {withdrawn} withdrew nodes; gates fired {fired} ({run_on} with rest = run, {k_of_n} with min > 1), failed {failed}"
+        "of {samples} runs, {withdrawn} withdrew nodes; gates fired {fired} ({run_on} with rest = run, {k_of_n} with min > 1), failed {failed}; a step with a rule read a withdrawn node in {ruled_withdrawn}, an arm's exit carried a failure in {carried_exit}, a step with a rule carried a gate's failure in {after_failed_gate}"
+    );
+    assert!(
+        ruled_withdrawn > samples / 30
+            && carried_exit > samples / 10
+            && after_failed_gate > samples / 20,
+        "{summary}"
     );
     assert!(withdrawn > samples / 5, "{summary}");
     assert!(fired > samples / 2 && failed > samples / 20, "{summary}");

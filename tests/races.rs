@@ -102,14 +102,14 @@ async fn race_first_branch_wins_and_the_loser_is_withdrawn() {
         events,
         [
             (Some("won"), &EventKind::Won { arms: vec![0] }),
-            (Some("slow"), &EventKind::Withdrawn { cause: "won" }),
+            (Some("slow"), &EventKind::Withdrawn { cause: "fast" }),
         ]
     );
     assert!(report.to_string().contains("1 withdrawn"), "{report}");
     let slow = report.node("slow").expect("the loser's line");
-    assert_eq!(slow.withdrawn_by, Some("won"));
+    assert_eq!(slow.withdrawn_by, Some("fast"));
     assert!(
-        report.to_string().contains("withdrawn by `won`"),
+        report.to_string().contains("withdrawn by `fast`"),
         "{report}"
     );
     assert_eq!(report.node("fast").map(|n| n.withdrawn_by), Some(None));

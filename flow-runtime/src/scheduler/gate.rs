@@ -60,8 +60,19 @@ impl Scheduler {
         let gate = control.gates[gate_id as usize];
         let index = arm - gate.first_arm;
         match self.gates[gate_id as usize].fired {
-            // Skipped or withdrawn with its block: there is nothing to decide.
-            Fired::No if self.nodes[gate.node as usize].status.is_terminal() => return,
+            // Skipped or withdrawn with its block: there is nothing to decide. A gate withdrawn
+            // (by a `Cancel` of its block) before its arms ended passes that on once they all
+            // have (`reach_withdrawn`); a skipped one has already passed it on.
+            Fired::No if self.nodes[gate.node as usize].status.is_terminal() => {
+                let state = &mut self.gates[gate_id as usize];
+                state.lost += 1;
+                let ended =
+                    state.failed + state.lost + self.state.winners[gate_id as usize].len() as u32;
+                if ended == gate.arms && self.nodes[gate.node as usize].remaining > 0 {
+                    self.reach_one(gate.node, node, NO_CAUSE, false);
+                }
+                return;
+            }
             Fired::No => {}
             // Late: the join ignores the arm (its failures are caught as they happen).
             Fired::Ok => return,
@@ -89,8 +100,9 @@ impl Scheduler {
         }
     }
 
-    /// `min` arms completed: the arms' failures are caught, the others are withdrawn (with
-    /// `rest = cancel`) and the gate's node becomes ready, to write the winners.
+    /// `min` arms completed, the last of them when `node` ended: the losing arms' failures are
+    /// caught, the losing arms are withdrawn with `node` as their cause (with `rest = cancel`)
+    /// and the gate's node becomes ready, to write the winners.
     fn fire_ok(&mut self, gate_id: u32, gate: Gate, node: u32) {
         self.gates[gate_id as usize].fired = Fired::Ok;
         let control = self.plan().control;
@@ -103,7 +115,8 @@ impl Scheduler {
                 continue;
             }
             if gate.rest == Rest::Cancel {
-                self.withdraw(control.arms[arm as usize].scope, gate.node);
+                // The cause is the winner: the node whose end completed the deciding arm.
+                self.withdraw(control.arms[arm as usize].scope, node);
             }
             self.catch_arm(arm);
         }

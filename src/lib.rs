@@ -65,8 +65,9 @@
 //! [`workflow!`] documents the whole language (its page is `docs/dsl.md`); what a run does,
 //! statuses, failure propagation and skipping, is in `docs/semantics.md`.
 
-/// Turns a block of `Sequential` / `Parallel` / `Conditional` / `Operation` steps into a
-/// workflow type checked at compile time.
+/// Turns a block of `Sequential` / `Parallel` / `Conditional` / `Operation` steps (and `Race`,
+/// `Pick`, `Signal`, `Delay`, `Cancel`, `Terminate`) into a workflow type checked at compile
+/// time.
 ///
 /// The rest of this page is the language reference, `docs/dsl.md` in the repository.
 ///

@@ -566,3 +566,32 @@ async fn pictures_draw_a_race_as_a_gate_and_a_loser_as_withdrawn() {
     assert_eq!(matrix.row_sum(slow), 0, "a start and an end");
     assert!(matrix.span(slow).is_some());
 }
+
+/// Answers at once, without suspending.
+async fn at_once(value: u64) -> Result<u64, Boom> {
+    Ok(value)
+}
+
+workflow! {
+    /// Two arms that are both ready at once and never suspend.
+    Tie() -> (usize, Option<u64>, Option<u64>) {
+        won = Race {
+            first = Operation(at_once(1)),
+            second = Operation(at_once(2)),
+        }
+        => (won, first.copied(), second.copied())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn arms_ready_together_are_decided_in_the_order_written() {
+    let outcome = Tie::runner().execute(()).await;
+    let (won, first, second) = outcome.result.expect("the race succeeds");
+    assert_eq!((won, first, second), (0, Some(1), None));
+    // The second arm was started in the same wake-up and withdrawn before it was polled.
+    assert_eq!(outcome.report.status("second"), Some(NodeStatus::Withdrawn));
+    assert_eq!(
+        outcome.report.node("second").and_then(|n| n.withdrawn_by),
+        Some("first")
+    );
+}

@@ -96,6 +96,20 @@ workflow! {
 
 // ---- docs/dsl.md, block 5
 workflow! {
+    /// Notifies on each channel the customer chose, then once more when those are done.
+    pub NotifyChosen(ctx: &AppCtx, email: bool, sms: bool) {
+        Sequential {
+            Parallel {
+                Conditional(email) { Operation(notify(ctx, 1)) },
+                Conditional(sms) { Operation(notify(ctx, 2)) },
+            },
+            Operation(notify(ctx, 3)),
+        }
+    }
+}
+
+// ---- docs/dsl.md, block 6
+workflow! {
     /// Scores the order with whichever of two scorers answers first.
     pub FastestRisk(ctx: &AppCtx, order_id: u64) -> (usize, Option<Risk>) {
         order = Operation(fetch_order(ctx, order_id)),
@@ -119,7 +133,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 6
+// ---- docs/dsl.md, block 7
 workflow! {
     /// Notifies the customer about large orders only, then reserves stock.
     pub MaybeNotify(ctx: &AppCtx, order_id: u64) {
@@ -131,7 +145,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 7
+// ---- docs/dsl.md, block 8
 #[derive(Debug, Clone)]
 pub struct Approval { pub by: String }
 
@@ -161,7 +175,7 @@ pub async fn approve_and_run(ctx: &AppCtx) -> Result<String, WorkflowError> {
     runner.run((ctx, 7)).await
 }
 
-// ---- docs/dsl.md, block 8
+// ---- docs/dsl.md, block 9
 pub async fn expire_order(order: &Order) -> Result<u64, ShopError> {
     Ok(order.id)
 }
@@ -181,7 +195,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 9
+// ---- docs/dsl.md, block 10
 workflow! {
     /// Reserves stock for an order, unless the order is called off first.
     pub Reserve(ctx: &AppCtx, order_id: u64, abort: bool) -> Option<u64> {
@@ -200,7 +214,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 10
+// ---- docs/dsl.md, block 11
 workflow! {
     /// Quotes a large order at its total, without scoring its risk.
     pub Quote(ctx: &AppCtx, order_id: u64) -> u64 {
@@ -213,7 +227,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 11
+// ---- docs/dsl.md, block 12
 pub async fn archive(order: Order) -> Result<u64, ShopError> {
     Ok(order.id)
 }
@@ -230,7 +244,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 12
+// ---- docs/dsl.md, block 13
 pub async fn pay_by_card(order: &Order) -> Result<Receipt, ShopError> {
     Ok(Receipt { order_id: order.id, amount: order.total })
 }
@@ -257,7 +271,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 13
+// ---- docs/dsl.md, block 14
 pub async fn step(n: u64) -> Result<u64, Infallible> { Ok(n) }
 pub async fn add(a: &u64, b: &u64) -> Result<u64, Infallible> { Ok(a + b) }
 
@@ -273,7 +287,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 14
+// ---- docs/dsl.md, block 15
 workflow! {
     /// Scores an order with a flaky service: 2 retries, 50 ms then 100 ms apart, 1 s in all.
     pub Resilient(ctx: &AppCtx, order_id: u64) -> f64 {
@@ -290,7 +304,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 15
+// ---- docs/dsl.md, block 16
 workflow! {
     /// Notifies twice; stops everything at the first uncaught failure.
     #[flow(failure = FailFast)]
@@ -302,7 +316,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 16
+// ---- docs/dsl.md, block 17
 workflow! {
     /// Releases the reservation whether or not the charge went through; reports a failure.
     pub ChargeOnce(ctx: &AppCtx, order_id: u64) {
@@ -316,7 +330,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 17
+// ---- docs/dsl.md, block 18
 workflow! {
     /// Two postings that must not interleave, beside an independent notification.
     pub Postings(ctx: &AppCtx) {
@@ -331,7 +345,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 18
+// ---- docs/dsl.md, block 19
 pub struct Client;
 impl Client {
     pub async fn get(&self, id: u64) -> Result<u64, ShopError> { Ok(id) }
@@ -346,7 +360,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 19
+// ---- docs/dsl.md, block 20
 #[operation(name = "charge card", timeout = "2s")]
 pub async fn charge_card(order: &Order, stock: &Reservation) -> Result<Receipt, ShopError> {
     charge(order, stock).await
@@ -362,7 +376,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 20
+// ---- docs/dsl.md, block 21
 workflow! {
     /// Rejects orders whose risk is high or could not be scored in time.
     pub Screen(ctx: &AppCtx, order_id: u64) {
@@ -377,7 +391,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 21
+// ---- docs/dsl.md, block 22
 workflow! {
     /// Charges an order and returns the receipt, if the risk was low.
     pub Receipted(ctx: &AppCtx, order_id: u64) -> (u64, Option<Receipt>) {
@@ -394,7 +408,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 22
+// ---- docs/dsl.md, block 23
 use std::num::NonZeroUsize;
 use std::time::Duration;
 

@@ -468,35 +468,8 @@ impl Builder<'_> {
             });
         }
         self.groups.truncate(depth);
-        let expr: Expr = syn::Expr::Path(syn::ExprPath {
-            attrs: Vec::new(),
-            qself: None,
-            path: step.keyword.clone().into(),
-        });
-        self.dag.nodes.push(Node {
-            kind: Kind::Gate,
-            name: step.name.clone(),
-            display: String::new(),
-            keyword: step.keyword.clone(),
-            expr,
-            after: Vec::new(),
-            policy: options::Policy::default(),
-            branches: self.branches.clone(),
-            groups: self.groups.clone(),
-            rule: Rule::Default,
-            when_span: None,
-            then_nodes: Vec::new(),
-            else_nodes: Vec::new(),
-            waits: None,
-        });
-        let node = self.dag.nodes.len() - 1;
-        self.enter_sections(node);
+        let node = self.gate_node(step.name.clone(), &step.keyword, &arms);
         self.close_section(opened);
-        for arm in &arms {
-            for &exit in &arm.exits {
-                self.dag.add_edge(exit, node, edge::GATED);
-            }
-        }
         self.dag.gates.push(GateBlock {
             node,
             race: step.race,
@@ -538,16 +511,34 @@ impl Builder<'_> {
                 exits: trigger,
             });
         }
+        let node = self.gate_node(None, &step.keyword, &arms);
+        self.dag.gates.push(GateBlock {
+            node,
+            race: true,
+            min: 1,
+            rest_cancel: true,
+            arms,
+        });
+        if entries.is_empty() {
+            entries.push(node);
+        }
+        exits.push(node);
+        (entries, exits)
+    }
+
+    /// The node of a gate (`Race`, `Parallel(min = k)`, `Pick`) after its arms, which reach it
+    /// through gated edges from their exits.
+    fn gate_node(&mut self, name: Option<Ident>, keyword: &Ident, arms: &[ArmBlock]) -> usize {
         let expr: Expr = syn::Expr::Path(syn::ExprPath {
             attrs: Vec::new(),
             qself: None,
-            path: step.keyword.clone().into(),
+            path: keyword.clone().into(),
         });
         self.dag.nodes.push(Node {
             kind: Kind::Gate,
-            name: None,
+            name,
             display: String::new(),
-            keyword: step.keyword.clone(),
+            keyword: keyword.clone(),
             expr,
             after: Vec::new(),
             policy: options::Policy::default(),
@@ -561,23 +552,12 @@ impl Builder<'_> {
         });
         let node = self.dag.nodes.len() - 1;
         self.enter_sections(node);
-        for arm in &arms {
+        for arm in arms {
             for &exit in &arm.exits {
                 self.dag.add_edge(exit, node, edge::GATED);
             }
         }
-        self.dag.gates.push(GateBlock {
-            node,
-            race: true,
-            min: 1,
-            rest_cancel: true,
-            arms,
-        });
-        if entries.is_empty() {
-            entries.push(node);
-        }
-        exits.push(node);
-        (entries, exits)
+        node
     }
 
     fn conditional(&mut self, cond: &CondStep) -> (Vec<usize>, Vec<usize>) {

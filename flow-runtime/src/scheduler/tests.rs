@@ -301,7 +301,7 @@ fn a_race_drops_the_loser_before_its_gate_writes_the_winner() {
         kinds,
         [
             "race#1 Won { arms: [1] }",
-            "a Withdrawn { cause: \"race#1\" }"
+            "a Withdrawn { cause: \"b\" }"
         ]
     );
 }

@@ -604,24 +604,37 @@ fn labelled(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
     Some(Step::Labelled(label, Box::new(inner)))
 }
 
-/// `Cancel('label)` or `Cancel(name)`.
-fn cancel(keyword: Ident, rest: Vec<TokenTree>, cx: &mut Ctxt) -> Option<CancelStep> {
-    const EXPECTED: &str = "`Cancel` takes what it withdraws: the `'label` of a block or the name of a step, as in `Cancel('export)` or `Cancel(part)`";
+/// The parenthesized arguments of a step such as `Operation(..)`, alone after its keyword:
+/// `missing` is the error when there are no parentheses, `empty` when they hold nothing.
+pub(crate) fn call_args(
+    keyword: &Ident,
+    rest: &[TokenTree],
+    missing: &str,
+    empty: &str,
+    cx: &mut Ctxt,
+) -> Option<proc_macro2::Group> {
     let Some(args) = group(rest.first(), Delimiter::Parenthesis) else {
-        cx.error(keyword.span(), EXPECTED);
+        cx.error(keyword.span(), missing);
         return None;
     };
     if let Some(extra) = rest.get(1) {
         cx.error(
             extra.span(),
-            "unexpected tokens after `Cancel(..)`; separate steps with commas",
+            format!("unexpected tokens after `{keyword}(..)`; separate steps with commas"),
         );
         return None;
     }
     if args.stream().is_empty() {
-        cx.error(args.span(), EXPECTED);
+        cx.error(args.span(), empty);
         return None;
     }
+    Some(args.clone())
+}
+
+/// `Cancel('label)` or `Cancel(name)`.
+fn cancel(keyword: Ident, rest: Vec<TokenTree>, cx: &mut Ctxt) -> Option<CancelStep> {
+    const EXPECTED: &str = "`Cancel` takes what it withdraws: the `'label` of a block or the name of a step, as in `Cancel('export)` or `Cancel(part)`";
+    let args = call_args(&keyword, &rest, EXPECTED, EXPECTED, cx)?;
     let parser = |input: ParseStream| -> syn::Result<CancelTarget> {
         let target = if input.peek(syn::Lifetime) {
             CancelTarget::Label(input.parse()?)
@@ -647,21 +660,7 @@ fn cancel(keyword: Ident, rest: Vec<TokenTree>, cx: &mut Ctxt) -> Option<CancelS
 /// `Terminate(expr)`.
 fn terminate(keyword: Ident, rest: Vec<TokenTree>, cx: &mut Ctxt) -> Option<TermStep> {
     const EXPECTED: &str = "expected the run's output inside `Terminate(..)`, as in `Terminate(cached.clone())`; write `Terminate(())` in a workflow without output";
-    let Some(args) = group(rest.first(), Delimiter::Parenthesis) else {
-        cx.error(keyword.span(), EXPECTED);
-        return None;
-    };
-    if let Some(extra) = rest.get(1) {
-        cx.error(
-            extra.span(),
-            "unexpected tokens after `Terminate(..)`; separate steps with commas",
-        );
-        return None;
-    }
-    if args.stream().is_empty() {
-        cx.error(args.span(), EXPECTED);
-        return None;
-    }
+    let args = call_args(&keyword, &rest, EXPECTED, EXPECTED, cx)?;
     match parse_within(Expr::parse, args.stream(), args.span_close()) {
         Ok(value) => Some(TermStep { keyword, value }),
         Err(e) => {
@@ -696,27 +695,13 @@ fn operation(
     rest: Vec<TokenTree>,
     cx: &mut Ctxt,
 ) -> Option<OpStep> {
-    let Some(args) = group(rest.first(), Delimiter::Parenthesis) else {
-        cx.error(
-            keyword.span(),
-            "expected `Operation(call(..))`: the async call in parentheses",
-        );
-        return None;
-    };
-    if let Some(extra) = rest.get(1) {
-        cx.error(
-            extra.span(),
-            "unexpected tokens after `Operation(..)`; separate steps with commas",
-        );
-        return None;
-    }
-    if args.stream().is_empty() {
-        cx.error(
-            args.span(),
-            "expected the async call inside `Operation(..)`, as in `Operation(fetch(id))`",
-        );
-        return None;
-    }
+    let args = call_args(
+        &keyword,
+        &rest,
+        "expected `Operation(call(..))`: the async call in parentheses",
+        "expected the async call inside `Operation(..)`, as in `Operation(fetch(id))`",
+        cx,
+    )?;
     let parser = |input: ParseStream| -> syn::Result<(Expr, Vec<Opt>)> {
         let call: Expr = input.parse()?;
         let mut options = Vec::new();

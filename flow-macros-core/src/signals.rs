@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use proc_macro2::{Delimiter, Span, TokenStream, TokenTree};
+use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{ToTokens, quote, quote_spanned};
 use syn::parse::ParseStream;
 use syn::spanned::Spanned;
@@ -53,33 +53,13 @@ fn args(
     example: &str,
     cx: &mut Ctxt,
 ) -> Option<proc_macro2::Group> {
-    let Some(TokenTree::Group(args)) = rest
-        .first()
-        .filter(|t| matches!(t, TokenTree::Group(g) if g.delimiter() == Delimiter::Parenthesis))
-    else {
-        cx.error(
-            keyword.span(),
-            format!(
-                "expected `{keyword}(..)` with its arguments in parentheses, as in `{example}`"
-            ),
-        );
-        return None;
-    };
-    if let Some(extra) = rest.get(1) {
-        cx.error(
-            extra.span(),
-            format!("unexpected tokens after `{keyword}(..)`; separate steps with commas"),
-        );
-        return None;
-    }
-    if args.stream().is_empty() {
-        cx.error(
-            args.span(),
-            format!("expected the arguments of `{keyword}(..)`, as in `{example}`"),
-        );
-        return None;
-    }
-    Some(args.clone())
+    crate::parse::call_args(
+        keyword,
+        rest,
+        &format!("expected `{keyword}(..)` with its arguments in parentheses, as in `{example}`"),
+        &format!("expected the arguments of `{keyword}(..)`, as in `{example}`"),
+        cx,
+    )
 }
 
 /// Parses the rest of a `Signal` step after its keyword.

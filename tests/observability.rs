@@ -193,6 +193,7 @@ fn appending_an_event_twice_changes_nothing() {
         attempt: 1,
         at: Duration::ZERO,
         kind: EventKind::Requested,
+        path: None,
     };
     let mut log = EventLog::new();
     assert_eq!(log.append(event(0)), Ok(true));
@@ -242,6 +243,7 @@ fn a_log_without_its_run_started_event_replays_the_nodes_it_names() {
         attempt: 1,
         at: Duration::ZERO,
         kind,
+        path: None,
     };
     let mut log = EventLog::new();
     assert_eq!(log.append(event(0, 2, EventKind::Requested)), Ok(true));

@@ -33,6 +33,15 @@ pub enum NodeError {
     /// The run was cancelled from outside (a [`CancelToken`](crate::CancelToken) or the
     /// run's deadline) before the node finished.
     Cancelled,
+    /// A nested run failed: a sub-workflow step's child workflow, or an instance of a
+    /// `ForEach` or a `Loop` (its path, such as `charge[3]`, is in the error's workflow name
+    /// and nodes). [`source`](StdError::source) reaches the child's [`WorkflowError`].
+    Workflow(Box<WorkflowError>),
+    /// A `Loop` ran `max` iterations without its test ending it.
+    LoopExhausted {
+        /// The loop's `max`.
+        max: u32,
+    },
     /// A fault of flow itself, not of the operation (for example a step started before one of
     /// its inputs was ready). Please report it: it is a bug.
     Internal(&'static str),
@@ -74,6 +83,13 @@ impl fmt::Display for NodeError {
             NodeError::DeadlineExceeded(after) => write!(f, "missed its deadline of {after:?}"),
             NodeError::Aborted { cause } => write!(f, "aborted because `{cause}` failed"),
             NodeError::Cancelled => f.write_str("cancelled"),
+            NodeError::Workflow(error) => fmt::Display::fmt(error, f),
+            NodeError::LoopExhausted { max } => {
+                write!(
+                    f,
+                    "the loop ran its {max} iterations without its test ending it"
+                )
+            }
             NodeError::Internal(what) => write!(f, "flow internal error: {what}"),
         }
     }
@@ -83,6 +99,7 @@ impl StdError for NodeError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
             NodeError::Failed(e) => e.source(),
+            NodeError::Workflow(error) => Some(error.as_ref()),
             _ => None,
         }
     }

@@ -55,6 +55,10 @@ pub struct Event {
     pub at: Duration,
     /// What happened.
     pub kind: EventKind,
+    /// The nest instance the node belongs to (`charge[3]`), when the event comes from an
+    /// instance of a `ForEach`, a `Loop` or a sub-workflow step; then `node` and `node_name`
+    /// are the node's in the body's graph. `None` for the workflow's own nodes.
+    pub path: Option<crate::nest::NodePath>,
 }
 
 /// What an [`Event`] records.
@@ -287,6 +291,7 @@ impl EventLog {
     ///     attempt: u32::from(node.is_some()),
     ///     at: Duration::ZERO,
     ///     kind,
+    ///     path: None,
     /// };
     /// let mut log = EventLog::new();
     /// let run_started = EventKind::RunStarted { workflow: "Save", nodes: 2 };

@@ -90,11 +90,17 @@ pub enum NodeKind {
     Cancel,
     /// A `Terminate` step: ends the run successfully with an output.
     Terminate,
+    /// A `ForEach`: runs its body's graph once per item ([`Control::nests`] has the body).
+    ForEach,
+    /// A `Loop`: runs its body's graph once per iteration.
+    Loop,
+    /// A sub-workflow step: runs another workflow's graph.
+    Workflow,
 }
 
 impl NodeKind {
     /// A short lowercase name: `operation`, `decision`, `gate`, `signal`, `delay`, `cancel`,
-    /// `terminate`.
+    /// `terminate`, `foreach`, `loop`, `workflow`.
     pub const fn as_str(self) -> &'static str {
         match self {
             NodeKind::Operation => "operation",
@@ -104,6 +110,9 @@ impl NodeKind {
             NodeKind::Delay => "delay",
             NodeKind::Cancel => "cancel",
             NodeKind::Terminate => "terminate",
+            NodeKind::ForEach => "foreach",
+            NodeKind::Loop => "loop",
+            NodeKind::Workflow => "workflow",
         }
     }
 }
@@ -345,6 +354,9 @@ pub struct Control {
     pub node_sections: &'static [&'static [u32]],
     /// The `Signal` steps, in node order: the signal each waits for.
     pub signals: &'static [SignalInfo],
+    /// The nest nodes (`ForEach`, `Loop`, sub-workflow steps), in node order, each with its
+    /// body's graph.
+    pub nests: &'static [NestInfo],
 }
 
 impl Control {
@@ -358,6 +370,7 @@ impl Control {
         sections: &[],
         node_sections: &[],
         signals: &[],
+        nests: &[],
     };
 
     /// Control tables, for the code `workflow!` generates.
@@ -381,8 +394,35 @@ impl Control {
             sections,
             node_sections,
             signals,
+            nests: &[],
         }
     }
+
+    /// These tables with the nest nodes `nests`.
+    pub const fn with_nests(self, nests: &'static [NestInfo]) -> Self {
+        Control { nests, ..self }
+    }
+
+    /// The nest node `node`, if it is one.
+    pub fn nest(&self, node: u32) -> Option<&'static NestInfo> {
+        let nests: &'static [NestInfo] = self.nests;
+        nests
+            .binary_search_by_key(&node, |n| n.node)
+            .ok()
+            .map(|i| &nests[i])
+    }
+}
+
+/// A nest node: a `ForEach`, a `Loop` or a sub-workflow step, and the graph it runs.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct NestInfo {
+    /// The nest node.
+    pub node: u32,
+    /// What kind of nest it is.
+    pub kind: crate::nest::NestKind,
+    /// The graph of its body (of the child workflow, for a sub-workflow step).
+    pub body: &'static Graph,
 }
 
 /// A gate: the node of a `Race`, `Pick` or `Parallel(min = k)` block, which completes when
@@ -449,6 +489,12 @@ pub enum Instant {
     },
     /// End the run successfully, withdrawing every node that has not ended.
     Terminate,
+    /// Complete the `ForEach` `node` with the outputs of the instances that completed,
+    /// withdrawing the rest (`Complete(name)`).
+    Complete {
+        /// The `ForEach`'s node.
+        node: u32,
+    },
 }
 
 /// A critical section: a step or block that holds its exclusion group while it runs.
@@ -608,6 +654,7 @@ impl Graph {
                 NodeKind::Gate => "invtrapezium",
                 NodeKind::Signal | NodeKind::Delay => "cds",
                 NodeKind::Cancel | NodeKind::Terminate => "octagon",
+                NodeKind::ForEach | NodeKind::Loop | NodeKind::Workflow => "box3d",
                 NodeKind::Operation => "box",
             };
             let mut style = vec![];
@@ -666,6 +713,9 @@ impl Graph {
                 NodeKind::Gate => writeln!(out, "    n{id}[/{text}\\]"),
                 NodeKind::Signal | NodeKind::Delay => writeln!(out, "    n{id}>{text}]"),
                 NodeKind::Cancel | NodeKind::Terminate => writeln!(out, "    n{id}{{{{{text}}}}}"),
+                NodeKind::ForEach | NodeKind::Loop | NodeKind::Workflow => {
+                    writeln!(out, "    n{id}[[{text}]]")
+                }
                 NodeKind::Operation => writeln!(out, "    n{id}([{text}])"),
             };
         }

@@ -27,6 +27,7 @@ mod delay;
 mod error;
 mod events;
 mod graph;
+mod nest;
 mod nodes;
 mod options;
 mod panic;
@@ -51,6 +52,7 @@ pub use events::{
     RunId, channel,
 };
 pub use graph::{Edge, EdgeKind, Graph, NodeInfo, NodeKind};
+pub use nest::{NestKind, NodePath, PathStep};
 pub use policy::{Backoff, CancelReason, CancelToken, FailurePolicy, NodePolicy};
 /// The items of optional features, whichever are enabled: the facade re-exports this module
 /// whole, so a feature turned on anywhere in the build shows its items through `flow`.
@@ -79,9 +81,10 @@ pub mod __private {
     pub use crate::error::{IntoNodeResult, NodeError, NodeFailure, WorkflowError};
     pub use crate::events::Observer;
     pub use crate::graph::{
-        Arm, Control, Edge, EdgeKind, Gate, Graph, Instant, NodeInfo, NodeKind, Plan, Rest, Rule,
-        Section, SignalInfo,
+        Arm, Control, Edge, EdgeKind, Gate, Graph, Instant, NestInfo, NodeInfo, NodeKind, Plan,
+        Rest, Rule, Section, SignalInfo,
     };
+    pub use crate::nest::{Nest, NestCtx, NestKind, NestOp};
     pub use crate::nodes::{ArenaOp, Decide, Decision, IntoNodes, Leaf, Nodes, Op, Pair};
     pub use crate::options::RunOptions;
     pub use crate::policy::{Backoff, CancelToken, FailurePolicy, NodePolicy};

@@ -44,6 +44,12 @@ pub trait Leaf {
     fn delay(&self) -> Option<std::time::Duration> {
         None
     }
+
+    /// Gives a nest node (`ForEach`, `Loop`, sub-workflow step) its context, before its first
+    /// attempt starts. No effect on any other node.
+    fn nest(self: Pin<&mut Self>, ctx: crate::nest::NestCtx) {
+        let _ = ctx;
+    }
 }
 
 /// A set of nodes: generated code builds one value holding every node, the scheduler pins it

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::events::Observer;
+use crate::nest::NodePath;
 use crate::policy::{CancelToken, FailurePolicy};
 use crate::signal::Mailbox;
 
@@ -22,6 +23,8 @@ pub struct RunOptions {
     pub(crate) report: bool,
     /// Where the run's `Signal` steps take their signals (`Runner::signals`).
     pub(crate) signals: Option<Arc<Mailbox>>,
+    /// The nest instance this run is (`charge[3]`), when a nest node runs it.
+    pub(crate) path: Option<NodePath>,
 }
 
 impl Default for RunOptions {
@@ -35,6 +38,7 @@ impl Default for RunOptions {
             record: true,
             report: true,
             signals: None,
+            path: None,
         }
     }
 }
@@ -49,6 +53,7 @@ impl std::fmt::Debug for RunOptions {
             .field("observers", &self.observers.len())
             .field("record", &self.record)
             .field("signals", &self.signals)
+            .field("path", &self.path)
             .finish()
     }
 }

@@ -168,6 +168,12 @@ impl Scheduler {
         if let Some(after) = self.plan().policy(node as usize).deadline() {
             self.watch(node).deadline = Some(timer(after)?);
         }
+        if !self.plan().control.nests.is_empty()
+            && let Some(nest) = self.plan().control.nest(node)
+        {
+            let ctx = self.nest_ctx(nest);
+            leaves[node as usize].as_mut().nest(ctx);
+        }
         self.start_attempt(leaves, node)
     }
 

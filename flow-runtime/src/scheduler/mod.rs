@@ -25,7 +25,8 @@ use std::task::{Context, Poll};
 use tokio::time::Sleep;
 
 use crate::events::{Event, EventKind, EventLog, Observer, RunId};
-use crate::graph::{Graph, NodeKind, Plan};
+use crate::graph::{Graph, NestInfo, NodeKind, Plan};
+use crate::nest::{NestCtx, NodePath};
 use crate::nodes::{Leaves, Nodes, Table};
 use crate::options::RunOptions;
 use crate::panic::deadline_timer;
@@ -102,6 +103,13 @@ struct Recording {
     seq: u64,
     log: Option<EventLog>,
     observers: Vec<Arc<dyn Observer>>,
+}
+
+/// What a run with nest nodes gives each of them when it starts (see [`NestCtx`]).
+struct NestHome {
+    /// The run's own path, when it is an instance of a nest.
+    path: Option<NodePath>,
+    signals: Option<Arc<crate::signal::Mailbox>>,
 }
 
 /// Why the run stops early.
@@ -204,6 +212,8 @@ struct Scheduler {
     report: bool,
     /// A `Terminate` step ended the run: it succeeds, whatever failed before.
     terminated: bool,
+    /// What the run's nest nodes share with their instances: `None` without nest nodes.
+    nest_home: Option<Box<NestHome>>,
     /// Every settle takes `mark_more`, not only failures: events are recorded, or a trigger
     /// rule or a critical section must see completions. Set once, in `Scheduler::new`.
     mark_more_always: bool,
@@ -309,6 +319,12 @@ impl Scheduler {
                 })
             }),
             decided: None,
+            nest_home: (!plan.control.nests.is_empty()).then(|| {
+                Box::new(NestHome {
+                    path: options.path.clone(),
+                    signals: options.signals.clone(),
+                })
+            }),
             report: options.report,
             terminated: false,
             lean: false,
@@ -326,7 +342,11 @@ impl Scheduler {
         if !plan.control.gates.is_empty() {
             scheduler.init_gates();
         }
-        scheduler.lean = plan.policies.is_empty() && scheduler.recording.is_none() && !spans();
+        // A nest node gets its context when it starts, on the long way.
+        scheduler.lean = plan.policies.is_empty()
+            && scheduler.recording.is_none()
+            && plan.control.nests.is_empty()
+            && !spans();
         scheduler.emit(None, 0, || EventKind::RunStarted {
             workflow: graph.name,
             nodes: graph.nodes.len() as u32,
@@ -352,6 +372,7 @@ impl Scheduler {
             attempt,
             at: recording.start.elapsed(),
             kind: kind(),
+            path: None,
         };
         recording.seq += 1;
         #[cfg(feature = "tracing")]
@@ -361,6 +382,19 @@ impl Scheduler {
         }
         if let Some(log) = &mut recording.log {
             log.push(event);
+        }
+    }
+
+    /// The context of nest node `nest`, for its driver.
+    fn nest_ctx(&self, nest: &'static NestInfo) -> NestCtx {
+        let home = self.nest_home.as_deref();
+        NestCtx {
+            node: self.graph.nodes[nest.node as usize].name,
+            kind: nest.kind,
+            body: nest.body,
+            path: home.and_then(|h| h.path.clone()),
+            signals: home.and_then(|h| h.signals.clone()),
+            report: self.report,
         }
     }
 

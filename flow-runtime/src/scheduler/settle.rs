@@ -107,6 +107,11 @@ impl Scheduler {
                     Err(payload) => self.fail(node, NodeError::Panicked(panic_message(payload))),
                 }
             }
+            // Built with the nest drivers: until then a plan with it is refused here.
+            Instant::Complete { .. } => self.fail(
+                node,
+                NodeError::Internal("`Complete` steps are not supported by this runtime"),
+            ),
             Instant::None => self.settle(node, Settle::Completed),
         }
     }

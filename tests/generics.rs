@@ -299,3 +299,43 @@ fn code_generic_over_workflows_runs_instances_of_generic_workflows() {
     let outcome = block_on(run_unit::<Make<String>>());
     assert_eq!(outcome.result.expect("runs"), "");
 }
+
+async fn describe<T: std::fmt::Debug>(value: &T) -> Result<String, NotFound> {
+    Ok(format!("{value:?}"))
+}
+
+workflow! {
+    /// A signal whose payload is the type parameter: its key is `Await::<T>::VALUE`.
+    Await<T: std::fmt::Debug + Send + Sync + 'static>() -> String {
+        Sequential {
+            value = Signal(value: T),
+            text = Operation(describe(&value)),
+        }
+        => text.clone()
+    }
+}
+
+#[test]
+fn a_generic_workflow_waits_for_a_signal_of_its_type_parameter() {
+    let mut runner = Await::<(u8, char)>::runner();
+    runner
+        .signals()
+        .send(Await::<(u8, char)>::VALUE, (7, 'x'))
+        .expect("kept for the step");
+    assert_eq!(block_on(runner.run(())).expect("runs"), "(7, 'x')");
+}
+
+workflow! {
+    /// A type parameter that neither the parameters nor the output name: only a turbofish
+    /// chooses it.
+    TypeName<T: Default + std::fmt::Debug + Send + Sync>() -> String {
+        value = Operation(make::<T>())
+        => format!("{:?}", value)
+    }
+}
+
+#[test]
+fn a_type_parameter_only_the_body_names_is_chosen_by_a_turbofish() {
+    assert_eq!(block_on(TypeName::<u8>::run()).expect("runs"), "0");
+    assert_eq!(block_on(TypeName::<Vec<u8>>::run()).expect("runs"), "[]");
+}

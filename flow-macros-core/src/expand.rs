@@ -29,13 +29,16 @@ use crate::validate::{self, Checked, Use};
 /// best-effort skeleton of the workflow type so that one mistake does not cascade.
 pub fn workflow(input: TokenStream) -> TokenStream {
     let mut cx = Ctxt::default();
-    let workflow = match parse::workflow(input, &mut cx) {
+    let mut workflow = match parse::workflow(input, &mut cx) {
         Ok(workflow) => workflow,
         Err(error) => {
             cx.push(error);
             return errors(cx);
         }
     };
+    if let Some(ty) = &mut workflow.output_ty {
+        generics::Lifetimes::new(&workflow.generics, &workflow.name).output_type(ty, &mut cx);
+    }
     match (workflow.output_ty.as_ref(), workflow.output.as_ref()) {
         (Some(ty), None) if !workflow.has_output => cx.error(
             ty.span(),
@@ -325,7 +328,7 @@ impl Input {
     /// declare (`&'b T`) or is an `impl Trait` is an error in `cx`, and the types still make a
     /// usable skeleton.
     fn new(workflow: &Workflow, cx: &mut Ctxt) -> Input {
-        let lifetimes = generics::Lifetimes::new(workflow);
+        let lifetimes = generics::Lifetimes::new(&workflow.generics, &workflow.name);
         // Each parameter once: a duplicate is already reported, and rustc should not repeat it.
         let mut seen = HashSet::new();
         let params: Vec<_> = workflow

@@ -28,28 +28,51 @@ use crate::parse::Workflow;
 pub struct Lifetimes {
     /// The lifetimes declared after the workflow's name.
     declared: HashSet<String>,
-    /// The lifetime of `Input<'r>`: `'a`, or `'__flow_run` when the workflow declares `'a`.
+    /// The lifetime of `Input<'r>`: `'a` when the workflow declares no lifetime, else `'run`
+    /// (or `'__flow_run` when it declares `'run`).
     pub run: Lifetime,
-    /// The workflow's name, for the messages.
+    /// How the messages show the declaration of a lifetime `'x`: `Name<'x>(..)`, or
+    /// `Name<'x, ..>(..)` when the workflow has generics.
     name: String,
+    generic: bool,
 }
 
 impl Lifetimes {
-    pub fn new(workflow: &Workflow) -> Lifetimes {
-        let declared: HashSet<String> = workflow
-            .generics
+    pub fn new(generics: &syn::Generics, name: &syn::Ident) -> Lifetimes {
+        let declared: HashSet<String> = generics
             .lifetimes()
             .map(|param| param.lifetime.ident.to_string())
             .collect();
-        let run = match declared.contains("a") {
-            false => "'a",
-            true => "'__flow_run",
+        let run = if declared.is_empty() {
+            "'a"
+        } else if !declared.contains("run") {
+            "'run"
+        } else {
+            "'__flow_run"
         };
         Lifetimes {
             declared,
             run: Lifetime::new(run, Span::call_site()),
-            name: workflow.name.to_string(),
+            name: name.to_string(),
+            generic: !generics.params.is_empty(),
         }
+    }
+
+    /// `Name<'x>(..)`: where the lifetime `'x` is declared.
+    fn declare(&self, lifetime: &Lifetime) -> String {
+        let (name, more) = (&self.name, if self.generic { ", .." } else { "" });
+        format!("`{name}<{lifetime}{more}>(..)`")
+    }
+
+    /// Checks the output type: it cannot borrow for the run (an elided lifetime) nor name a
+    /// lifetime the workflow does not declare. Each such lifetime is reported in `cx` and made
+    /// `'static`, for the skeleton.
+    pub fn output_type(&self, ty: &mut Type, cx: &mut Ctxt) {
+        Output {
+            lifetimes: self,
+            cx,
+        }
+        .visit_type_mut(ty);
     }
 
     /// `ty` as a part of `Input<'r>`: every elided lifetime (`&T`, `'_`) made the run's. A
@@ -142,11 +165,11 @@ impl VisitMut for Elided<'_, '_> {
         if ident != "_"
             && let Some(cx) = self.cx.as_deref_mut()
         {
-            let name = &self.lifetimes.name;
+            let declare = self.lifetimes.declare(lifetime);
             cx.error(
                 lifetime.span(),
                 format!(
-                    "undeclared lifetime `{lifetime}` in a workflow parameter; declare it after the workflow's name, as in `{name}<{lifetime}>(..)`, or write `&T` or `'_` to borrow for as long as the run runs"
+                    "undeclared lifetime `{lifetime}` in a workflow parameter; declare it after the workflow's name, as in {declare}, or write `&T` or `'_` to borrow for as long as the run runs"
                 ),
             );
         }
@@ -168,6 +191,69 @@ impl VisitMut for Elided<'_, '_> {
     }
 
     // `fn(&T)` and `for<'b> Fn(&'b T)` bind lifetimes of their own: left as written.
+    fn visit_type_fn_ptr_mut(&mut self, _: &mut syn::TypeFnPtr) {}
+    fn visit_parenthesized_generic_arguments_mut(
+        &mut self,
+        _: &mut syn::ParenthesizedGenericArguments,
+    ) {
+    }
+    fn visit_trait_bound_mut(&mut self, bound: &mut syn::TraitBound) {
+        if bound.lifetimes.is_none() {
+            visit_mut::visit_trait_bound_mut(self, bound);
+        }
+    }
+}
+
+/// Reports the elided and undeclared lifetimes of the output type, and makes them `'static`.
+struct Output<'l, 'c> {
+    lifetimes: &'l Lifetimes,
+    cx: &'c mut Ctxt,
+}
+
+impl Output<'_, '_> {
+    fn elided(&mut self, span: Span) {
+        let Lifetimes { name, generic, .. } = self.lifetimes;
+        let more = if *generic { ", .." } else { "" };
+        self.cx.error(
+            span,
+            format!(
+                "the output type cannot borrow with an elided lifetime; declare a lifetime after the workflow's name and name it in the parameter the output borrows from, as in `{name}<'a{more}>(x: &'a X, ..) -> &'a T`"
+            ),
+        );
+    }
+}
+
+impl VisitMut for Output<'_, '_> {
+    fn visit_type_reference_mut(&mut self, reference: &mut syn::TypeReference) {
+        match &mut reference.lifetime {
+            Some(lifetime) => self.visit_lifetime_mut(lifetime),
+            None => {
+                self.elided(reference.and_token.span);
+                reference.lifetime = Some(Lifetime::new("'static", reference.and_token.span));
+            }
+        }
+        self.visit_type_mut(&mut reference.elem);
+    }
+
+    fn visit_lifetime_mut(&mut self, lifetime: &mut Lifetime) {
+        let ident = lifetime.ident.to_string();
+        if ident == "static" || self.lifetimes.declared.contains(&ident) {
+            return;
+        }
+        if ident == "_" {
+            self.elided(lifetime.span());
+        } else {
+            let declare = self.lifetimes.declare(lifetime);
+            self.cx.error(
+                lifetime.span(),
+                format!(
+                    "undeclared lifetime `{lifetime}` in the output type; declare it after the workflow's name, as in {declare}, and name it in the parameter the output borrows from"
+                ),
+            );
+        }
+        *lifetime = Lifetime::new("'static", lifetime.span());
+    }
+
     fn visit_type_fn_ptr_mut(&mut self, _: &mut syn::TypeFnPtr) {}
     fn visit_parenthesized_generic_arguments_mut(
         &mut self,

@@ -98,7 +98,9 @@ fn a_workflow_with_two_borrowed_parameters_returns_a_reference_to_one_of_them() 
         name: "ruler".to_string(),
     };
     let error = block_on(Lookup::run(&catalog, &query)).expect_err("no ruler");
-    let cause = error.error_of("index").and_then(|e| e.downcast_ref::<NotFound>());
+    let cause = error
+        .error_of("index")
+        .and_then(|e| e.downcast_ref::<NotFound>());
     assert_eq!(cause.map(|e| e.0.as_str()), Some("ruler"), "{error}");
     // A lifetime parameter needs no annotation anywhere.
     assert_eq!(Lookup::GRAPH.name(), "Lookup");
@@ -201,7 +203,9 @@ fn a_generic_workflow_returns_a_reference_into_a_generic_parameter() {
     };
     assert_eq!(*first, 10);
     let error = block_on(Nth::run(&numbers, &7)).expect_err("no item 7");
-    let cause = error.error_of("found").and_then(|e| e.downcast_ref::<NotFound>());
+    let cause = error
+        .error_of("found")
+        .and_then(|e| e.downcast_ref::<NotFound>());
     assert_eq!(cause.map(|e| e.0.as_str()), Some("item 7"), "{error}");
 }
 
@@ -338,4 +342,41 @@ workflow! {
 fn a_type_parameter_only_the_body_names_is_chosen_by_a_turbofish() {
     assert_eq!(block_on(TypeName::<u8>::run()).expect("runs"), "0");
     assert_eq!(block_on(TypeName::<Vec<u8>>::run()).expect("runs"), "[]");
+}
+
+async fn step<T: Clone>(value: &T) -> Result<T, NotFound> {
+    Ok(value.clone())
+}
+
+macro_rules! large {
+    ($($name:ident)*) => {
+        workflow! {
+            /// More nodes than the macro keeps inline: the node futures live in an arena.
+            Large<'v, T: Clone + Send + Sync>(value: &'v T, other: &T) -> (&'v T, T) {
+                Sequential {
+                    $( $name = Operation(step(other)), )*
+                    last = Operation(step(value)),
+                }
+                => (value, last.clone())
+            }
+        }
+    };
+}
+
+large!(
+    a0 a1 a2 a3 a4 a5 a6 a7 a8 a9 b0 b1 b2 b3 b4 b5 b6 b7 b8 b9 c0 c1 c2 c3 c4 c5 c6 c7 c8 c9
+    d0 d1 d2 d3 d4 d5 d6 d7 d8 d9 e0 e1 e2 e3 e4 e5 e6 e7 e8 e9 f0 f1 f2 f3 f4 f5 f6 f7 f8 f9
+    g0 g1 g2 g3 g4
+);
+
+#[test]
+fn a_large_generic_workflow_runs_in_an_arena() {
+    let value = "kept".to_string();
+    let (kept, last) = {
+        let other = "other".to_string();
+        block_on(Large::run(&value, &other)).expect("runs")
+    };
+    assert!(std::ptr::eq(kept, &value));
+    assert_eq!(last, "kept");
+    assert_eq!(Large::<u8>::GRAPH.nodes().len(), 66);
 }

@@ -502,6 +502,8 @@ async fn generic() {
     let top = Largest::run(&orders, &ctx).await.expect("largest");
     assert!(std::ptr::eq(top, &orders[1]));
     assert_eq!(First::run(&[4, 5]).await.expect("first"), 4);
+    let outcome = First::runner().execute(&["a", "b"]).await;
+    assert_eq!(outcome.result.expect("first"), "a");
     assert_eq!(First::<String>::GRAPH.name(), "First");
     println!("generic ok");
 }

@@ -260,7 +260,10 @@ fn a_generic_workflow_type_is_send_and_sync_and_its_run_is_send_when_its_parts_a
         std::mem::size_of::<Rc<u8>>()
     );
     let outcome = block_on(Wrap::runner().execute(Rc::new(1u8)));
-    assert_eq!(outcome.result.expect("measures"), std::mem::size_of::<Rc<u8>>());
+    assert_eq!(
+        outcome.result.expect("measures"),
+        std::mem::size_of::<Rc<u8>>()
+    );
     let numbers = [1u32, 2];
     let all = |_: &u32| true;
     let (kept, _) = block_on(send(Keep::run(&numbers, &all))).expect("keep never fails");

@@ -6,9 +6,9 @@
 //! the runtime only through `::flow::__private` (or `path::__private` under
 //! `#[flow(crate = path)]`), and builds its tables through `const fn`s, never struct literals.
 //!
-//! Per workflow it emits a unit struct, its `Workflow` impl (the graph, and the run's body) and
-//! three inherent shortcuts (`GRAPH`, `runner()`, `run(..)`); the builder methods are the
-//! runtime's `Runner`'s.
+//! Per workflow it emits a unit struct (a generic one for a generic workflow: `generics.rs`),
+//! its `Workflow` impl (the graph, and the run's body) and three inherent shortcuts (`GRAPH`,
+//! `runner()`, `run(..)`); the builder methods are the runtime's `Runner`'s.
 
 use std::collections::HashSet;
 

@@ -54,8 +54,9 @@ fn node_count<W: Workflow>() -> usize {
     W::GRAPH.nodes().len()
 }
 
-/// Generic over workflows without parameters: runs one with an observer.
-async fn run_observed<W: for<'a> Workflow<Input<'a> = ()>>(
+/// Generic over workflows without parameters: runs one with an observer. Under `for<'a>`, the
+/// input's `where Self: 'a` asks for `W: 'static`.
+async fn run_observed<W: for<'a> Workflow<Input<'a> = ()> + 'static>(
     recorder: &Recorder,
 ) -> Outcome<W::Output> {
     Runner::<W>::new()

@@ -6,9 +6,9 @@
 //! the runtime only through `::flow::__private` (or `path::__private` under
 //! `#[flow(crate = path)]`), and builds its tables through `const fn`s, never struct literals.
 //!
-//! Per workflow it emits a unit struct, its `Workflow` impl (the graph, and the run's body) and
-//! three inherent shortcuts (`GRAPH`, `runner()`, `run(..)`); the builder methods are the
-//! runtime's `Runner`'s.
+//! Per workflow it emits a unit struct (a generic one for a generic workflow: `generics.rs`),
+//! its `Workflow` impl (the graph, and the run's body) and three inherent shortcuts (`GRAPH`,
+//! `runner()`, `run(..)`); the builder methods are the runtime's `Runner`'s.
 
 use std::collections::HashSet;
 
@@ -18,6 +18,7 @@ use syn::spanned::Spanned;
 use syn::{Expr, Ident};
 
 use crate::ctxt::Ctxt;
+use crate::generics;
 use crate::graph::{self, Kind, edge};
 use crate::names;
 use crate::parse::{self, Workflow};
@@ -28,13 +29,16 @@ use crate::validate::{self, Checked, Use};
 /// best-effort skeleton of the workflow type so that one mistake does not cascade.
 pub fn workflow(input: TokenStream) -> TokenStream {
     let mut cx = Ctxt::default();
-    let workflow = match parse::workflow(input, &mut cx) {
+    let mut workflow = match parse::workflow(input, &mut cx) {
         Ok(workflow) => workflow,
         Err(error) => {
             cx.push(error);
             return errors(cx);
         }
     };
+    if let Some(ty) = &mut workflow.output_ty {
+        generics::Lifetimes::new(&workflow.generics, &workflow.name).output_type(ty, &mut cx);
+    }
     match (workflow.output_ty.as_ref(), workflow.output.as_ref()) {
         (Some(ty), None) if !workflow.has_output => cx.error(
             ty.span(),
@@ -192,7 +196,7 @@ fn generate(
     interface(workflow, input, &names.private, graph, body, run, keys)
 }
 
-/// The items every workflow has, around its graph and its run's body: the unit struct, its
+/// The items every workflow has, around its graph and its run's body: the struct, its
 /// `Workflow` impl, and the inherent shortcuts `GRAPH`, `runner()` and `run(..)`. The builder
 /// methods are the runtime's `Runner`'s, written once for every workflow.
 fn interface(
@@ -213,10 +217,18 @@ fn interface(
     };
     let Input {
         ty: input_ty,
+        lifetime,
         pattern,
         params,
-        ..
+        marked,
     } = input;
+    let declaration = generics::declaration(workflow, &marked.iter().collect::<Vec<_>>());
+    let (impl_generics, ty_generics, where_clause) = workflow.generics.split_for_impl();
+    // A generic workflow's parameters outlive the run's borrow (`Workflow::Input`).
+    let outlives = match workflow.generics.params.is_empty() {
+        true => TokenStream::new(),
+        false => quote!(where Self: #lifetime),
+    };
     let options = Ident::new("__flow_options", Span::mixed_site());
     // On the user's tokens: a `pub` workflow whose parameter or output type is private is
     // rustc's "private type in public interface", which should point at the type.
@@ -224,7 +236,7 @@ fn interface(
         .params
         .first()
         .map_or_else(|| name.span(), |p| p.ty.span());
-    let input_item = quote_spanned!(input_span=> type Input<'a> = #input_ty;);
+    let input_item = quote_spanned!(input_span=> type Input<#lifetime> = #input_ty #outlives;);
     let output_span = workflow
         .output_ty
         .as_ref()
@@ -235,24 +247,24 @@ fn interface(
     );
     quote! {
         #(#attrs)*
-        #vis struct #name;
+        #declaration
 
         #[allow(unused_variables, unused_braces, unused_parens, clippy::all)]
-        impl #private::Workflow for #name {
+        impl #impl_generics #private::Workflow for #name #ty_generics #where_clause {
             const GRAPH: #private::Graph = #graph;
             #input_item
             #output_item
 
-            fn __execute<'a>(
+            fn __execute<#lifetime>(
                 #options: #private::RunOptions,
-                #pattern: <Self as #private::Workflow>::Input<'a>,
-            ) -> impl #private::Future<Output = #private::Outcome<#output_ty>> {
+                #pattern: <Self as #private::Workflow>::Input<#lifetime>,
+            ) -> impl #private::Future<Output = #private::Outcome<#output_ty>> #outlives {
                 #body
             }
         }
 
         #[allow(unused_variables, dead_code, clippy::all)]
-        impl #name {
+        impl #impl_generics #name #ty_generics #where_clause {
             /// The static graph of this workflow, built at compile time: nodes, edges and
             /// scheduling tables. Draw it with `to_dot()` or `to_mermaid()`.
             #vis const GRAPH: #private::Graph = <Self as #private::Workflow>::GRAPH;
@@ -294,22 +306,29 @@ fn private_path(workflow: &Workflow) -> TokenStream {
     }
 }
 
-/// How the workflow's parameters travel: as `Workflow::Input<'a>` (`()`, the one parameter's
+/// How the workflow's parameters travel: as `Workflow::Input<'r>` (`()`, the one parameter's
 /// type, or a tuple), bound by a pattern in `__execute`, and built from the parameters of the
 /// inherent `run`.
 struct Input {
-    /// `Input<'a>`: each parameter's type with every elided lifetime made `'a`.
+    /// `Input<'r>`: each parameter's type with every elided lifetime made `'r`.
     ty: TokenStream,
+    /// `'r`: the run's borrow (`'a` unless the workflow declares `'a`).
+    lifetime: syn::Lifetime,
     /// `()`, `name` or `(a, b)`: the pattern `__execute` binds, and the value `run` passes on.
     pattern: TokenStream,
     /// `name: Type` of `run`, each parameter once.
     params: Vec<TokenStream>,
+    /// The parameter and output types that name a declared lifetime: the type's marker holds
+    /// them (`generics::declaration`).
+    marked: Vec<syn::Type>,
 }
 
 impl Input {
-    /// Reads the parameters; a parameter type that names a lifetime of its own (`&'b T`) or is
-    /// an `impl Trait` is an error in `cx`, and the types still make a usable skeleton.
+    /// Reads the parameters; a parameter type that names a lifetime the workflow does not
+    /// declare (`&'b T`) or is an `impl Trait` is an error in `cx`, and the types still make a
+    /// usable skeleton.
     fn new(workflow: &Workflow, cx: &mut Ctxt) -> Input {
+        let lifetimes = generics::Lifetimes::new(&workflow.generics, &workflow.name);
         // Each parameter once: a duplicate is already reported, and rustc should not repeat it.
         let mut seen = HashSet::new();
         let params: Vec<_> = workflow
@@ -320,133 +339,32 @@ impl Input {
         let names: Vec<&Ident> = params.iter().map(|p| &p.name).collect();
         let types: Vec<syn::Type> = params
             .iter()
-            .map(|p| lifetimes::input_type(&p.ty, cx))
+            .map(|p| lifetimes.input_type(&p.ty, cx))
             .collect();
         let (ty, pattern) = match (&types[..], &names[..]) {
             ([ty], [name]) => (quote!(#ty), quote!(#name)),
             _ => (quote!((#(#types,)*)), quote!((#(#names,)*))),
         };
+        let marked = params
+            .iter()
+            .map(|p| &p.ty)
+            .chain(&workflow.output_ty)
+            .filter(|ty| lifetimes.marks(ty))
+            .cloned()
+            .collect();
         let params = params
             .iter()
             .map(|p| {
-                let (name, ty) = (&p.name, lifetimes::run_type(&p.ty));
+                let (name, ty) = (&p.name, lifetimes.run_type(&p.ty));
                 quote!(#name: #ty)
             })
             .collect();
         Input {
             ty,
+            lifetime: lifetimes.run,
             pattern,
             params,
-        }
-    }
-}
-
-/// Lifetimes in parameter types: `Workflow::Input<'a>` borrows every parameter for `'a`.
-mod lifetimes {
-    use proc_macro2::Span;
-    use syn::visit_mut::{self, VisitMut};
-    use syn::{Lifetime, Type};
-
-    use crate::ctxt::Ctxt;
-
-    /// `ty` with every elided lifetime (`&T`, `'_`) made `'a`. A named lifetime other than
-    /// `'static`, or an `impl Trait`, is reported in `cx` (and replaced, for the skeleton).
-    pub fn input_type(ty: &Type, cx: &mut Ctxt) -> Type {
-        let mut ty = ty.clone();
-        let mut visitor = Elided {
-            to: Lifetime::new("'a", Span::call_site()),
-            cx: Some(cx),
-        };
-        visitor.visit_type_mut(&mut ty);
-        ty
-    }
-
-    /// `ty` as a parameter of the inherent `run`: named lifetimes (already reported) made `'_`,
-    /// so the skeleton does not add "undeclared lifetime" errors.
-    pub fn run_type(ty: &Type) -> Type {
-        let mut ty = ty.clone();
-        let mut visitor = Elided {
-            to: Lifetime::new("'_", Span::call_site()),
-            cx: None,
-        };
-        visitor.named_only(&mut ty);
-        ty
-    }
-
-    struct Elided<'c> {
-        to: Lifetime,
-        /// Where named lifetimes and `impl Trait` are reported; `None` when only named
-        /// lifetimes are replaced (`run_type`).
-        cx: Option<&'c mut Ctxt>,
-    }
-
-    impl Elided<'_> {
-        fn named_only(&mut self, ty: &mut Type) {
-            struct Named<'v>(&'v Lifetime);
-            impl VisitMut for Named<'_> {
-                fn visit_lifetime_mut(&mut self, lifetime: &mut Lifetime) {
-                    if lifetime.ident != "static" && lifetime.ident != "_" {
-                        *lifetime = self.0.clone();
-                    }
-                }
-                fn visit_type_fn_ptr_mut(&mut self, _: &mut syn::TypeFnPtr) {}
-                fn visit_bound_lifetimes_mut(&mut self, _: &mut syn::BoundLifetimes) {}
-            }
-            Named(&self.to).visit_type_mut(ty);
-        }
-    }
-
-    impl VisitMut for Elided<'_> {
-        fn visit_type_reference_mut(&mut self, reference: &mut syn::TypeReference) {
-            match &mut reference.lifetime {
-                Some(lifetime) => self.visit_lifetime_mut(lifetime),
-                None => reference.lifetime = Some(self.to.clone()),
-            }
-            self.visit_type_mut(&mut reference.elem);
-        }
-
-        fn visit_lifetime_mut(&mut self, lifetime: &mut Lifetime) {
-            if lifetime.ident == "static" {
-                return;
-            }
-            if lifetime.ident != "_"
-                && let Some(cx) = self.cx.as_deref_mut()
-            {
-                cx.error(
-                    lifetime.span(),
-                    format!(
-                        "a workflow parameter cannot name a lifetime; write `&T` or `'_` in place of `{lifetime}`: a run borrows every parameter for as long as it runs"
-                    ),
-                );
-            }
-            *lifetime = self.to.clone();
-        }
-
-        fn visit_type_mut(&mut self, ty: &mut Type) {
-            let Type::ImplTrait(impl_trait) = ty else {
-                return visit_mut::visit_type_mut(self, ty);
-            };
-            if let Some(cx) = self.cx.as_deref_mut() {
-                cx.error(
-                    impl_trait.impl_token.span,
-                    "a workflow parameter cannot be an `impl Trait`; name a concrete type, a `&dyn Trait` or a `Box<dyn Trait>`",
-                );
-            }
-            // For the skeleton: a type that `Input` can hold.
-            *ty = syn::parse_quote!(());
-        }
-
-        // `fn(&T)` and `for<'b> Fn(&'b T)` bind lifetimes of their own: left as written.
-        fn visit_type_fn_ptr_mut(&mut self, _: &mut syn::TypeFnPtr) {}
-        fn visit_parenthesized_generic_arguments_mut(
-            &mut self,
-            _: &mut syn::ParenthesizedGenericArguments,
-        ) {
-        }
-        fn visit_trait_bound_mut(&mut self, bound: &mut syn::TraitBound) {
-            if bound.lifetimes.is_none() {
-                visit_mut::visit_trait_bound_mut(self, bound);
-            }
+            marked,
         }
     }
 }

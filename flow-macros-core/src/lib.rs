@@ -15,6 +15,7 @@
 mod control;
 mod ctxt;
 mod expand;
+mod generics;
 mod graph;
 mod names;
 mod operation;

@@ -20,6 +20,9 @@ pub struct Workflow {
     pub krate: Option<syn::Path>,
     pub vis: Visibility,
     pub name: Ident,
+    /// `<'a, T: Clone>` after the name, with the `where` clause written after the output type
+    /// (or after the parameters when there is none), as in a `fn`.
+    pub generics: syn::Generics,
     pub params: Vec<Param>,
     pub output_ty: Option<Type>,
     /// The steps of the body, run in sequence.
@@ -151,14 +154,15 @@ struct Header {
     attrs: Vec<Attribute>,
     vis: Visibility,
     name: Ident,
+    generics: syn::Generics,
     params: Vec<Param>,
     output_ty: Option<Type>,
     body: TokenStream,
     body_span: Span,
 }
 
-/// Parses the invocation. The header (name, parameters, output type) must be well formed; inside
-/// the body, each malformed step is recorded in `cx` and skipped.
+/// Parses the invocation. The header (name, generics, parameters, output type, `where` clause)
+/// must be well formed; inside the body, each malformed step is recorded in `cx` and skipped.
 pub fn workflow(input: TokenStream, cx: &mut Ctxt) -> syn::Result<Workflow> {
     let header = |input: ParseStream| -> syn::Result<Header> {
         let attrs = input.call(Attribute::parse_outer)?;
@@ -169,15 +173,30 @@ pub fn workflow(input: TokenStream, cx: &mut Ctxt) -> syn::Result<Workflow> {
                 "expected the workflow's name, as in `pub Checkout(order_id: u64) { .. }`",
             )
         })?;
+        let mut generics: syn::Generics = input.parse()?;
         if !input.peek(syn::token::Paren) {
             return Err(input.error("expected the workflow's parameters in parentheses after its name, as in `Checkout(order_id: u64)`; write `()` for none"));
         }
         let content;
         syn::parenthesized!(content in input);
         let params = Punctuated::<Param, Token![,]>::parse_terminated(&content)?;
+        // As in a `fn`: the `where` clause comes after the output type.
+        if input.peek(Token![where]) {
+            generics.where_clause = Some(input.parse()?);
+        }
         let output_ty = if input.peek(Token![->]) {
             input.parse::<Token![->]>()?;
-            Some(input.parse::<Type>()?)
+            if let Some(clause) = &generics.where_clause {
+                return Err(syn::Error::new(
+                    clause.where_token.span,
+                    "the `where` clause goes after the output type, as in `Name<T>(x: T) -> T where T: Clone { .. }`",
+                ));
+            }
+            let ty = input.parse::<Type>()?;
+            if input.peek(Token![where]) {
+                generics.where_clause = Some(input.parse()?);
+            }
+            Some(ty)
         } else {
             None
         };
@@ -196,6 +215,7 @@ pub fn workflow(input: TokenStream, cx: &mut Ctxt) -> syn::Result<Workflow> {
             attrs,
             vis,
             name,
+            generics,
             params: params.into_iter().collect(),
             output_ty,
             body: tokens,
@@ -207,6 +227,7 @@ pub fn workflow(input: TokenStream, cx: &mut Ctxt) -> syn::Result<Workflow> {
         mut attrs,
         vis,
         name,
+        generics,
         params,
         output_ty,
         body: body_tokens,
@@ -244,6 +265,7 @@ pub fn workflow(input: TokenStream, cx: &mut Ctxt) -> syn::Result<Workflow> {
         krate,
         vis,
         name,
+        generics,
         params,
         output_ty,
         body,

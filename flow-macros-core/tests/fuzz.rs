@@ -1165,6 +1165,28 @@ const NASTY: &[&str] = &[
     "W() -> u32",
     "W() {} extra",
     "W() { Operation(f()) } W2() { Operation(f()) }",
+    // Generics.
+    "W<() { Operation(f()) }",
+    "W<>() { Operation(f()) }",
+    "W<'a() { Operation(f()) }",
+    "W<'a, 'a>(x: &'a u8) { Operation(f(x)) }",
+    "W<'_>(x: &'_ u8) { Operation(f(x)) }",
+    "W<'static>(x: &'static u8) { Operation(f(x)) }",
+    "W<T, T>(x: T) { Operation(f(x)) }",
+    "W<T = u8>(x: T) { Operation(f(x)) }",
+    "W<const N: usize = 3>(x: [u8; N]) { Operation(f(x)) }",
+    "W<T>(x: T) where { Operation(f(x)) }",
+    "W<T>(x: T) where T: { Operation(f(x)) }",
+    "W<T>(x: T) where T: Clone where T: Copy { Operation(f(x)) }",
+    "W<T>(x: T) where T: Clone -> T { a = Operation(f(x)) => a }",
+    "W<T>(x: T) -> T where T: Clone where T: Copy { a = Operation(f(x)) => a }",
+    "W<T>(x: T) -> where T: Clone { a = Operation(f(x)) => a }",
+    "W() where u8: Copy { Operation(f()) }",
+    "W<'a>(x: &'b u8) -> &'c u8 { a = Operation(f(x)) => a }",
+    "W<'a>(x: &'a u8) -> &u8 { a = Operation(f(x)) => a }",
+    "W<'a>(x: &'a u8) -> Box<dyn Fn(&u8) -> &'_ u8 + '_> { a = Operation(f(x)) => a }",
+    "W<'run>(x: &'run u8, y: &u8) -> &'run u8 { a = Operation(f(x, y)) => x }",
+    "W<'a, 'run>(x: &'a u8, y: &u8) { Operation(f(x, y)) }",
     // The output arrow.
     "W() { => }",
     "W() -> u32 { => }",
@@ -1550,6 +1572,40 @@ fn valid_corpus_expands_to_code() {
     assert_code(
         "W() { a = Operation(f()), b = Operation(g(&a)), Operation(h(&a, &b), timeout = \"1h\") }",
     );
+}
+
+#[test]
+fn generic_headers_expand_to_code() {
+    assert_code("W<'a, T: Clone>(a: &'a T, b: &u8) -> &'a T { n = Operation(f(a, b)) => a }");
+    assert_code("W<T>(x: T) -> T where T: Clone { a = Operation(f(&x)) => a.clone() }");
+    assert_code("W<T>(x: T) where T: Clone { Operation(f(&x)) }");
+    assert_code("W<const N: usize>(x: [u8; N]) { Operation(f(x)) }");
+}
+
+#[test]
+fn generic_header_mistakes_give_their_messages() {
+    assert_one_error(
+        "W<T>(x: T) where T: Clone -> T { a = Operation(f(x)) => a }",
+        "the `where` clause goes after the output type, as in `Name<T>(x: T) -> T where T: Clone { .. }`",
+    );
+    assert_one_error(
+        "W(a: &u8, b: &u8) -> &u8 { n = Operation(f(a, b)) => a }",
+        "the output type cannot borrow with an elided lifetime; declare a lifetime after the workflow's name and name it in the parameter the output borrows from, as in `W<'a>(x: &'a X, ..) -> &'a T`",
+    );
+    assert_one_error(
+        "W<'a>(a: &'a u8) -> Cow<'_, str> { n = Operation(f(a)) => n }",
+        "the output type cannot borrow with an elided lifetime; declare a lifetime after the workflow's name and name it in the parameter the output borrows from, as in `W<'a, ..>(x: &'a X, ..) -> &'a T`",
+    );
+    assert_one_error(
+        "W<'a>(a: &'a u8) -> &'b u8 { n = Operation(f(a)) => a }",
+        "undeclared lifetime `'b` in the output type; declare it after the workflow's name, as in `W<'b, ..>(..)`, and name it in the parameter the output borrows from",
+    );
+    assert_one_error(
+        "W<T>(a: &'b T) { Operation(f(a)) }",
+        "undeclared lifetime `'b` in a workflow parameter; declare it after the workflow's name, as in `W<'b, ..>(..)`, or write `&T` or `'_` to borrow for as long as the run runs",
+    );
+    // Lifetimes bound inside the output type are its own.
+    assert_code("W() -> Box<dyn Fn(&str) -> bool> { n = Operation(f()) => n }");
 }
 
 #[test]

@@ -35,8 +35,16 @@ pub trait Workflow {
 
     /// The workflow's parameters, as [`Runner::execute`] takes them: `()` for a workflow
     /// without parameters, the parameter's type for one, a tuple of them for several. Every
-    /// borrowed parameter borrows for `'a`.
-    type Input<'a>;
+    /// parameter borrowed with an elided lifetime borrows for `'a`; a lifetime the workflow
+    /// declares (`W<'b>(x: &'b X)`) is a parameter of the workflow's type instead, so that its
+    /// output may name it.
+    ///
+    /// `Self: 'a`: a generic workflow's type parameters outlive the run's borrows, so that a
+    /// parameter `&T` is well formed. A workflow without generics is `'static`, and the bound
+    /// always holds.
+    type Input<'a>
+    where
+        Self: 'a;
 
     /// The workflow's output: the type after `->` in `workflow!`, or `()`.
     type Output;
@@ -47,7 +55,9 @@ pub trait Workflow {
     fn __execute<'a>(
         options: RunOptions,
         input: Self::Input<'a>,
-    ) -> impl Future<Output = Outcome<Self::Output>>;
+    ) -> impl Future<Output = Outcome<Self::Output>>
+    where
+        Self: 'a;
 }
 
 /// One run of workflow `W`, to configure and start: `MyWorkflow::runner()` makes one with
@@ -142,7 +152,10 @@ impl<W: Workflow> Runner<W> {
     /// # Cancel safety
     ///
     /// Dropping the returned future cancels the run and drops every running operation.
-    pub fn execute(self, input: W::Input<'_>) -> impl Future<Output = Outcome<W::Output>> {
+    pub fn execute<'a>(self, input: W::Input<'a>) -> impl Future<Output = Outcome<W::Output>>
+    where
+        W: 'a,
+    {
         W::__execute(self.options, input)
     }
 
@@ -153,10 +166,13 @@ impl<W: Workflow> Runner<W> {
     /// # Cancel safety
     ///
     /// Dropping the returned future cancels the run and drops every running operation.
-    pub fn run(
+    pub fn run<'a>(
         mut self,
-        input: W::Input<'_>,
-    ) -> impl Future<Output = Result<W::Output, WorkflowError>> {
+        input: W::Input<'a>,
+    ) -> impl Future<Output = Result<W::Output, WorkflowError>>
+    where
+        W: 'a,
+    {
         self.options.record = false;
         self.options.report = false;
         ResultOnly {

@@ -22,6 +22,7 @@ async fn main() {
     println!("{}", Calls::GRAPH);
     Settle::run(&ctx, 4).await.expect("settle");
     more().await;
+    generic().await;
     println!("all ok");
 }
 #[allow(dead_code)]
@@ -33,4 +34,16 @@ async fn more() {
     assert_eq!(Reserve::run(&ctx, 7, true).await.expect("cancelled"), None);
     assert_eq!(Quote::run(&ctx, 1).await.expect("quote"), 4200);
     println!("more ok");
+}
+#[allow(dead_code)]
+async fn generic() {
+    let ctx = AppCtx;
+    let orders = vec![Order { id: 1, total: 5 }, Order { id: 2, total: 9 }];
+    let top = Largest::run(&orders, &ctx).await.expect("largest");
+    assert!(std::ptr::eq(top, &orders[1]));
+    assert_eq!(First::run(&[4, 5]).await.expect("first"), 4);
+    let outcome = First::runner().execute(&["a", "b"]).await;
+    assert_eq!(outcome.result.expect("first"), "a");
+    assert_eq!(First::<String>::GRAPH.name(), "First");
+    println!("generic ok");
 }

@@ -83,6 +83,34 @@ workflow! {
 }
 
 // ---- docs/dsl.md, block 4
+pub async fn largest<'o>(orders: &'o [Order], _ctx: &AppCtx) -> Result<&'o Order, ShopError> {
+    orders.iter().max_by_key(|o| o.total).ok_or(ShopError("no order"))
+}
+
+workflow! {
+    /// The largest order; the output borrows the orders, not the context.
+    pub Largest<'o>(orders: &'o [Order], ctx: &AppCtx) -> &'o Order {
+        top = Operation(largest(orders, ctx))
+        => top
+    }
+}
+
+pub async fn first_of<T: Clone>(items: &[T]) -> Result<T, ShopError> {
+    items.first().cloned().ok_or(ShopError("empty"))
+}
+
+workflow! {
+    /// Generic over the item type: `First::run(&[1, 2])` finds `T = i32` in its argument.
+    pub First<T>(items: &[T]) -> T
+    where
+        T: Clone + Send + Sync,
+    {
+        item = Operation(first_of(items))
+        => item.clone()
+    }
+}
+
+// ---- docs/dsl.md, block 5
 workflow! {
     /// Notifies three times, at most two at a time.
     pub NotifyAll(ctx: &AppCtx) {
@@ -94,7 +122,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 5
+// ---- docs/dsl.md, block 6
 workflow! {
     /// Notifies on each channel the customer chose, then once more when those are done.
     pub NotifyChosen(ctx: &AppCtx, email: bool, sms: bool) {
@@ -108,7 +136,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 6
+// ---- docs/dsl.md, block 7
 workflow! {
     /// Scores the order with whichever of two scorers answers first.
     pub FastestRisk(ctx: &AppCtx, order_id: u64) -> (usize, Option<Risk>) {
@@ -133,7 +161,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 7
+// ---- docs/dsl.md, block 8
 workflow! {
     /// Notifies the customer about large orders only, then reserves stock.
     pub MaybeNotify(ctx: &AppCtx, order_id: u64) {
@@ -145,7 +173,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 8
+// ---- docs/dsl.md, block 9
 #[derive(Debug, Clone)]
 pub struct Approval { pub by: String }
 
@@ -175,7 +203,7 @@ pub async fn approve_and_run(ctx: &AppCtx) -> Result<String, WorkflowError> {
     runner.run((ctx, 7)).await
 }
 
-// ---- docs/dsl.md, block 9
+// ---- docs/dsl.md, block 10
 pub async fn expire_order(order: &Order) -> Result<u64, ShopError> {
     Ok(order.id)
 }
@@ -195,7 +223,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 10
+// ---- docs/dsl.md, block 11
 workflow! {
     /// Reserves stock for an order, unless the order is called off first.
     pub Reserve(ctx: &AppCtx, order_id: u64, abort: bool) -> Option<u64> {
@@ -214,7 +242,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 11
+// ---- docs/dsl.md, block 12
 workflow! {
     /// Quotes a large order at its total, without scoring its risk.
     pub Quote(ctx: &AppCtx, order_id: u64) -> u64 {
@@ -227,7 +255,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 12
+// ---- docs/dsl.md, block 13
 pub async fn archive(order: Order) -> Result<u64, ShopError> {
     Ok(order.id)
 }
@@ -244,7 +272,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 13
+// ---- docs/dsl.md, block 14
 pub async fn pay_by_card(order: &Order) -> Result<Receipt, ShopError> {
     Ok(Receipt { order_id: order.id, amount: order.total })
 }
@@ -271,7 +299,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 14
+// ---- docs/dsl.md, block 15
 pub async fn step(n: u64) -> Result<u64, Infallible> { Ok(n) }
 pub async fn add(a: &u64, b: &u64) -> Result<u64, Infallible> { Ok(a + b) }
 
@@ -287,7 +315,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 15
+// ---- docs/dsl.md, block 16
 workflow! {
     /// Scores an order with a flaky service: 2 retries, 50 ms then 100 ms apart, 1 s in all.
     pub Resilient(ctx: &AppCtx, order_id: u64) -> f64 {
@@ -304,7 +332,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 16
+// ---- docs/dsl.md, block 17
 workflow! {
     /// Notifies twice; stops everything at the first uncaught failure.
     #[flow(failure = FailFast)]
@@ -316,7 +344,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 17
+// ---- docs/dsl.md, block 18
 workflow! {
     /// Releases the reservation whether or not the charge went through; reports a failure.
     pub ChargeOnce(ctx: &AppCtx, order_id: u64) {
@@ -330,7 +358,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 18
+// ---- docs/dsl.md, block 19
 workflow! {
     /// Two postings that must not interleave, beside an independent notification.
     pub Postings(ctx: &AppCtx) {
@@ -345,7 +373,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 19
+// ---- docs/dsl.md, block 20
 pub struct Client;
 impl Client {
     pub async fn get(&self, id: u64) -> Result<u64, ShopError> { Ok(id) }
@@ -360,7 +388,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 20
+// ---- docs/dsl.md, block 21
 #[operation(name = "charge card", timeout = "2s")]
 pub async fn charge_card(order: &Order, stock: &Reservation) -> Result<Receipt, ShopError> {
     charge(order, stock).await
@@ -376,7 +404,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 21
+// ---- docs/dsl.md, block 22
 workflow! {
     /// Rejects orders whose risk is high or could not be scored in time.
     pub Screen(ctx: &AppCtx, order_id: u64) {
@@ -391,7 +419,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 22
+// ---- docs/dsl.md, block 23
 workflow! {
     /// Charges an order and returns the receipt, if the risk was low.
     pub Receipted(ctx: &AppCtx, order_id: u64) -> (u64, Option<Receipt>) {
@@ -408,7 +436,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 23
+// ---- docs/dsl.md, block 24
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
@@ -454,6 +482,7 @@ async fn main() {
     println!("{}", Calls::GRAPH);
     Settle::run(&ctx, 4).await.expect("settle");
     more().await;
+    generic().await;
     println!("all ok");
 }
 #[allow(dead_code)]
@@ -465,4 +494,16 @@ async fn more() {
     assert_eq!(Reserve::run(&ctx, 7, true).await.expect("cancelled"), None);
     assert_eq!(Quote::run(&ctx, 1).await.expect("quote"), 4200);
     println!("more ok");
+}
+#[allow(dead_code)]
+async fn generic() {
+    let ctx = AppCtx;
+    let orders = vec![Order { id: 1, total: 5 }, Order { id: 2, total: 9 }];
+    let top = Largest::run(&orders, &ctx).await.expect("largest");
+    assert!(std::ptr::eq(top, &orders[1]));
+    assert_eq!(First::run(&[4, 5]).await.expect("first"), 4);
+    let outcome = First::runner().execute(&["a", "b"]).await;
+    assert_eq!(outcome.result.expect("first"), "a");
+    assert_eq!(First::<String>::GRAPH.name(), "First");
+    println!("generic ok");
 }

@@ -17,6 +17,7 @@ mod ctxt;
 mod expand;
 mod graph;
 mod names;
+mod nest;
 mod operation;
 mod options;
 mod parse;

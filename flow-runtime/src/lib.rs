@@ -24,6 +24,7 @@
 //   runner                              `Workflow` and `Runner`: the public entry points
 //   progress                            an observer (feature `progress`)
 mod delay;
+mod drivers;
 mod error;
 mod events;
 mod graph;
@@ -78,6 +79,11 @@ pub use status::NodeStatus;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::delay::{Timer, Wait};
+    pub use crate::drivers::{
+        ForEachConfig, ForEachSource, ForEachStream, LoopConfig, complete_nest, for_each,
+        for_each_collect, for_each_source, for_each_stream, for_each_stream_collect,
+        for_each_stream_source, repeat_until, repeat_while,
+    };
     pub use crate::error::{IntoNodeResult, NodeError, NodeFailure, WorkflowError};
     pub use crate::events::Observer;
     pub use crate::graph::{

@@ -115,6 +115,8 @@ pub struct NestCtx {
     pub(crate) signals: Option<Arc<Mailbox>>,
     /// Whether the holding run builds a report (instances build theirs).
     pub(crate) report: bool,
+    /// The parent's `Complete` step for this node, once it ran.
+    pub(crate) completion: Arc<crate::drivers::Completion>,
 }
 
 impl NestCtx {
@@ -128,6 +130,7 @@ impl NestCtx {
             path: None,
             signals: None,
             report: false,
+            completion: crate::drivers::Completion::new(),
         }
     }
 
@@ -192,6 +195,8 @@ pin_project! {
     pub struct NestOp<F, Fut> {
         make: F,
         ctx: Option<NestCtx>,
+        // A `Complete` step ran before the node started.
+        complete_early: bool,
         #[pin]
         running: Option<Fut>,
     }
@@ -207,6 +212,7 @@ where
         NestOp {
             make,
             ctx: None,
+            complete_early: false,
             running: None,
         }
     }
@@ -267,7 +273,19 @@ where
     }
 
     fn nest(self: Pin<&mut Self>, ctx: NestCtx) {
-        *self.project().ctx = Some(ctx);
+        let this = self.project();
+        if *this.complete_early {
+            ctx.completion.request();
+        }
+        *this.ctx = Some(ctx);
+    }
+
+    fn complete_nest(self: Pin<&mut Self>) {
+        let this = self.project();
+        match this.ctx {
+            Some(ctx) => ctx.completion.request(),
+            None => *this.complete_early = true,
+        }
     }
 }
 

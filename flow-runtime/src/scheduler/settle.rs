@@ -107,11 +107,14 @@ impl Scheduler {
                     Err(payload) => self.fail(node, NodeError::Panicked(panic_message(payload))),
                 }
             }
-            // Built with the nest drivers: until then a plan with it is refused here.
-            Instant::Complete { .. } => self.fail(
-                node,
-                NodeError::Internal("`Complete` steps are not supported by this runtime"),
-            ),
+            Instant::Complete { node: target } => {
+                // The `ForEach`'s driver drops its live instances and ends with the outputs
+                // of those that completed, on its next poll (the request wakes it).
+                if let Some(leaf) = leaves.get_mut(target as usize) {
+                    leaf.as_mut().complete_nest();
+                }
+                self.settle(node, Settle::Completed);
+            }
             Instant::None => self.settle(node, Settle::Completed),
         }
     }

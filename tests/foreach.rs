@@ -1,6 +1,6 @@
 //! `ForEach` in the DSL: one instance of the body per item, outputs in input order, a limit on
 //! the instances in flight, the item and the parent's nodes read in the body, `on_failure =
-//! collect`, `min` and `Complete`.
+//! collect`, `min`, `Complete`, the stream form and a `ForEach` inside a `ForEach`.
 
 mod common;
 
@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use flow::prelude::*;
-use flow::{NodeKind, NodeStatus};
+use flow::NodeKind;
 use tokio::time::sleep;
 
 use common::Boom;
@@ -38,4 +38,202 @@ workflow! {
 #[tokio::test(start_paused = true)]
 async fn outputs_come_in_input_order_whatever_order_instances_end_in() {
     assert_eq!(Doubles::run(6).await.unwrap(), vec![2, 4, 6, 8, 10, 12]);
+    let graph = Doubles::GRAPH;
+    assert_eq!(graph.nodes()[1].kind, NodeKind::ForEach);
+    assert_eq!(graph.nodes()[1].label, "n in items.iter()");
+}
+
+/// Counts the instances in flight and keeps the highest count.
+struct Gauge {
+    now: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+async fn measured(gauge: &Gauge, n: u32) -> Result<u32, Boom> {
+    let now = gauge.now.fetch_add(1, Ordering::SeqCst) + 1;
+    gauge.peak.fetch_max(now, Ordering::SeqCst);
+    sleep(Duration::from_millis(10)).await;
+    gauge.now.fetch_sub(1, Ordering::SeqCst);
+    Ok(n)
+}
+
+workflow! {
+    Limited(gauge: &Gauge) -> Vec<u32> {
+        all = ForEach(n in 0..20u32, max_concurrency = 3) {
+            m = Operation(measured(gauge, n)) => m
+        }
+        => all.clone()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_concurrency_bounds_the_instances_in_flight() {
+    let gauge = Gauge {
+        now: AtomicUsize::new(0),
+        peak: AtomicUsize::new(0),
+    };
+    let started = tokio::time::Instant::now();
+    assert_eq!(Limited::run(&gauge).await.unwrap(), (0..20).collect::<Vec<_>>());
+    assert_eq!(gauge.peak.load(Ordering::SeqCst), 3);
+    // 20 items, 3 at a time, 10 ms each: 7 rounds.
+    assert_eq!(started.elapsed(), Duration::from_millis(70));
+}
+
+async fn label(prefix: &str, item: &str, index: usize) -> Result<String, Boom> {
+    Ok(format!("{prefix}{item}#{index}"))
+}
+
+async fn prefix() -> Result<String, Boom> {
+    Ok("item:".to_string())
+}
+
+workflow! {
+    /// The body reads the item, a parameter and a node of the parent.
+    Labels(items: &[&'static str]) -> Vec<String> {
+        Sequential {
+            p = Operation(prefix()),
+            labelled = ForEach(item in items.iter().enumerate()) {
+                l = Operation(label(&p, item.1, item.0))
+                => l.clone()
+            },
+        }
+        => labelled.clone()
+    }
+}
+
+#[tokio::test]
+async fn the_body_reads_the_item_parameters_and_the_parents_nodes() {
+    let labels = Labels::run(&["a", "b"]).await.unwrap();
+    assert_eq!(labels, ["item:a#0", "item:b#1"]);
+    // The ForEach waits for the node its body reads.
+    let graph = Labels::GRAPH;
+    assert!(graph.edges().iter().any(|e| e.from == 0 && e.to == 1));
+}
+
+async fn check(n: &u32) -> Result<u32, Boom> {
+    if n % 3 == 0 {
+        Err(Boom("divisible by three"))
+    } else {
+        Ok(*n)
+    }
+}
+
+workflow! {
+    FailFast() -> Vec<u32> {
+        checked = ForEach(n in [1u32, 2, 3, 4]) { c = Operation(check(&n)) => c }
+        => checked.clone()
+    }
+}
+
+#[tokio::test]
+async fn by_default_a_failed_instance_fails_the_foreach() {
+    let error = FailFast::run().await.unwrap_err();
+    let failed: Vec<_> = error.failed().collect();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].node, "checked");
+    let NodeError::Workflow(inner) = &failed[0].error else {
+        panic!("expected the instance's error, got {:?}", failed[0].error);
+    };
+    assert_eq!(inner.workflow(), "checked");
+    let inside: Vec<_> = inner.failed().collect();
+    assert_eq!(inside[0].node, "c");
+    assert!(inside[0].error.to_string().contains("divisible by three"), "{inner}");
+}
+
+workflow! {
+    Collected() -> Vec<Result<u32, String>> {
+        checked = ForEach(n in [1u32, 2, 3, 4], on_failure = collect) {
+            c = Operation(check(&n)) => c
+        }
+        => checked
+            .iter()
+            .map(|r| r.as_ref().copied().map_err(|e| e.failed().map(|f| f.error.to_string()).collect()))
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn collect_runs_every_instance_and_keeps_each_result() {
+    let results = Collected::run().await.unwrap();
+    assert_eq!(results.len(), 4);
+    assert_eq!(results[0], Ok(1));
+    assert_eq!(results[1], Ok(2));
+    assert!(results[2].as_ref().is_err_and(|e| e.contains("divisible by three")));
+    assert_eq!(results[3], Ok(4));
+}
+
+workflow! {
+    FirstTwo() -> Vec<u32> {
+        quorum = ForEach(n in [30u32, 10, 20, 40], min = 2, rest = cancel) {
+            d = Operation(double(&n, u64::from(n))) => d
+        }
+        => quorum.clone()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn min_goes_on_once_k_instances_completed() {
+    // The 10 ms and 20 ms items complete first; their outputs, in input order.
+    assert_eq!(FirstTwo::run().await.unwrap(), vec![20, 40]);
+}
+
+async fn pause(millis: u64) -> Result<(), Boom> {
+    sleep(Duration::from_millis(millis)).await;
+    Ok(())
+}
+
+workflow! {
+    Enough() -> Vec<u32> {
+        Parallel {
+            results = ForEach(n in [10u32, 20, 100, 200]) {
+                d = Operation(double(&n, u64::from(n))) => d
+            },
+            Sequential {
+                Operation(pause(50)),
+                Complete(results),
+            },
+        }
+        => results.clone()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn complete_ends_the_foreach_with_the_outputs_so_far() {
+    let started = tokio::time::Instant::now();
+    assert_eq!(Enough::run().await.unwrap(), vec![20, 40]);
+    assert_eq!(started.elapsed(), Duration::from_millis(50));
+}
+
+workflow! {
+    Streamed() -> Vec<u32> {
+        got = ForEach(n in stream futures::stream::iter([1u32, 2, 3])) {
+            d = Operation(double(&n, 1)) => d
+        }
+        => got.clone()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_stream_form_takes_items_as_they_come() {
+    assert_eq!(Streamed::run().await.unwrap(), vec![2, 4, 6]);
+}
+
+workflow! {
+    Table(rows: u32, columns: u32) -> Vec<Vec<u32>> {
+        table = ForEach(row in 0..rows) {
+            cells = ForEach(column in 0..columns) {
+                c = Operation(double(&(row * 10 + column), 1)) => c
+            }
+            => cells.clone()
+        }
+        => table.clone()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_foreach_inside_a_foreach_reads_the_outer_item() {
+    assert_eq!(
+        Table::run(2, 3).await.unwrap(),
+        vec![vec![0, 2, 4], vec![20, 22, 24]]
+    );
 }

@@ -275,7 +275,7 @@ fn interface(
 }
 
 /// `tokens` with every span set to `span`.
-fn respan(tokens: &TokenStream, span: Span) -> TokenStream {
+pub(crate) fn respan(tokens: &TokenStream, span: Span) -> TokenStream {
     tokens
         .clone()
         .into_iter()

@@ -17,7 +17,7 @@
 //! expression ([`reads`]) in which the body's names and the item are closure parameters, so
 //! every name of the body stays inside it.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 use proc_macro2::{Delimiter, Span, TokenStream, TokenTree};
 use quote::{ToTokens, quote};
@@ -927,8 +927,18 @@ pub fn check_bodies(
                 .map(|prev| (prev, "the previous iteration's output (`prev`)")),
             What::Workflow(_) => None,
         };
-        let mut taken: BTreeMap<String, ()> = BTreeMap::new();
-        for node in &body_dag.nodes {
+        let mut body_dag = body_dag;
+        for node in &mut body_dag.nodes {
+            if let Some(bad) = match node.kind {
+                Kind::Signal => Some("a `Signal` step"),
+                Kind::Terminate => Some("`Terminate`"),
+                _ => None,
+            } {
+                cx.error(
+                    node.keyword.span(),
+                    format!("{bad} cannot be inside a `{kind}`: its body runs once per {}; put it before or after the `{kind}`", if kind == "Loop" { "iteration" } else { "item" }),
+                );
+            }
             let Some(name) = &node.name else { continue };
             let clash = if let Some((bound, what)) = binding
                 && bound == name
@@ -951,17 +961,9 @@ pub fn check_bodies(
                     name.span(),
                     format!("{clash}; a step inside the `{kind}` needs a name of its own"),
                 );
-                taken.insert(name.to_string(), ());
-            }
-            if let Some(bad) = match node.kind {
-                Kind::Signal => Some("a `Signal` step"),
-                Kind::Terminate => Some("`Terminate`"),
-                _ => None,
-            } {
-                cx.error(
-                    node.keyword.span(),
-                    format!("{bad} cannot be inside a `{kind}`: its body runs once per {}; put it before or after the `{kind}`", if kind == "Loop" { "iteration" } else { "item" }),
-                );
+                // Reported: the step is checked as if unnamed, so that reads of the name do
+                // not add errors of their own.
+                node.name = None;
             }
         }
         let body_names: HashSet<String> = body_dag
@@ -983,7 +985,7 @@ pub fn check_bodies(
         );
         for name in outer {
             let text = name.to_string();
-            if taken.contains_key(&text) || !seen.insert(text) {
+            if !seen.insert(text) {
                 continue;
             }
             params.push(Param {
@@ -1204,6 +1206,8 @@ pub(crate) fn node_statements(names: &crate::expand::Names<'_>, id: usize) -> To
                 What::ForEach(each) => {
                     let source = names.rewrite(&each.source, reads.iter().copied());
                     let span = each.source.span();
+                    // On the user's tokens: an error about the source points at it.
+                    let private = &crate::expand::respan(private, span);
                     let (driver, source) = match (each.stream, each.collect) {
                         (false, false) => (quote!(for_each), quote::quote_spanned!(span=> #private::for_each_source(#source))),
                         (false, true) => (quote!(for_each_collect), quote::quote_spanned!(span=> #private::for_each_source(#source))),
@@ -1214,16 +1218,19 @@ pub(crate) fn node_statements(names: &crate::expand::Names<'_>, id: usize) -> To
                     let min = each.min.unwrap_or(0) as usize;
                     let rest = each.rest_cancel;
                     let item = &each.item;
+                    let config = quote!(#private::ForEachConfig { max_concurrency: #max, min: #min, rest_cancel: #rest });
+                    let body = quote! {
+                        move |__flow_item, __flow_opts: #private::RunOptions| async move {
+                            let #item = &__flow_item;
+                            #instance
+                        }
+                    };
+                    // The driver's call on the source too: its bound on the items repeats the
+                    // source's error, which rustc then shows once.
+                    let call = quote::quote_spanned!(span=> #private::#driver(#nest_ctx, __flow_items, #config, #body));
                     quote! {
-                        #private::#driver(
-                            #nest_ctx,
-                            #source,
-                            #private::ForEachConfig { max_concurrency: #max, min: #min, rest_cancel: #rest },
-                            move |__flow_item, __flow_opts: #private::RunOptions| async move {
-                                let #item = &__flow_item;
-                                #instance
-                            },
-                        ).await
+                        let __flow_items = #source;
+                        #call.await
                     }
                 }
                 What::Loop(repeat) => {
@@ -1277,7 +1284,7 @@ pub(crate) fn node_statements(names: &crate::expand::Names<'_>, id: usize) -> To
         let #var = (#private::Nest, move |#nest_ctx: #private::NestCtx| async move {
             #(#inputs)*
             #body_graph
-            let __flow_result = #run;
+            let __flow_result = { #run };
             #finish
         });
     }

@@ -115,8 +115,6 @@ pub struct NestCtx {
     pub(crate) signals: Option<Arc<Mailbox>>,
     /// Whether the holding run builds a report (instances build theirs).
     pub(crate) report: bool,
-    /// The parent's `Complete` step for this node, once it ran.
-    pub(crate) completion: Arc<crate::drivers::Completion>,
 }
 
 impl NestCtx {
@@ -130,7 +128,6 @@ impl NestCtx {
             path: None,
             signals: None,
             report: false,
-            completion: crate::drivers::Completion::new(),
         }
     }
 
@@ -195,8 +192,6 @@ pin_project! {
     pub struct NestOp<F, Fut> {
         make: F,
         ctx: Option<NestCtx>,
-        // A `Complete` step ran before the node started.
-        complete_early: bool,
         #[pin]
         running: Option<Fut>,
     }
@@ -212,7 +207,6 @@ where
         NestOp {
             make,
             ctx: None,
-            complete_early: false,
             running: None,
         }
     }
@@ -273,19 +267,7 @@ where
     }
 
     fn nest(self: Pin<&mut Self>, ctx: NestCtx) {
-        let this = self.project();
-        if *this.complete_early {
-            ctx.completion.request();
-        }
-        *this.ctx = Some(ctx);
-    }
-
-    fn complete_nest(self: Pin<&mut Self>) {
-        let this = self.project();
-        match this.ctx {
-            Some(ctx) => ctx.completion.request(),
-            None => *this.complete_early = true,
-        }
+        *self.project().ctx = Some(ctx);
     }
 }
 

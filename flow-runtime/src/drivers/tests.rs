@@ -407,7 +407,7 @@ async fn dropping_the_driver_drops_each_live_instance_once() {
 async fn completing_drops_the_live_instances_and_keeps_the_completed_outputs() {
     let alive = Arc::new(Alive::default());
     let ctx = ctx();
-    let completion = Arc::clone(&ctx.completion);
+    let completion = ctx.clone();
     let started = Instant::now();
     // Item i ends at 10 * (i + 1) ms; completing at 35ms keeps 0, 1, 2.
     let (out, ()) = tokio::join!(
@@ -419,7 +419,7 @@ async fn completing_drops_the_live_instances_and_keeps_the_completed_outputs() {
         ),
         async {
             sleep(ms(35)).await;
-            completion.request();
+            completion.complete();
         }
     );
     assert_eq!(out.ok(), Some(vec![0, 10, 20]));

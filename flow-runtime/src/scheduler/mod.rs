@@ -395,7 +395,6 @@ impl Scheduler {
             path: home.and_then(|h| h.path.clone()),
             signals: home.and_then(|h| h.signals.clone()),
             report: self.report,
-            completion: crate::drivers::Completion::new(),
         }
     }
 

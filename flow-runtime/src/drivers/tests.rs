@@ -45,6 +45,12 @@ fn ctx() -> NestCtx {
     NestCtx::detached("each", NestKind::ForEach, &BODY)
 }
 
+/// The node's counts: `[started, completed, failed, withdrawn]`.
+fn counts(ctx: &NestCtx) -> [u64; 4] {
+    let r = ctx.report();
+    [r.started, r.completed, r.failed, r.withdrawn]
+}
+
 /// An instance's operation failed.
 #[derive(Debug)]
 struct Declined(u32);
@@ -237,8 +243,9 @@ async fn min_with_rest_cancel_ends_at_the_kth_completion_and_drops_the_rest() {
     };
     // Items 3 and 1 are the fastest.
     let delays = [40, 20, 50, 10, 30];
+    let node = ctx();
     let out = for_each(
-        ctx(),
+        node.clone(),
         0..5u64,
         config,
         timed(&alive, move |i| delays[i as usize], never),
@@ -256,6 +263,7 @@ async fn min_with_rest_cancel_ends_at_the_kth_completion_and_drops_the_rest() {
         "the three others dropped"
     );
     assert_eq!(alive.dropped.load(Ordering::SeqCst), 5);
+    assert_eq!(counts(&node), [5, 2, 0, 3]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -270,7 +278,8 @@ async fn min_with_rest_run_keeps_the_first_k_outputs_and_ends_when_all_ended() {
     };
     let delays = [40, 20, 50, 10, 30];
     let body = timed(&alive, move |i| delays[i as usize], |i| i == 4);
-    let out = for_each(ctx(), 0..5u64, config, |item, opts| {
+    let node = ctx();
+    let out = for_each(node.clone(), 0..5u64, config, |item, opts| {
         let ran = Arc::clone(&ran);
         let instance = body(item, opts);
         async move {
@@ -290,6 +299,7 @@ async fn min_with_rest_run_keeps_the_first_k_outputs_and_ends_when_all_ended() {
         "every instance ran to its end"
     );
     assert_eq!(started.elapsed(), ms(80), "ended with the last instance");
+    assert_eq!(counts(&node), [5, 4, 1, 0]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -309,8 +319,9 @@ async fn fail_fast_fails_the_node_with_the_first_failure_and_drops_the_live_ones
     let alive = Arc::new(Alive::default());
     let started = Instant::now();
     // Limit 4: items 0..4 start; item 2 fails at 5ms; 0, 1, 3 are still running.
+    let node = ctx();
     let out = for_each(
-        ctx(),
+        node.clone(),
         0..100u64,
         limit(4),
         timed(&alive, |i| if i == 2 { 5 } else { 50 }, |i| i == 2),
@@ -331,13 +342,19 @@ async fn fail_fast_fails_the_node_with_the_first_failure_and_drops_the_live_ones
         0,
         "the 3 live ones dropped"
     );
+    assert_eq!(counts(&node), [4, 0, 1, 3]);
+    assert_eq!(
+        error.path().map(ToString::to_string),
+        Some("each[2]".to_owned())
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn collect_runs_every_instance_and_keeps_each_result_in_order() {
     let alive = Arc::new(Alive::default());
+    let node = ctx();
     let out = for_each_collect(
-        ctx(),
+        node.clone(),
         0..6u64,
         limit(2),
         timed(&alive, |i| 10 - i, |i| i % 3 == 1),
@@ -365,6 +382,7 @@ async fn collect_runs_every_instance_and_keeps_each_result_in_order() {
         ]
     );
     assert_eq!(alive.dropped.load(Ordering::SeqCst), 6);
+    assert_eq!(counts(&node), [6, 4, 2, 0]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -395,12 +413,19 @@ async fn collect_with_min_counts_completions_not_failures() {
 #[tokio::test(start_paused = true)]
 async fn dropping_the_driver_drops_each_live_instance_once() {
     let alive = Arc::new(Alive::default());
-    let driver = for_each(ctx(), 0..100u64, limit(8), timed(&alive, |_| 1_000, never));
+    let node = ctx();
+    let driver = for_each(
+        node.clone(),
+        0..100u64,
+        limit(8),
+        timed(&alive, |_| 1_000, never),
+    );
     let cut = tokio::time::timeout(ms(10), driver).await;
     assert!(cut.is_err(), "still running at 10ms");
     assert_eq!(alive.most.load(Ordering::SeqCst), 8);
     assert_eq!(alive.now.load(Ordering::SeqCst), 0);
     assert_eq!(alive.dropped.load(Ordering::SeqCst), 8, "each once");
+    assert_eq!(counts(&node), [8, 0, 0, 8]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -429,6 +454,7 @@ async fn completing_drops_the_live_instances_and_keeps_the_completed_outputs() {
         0,
         "the 7 live ones dropped"
     );
+    assert_eq!(counts(&completion), [10, 3, 0, 7]);
 }
 
 /// Yields `0..n`, one item every `every`.
@@ -534,12 +560,15 @@ const fn up_to(max: u32) -> LoopConfig {
     }
 }
 
+/// An until-loop's iteration, boxed.
+type Iteration = Pin<Box<dyn Future<Output = Outcome<(u64, bool)>>>>;
+
 /// An until-body: adds 1 to the previous output (0 first); done once it reaches `done_at`;
 /// records the previous output each iteration saw.
 fn counting(
     done_at: u64,
     seen: &Arc<std::sync::Mutex<Vec<Option<u64>>>>,
-) -> impl Fn(Option<u64>, RunOptions) -> Pin<Box<dyn Future<Output = Outcome<(u64, bool)>>>> {
+) -> impl Fn(Option<u64>, RunOptions) -> Iteration {
     let seen = Arc::clone(seen);
     move |prev, opts| {
         if let Ok(mut seen) = seen.lock() {
@@ -687,7 +716,8 @@ async fn dropping_a_loop_drops_its_running_iteration() {
             }
         }
     };
-    let cut = tokio::time::timeout(ms(250), repeat_until(loop_ctx(), up_to(10), body)).await;
+    let node = loop_ctx();
+    let cut = tokio::time::timeout(ms(250), repeat_until(node.clone(), up_to(10), body)).await;
     assert!(cut.is_err());
     assert_eq!(
         alive.dropped.load(Ordering::SeqCst),
@@ -695,6 +725,7 @@ async fn dropping_a_loop_drops_its_running_iteration() {
         "two ended, the third dropped"
     );
     assert_eq!(alive.now.load(Ordering::SeqCst), 0);
+    assert_eq!(counts(&node), [3, 2, 0, 1]);
 }
 
 /// A parent graph: `each` (a `ForEach`), `wait` (an operation) and, after `wait`, `stop`:
@@ -795,6 +826,11 @@ async fn a_complete_step_ends_its_for_each_with_what_completed() {
         "the 7 live ones dropped"
     );
     assert_eq!(alive.dropped.load(Ordering::SeqCst), 10);
+    let report = finished.output(|| Ok(())).report;
+    let each = report
+        .nest("each")
+        .map(|r| [r.started, r.completed, r.failed, r.withdrawn]);
+    assert_eq!(each, Some([10, 3, 0, 7]));
 }
 
 #[tokio::test(start_paused = true)]
@@ -812,6 +848,11 @@ async fn a_cancel_step_withdraws_its_for_each_and_drops_the_live_instances() {
         "the 7 live ones dropped"
     );
     assert_eq!(alive.dropped.load(Ordering::SeqCst), 10, "each once");
+    let report = finished.output(|| Ok(())).report;
+    let each = report
+        .nest("each")
+        .map(|r| [r.started, r.completed, r.failed, r.withdrawn]);
+    assert_eq!(each, Some([10, 3, 0, 7]));
 }
 
 /// `Complete` before its `ForEach` started: the `ForEach` ends at once, with no instance.

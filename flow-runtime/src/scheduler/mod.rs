@@ -527,7 +527,6 @@ impl Scheduler {
     /// What a `Complete(node)` step does to the nest node `node`: asks its driver to end (it
     /// sees [`NestCtx::completing`] and is woken). Returns whether `node` is a nest node that
     /// has started. The `Instant::Complete` arm of `settle.rs` calls it.
-    #[allow(dead_code, reason = "the `Complete` step's arm calls it")]
     pub(super) fn complete_nest(&mut self, node: u32) -> bool {
         let Some(home) = self.nest_home.as_deref() else {
             return false;

@@ -20,9 +20,8 @@
 
 use std::future::{Future, poll_fn};
 use std::pin::{Pin, pin};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll, Waker};
+use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use futures_core::Stream;
 
@@ -66,73 +65,6 @@ pub struct LoopConfig {
     /// Past `max`, end with the last iteration's output (`on_max = stop`) instead of failing
     /// with [`NodeError::LoopExhausted`].
     pub stop_at_max: bool,
-}
-
-/// A `Complete(node)` request for a nest node: set by the parent's `Complete` step, read by
-/// the node's driver, which it wakes.
-pub(crate) struct Completion {
-    requested: AtomicBool,
-    /// The waker of the task polling the driver, once it polled.
-    waker: Mutex<Option<Waker>>,
-}
-
-impl Completion {
-    /// No request yet.
-    pub(crate) fn new() -> Arc<Completion> {
-        Arc::new(Completion {
-            requested: AtomicBool::new(false),
-            waker: Mutex::new(None),
-        })
-    }
-
-    /// Asks the driver to complete now, and wakes it.
-    pub(crate) fn request(&self) {
-        self.requested.store(true, Ordering::Release);
-        let waker = self
-            .waker
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(waker) = waker {
-            waker.wake();
-        }
-    }
-
-    /// Whether completing was asked for.
-    pub(crate) fn requested(&self) -> bool {
-        self.requested.load(Ordering::Acquire)
-    }
-
-    /// Remembers the waker of the task polling the driver (a clone only when it changed).
-    fn register(&self, waker: &Waker) {
-        let mut kept = self.waker.lock().unwrap_or_else(PoisonError::into_inner);
-        if !kept.as_ref().is_some_and(|k| k.will_wake(waker)) {
-            *kept = Some(waker.clone());
-        }
-    }
-}
-
-impl NestCtx {
-    /// Whether the parent's `Complete` step for this node ran: the driver then drops its live
-    /// instances (withdrawn) and ends with the outputs of those that completed.
-    pub fn completing(&self) -> bool {
-        self.completion.requested()
-    }
-}
-
-/// How a driver hands an instance's end to its ctx, until the ctx has `ended`/`withdrawn` of
-/// its own (inherent methods win over this trait's, so this falls out of use by itself).
-trait Instances {
-    fn ended<T>(&self, index: u64, outcome: Outcome<T>) -> Result<T, WorkflowError>;
-    fn withdrawn(&self, index: u64);
-}
-
-impl Instances for NestCtx {
-    fn ended<T>(&self, _index: u64, outcome: Outcome<T>) -> Result<T, WorkflowError> {
-        outcome.result
-    }
-
-    fn withdrawn(&self, _index: u64) {}
 }
 
 /// Where a `ForEach` takes its items: `IntoIterator::into_iter` of the expression, behind a
@@ -646,10 +578,9 @@ where
         F: Future<Output = Outcome<O>>,
         K: Keep<O, Out = Out>,
     {
-        self.ctx.completion.register(cx.waker());
         let mut budget = BUDGET;
         loop {
-            if self.ctx.completing() {
+            if self.ctx.poll_completing(cx).is_ready() {
                 return Poll::Ready(Ok(self.finish()));
             }
             let mut progress = false;

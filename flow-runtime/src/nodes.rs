@@ -50,10 +50,6 @@ pub trait Leaf {
     fn nest(self: Pin<&mut Self>, ctx: crate::nest::NestCtx) {
         let _ = ctx;
     }
-
-    /// A `Complete` step asks this nest node (a `ForEach`) to complete now with the outputs
-    /// of the instances that completed. No effect on any other node.
-    fn complete_nest(self: Pin<&mut Self>) {}
 }
 
 /// A set of nodes: generated code builds one value holding every node, the scheduler pins it

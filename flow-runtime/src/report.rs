@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::error::WorkflowError;
 use crate::events::{EventKind, EventLog, RunId};
 use crate::graph::Graph;
+use crate::nest::NestReport;
 use crate::status::NodeStatus;
 
 /// What happened to one node in a run.
@@ -51,6 +52,7 @@ pub struct Report {
     succeeded: bool,
     elapsed: Option<Duration>,
     nodes: Vec<NodeReport>,
+    nests: Vec<NestReport>,
     log: EventLog,
     #[cfg_attr(feature = "serde", serde(skip))]
     graph: &'static Graph,
@@ -63,6 +65,7 @@ pub(crate) struct ReportParts {
     pub succeeded: bool,
     pub elapsed: Option<Duration>,
     pub nodes: Vec<NodeReport>,
+    pub nests: Vec<NestReport>,
     pub log: Option<EventLog>,
 }
 
@@ -70,7 +73,7 @@ impl Report {
     pub(crate) fn new(parts: ReportParts) -> Self {
         let mut nodes = parts.nodes;
         let log = parts.log.unwrap_or_default();
-        for event in &log {
+        for event in log.events().iter().filter(|e| e.path.is_none()) {
             let Some(node) = event.node.and_then(|n| nodes.get_mut(n as usize)) else {
                 continue;
             };
@@ -101,6 +104,7 @@ impl Report {
             succeeded: parts.succeeded,
             elapsed: parts.elapsed,
             nodes,
+            nests: parts.nests,
             log,
             graph: parts.graph,
         }
@@ -134,6 +138,18 @@ impl Report {
     /// The report of the node called `name`.
     pub fn node(&self, name: &str) -> Option<&NodeReport> {
         self.nodes.iter().find(|n| n.name == name)
+    }
+
+    /// What each nest node that started (a `ForEach`, a `Loop`, a sub-workflow step) did with
+    /// its instances, in node order.
+    pub fn nests(&self) -> &[NestReport] {
+        &self.nests
+    }
+
+    /// What the nest node called `name` did with its instances; for a sub-workflow step,
+    /// [`NestReport::report`] is the child run's whole report.
+    pub fn nest(&self, name: &str) -> Option<&NestReport> {
+        self.nests.iter().find(|n| n.node == name)
     }
 
     /// The final status of the node called `name`.

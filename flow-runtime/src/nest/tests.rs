@@ -698,3 +698,82 @@ async fn a_failed_sub_workflow_fails_its_step_with_the_childs_error() {
     );
     assert!(!payment.report().expect("kept").succeeded());
 }
+
+#[test]
+fn pictures_of_a_graph_draw_each_nest_body_beside_its_node() {
+    let dot = ORDER.to_dot();
+    assert!(dot.contains("    subgraph cluster_n1_body {\n"), "{dot}");
+    assert!(
+        dot.contains("label=\"charge: ForEach of ChargeLine\""),
+        "{dot}"
+    );
+    assert!(
+        dot.contains("        n1_0 [label=\"charge\\ncharge\", shape=box"),
+        "{dot}"
+    );
+    assert!(
+        dot.contains("    n1 -> n1_0 [style=dotted, arrowhead=odot];\n"),
+        "{dot}"
+    );
+
+    let mermaid = ORDER.to_mermaid();
+    assert!(
+        mermaid.contains("    subgraph n1_body[\"charge: ForEach of ChargeLine\"]\n        n1_0([\"charge\"])\n    end\n    n1 -.-> n1_body\n"),
+        "{mermaid}"
+    );
+
+    // A body inside a body: ids carry both places.
+    let nested = LINES.to_mermaid();
+    assert!(nested.contains("        subgraph n0_0_body["), "{nested}");
+    assert!(
+        nested.contains("            n0_0_0([\"charge\"])"),
+        "{nested}"
+    );
+    assert!(
+        LINES
+            .to_dot()
+            .contains("        n0_0 -> n0_0_0 [style=dotted")
+    );
+}
+
+/// A workflow one of whose steps runs the workflow itself.
+static SELF_NESTS: [NestInfo; 1] = [NestInfo {
+    node: 0,
+    kind: NestKind::Workflow,
+    body: &RECURSIVE,
+}];
+static SELF_CONTROL: Control = Control::NONE.with_nests(&SELF_NESTS);
+static RECURSIVE: Graph = Graph::__new(
+    "Recursive",
+    &[NodeInfo::__new(
+        "again",
+        NodeKind::Workflow,
+        "Recursive",
+        1,
+        1,
+    )],
+    &[],
+    Plan::new(
+        &[0],
+        &[0, 0],
+        &[],
+        &[0],
+        &[],
+        &[0],
+        &[],
+        &[],
+        &[],
+        &[],
+        &[],
+        &[],
+        FailurePolicy::ContinueIndependent,
+    )
+    .with_control(&SELF_CONTROL),
+);
+
+#[test]
+fn a_workflow_that_runs_itself_is_drawn_once() {
+    let dot = RECURSIVE.to_dot();
+    assert!(!dot.contains("subgraph"), "{dot}");
+    assert!(!RECURSIVE.to_mermaid().contains("subgraph"));
+}

@@ -35,8 +35,9 @@ pub enum NodeError {
     /// run's deadline) before the node finished.
     Cancelled,
     /// A nested run failed: a sub-workflow step's child workflow, or an instance of a
-    /// `ForEach` or a `Loop` (its path, such as `charge[3]`, is in the error's workflow name
-    /// and nodes). [`source`](StdError::source) reaches the child's [`WorkflowError`].
+    /// `ForEach` or a `Loop` ([`WorkflowError::path`] names it: `payment`, `charge[3]`). Its
+    /// message is the nested run's; [`source`](StdError::source) is the nested run's
+    /// [`WorkflowError`].
     Workflow(Box<WorkflowError>),
     /// A `Loop` ran `max` iterations without its test ending it.
     LoopExhausted {
@@ -280,11 +281,17 @@ impl fmt::Display for WorkflowError {
 }
 
 impl StdError for WorkflowError {
-    /// The first node that failed by itself (not aborted, not cancelled), if any.
+    /// The first node that failed by itself (not aborted, not cancelled), if any; for a node
+    /// that ran a nested workflow, that workflow's error, whose message the node's error
+    /// shows as it is (so a chain printed level by level shows it once).
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        self.failed()
-            .find(|f| !matches!(f.error, NodeError::Cancelled))
-            .map(|f| &f.error as &(dyn StdError + 'static))
+        let failure = self
+            .failed()
+            .find(|f| !matches!(f.error, NodeError::Cancelled))?;
+        Some(match &failure.error {
+            NodeError::Workflow(nested) => nested.as_ref(),
+            error => error,
+        })
     }
 }
 

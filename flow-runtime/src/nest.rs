@@ -335,6 +335,25 @@ impl NestCtx {
     }
 }
 
+/// Runs a sub-workflow step: one instance of workflow `W` (its own graph and options), whose
+/// events go to the parent's log with the path of the step (`payment/charge`) and whose report
+/// is kept whole in the parent's ([`NestReport::report`]). The child's failure is the step's:
+/// [`NodeError::Workflow`], whose [`source`](std::error::Error::source) is the child's
+/// [`WorkflowError`] (its [`path`](WorkflowError::path) names the step).
+///
+/// # Cancel safety
+///
+/// Dropping the future (the step withdrawn, the run cancelled) drops the child run, and every
+/// node future it holds, at once.
+pub async fn child<W: crate::runner::Workflow>(
+    ctx: NestCtx,
+    input: W::Input<'_>,
+) -> Result<W::Output, NodeError> {
+    let outcome = W::__execute(ctx.instance(0), input).await;
+    ctx.ended(0, outcome)
+        .map_err(|error| NodeError::Workflow(Box::new(error)))
+}
+
 impl fmt::Debug for NestCtx {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("NestCtx")

@@ -1257,12 +1257,22 @@ pub(crate) fn node_statements(names: &crate::expand::Names<'_>, id: usize) -> To
                             .prev
                             .as_ref()
                             .map(|prev| quote!(let #prev = &__flow_prev;));
+                        // The body first, so that its output type is known when the test
+                        // (which comes first in the driver's call) reads `prev`.
                         quote! {
+                            fn __flow_while_body<__FlowB, __FlowF, __FlowO>(body: __FlowB) -> __FlowB
+                            where
+                                __FlowB: ::core::ops::Fn(::core::option::Option<__FlowO>, #private::RunOptions) -> __FlowF,
+                                __FlowF: #private::Future<Output = #private::Outcome<__FlowO>>,
+                            {
+                                body
+                            }
+                            let __flow_iteration = __flow_while_body(#body);
                             #private::repeat_while(
                                 #nest_ctx,
                                 #config,
                                 move |__flow_prev| -> bool { #prev #test },
-                                #body,
+                                __flow_iteration,
                             ).await
                         }
                     } else {

@@ -7,8 +7,8 @@ mod common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use flow::prelude::*;
 use flow::NodeKind;
+use flow::prelude::*;
 use tokio::time::sleep;
 
 use common::Boom;
@@ -37,7 +37,10 @@ workflow! {
 
 #[tokio::test(start_paused = true)]
 async fn outputs_come_in_input_order_whatever_order_instances_end_in() {
-    assert_eq!(Doubles::run(6).await.unwrap(), vec![2, 4, 6, 8, 10, 12]);
+    assert_eq!(
+        Doubles::run(6).await.expect("the run succeeds"),
+        vec![2, 4, 6, 8, 10, 12]
+    );
     let graph = Doubles::GRAPH;
     assert_eq!(graph.nodes()[1].kind, NodeKind::ForEach);
     assert_eq!(graph.nodes()[1].label, "n in items.iter()");
@@ -73,7 +76,10 @@ async fn max_concurrency_bounds_the_instances_in_flight() {
         peak: AtomicUsize::new(0),
     };
     let started = tokio::time::Instant::now();
-    assert_eq!(Limited::run(&gauge).await.unwrap(), (0..20).collect::<Vec<_>>());
+    assert_eq!(
+        Limited::run(&gauge).await.expect("the run succeeds"),
+        (0..20).collect::<Vec<_>>()
+    );
     assert_eq!(gauge.peak.load(Ordering::SeqCst), 3);
     // 20 items, 3 at a time, 10 ms each: 7 rounds.
     assert_eq!(started.elapsed(), Duration::from_millis(70));
@@ -103,7 +109,7 @@ workflow! {
 
 #[tokio::test]
 async fn the_body_reads_the_item_parameters_and_the_parents_nodes() {
-    let labels = Labels::run(&["a", "b"]).await.unwrap();
+    let labels = Labels::run(&["a", "b"]).await.expect("the run succeeds");
     assert_eq!(labels, ["item:a#0", "item:b#1"]);
     // The ForEach waits for the node its body reads.
     let graph = Labels::GRAPH;
@@ -111,7 +117,7 @@ async fn the_body_reads_the_item_parameters_and_the_parents_nodes() {
 }
 
 async fn check(n: &u32) -> Result<u32, Boom> {
-    if n % 3 == 0 {
+    if n.is_multiple_of(3) {
         Err(Boom("divisible by three"))
     } else {
         Ok(*n)
@@ -127,7 +133,7 @@ workflow! {
 
 #[tokio::test]
 async fn by_default_a_failed_instance_fails_the_foreach() {
-    let error = FailFast::run().await.unwrap_err();
+    let error = FailFast::run().await.expect_err("the run fails");
     let failed: Vec<_> = error.failed().collect();
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0].node, "checked");
@@ -137,7 +143,10 @@ async fn by_default_a_failed_instance_fails_the_foreach() {
     assert_eq!(inner.workflow(), "checked");
     let inside: Vec<_> = inner.failed().collect();
     assert_eq!(inside[0].node, "c");
-    assert!(inside[0].error.to_string().contains("divisible by three"), "{inner}");
+    assert!(
+        inside[0].error.to_string().contains("divisible by three"),
+        "{inner}"
+    );
 }
 
 workflow! {
@@ -154,11 +163,15 @@ workflow! {
 
 #[tokio::test]
 async fn collect_runs_every_instance_and_keeps_each_result() {
-    let results = Collected::run().await.unwrap();
+    let results = Collected::run().await.expect("the run succeeds");
     assert_eq!(results.len(), 4);
     assert_eq!(results[0], Ok(1));
     assert_eq!(results[1], Ok(2));
-    assert!(results[2].as_ref().is_err_and(|e| e.contains("divisible by three")));
+    assert!(
+        results[2]
+            .as_ref()
+            .is_err_and(|e| e.contains("divisible by three"))
+    );
     assert_eq!(results[3], Ok(4));
 }
 
@@ -174,7 +187,10 @@ workflow! {
 #[tokio::test(start_paused = true)]
 async fn min_goes_on_once_k_instances_completed() {
     // The 10 ms and 20 ms items complete first; their outputs, in input order.
-    assert_eq!(FirstTwo::run().await.unwrap(), vec![20, 40]);
+    assert_eq!(
+        FirstTwo::run().await.expect("the run succeeds"),
+        vec![20, 40]
+    );
 }
 
 async fn pause(millis: u64) -> Result<(), Boom> {
@@ -200,7 +216,7 @@ workflow! {
 #[tokio::test(start_paused = true)]
 async fn complete_ends_the_foreach_with_the_outputs_so_far() {
     let started = tokio::time::Instant::now();
-    assert_eq!(Enough::run().await.unwrap(), vec![20, 40]);
+    assert_eq!(Enough::run().await.expect("the run succeeds"), vec![20, 40]);
     assert_eq!(started.elapsed(), Duration::from_millis(50));
 }
 
@@ -215,7 +231,10 @@ workflow! {
 
 #[tokio::test(start_paused = true)]
 async fn the_stream_form_takes_items_as_they_come() {
-    assert_eq!(Streamed::run().await.unwrap(), vec![2, 4, 6]);
+    assert_eq!(
+        Streamed::run().await.expect("the run succeeds"),
+        vec![2, 4, 6]
+    );
 }
 
 workflow! {
@@ -233,7 +252,30 @@ workflow! {
 #[tokio::test(start_paused = true)]
 async fn a_foreach_inside_a_foreach_reads_the_outer_item() {
     assert_eq!(
-        Table::run(2, 3).await.unwrap(),
+        Table::run(2, 3).await.expect("the run succeeds"),
         vec![vec![0, 2, 4], vec![20, 22, 24]]
     );
+}
+
+#[tokio::test]
+async fn the_report_groups_a_foreachs_instances_under_its_node() {
+    let outcome = Collected::runner().execute(()).await;
+    let nest = outcome
+        .report
+        .nest("checked")
+        .expect("a report of the ForEach");
+    assert_eq!(format!("{:?}", nest.kind), "ForEach");
+    assert_eq!((nest.started, nest.completed, nest.failed), (4, 3, 1));
+    assert_eq!(nest.failures.len(), 1);
+    assert_eq!(nest.failures[0].0, 2);
+}
+
+#[test]
+fn a_run_with_a_foreach_is_send() {
+    let gauge = Gauge {
+        now: AtomicUsize::new(0),
+        peak: AtomicUsize::new(0),
+    };
+    drop(common::require_send(Limited::run(&gauge)));
+    drop(common::require_send(Table::run(1, 1)));
 }

@@ -4,8 +4,8 @@ mod common;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use flow::prelude::*;
 use flow::NodeKind;
+use flow::prelude::*;
 
 use common::Boom;
 
@@ -31,7 +31,10 @@ workflow! {
 #[tokio::test]
 async fn until_runs_the_body_until_the_test_holds_and_outputs_the_last_iteration() {
     let counter = AtomicU32::new(0);
-    assert_eq!(UntilThree::run(&counter).await.unwrap(), 103);
+    assert_eq!(
+        UntilThree::run(&counter).await.expect("the run succeeds"),
+        103
+    );
     assert_eq!(counter.load(Ordering::SeqCst), 3);
     let graph = UntilThree::GRAPH;
     assert_eq!(graph.nodes()[0].kind, NodeKind::Loop);
@@ -54,7 +57,7 @@ workflow! {
 #[tokio::test]
 async fn prev_is_the_previous_iterations_output_and_none_at_first() {
     // 1 (start), then 1 + 6 = 7, 13, 19, 25 > 20.
-    assert_eq!(Sum::run(6).await.unwrap(), 25);
+    assert_eq!(Sum::run(6).await.expect("the run succeeds"), 25);
 }
 
 workflow! {
@@ -67,7 +70,7 @@ workflow! {
 #[tokio::test]
 async fn a_loop_past_max_fails_its_node_with_loop_exhausted() {
     let counter = AtomicU32::new(0);
-    let error = Exhausted::run(&counter).await.unwrap_err();
+    let error = Exhausted::run(&counter).await.expect_err("the run fails");
     let failed: Vec<_> = error.failed().collect();
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0].node, "polled");
@@ -89,7 +92,7 @@ workflow! {
 #[tokio::test]
 async fn on_max_stop_ends_with_the_last_output() {
     let counter = AtomicU32::new(0);
-    assert_eq!(Stopped::run(&counter).await.unwrap(), 3);
+    assert_eq!(Stopped::run(&counter).await.expect("the run succeeds"), 3);
 }
 
 workflow! {
@@ -104,7 +107,7 @@ workflow! {
 
 #[tokio::test]
 async fn while_tests_before_each_iteration_and_outputs_an_option() {
-    assert_eq!(Pages::run(4).await.unwrap(), Some(4));
+    assert_eq!(Pages::run(4).await.expect("the run succeeds"), Some(4));
 }
 
 workflow! {
@@ -123,6 +126,6 @@ workflow! {
 #[tokio::test]
 async fn a_while_loop_whose_test_fails_at_once_runs_nothing() {
     let counter = AtomicU32::new(0);
-    assert_eq!(Never::run(&counter).await.unwrap(), None);
+    assert_eq!(Never::run(&counter).await.expect("the run succeeds"), None);
     assert_eq!(counter.load(Ordering::SeqCst), 0);
 }

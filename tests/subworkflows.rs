@@ -50,7 +50,7 @@ workflow! {
 
 #[tokio::test]
 async fn the_childs_output_is_the_steps_output() {
-    assert_eq!(Order::run(1).await.unwrap(), 361);
+    assert_eq!(Order::run(1).await.expect("the run succeeds"), 361);
     let graph = Order::GRAPH;
     assert_eq!(graph.nodes()[1].kind, NodeKind::Workflow);
     assert_eq!(graph.nodes()[1].label, "Payment(&sku, 20)");
@@ -60,7 +60,7 @@ async fn the_childs_output_is_the_steps_output() {
 async fn a_failed_child_fails_the_step_with_the_childs_error() {
     let outcome = Order::runner().execute(0).await;
     assert_eq!(outcome.report.status("paid"), Some(NodeStatus::Failed));
-    let error = outcome.result.unwrap_err();
+    let error = outcome.result.expect_err("the run fails");
     let failed: Vec<_> = error.failed().collect();
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0].node, "paid");
@@ -85,7 +85,7 @@ workflow! {
 
 #[tokio::test]
 async fn unnamed_steps_are_named_after_the_child() {
-    Twice::run().await.unwrap();
+    Twice::run().await.expect("the run succeeds");
     let names: Vec<_> = Twice::GRAPH.nodes().iter().map(|n| n.name).collect();
     assert_eq!(names, ["Order#1", "Order#2"]);
 }

@@ -90,8 +90,10 @@ impl ControlTables {
 /// is the workflow's, for the graphs of nest bodies.
 pub(crate) fn tables(names: &crate::expand::Names<'_>) -> ControlTables {
     let (checked, pos, private) = (names.checked, &names.pos[..], &names.private);
-    let mut tables = ControlTables::default();
-    tables.nests = crate::nest::table(names);
+    let mut tables = ControlTables {
+        nests: crate::nest::table(names),
+        ..ControlTables::default()
+    };
     crate::signals::fill(&mut tables, checked, pos, private);
     gate_tables(checked, pos, private, &mut tables);
     instants(checked, pos, private, &mut tables);
@@ -103,10 +105,12 @@ pub(crate) fn tables(names: &crate::expand::Names<'_>) -> ControlTables {
 /// neither), and a scope per `Cancel` with the nodes it withdraws.
 fn instants(checked: &Checked, pos: &[usize], private: &TokenStream, tables: &mut ControlTables) {
     let dag = &checked.dag;
-    let any = checked
-        .order
-        .iter()
-        .any(|&id| matches!(dag.nodes[id].kind, Kind::Cancel | Kind::Terminate | Kind::Complete));
+    let any = checked.order.iter().any(|&id| {
+        matches!(
+            dag.nodes[id].kind,
+            Kind::Cancel | Kind::Terminate | Kind::Complete
+        )
+    });
     if !any {
         return;
     }

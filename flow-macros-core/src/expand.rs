@@ -93,7 +93,11 @@ impl Names<'_> {
 
     /// Rewrites an expression so that every parameter and every node it reads is a place
     /// `(*name)` over a binding `name: &T`.
-    pub(crate) fn rewrite<'a>(&self, expr: &Expr, reads: impl IntoIterator<Item = &'a Ident>) -> Expr {
+    pub(crate) fn rewrite<'a>(
+        &self,
+        expr: &Expr,
+        reads: impl IntoIterator<Item = &'a Ident>,
+    ) -> Expr {
         let mut readable = self.params();
         readable.extend(reads.into_iter().map(Ident::to_string));
         let mut expr = expr.clone();

@@ -719,9 +719,7 @@ fn name_nodes(dag: &mut Dag) {
             (None, Kind::Delay) => "delay".to_string(),
             (None, Kind::ForEach) => "foreach".to_string(),
             (None, Kind::Loop) => "loop".to_string(),
-            (None, Kind::Workflow) => {
-                callee(&node.expr).unwrap_or_else(|| "workflow".to_string())
-            }
+            (None, Kind::Workflow) => callee(&node.expr).unwrap_or_else(|| "workflow".to_string()),
             (None, Kind::Complete) => "complete".to_string(),
         })
         .collect();
@@ -735,7 +733,8 @@ fn name_nodes(dag: &mut Dag) {
         let count = bases.iter().filter(|b| *b == base).count();
         let index = seen.entry(base).or_insert(0);
         *index += 1;
-        let unique = count == 1 && matches!(node.kind, Kind::Operation | Kind::Signal | Kind::Workflow);
+        let unique =
+            count == 1 && matches!(node.kind, Kind::Operation | Kind::Signal | Kind::Workflow);
         names.push(if unique {
             base.clone()
         } else {

@@ -180,7 +180,9 @@ fn for_each(
     if body_group.is_none() {
         cx.error(
             head.span_close(),
-            format!("expected the `ForEach`'s body in braces after its parentheses, as in {FOR_EACH}"),
+            format!(
+                "expected the `ForEach`'s body in braces after its parentheses, as in {FOR_EACH}"
+            ),
         );
     }
     if let Some(extra) = rest.get(2) {
@@ -417,9 +419,9 @@ fn known_len(source: &Expr) -> Option<usize> {
         Expr::Reference(reference) => known_len(&reference.expr),
         Expr::Paren(paren) => known_len(&paren.expr),
         Expr::Macro(mac) if mac.mac.path.is_ident("vec") => {
-            let parsed = mac.mac.parse_body_with(
-                syn::punctuated::Punctuated::<Expr, Token![,]>::parse_terminated,
-            );
+            let parsed = mac
+                .mac
+                .parse_body_with(syn::punctuated::Punctuated::<Expr, Token![,]>::parse_terminated);
             // `vec![x; n]` does not parse as a list.
             parsed.ok().map(|elems| elems.len())
         }
@@ -504,12 +506,17 @@ fn repeat(
     if test.stream().is_empty() {
         cx.error(
             test.span(),
-            format!("expected a test inside `{test_keyword}(..)`, as in `{test_keyword} (st.ready)`"),
+            format!(
+                "expected a test inside `{test_keyword}(..)`, as in `{test_keyword} (st.ready)`"
+            ),
         );
         return None;
     }
-    let test_expr =
-        parse_within(<Expr as syn::parse::Parse>::parse, test.stream(), test.span_close());
+    let test_expr = parse_within(
+        <Expr as syn::parse::Parse>::parse,
+        test.stream(),
+        test.span_close(),
+    );
     let body = body(&keyword, body_group, cx);
     let test = match test_expr {
         Ok(expr) => expr,
@@ -580,7 +587,8 @@ fn repeat(
     })
 }
 
-const WORKFLOW: &str = "`Workflow(Payment(ctx, &order))`: the child workflow's type and the arguments of its `run`";
+const WORKFLOW: &str =
+    "`Workflow(Payment(ctx, &order))`: the child workflow's type and the arguments of its `run`";
 
 fn workflow_step(
     name: Option<Ident>,
@@ -608,7 +616,9 @@ fn workflow_step(
     };
     let (child, call_args) = match &call {
         Expr::Call(c) => match &*c.func {
-            Expr::Path(p) if p.qself.is_none() => (p.path.clone(), c.args.iter().cloned().collect()),
+            Expr::Path(p) if p.qself.is_none() => {
+                (p.path.clone(), c.args.iter().cloned().collect())
+            }
             other => {
                 cx.error(other.span(), format!("expected {WORKFLOW}"));
                 return None;
@@ -632,7 +642,10 @@ fn workflow_step(
         match (opt.key.to_string().as_str(), &opt.value) {
             ("after", OptValue::Names(names, span)) => {
                 if names.is_empty() {
-                    cx.error(*span, "`after` needs at least one node name, as in `after = [fetch]`");
+                    cx.error(
+                        *span,
+                        "`after` needs at least one node name, as in `after = [fetch]`",
+                    );
                 }
                 after.extend(names.iter().cloned());
             }
@@ -658,7 +671,8 @@ fn workflow_step(
 
 /// `Complete(name)`.
 pub fn complete(keyword: Ident, rest: Vec<TokenTree>, cx: &mut Ctxt) -> Option<CompleteStep> {
-    const EXPECTED: &str = "`Complete` takes the name of the `ForEach` it completes, as in `Complete(charged)`";
+    const EXPECTED: &str =
+        "`Complete` takes the name of the `ForEach` it completes, as in `Complete(charged)`";
     let args = parse::call_args(&keyword, &rest, EXPECTED, EXPECTED, cx)?;
     match parse_within(
         |input: ParseStream| input.parse::<Ident>(),
@@ -906,6 +920,7 @@ pub fn check_bodies(
     let mut out = Vec::new();
     let displays: Vec<String> = dag.nodes.iter().map(|n| n.display.clone()).collect();
     let spans: Vec<Span> = dag.nodes.iter().map(crate::graph::Node::span).collect();
+    let idents: Vec<Option<Ident>> = dag.nodes.iter().map(|n| n.name.clone()).collect();
     for def in &mut dag.nests {
         let step = def.step.clone();
         let Some(body_dag) = def.body.take() else {
@@ -940,22 +955,21 @@ pub fn check_bodies(
                 );
             }
             let Some(name) = &node.name else { continue };
-            let clash = if let Some((bound, what)) = binding
-                && bound == name
-            {
-                Some(format!("`{name}` is already {what}"))
-            } else if let Some(&outer) = names.get(&name.to_string()) {
-                Some(format!(
-                    "`{name}` already names a step of the workflow{}",
-                    at_line(spans[outer])
-                ))
-            } else {
-                workflow
-                    .params
-                    .iter()
-                    .find(|p| p.name == *name)
-                    .map(|p| format!("`{name}` is already a parameter{}", at_line(p.name.span())))
-            };
+            let clash =
+                if let Some((bound, what)) = binding
+                    && bound == name
+                {
+                    Some(format!("`{name}` is already {what}"))
+                } else if let Some(&outer) = names.get(&name.to_string()) {
+                    Some(format!(
+                        "`{name}` already names a step of the workflow{}",
+                        at_line(spans[outer])
+                    ))
+                } else {
+                    workflow.params.iter().find(|p| p.name == *name).map(|p| {
+                        format!("`{name}` is already a parameter{}", at_line(p.name.span()))
+                    })
+                };
             if let Some(clash) = clash {
                 cx.error(
                     name.span(),
@@ -981,7 +995,7 @@ pub fn check_bodies(
         outer.extend(
             parent_nodes
                 .into_iter()
-                .map(|(name, &id)| Ident::new(name, spans[id])),
+                .filter_map(|(_, &id)| idents[id].clone()),
         );
         for name in outer {
             let text = name.to_string();
@@ -1008,15 +1022,17 @@ pub fn check_bodies(
                 }
                 let out: Expr = output.unwrap_or_else(|| syn::parse_quote!(()));
                 let span = test.span();
-                let test: Expr =
-                    syn::parse_quote_spanned!(span=> { let __flow_test: bool = #test; __flow_test });
+                let test: Expr = syn::parse_quote_spanned!(span=> { let __flow_test: bool = #test; __flow_test });
                 output = Some(tuple(vec![out, test]));
             }
         }
         let display = &displays[def.node];
         let graph_name = Ident::new(
             &display.replace('#', "_"),
-            def.step.name.as_ref().map_or(def.step.keyword.span(), Ident::span),
+            def.step
+                .name
+                .as_ref()
+                .map_or(def.step.keyword.span(), Ident::span),
         );
         let stub = Workflow {
             attrs: Vec::new(),
@@ -1209,10 +1225,22 @@ pub(crate) fn node_statements(names: &crate::expand::Names<'_>, id: usize) -> To
                     // On the user's tokens: an error about the source points at it.
                     let private = &crate::expand::respan(private, span);
                     let (driver, source) = match (each.stream, each.collect) {
-                        (false, false) => (quote!(for_each), quote::quote_spanned!(span=> #private::for_each_source(#source))),
-                        (false, true) => (quote!(for_each_collect), quote::quote_spanned!(span=> #private::for_each_source(#source))),
-                        (true, false) => (quote!(for_each_stream), quote::quote_spanned!(span=> #private::for_each_stream_source(#source))),
-                        (true, true) => (quote!(for_each_stream_collect), quote::quote_spanned!(span=> #private::for_each_stream_source(#source))),
+                        (false, false) => (
+                            quote!(for_each),
+                            quote::quote_spanned!(span=> #private::for_each_source(#source)),
+                        ),
+                        (false, true) => (
+                            quote!(for_each_collect),
+                            quote::quote_spanned!(span=> #private::for_each_source(#source)),
+                        ),
+                        (true, false) => (
+                            quote!(for_each_stream),
+                            quote::quote_spanned!(span=> #private::for_each_stream_source(#source)),
+                        ),
+                        (true, true) => (
+                            quote!(for_each_stream_collect),
+                            quote::quote_spanned!(span=> #private::for_each_stream_source(#source)),
+                        ),
                     };
                     let max = each.max_concurrency.unwrap_or(0) as usize;
                     let min = each.min.unwrap_or(0) as usize;

@@ -385,7 +385,12 @@ impl Builder<'_> {
     /// A nest node: its body's DAG is built here, as a workflow of its own, and the node
     /// reads what its source and its body read of this graph (`nest::reads`).
     fn nest(&mut self, step: &std::rc::Rc<crate::nest::NestStep>) -> usize {
-        let body = step.body.as_ref().map(|body| build(body, self.cx));
+        // An empty body is reported where it is parsed.
+        let body = step
+            .body
+            .as_ref()
+            .filter(|body| !body.body.is_empty())
+            .map(|body| build(body, self.cx));
         let expr = crate::nest::reads(step, body.as_ref());
         let after = match &step.what {
             crate::nest::What::Workflow(sub) => sub.after.clone(),

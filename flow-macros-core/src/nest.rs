@@ -1317,10 +1317,16 @@ pub(crate) fn node_statements(names: &crate::expand::Names<'_>, id: usize) -> To
         What::Workflow(_) => TokenStream::new(),
         _ => quote!(let __flow_body: &'static #private::Graph = #nest_ctx.body();),
     };
+    // Unused bindings that let rustc suggest a node of the workflow for a misspelled name in
+    // the body (`validate::Checked::hints`).
+    let hints = checked.hints[id].iter().map(
+        |hint| quote!(#[allow(unused_variables)] let #hint = ::core::marker::PhantomData::<()>;),
+    );
     quote! {
         #slot_decl
         let #var = (#private::Nest, move |#nest_ctx: #private::NestCtx| async move {
             #(#inputs)*
+            #(#hints)*
             #body_graph
             let __flow_result = { #run };
             #finish

@@ -279,3 +279,27 @@ fn a_run_with_a_foreach_is_send() {
     drop(common::require_send(Limited::run(&gauge)));
     drop(common::require_send(Table::run(1, 1)));
 }
+
+async fn several() -> Result<Vec<u32>, Boom> {
+    Ok(vec![3, 4])
+}
+
+workflow! {
+    /// A node called `stream` is an expression like any other: `stream` marks the stream form
+    /// only when an expression follows it.
+    NamedStream() -> Vec<u32> {
+        Sequential {
+            stream = Operation(several()),
+            got = ForEach(n in stream.iter()) { d = Operation(double(n, 1)) => d },
+        }
+        => got.clone()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_called_stream_can_be_iterated() {
+    assert_eq!(
+        NamedStream::run().await.expect("the run succeeds"),
+        vec![6, 8]
+    );
+}

@@ -777,3 +777,22 @@ fn a_workflow_that_runs_itself_is_drawn_once() {
     assert!(!dot.contains("subgraph"), "{dot}");
     assert!(!RECURSIVE.to_mermaid().contains("subgraph"));
 }
+
+#[cfg(feature = "progress")]
+#[tokio::test(start_paused = true)]
+async fn a_progress_bar_ticks_once_per_instance() {
+    let progress = Arc::new(crate::progress::Progress::with_bar(
+        indicatif::ProgressBar::hidden(),
+    ));
+    let options = RunOptions {
+        observers: vec![progress.clone()],
+        ..RunOptions::default()
+    };
+    let outcome = run_order(options).await;
+    assert!(outcome.result.is_ok());
+    // The three nodes of `Order` and the three instances of `charge`, not the instances'
+    // own nodes, and the instances' ends do not finish the bar.
+    assert_eq!(progress.bar().length(), Some(6));
+    assert_eq!(progress.bar().position(), 6);
+    assert!(progress.bar().is_finished());
+}

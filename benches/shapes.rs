@@ -389,7 +389,9 @@ fn quorum_2of3(c: &mut Criterion, rt: &Runtime) {
 fn foreach_10k(c: &mut Criterion, rt: &Runtime) {
     let mut g = c.benchmark_group("foreach_10k");
     g.throughput(Throughput::Elements(ITEMS));
-    bench(&mut g, "flow_for_each", rt, || flow_for_each(black_box(ITEMS)));
+    bench(&mut g, "flow_for_each", rt, || {
+        flow_for_each(black_box(ITEMS))
+    });
     bench(&mut g, "hand_buffer_unordered", rt, || {
         hand_buffer_unordered(black_box(ITEMS))
     });

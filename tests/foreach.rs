@@ -303,3 +303,26 @@ async fn a_node_called_stream_can_be_iterated() {
         vec![6, 8]
     );
 }
+
+#[tokio::test]
+async fn a_failed_instance_and_its_events_carry_the_instance_path() {
+    let outcome = FailFast::runner().record(true).execute(()).await;
+    let events = outcome.report.log().events();
+    let paths: Vec<String> = events
+        .iter()
+        .filter_map(|e| {
+            e.path
+                .as_ref()
+                .map(|p| format!("{p}/{}", e.node_name.unwrap_or("-")))
+        })
+        .collect();
+    assert!(paths.iter().any(|p| p == "checked[2]/c"), "{paths:?}");
+    let error = outcome.result.expect_err("the run fails");
+    let NodeError::Workflow(inner) = &error.failed().next().expect("one failure").error else {
+        panic!("expected the instance's error");
+    };
+    assert_eq!(
+        inner.path().map(ToString::to_string).as_deref(),
+        Some("checked[2]")
+    );
+}

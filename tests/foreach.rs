@@ -326,3 +326,35 @@ async fn a_failed_instance_and_its_events_carry_the_instance_path() {
         Some("checked[2]")
     );
 }
+
+workflow! {
+    /// `after` makes a nest wait for a step it does not read.
+    Ordered() -> Vec<u32> {
+        Parallel {
+            first = Operation(pause(30)),
+            later = ForEach(n in [1u32], after = [first]) { d = Operation(double(&n, 1)) => d },
+            looped = Loop(max = 1, after = [first]) { d = Operation(double(&2, 1)) => d } until (d > 0),
+        }
+        => later.clone()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_makes_a_nest_wait_for_a_step_it_does_not_read() {
+    let started = tokio::time::Instant::now();
+    assert_eq!(Ordered::run().await.expect("the run succeeds"), vec![2]);
+    assert_eq!(started.elapsed(), Duration::from_millis(31));
+    let graph = Ordered::GRAPH;
+    let after: Vec<_> = graph
+        .edges()
+        .iter()
+        .filter(|e| e.kind == flow::EdgeKind::After)
+        .map(|e| {
+            (
+                graph.nodes()[e.from as usize].name,
+                graph.nodes()[e.to as usize].name,
+            )
+        })
+        .collect();
+    assert_eq!(after, [("first", "later"), ("first", "looped")]);
+}

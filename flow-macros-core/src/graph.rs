@@ -392,10 +392,7 @@ impl Builder<'_> {
             .filter(|body| !body.body.is_empty())
             .map(|body| build(body, self.cx));
         let expr = crate::nest::reads(step, body.as_ref());
-        let after = match &step.what {
-            crate::nest::What::Workflow(sub) => sub.after.clone(),
-            _ => Vec::new(),
-        };
+        let after = step.after().to_vec();
         self.dag.nodes.push(Node {
             kind: step.kind(),
             name: step.name.clone(),

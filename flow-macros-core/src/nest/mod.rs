@@ -61,6 +61,8 @@ pub struct ForEach {
     pub min: Option<u32>,
     pub rest_cancel: bool,
     pub collect: bool,
+    /// `after = [..]`.
+    pub after: Vec<Ident>,
 }
 
 pub struct Loop {
@@ -72,6 +74,8 @@ pub struct Loop {
     pub while_: bool,
     /// `until` or `while`, as written.
     pub test_keyword: Ident,
+    /// `after = [..]`.
+    pub after: Vec<Ident>,
 }
 
 pub struct SubWorkflow {
@@ -92,6 +96,15 @@ pub struct CompleteStep {
 }
 
 impl NestStep {
+    /// The steps named in `after = [..]`.
+    pub fn after(&self) -> &[Ident] {
+        match &self.what {
+            What::ForEach(each) => &each.after,
+            What::Loop(repeat) => &repeat.after,
+            What::Workflow(sub) => &sub.after,
+        }
+    }
+
     /// The kind of the nest's node.
     pub fn kind(&self) -> Kind {
         match self.what {

@@ -121,6 +121,7 @@ fn for_each(
         min: None,
         rest_cancel: true,
         collect: false,
+        after: Vec::new(),
     };
     let what = for_each_options(what, &options, cx);
     Some(NestStep {
@@ -201,6 +202,25 @@ fn duplicates(options: &[Opt], cx: &mut Ctxt) {
                 ),
             );
         }
+    }
+}
+
+/// `after = [a, b]`: the steps the nest waits for, beyond those it reads.
+fn after_option(opt: &Opt, after: &mut Vec<Ident>, cx: &mut Ctxt) {
+    match &opt.value {
+        OptValue::Names(names, span) => {
+            if names.is_empty() {
+                cx.error(
+                    *span,
+                    "`after` needs at least one node name, as in `after = [fetch]`",
+                );
+            }
+            after.extend(names.iter().cloned());
+        }
+        other => cx.error(
+            other.span(),
+            "`after` takes a list of node names in brackets, as in `after = [one, two]`",
+        ),
     }
 }
 
@@ -294,6 +314,7 @@ fn for_each_options(mut out: ForEach, options: &[Opt], cx: &mut Ctxt) -> ForEach
                     out.rest_cancel = cancel;
                 }
             }
+            "after" => after_option(opt, &mut out.after, cx),
             "on_failure" => {
                 if let Some(fail_fast) = choice(
                     opt,
@@ -307,8 +328,8 @@ fn for_each_options(mut out: ForEach, options: &[Opt], cx: &mut Ctxt) -> ForEach
             _ => unknown(
                 opt,
                 "ForEach",
-                &["max_concurrency", "min", "rest", "on_failure"],
-                "`max_concurrency = N`, `min = k`, `rest = cancel | run` or `on_failure = fail_fast | collect`",
+                &["max_concurrency", "min", "rest", "on_failure", "after"],
+                "`max_concurrency = N`, `min = k`, `rest = cancel | run`, `on_failure = fail_fast | collect` or `after = [name, ..]`",
                 cx,
             ),
         }
@@ -446,6 +467,7 @@ fn repeat(
         test,
         while_,
         test_keyword,
+        after: Vec::new(),
     };
     let mut has_max = false;
     for opt in &options {
@@ -467,6 +489,7 @@ fn repeat(
                     "`prev` takes the name that binds the previous iteration's output, as in `prev = last`",
                 ),
             },
+            "after" => after_option(opt, &mut out.after, cx),
             "on_max" => {
                 if let Some(fail) = choice(
                     opt,
@@ -480,8 +503,8 @@ fn repeat(
             _ => unknown(
                 opt,
                 "Loop",
-                &["max", "prev", "on_max"],
-                "`max = N`, `prev = name` or `on_max = fail | stop`",
+                &["max", "prev", "on_max", "after"],
+                "`max = N`, `prev = name`, `on_max = fail | stop` or `after = [name, ..]`",
                 cx,
             ),
         }
@@ -552,20 +575,8 @@ fn workflow_step(
     duplicates(&options, cx);
     let mut after = Vec::new();
     for opt in &options {
-        match (opt.key.to_string().as_str(), &opt.value) {
-            ("after", OptValue::Names(names, span)) => {
-                if names.is_empty() {
-                    cx.error(
-                        *span,
-                        "`after` needs at least one node name, as in `after = [fetch]`",
-                    );
-                }
-                after.extend(names.iter().cloned());
-            }
-            ("after", other) => cx.error(
-                other.span(),
-                "`after` takes a list of node names in brackets, as in `after = [one, two]`",
-            ),
+        match opt.key.to_string().as_str() {
+            "after" => after_option(opt, &mut after, cx),
             _ => unknown(opt, "Workflow", &["after"], "`after = [name, ..]`", cx),
         }
     }

@@ -129,3 +129,10 @@ async fn a_while_loop_whose_test_fails_at_once_runs_nothing() {
     assert_eq!(Never::run(&counter).await.expect("the run succeeds"), None);
     assert_eq!(counter.load(Ordering::SeqCst), 0);
 }
+
+#[test]
+fn a_run_with_a_loop_is_send() {
+    let counter = AtomicU32::new(0);
+    drop(common::require_send(UntilThree::run(&counter)));
+    drop(common::require_send(Pages::run(1)));
+}

@@ -89,3 +89,8 @@ async fn unnamed_steps_are_named_after_the_child() {
     let names: Vec<_> = Twice::GRAPH.nodes().iter().map(|n| n.name).collect();
     assert_eq!(names, ["Order#1", "Order#2"]);
 }
+
+#[test]
+fn a_run_with_a_sub_workflow_is_send() {
+    drop(common::require_send(Order::run(1)));
+}

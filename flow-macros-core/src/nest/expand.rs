@@ -134,7 +134,11 @@ pub(crate) fn node_statements(names: &crate::expand::Names<'_>, id: usize) -> To
                 _ => quote!((#(#args,)*)),
             };
             let span = child.span();
-            quote::quote_spanned!(span=> #private::child::<#child>(#nest_ctx, #input).await)
+            let run = quote::quote_spanned!(span=> <#child as #private::Workflow>::__execute(#nest_ctx.instance(0), #input));
+            quote! {
+                let __flow_outcome = #run.await;
+                #private::Result::map_err(#nest_ctx.ended(0, __flow_outcome), |__flow_error| #private::NodeError::Workflow(::std::boxed::Box::new(__flow_error)))
+            }
         }
         (what, Some((stub, body_checked))) => {
             let body = body_names(names, stub, body_checked);

@@ -358,3 +358,43 @@ async fn after_makes_a_nest_wait_for_a_step_it_does_not_read() {
         .collect();
     assert_eq!(after, [("first", "later"), ("first", "looped")]);
 }
+
+workflow! {
+    StreamCollected() -> usize {
+        got = ForEach(n in stream futures::stream::iter([1u32, 3, 4]), on_failure = collect) {
+            c = Operation(check(&n)) => c
+        }
+        => got.iter().filter(|r| r.is_err()).count()
+    }
+}
+
+#[tokio::test]
+async fn the_stream_form_collects_failures_too() {
+    assert_eq!(StreamCollected::run().await.expect("the run succeeds"), 1);
+}
+
+workflow! {
+    /// `rest = run`: the output is settled by the first instance, the others still run.
+    FirstOfAll(gauge: &Gauge) -> Vec<u32> {
+        first = ForEach(n in [10u32, 40, 20], min = 1, rest = run) {
+            m = Operation(measured(gauge, n)) => m
+        }
+        => first.clone()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn rest_run_settles_the_output_at_min_and_lets_the_others_finish() {
+    let gauge = Gauge {
+        now: AtomicUsize::new(0),
+        peak: AtomicUsize::new(0),
+    };
+    let outcome = FirstOfAll::runner().execute(&gauge).await;
+    let nest = outcome
+        .report
+        .nest("first")
+        .expect("a report of the ForEach");
+    assert_eq!(nest.completed, 3);
+    assert_eq!(outcome.result.expect("the run succeeds").len(), 1);
+    assert_eq!(gauge.now.load(Ordering::SeqCst), 0);
+}

@@ -6,7 +6,9 @@
 //! runtime (where dagrs's per-node tasks can use both cores); the fan with nodes that finish
 //! one per turn of the runtime (`fan_gated`); the cost of observers; and a race of two replicas
 //! (`race2`) and a 2-of-3 quorum (`quorum_2of3`) against the hand-written `tokio::select!` and
-//! `FuturesUnordered` code that does the same.
+//! `FuturesUnordered` code that does the same; and a `ForEach` driver over 10,000 items, 64 at a
+//! time, each item a run of a one-node workflow (`foreach_10k`), against
+//! `stream::iter(..).buffer_unordered(64)` calling the operation directly.
 //!
 //! `cargo bench -p flow-benches --bench shapes` runs everything (about ten minutes on two
 //! cores); `cargo bench -p flow-benches --bench shapes -- chain_` runs one group.
@@ -49,10 +51,18 @@ mod gated {
     include!("generated/fan_1000.rs");
 }
 
-/// The workflows of `race2` and `quorum_2of3`: the same replicas as the hand-written contenders.
+/// The workflows of `race2` and `quorum_2of3`: the same replicas as the hand-written contenders;
+/// the body of `foreach_10k`.
 mod control {
-    use crate::common::ops::after;
+    use crate::common::ops::{after, yld};
     use flow::workflow;
+
+    workflow! {
+        /// One item of `foreach_10k`: one operation that yields once.
+        pub Item(x: u64) -> u64 {
+            r = Operation(yld(x)) => r
+        }
+    }
 
     workflow! {
         /// The first of two replicas to answer wins; the other is withdrawn.
@@ -86,6 +96,44 @@ const RACE_TURNS: [u32; 2] = [1, 2];
 const QUORUM_TURNS: [u32; 3] = [1, 2, 1];
 /// How many replicas of `quorum_2of3` must answer.
 const QUORUM: usize = 2;
+
+/// The items of `foreach_10k`.
+const ITEMS: u64 = 10_000;
+/// The instances of `foreach_10k` in flight at most.
+const IN_FLIGHT: usize = 64;
+/// What `foreach_10k`'s contenders return: the sum of `x + 1` over the items.
+const ITEMS_SUM: u64 = ITEMS * (ITEMS + 1) / 2;
+
+/// A `ForEach` node's driver over `0..items`, `IN_FLIGHT` at a time, each instance a run of the
+/// one-node workflow `control::Item` (as the `ForEach`'s body would be); the sum of the output
+/// `Vec` (in input order).
+async fn flow_for_each(items: u64) -> u64 {
+    use flow::__private::{ForEachConfig, NestCtx, NestKind, for_each};
+    use flow::Workflow;
+    let ctx = NestCtx::detached("each", NestKind::ForEach, &control::Item::GRAPH);
+    let config = ForEachConfig {
+        max_concurrency: IN_FLIGHT,
+        min: 0,
+        rest_cancel: true,
+    };
+    let body = |x, options| control::Item::__execute(options, x);
+    let outputs = for_each(ctx, 0..items, config, body).await;
+    outputs.map_or(0, |outputs| outputs.iter().sum())
+}
+
+/// The same operation over the same items, `IN_FLIGHT` at a time, written by hand: a stream of
+/// the operation's futures through `buffer_unordered`, collected in a `Vec` (in completion
+/// order).
+async fn hand_buffer_unordered(items: u64) -> u64 {
+    use futures::StreamExt;
+    let outputs: Vec<u64> = futures::stream::iter(0..items)
+        .map(ops::yld)
+        .buffer_unordered(IN_FLIGHT)
+        .map(ok)
+        .collect()
+        .await;
+    outputs.iter().sum()
+}
 
 /// Benchmarks `run` on `rt`: one call of `run` is one iteration.
 fn bench<F, Fut>(group: &mut BenchmarkGroup<'_, WallTime>, id: &str, rt: &Runtime, run: F)
@@ -176,6 +224,8 @@ fn check(rt: &Runtime) {
         ok(rt.block_on(hand::layered(ops::yld, 0, NODES, WIDTH))),
         (NODES / WIDTH) as u64
     );
+    assert_eq!(rt.block_on(flow_for_each(ITEMS)), ITEMS_SUM);
+    assert_eq!(rt.block_on(hand_buffer_unordered(ITEMS)), ITEMS_SUM);
 }
 
 /// The three shapes and the mixed workflow with one operation on one runtime.
@@ -334,6 +384,20 @@ fn quorum_2of3(c: &mut Criterion, rt: &Runtime) {
     g.finish();
 }
 
+/// A `ForEach` over 10,000 items, 64 in flight, each a one-node workflow run whose operation
+/// yields once, against `buffer_unordered(64)` over the operation itself.
+fn foreach_10k(c: &mut Criterion, rt: &Runtime) {
+    let mut g = c.benchmark_group("foreach_10k");
+    g.throughput(Throughput::Elements(ITEMS));
+    bench(&mut g, "flow_for_each", rt, || {
+        flow_for_each(black_box(ITEMS))
+    });
+    bench(&mut g, "hand_buffer_unordered", rt, || {
+        hand_buffer_unordered(black_box(ITEMS))
+    });
+    g.finish();
+}
+
 /// The cost of observing a run (immediate operation, `current_thread`): no observer and no log
 /// (`run`), the runner with its log turned off (the same code path plus the report), an
 /// observer that does nothing, a `Recorder` (fresh for every run), and the event log.
@@ -410,6 +474,8 @@ fn repeat(rt: &Runtime, which: &str, runs: usize) -> Option<u64> {
             }
             "race2" => rt.block_on(control::Race2::run(black_box(0))).ok()?,
             "quorum_2of3" => rt.block_on(control::Quorum2of3::run(black_box(0))).ok()?,
+            "foreach_10k" => rt.block_on(flow_for_each(black_box(ITEMS))),
+            "hand_foreach_10k" => rt.block_on(hand_buffer_unordered(black_box(ITEMS))),
             "hand_race2" => rt
                 .block_on(hand::race2(ops::after, black_box(0), RACE_TURNS))
                 .ok()?,
@@ -457,6 +523,7 @@ fn main() {
     gated_fan(&mut c, &rt);
     race2(&mut c, &rt);
     quorum_2of3(&mut c, &rt);
+    foreach_10k(&mut c, &rt);
     observer_group!(&mut c, &rt, "chain", imm::Chain1000, NODES);
     observer_group!(&mut c, &rt, "fan", imm::Fan1000, NODES);
     observer_group!(&mut c, &rt, "layered", imm::Layered1000, NODES);

@@ -31,6 +31,8 @@ pub(crate) struct ControlTables {
     pub node_sections: Vec<Vec<u32>>,
     /// `SignalInfo { .. }` rows.
     pub signals: Vec<TokenStream>,
+    /// `NestInfo { .. }` rows, in node order.
+    pub nests: Vec<TokenStream>,
 }
 
 impl ControlTables {
@@ -43,6 +45,7 @@ impl ControlTables {
             && self.sections.is_empty()
             && self.node_sections.is_empty()
             && self.signals.is_empty()
+            && self.nests.is_empty()
     }
 
     /// `.with_control(&Control::new(..))` to append to the `Plan::new(..)` call, or nothing
@@ -60,9 +63,14 @@ impl ControlTables {
             sections,
             node_sections,
             signals,
+            nests,
         } = self;
         let scopes = scopes.iter().map(|s| quote!(&[#(#s),*]));
         let node_sections = node_sections.iter().map(|s| quote!(&[#(#s),*]));
+        let nests = match nests.is_empty() {
+            true => TokenStream::new(),
+            false => quote!(.with_nests(&[#(#nests),*])),
+        };
         quote! {
             .with_control(&#private::Control::new(
                 &[#(#scopes),*],
@@ -73,14 +81,19 @@ impl ControlTables {
                 &[#(#sections),*],
                 &[#(#node_sections),*],
                 &[#(#signals),*],
-            ))
+            )#nests)
         }
     }
 }
 
-/// The control tables of a checked workflow. `pos[id]` is node `id`'s runtime index.
-pub(crate) fn tables(checked: &Checked, pos: &[usize], private: &TokenStream) -> ControlTables {
-    let mut tables = ControlTables::default();
+/// The control tables of a checked workflow. `pos[id]` is node `id`'s runtime index; `names`
+/// is the workflow's, for the graphs of nest bodies.
+pub(crate) fn tables(names: &crate::expand::Names<'_>) -> ControlTables {
+    let (checked, pos, private) = (names.checked, &names.pos[..], &names.private);
+    let mut tables = ControlTables {
+        nests: crate::nest::table(names),
+        ..ControlTables::default()
+    };
     crate::signals::fill(&mut tables, checked, pos, private);
     gate_tables(checked, pos, private, &mut tables);
     instants(checked, pos, private, &mut tables);
@@ -92,10 +105,12 @@ pub(crate) fn tables(checked: &Checked, pos: &[usize], private: &TokenStream) ->
 /// neither), and a scope per `Cancel` with the nodes it withdraws.
 fn instants(checked: &Checked, pos: &[usize], private: &TokenStream, tables: &mut ControlTables) {
     let dag = &checked.dag;
-    let any = checked
-        .order
-        .iter()
-        .any(|&id| matches!(dag.nodes[id].kind, Kind::Cancel | Kind::Terminate));
+    let any = checked.order.iter().any(|&id| {
+        matches!(
+            dag.nodes[id].kind,
+            Kind::Cancel | Kind::Terminate | Kind::Complete
+        )
+    });
     if !any {
         return;
     }
@@ -119,6 +134,10 @@ fn instants(checked: &Checked, pos: &[usize], private: &TokenStream, tables: &mu
                 quote!(#private::Instant::Cancel { scope: #index })
             }
             Kind::Terminate => quote!(#private::Instant::Terminate),
+            Kind::Complete => {
+                let node = crate::nest::complete_target(checked, id).map_or(0, |t| pos[t] as u32);
+                quote!(#private::Instant::Complete { node: #node })
+            }
             _ => quote!(#private::Instant::None),
         })
         .collect();

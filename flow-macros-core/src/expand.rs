@@ -72,18 +72,18 @@ fn errors(cx: Ctxt) -> TokenStream {
     }
 }
 
-struct Names<'a> {
-    workflow: &'a Workflow,
+pub(crate) struct Names<'a> {
+    pub(crate) workflow: &'a Workflow,
     /// The path of the runtime's hidden module: `::flow::__private`, or the one
     /// `#[flow(crate = path)]` names.
-    private: TokenStream,
-    checked: &'a Checked,
+    pub(crate) private: TokenStream,
+    pub(crate) checked: &'a Checked,
     /// Position of each node id in execution order: the node's runtime index.
-    pos: Vec<usize>,
+    pub(crate) pos: Vec<usize>,
 }
 
 impl Names<'_> {
-    fn slot(&self, id: usize) -> Ident {
+    pub(crate) fn slot(&self, id: usize) -> Ident {
         format_ident!("__flow_slot_{}", self.pos[id], span = Span::mixed_site())
     }
 
@@ -97,7 +97,11 @@ impl Names<'_> {
 
     /// Rewrites an expression so that every parameter and every node it reads is a place
     /// `(*name)` over a binding `name: &T`.
-    fn rewrite<'a>(&self, expr: &Expr, reads: impl IntoIterator<Item = &'a Ident>) -> Expr {
+    pub(crate) fn rewrite<'a>(
+        &self,
+        expr: &Expr,
+        reads: impl IntoIterator<Item = &'a Ident>,
+    ) -> Expr {
         let mut readable = self.params();
         readable.extend(reads.into_iter().map(Ident::to_string));
         let mut expr = expr.clone();
@@ -287,7 +291,7 @@ fn interface(
 }
 
 /// `tokens` with every span set to `span`.
-fn respan(tokens: &TokenStream, span: Span) -> TokenStream {
+pub(crate) fn respan(tokens: &TokenStream, span: Span) -> TokenStream {
     tokens
         .clone()
         .into_iter()
@@ -375,15 +379,15 @@ fn term_cell() -> Ident {
 }
 
 /// Workflows with at most this many nodes keep node futures inline.
-const INLINE_LIMIT: usize = 64;
+pub(crate) const INLINE_LIMIT: usize = 64;
 
 /// The variable that holds the node at runtime index `p` until the final call.
-fn node_ident(p: usize) -> Ident {
+pub(crate) fn node_ident(p: usize) -> Ident {
     format_ident!("__flow_node_{}", p, span = Span::mixed_site())
 }
 
 /// A balanced tree of 2-tuples over `leaves`.
-fn balanced(leaves: &[TokenStream]) -> TokenStream {
+pub(crate) fn balanced(leaves: &[TokenStream]) -> TokenStream {
     match leaves {
         [] => quote!(::core::compile_error!(
             "flow: a workflow needs at least one step"
@@ -408,7 +412,7 @@ fn balanced(leaves: &[TokenStream]) -> TokenStream {
 /// quadratic in the node count. Plain tuples in `let`s, slots declared where they are filled,
 /// and one generic call at the end (`IntoNodes`, in the runtime) bring it to about n^1.3
 /// (docs/performance.md, "Compile time").
-fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
+pub(crate) fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
     let checked = names.checked;
     let private = &names.private;
     let node = &checked.dag.nodes[id];
@@ -515,6 +519,7 @@ fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
             }
         }
         Kind::Gate => gate_statements(names, id),
+        Kind::ForEach | Kind::Loop | Kind::Workflow => crate::nest::node_statements(names, id),
         Kind::Decision => {
             let state = Ident::new("__flow_state", Span::mixed_site());
             let inputs = uses.iter().map(
@@ -542,8 +547,9 @@ fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
                 });
             }
         }
-        // An instant node: the scheduler withdraws its target when it starts.
-        Kind::Cancel => quote! {
+        // An instant node: the scheduler withdraws its target (completes its `ForEach`) when
+        // it starts.
+        Kind::Cancel | Kind::Complete => quote! {
             let #var = (#private::Decision, move |_: &#private::RunState| -> bool { true });
         },
         // Reads like an operation and puts the run's output in the cell; `false` only if an
@@ -626,7 +632,7 @@ fn gate_statements(names: &Names<'_>, id: usize) -> TokenStream {
     }
 }
 
-fn output(names: &Names<'_>) -> TokenStream {
+pub(crate) fn output(names: &Names<'_>) -> TokenStream {
     let checked = names.checked;
     let private = &names.private;
     let Some(expr) = &names.workflow.output else {
@@ -654,7 +660,7 @@ fn output(names: &Names<'_>) -> TokenStream {
     })
 }
 
-fn graph_const(names: &Names<'_>) -> TokenStream {
+pub(crate) fn graph_const(names: &Names<'_>) -> TokenStream {
     let checked = names.checked;
     let private = &names.private;
     let dag = &checked.dag;
@@ -670,7 +676,10 @@ fn graph_const(names: &Names<'_>) -> TokenStream {
     let nodes = checked.order.iter().map(|&id| {
         let node = &dag.nodes[id];
         let display = &node.display;
-        let label = graph::source_text(&node.expr);
+        let label = match checked.nests.iter().find(|n| n.node == id) {
+            Some(nest) => crate::nest::label(&nest.step),
+            None => graph::source_text(&node.expr),
+        };
         let kind = match node.kind {
             Kind::Operation => quote!(#node_kind::Operation),
             Kind::Decision => quote!(#node_kind::Decision),
@@ -679,6 +688,10 @@ fn graph_const(names: &Names<'_>) -> TokenStream {
             Kind::Cancel => quote!(#node_kind::Cancel),
             Kind::Terminate => quote!(#node_kind::Terminate),
             Kind::Gate => quote!(#node_kind::Gate),
+            Kind::ForEach => quote!(#node_kind::ForEach),
+            Kind::Loop => quote!(#node_kind::Loop),
+            Kind::Workflow => quote!(#node_kind::Workflow),
+            Kind::Complete => quote!(#node_kind::Cancel),
         };
         let start = node.keyword.span().start();
         let line = start.line as u32;
@@ -773,7 +786,7 @@ fn graph_const(names: &Names<'_>) -> TokenStream {
             .map(|&id| dag.nodes[id].policy.tokens(private));
         quote!(&[#(#policies),*])
     };
-    let control = crate::control::tables(checked, pos, private).tokens(private);
+    let control = crate::control::tables(names).tokens(private);
     let failure = match names.workflow.fail_fast {
         true => quote!(#private::FailurePolicy::FailFast),
         false => quote!(#private::FailurePolicy::ContinueIndependent),

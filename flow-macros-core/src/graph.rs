@@ -31,6 +31,14 @@ pub enum Kind {
     Signal,
     /// A `Delay` step.
     Delay,
+    /// A `ForEach`: runs its body once per item (`Dag::nests` has it).
+    ForEach,
+    /// A `Loop`: runs its body once per iteration.
+    Loop,
+    /// A sub-workflow step: runs another workflow.
+    Workflow,
+    /// `Complete(name)`: completes a `ForEach` with the outputs so far.
+    Complete,
 }
 
 /// What a `Signal` or `Delay` node waits for.
@@ -125,6 +133,10 @@ pub struct Dag {
     pub regions: Vec<Region>,
     /// The `Cancel` nodes and what each targets.
     pub cancels: Vec<(usize, CancelTarget)>,
+    /// The nest nodes (`ForEach`, `Loop`, sub-workflow steps), in source order.
+    pub nests: Vec<crate::nest::NestDef>,
+    /// The `Complete` nodes and the `ForEach` each names.
+    pub completes: Vec<(usize, Ident)>,
 }
 
 /// A labelled step or block: the nodes it holds are the ids `nodes` (a block's nodes are
@@ -160,6 +172,8 @@ pub fn build(workflow: &Workflow, cx: &mut Ctxt) -> Dag {
             cancels: Vec::new(),
             sections: Vec::new(),
             gates: Vec::new(),
+            nests: Vec::new(),
+            completes: Vec::new(),
         },
         cx,
         branches: Vec::new(),
@@ -242,6 +256,16 @@ impl Builder<'_> {
             Step::Labelled(label, inner) => self.labelled(label, inner),
             Step::Gate(gate) => self.gate(gate),
             Step::Pick(pick) => self.pick(pick),
+            Step::Nest(nest) => {
+                let id = self.nest(nest);
+                (vec![id], vec![id])
+            }
+            Step::Complete(complete) => {
+                let target = Expr::Verbatim(quote::ToTokens::to_token_stream(&complete.target));
+                let id = self.instant(Kind::Complete, &complete.keyword, target);
+                self.dag.completes.push((id, complete.target.clone()));
+                (vec![id], vec![id])
+            }
             Step::Invalid => (Vec::new(), Vec::new()),
         }
     }
@@ -355,6 +379,43 @@ impl Builder<'_> {
         });
         let node = self.dag.nodes.len() - 1;
         self.enter_sections(node);
+        node
+    }
+
+    /// A nest node: its body's DAG is built here, as a workflow of its own, and the node
+    /// reads what its source and its body read of this graph (`nest::reads`).
+    fn nest(&mut self, step: &std::rc::Rc<crate::nest::NestStep>) -> usize {
+        // An empty body is reported where it is parsed.
+        let body = step
+            .body
+            .as_ref()
+            .filter(|body| !body.body.is_empty())
+            .map(|body| build(body, self.cx));
+        let expr = crate::nest::reads(step, body.as_ref());
+        let after = step.after().to_vec();
+        self.dag.nodes.push(Node {
+            kind: step.kind(),
+            name: step.name.clone(),
+            display: String::new(),
+            keyword: step.keyword.clone(),
+            expr,
+            after,
+            policy: options::Policy::default(),
+            branches: self.branches.clone(),
+            groups: self.groups.clone(),
+            rule: Rule::Default,
+            when_span: None,
+            then_nodes: Vec::new(),
+            else_nodes: Vec::new(),
+            waits: None,
+        });
+        let node = self.dag.nodes.len() - 1;
+        self.enter_sections(node);
+        self.dag.nests.push(crate::nest::NestDef {
+            node,
+            step: step.clone(),
+            body,
+        });
         node
     }
 
@@ -658,6 +719,10 @@ fn name_nodes(dag: &mut Dag) {
                 _ => "signal".to_string(),
             },
             (None, Kind::Delay) => "delay".to_string(),
+            (None, Kind::ForEach) => "foreach".to_string(),
+            (None, Kind::Loop) => "loop".to_string(),
+            (None, Kind::Workflow) => callee(&node.expr).unwrap_or_else(|| "workflow".to_string()),
+            (None, Kind::Complete) => "complete".to_string(),
         })
         .collect();
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
@@ -670,7 +735,8 @@ fn name_nodes(dag: &mut Dag) {
         let count = bases.iter().filter(|b| *b == base).count();
         let index = seen.entry(base).or_insert(0);
         *index += 1;
-        let unique = count == 1 && matches!(node.kind, Kind::Operation | Kind::Signal);
+        let unique =
+            count == 1 && matches!(node.kind, Kind::Operation | Kind::Signal | Kind::Workflow);
         names.push(if unique {
             base.clone()
         } else {

@@ -18,6 +18,7 @@ mod expand;
 mod generics;
 mod graph;
 mod names;
+mod nest;
 mod operation;
 mod options;
 mod parse;

@@ -59,6 +59,11 @@ pub enum Step {
     Delay(crate::signals::DelayStep),
     /// `Pick { trigger => { steps }, .. }`: the first event to come chooses its arm.
     Pick(crate::pick::PickStep),
+    /// `ForEach(..) { .. }`, `Loop(..) ..` or `Workflow(Child(..))`: a node that runs a nested
+    /// graph.
+    Nest(std::rc::Rc<crate::nest::NestStep>),
+    /// `Complete(name)`: completes a `ForEach` with the outputs so far.
+    Complete(crate::nest::CompleteStep),
     /// A step that did not parse (its error is recorded). It keeps its block from looking empty,
     /// so one mistake does not also report "empty block".
     Invalid,
@@ -147,7 +152,7 @@ impl OptValue {
     }
 }
 
-pub const STEP_KINDS: &str = "`Operation`, `Sequential`, `Parallel`, `Conditional`, `Race`, `Pick`, `Signal`, `Delay`, `Cancel` or `Terminate`";
+pub const STEP_KINDS: &str = "`Operation`, `Sequential`, `Parallel`, `Conditional`, `Race`, `Pick`, `Signal`, `Delay`, `ForEach`, `Loop`, `Workflow`, `Cancel`, `Complete` or `Terminate`";
 
 /// The workflow's header, and its body's tokens.
 struct Header {
@@ -408,7 +413,7 @@ pub fn parse_within<T>(
 }
 
 /// Splits `steps… => output` at the first top-level `=>`.
-fn split_output(tokens: TokenStream) -> (TokenStream, Option<(Span, TokenStream)>) {
+pub(crate) fn split_output(tokens: TokenStream) -> (TokenStream, Option<(Span, TokenStream)>) {
     let trees: Vec<TokenTree> = tokens.into_iter().collect();
     for i in 0..trees.len().saturating_sub(1) {
         if let (TokenTree::Punct(eq), TokenTree::Punct(gt)) = (&trees[i], &trees[i + 1])
@@ -499,12 +504,12 @@ pub(crate) fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
     // or a `Delay` like an operation.
     if !matches!(
         kind.as_str(),
-        "Operation" | "Race" | "Parallel" | "Signal" | "Delay"
+        "Operation" | "Race" | "Parallel" | "Signal" | "Delay" | "ForEach" | "Loop" | "Workflow"
     ) && let Some(name) = &name
     {
         cx.error(
             name.span(),
-            format!("only an `Operation`, a `Signal`, a `Delay`, a `Race` or a `Parallel(min = k)` can be named, not a `{kind}` block; name the operations inside it"),
+            format!("only an `Operation`, a `Signal`, a `Delay`, a `ForEach`, a `Loop`, a `Workflow`, a `Race` or a `Parallel(min = k)` can be named, not a `{kind}` block; name the operations inside it"),
         );
     }
     match kind.as_str() {
@@ -547,6 +552,9 @@ pub(crate) fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
         "Signal" => crate::signals::signal(name, keyword, rest, cx).map(Step::Signal),
         "Delay" => crate::signals::delay(name, keyword, rest, cx).map(Step::Delay),
         "Pick" => crate::pick::pick(keyword, rest, cx).map(Step::Pick),
+        "ForEach" | "Loop" | "Workflow" => crate::nest::nest(name, keyword, rest, cx)
+            .map(|nest| Step::Nest(std::rc::Rc::new(nest))),
+        "Complete" => crate::nest::complete(keyword, rest, cx).map(Step::Complete),
         "Cancel" => cancel(keyword, rest, cx).map(Step::Cancel),
         "Terminate" => terminate(keyword, rest, cx).map(Step::Terminate),
         other => {
@@ -568,7 +576,11 @@ pub(crate) fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
                         "Signal",
                         "Delay",
                         "Pick",
+                        "ForEach",
+                        "Loop",
+                        "Workflow",
                         "Cancel",
+                        "Complete",
                         "Terminate",
                     ],
                 ),

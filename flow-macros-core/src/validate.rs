@@ -40,6 +40,8 @@ pub struct Checked {
     pub hints: Vec<Vec<Ident>>,
     /// Each `Cancel` node, with the nodes it withdraws (its scope), sorted by id.
     pub cancels: Vec<(usize, Vec<usize>)>,
+    /// The nest nodes, each with its checked body.
+    pub nests: Vec<crate::nest::CheckedNest>,
 }
 
 pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked> {
@@ -67,6 +69,10 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
         .filter(|n| !params.contains(*n))
         .cloned()
         .collect();
+    // The names inside nest bodies are the bodies' own; each body is a workflow of its own.
+    let inner = crate::nest::inner_names(&dag);
+    crate::nest::check_outside_reads(&dag, &readable, &inner, workflow.output.as_ref(), cx);
+    let nests = crate::nest::check_bodies(workflow, &mut dag, &names, cx);
     let raw_uses: Vec<Vec<Ident>> = dag
         .nodes
         .iter()
@@ -115,6 +121,7 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
         }
     }
     let is_ancestor = |a: usize, of: usize| ancestors[of * words + a / 64] & (1 << (a % 64)) != 0;
+    crate::nest::check_completes(&dag, &names, &is_ancestor, cx);
 
     // A `Cancel` whose whole target comes before it has nothing left to withdraw. One inside
     // its own target is a `break 'label`.
@@ -225,6 +232,7 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
                 && ident.to_string().starts_with(|c: char| c.is_lowercase())
                 && !names.contains_key(&ident.to_string())
                 && !params.contains(&ident.to_string())
+                && !inner.contains_key(&ident.to_string())
             {
                 let name = ident.to_string();
                 let mut known: Vec<&str> = names
@@ -302,6 +310,7 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
         output_uses,
         hints,
         cancels,
+        nests,
     })
 }
 

@@ -877,6 +877,23 @@ const VALID: &[&str] = &[
         a = Operation(make()),
         Operation(apply(|a| a + 1, a.iter().map(|x| x * 2).sum::<u32>())),
     }",
+    "Nests(ids: &[u64]) -> u32 {
+        Sequential {
+            base = Operation(start()),
+            Parallel {
+                charged = ForEach(id in ids.iter(), max_concurrency = 4, on_failure = collect) {
+                    r = Operation(charge(id, &base)),
+                    inner = ForEach(x in 0..2u32, min = 1, rest = run) { y = Operation(f(x, r)) => y }
+                    => inner.len()
+                },
+                Sequential { Delay(\"1s\"), Complete(charged) },
+            },
+            polled = Loop(max = 3, prev = last, on_max = stop) { st = Operation(poll(last)) => st } until (st.ready),
+            more = Loop(max = 9, prev = last) while (last.is_none_or(|p| p.more)) { p = Operation(page(last)) => p },
+            paid = Workflow(Payment(&base, 2), after = [polled]),
+        }
+        => charged.len() + polled + paid
+    }",
 ];
 
 /// Single tokens or short sequences that replace a token or group.
@@ -1368,6 +1385,60 @@ const NASTY: &[&str] = &[
     "W() { a = Operation(f()), Operation(g(for x in a {})) }",
     "W() { a = Operation(f()), Operation(g(match a { a => a })) }",
     "W() { a = Operation(f()), Operation(g({ let a = 1; a })) }",
+    // Nests.
+    "W() { ForEach }",
+    "W() { ForEach() }",
+    "W() { ForEach() {} }",
+    "W() { ForEach(x) {} }",
+    "W() { ForEach(x in) { Operation(f()) } }",
+    "W() { ForEach(in xs) { Operation(f()) } }",
+    "W() { ForEach(x in xs) }",
+    "W() { ForEach(x in xs) {} }",
+    "W() { ForEach(x in xs) { => } }",
+    "W() { ForEach(x in xs) { => x } }",
+    "W() { ForEach(x in stream) { Operation(f(x)) } }",
+    "W() { ForEach(x in stream stream) { Operation(f(x)) } }",
+    "W() { ForEach(x in xs, ) { Operation(f(x)) } extra }",
+    "W() { ForEach(x in xs, min) { Operation(f(x)) } }",
+    "W() { ForEach(x in xs, min = 0, rest = run, rest = cancel) { Operation(f(x)) } }",
+    "W() { ForEach(x in [], min = 1) { Operation(f(x)) } }",
+    "W() { ForEach(x in vec![1; 3], min = 9) { Operation(f(x)) } }",
+    "W() { a = ForEach(x in xs) { a = Operation(f(x)) } }",
+    "W() { a = ForEach(x in xs) { b = Operation(f(&a)) } }",
+    "W() { a = ForEach(x in xs) { x = Operation(f(x)) } }",
+    "W() { a = ForEach(x in xs) { b = Operation(f(x)) }, Operation(g(&b)) }",
+    "W() -> u32 { a = ForEach(x in xs) { b = Operation(f(x)) } => b }",
+    "W() { a = ForEach(x in xs) { b = ForEach(y in x) { c = Operation(f(y)) } }, Operation(g(&c)) }",
+    "W() { ForEach(x in xs) { Signal(s: u8), Terminate(()) } }",
+    "W() { Loop }",
+    "W() { Loop() }",
+    "W() { Loop() {} }",
+    "W() { Loop(max = 1) {} }",
+    "W() { Loop(max = 1) { Operation(f()) } }",
+    "W() { Loop(max = 1) { Operation(f()) } until }",
+    "W() { Loop(max = 1) { Operation(f()) } until () }",
+    "W() { Loop(max = 1) { Operation(f()) } until (x) extra }",
+    "W() { Loop(max = 1) while }",
+    "W() { Loop(max = 1) while (x) }",
+    "W() { Loop(max = 1) while (x) {} }",
+    "W() { Loop(max = 1, prev = 3) while (x) { a = Operation(f()) } }",
+    "W() { Loop(max = 1, prev = a) { a = Operation(f()) } until (a) }",
+    "W() { Loop(max = 1, prev = p) while (p.is_none() && a) { a = Operation(f()) } }",
+    "W() { Loop(max = 0, on_max = maybe) { a = Operation(f()) } until (a) }",
+    "W() { Workflow }",
+    "W() { Workflow() }",
+    "W() { Workflow(Child) }",
+    "W() { Workflow(1) }",
+    "W() { Workflow(Child(), after = []) }",
+    "W() { Workflow(Child(), retries = 3) }",
+    "W() { Workflow(<T as X>::Child()) }",
+    "W() { Complete }",
+    "W() { Complete() }",
+    "W() { Complete('a) }",
+    "W() { Complete(a, b) }",
+    "W() { Complete(ghost) }",
+    "W() { a = Operation(f()), Complete(a) }",
+    "W() { a = Complete(x) }",
 ];
 
 fn nest(open: &str, leaf: &str, close: &str, depth: usize) -> String {

@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::nest::NodePath;
 use crate::policy::CancelReason;
 
 /// The boxed error type an operation's error is stored as.
@@ -34,8 +35,9 @@ pub enum NodeError {
     /// run's deadline) before the node finished.
     Cancelled,
     /// A nested run failed: a sub-workflow step's child workflow, or an instance of a
-    /// `ForEach` or a `Loop` (its path, such as `charge[3]`, is in the error's workflow name
-    /// and nodes). [`source`](StdError::source) reaches the child's [`WorkflowError`].
+    /// `ForEach` or a `Loop` ([`WorkflowError::path`] names it: `payment`, `charge[3]`). Its
+    /// message is the nested run's; [`source`](StdError::source) is the nested run's
+    /// [`WorkflowError`].
     Workflow(Box<WorkflowError>),
     /// A `Loop` ran `max` iterations without its test ending it.
     LoopExhausted {
@@ -132,6 +134,8 @@ pub struct WorkflowError {
     workflow: &'static str,
     failures: Vec<NodeFailure>,
     cancelled: Option<CancelReason>,
+    /// The nest instance that failed (`charge[3]`), for a run nested in another.
+    path: Option<NodePath>,
 }
 
 impl WorkflowError {
@@ -144,7 +148,19 @@ impl WorkflowError {
             workflow,
             failures,
             cancelled,
+            path: None,
         }
+    }
+
+    /// Names the nest instance this error is the failure of.
+    pub(crate) fn set_path(&mut self, path: NodePath) {
+        self.path = Some(path);
+    }
+
+    /// The nest instance that failed (`charge[3]`, `payment`), when the run was an instance
+    /// of a `ForEach`, a `Loop` or a sub-workflow step; `None` for a workflow run by itself.
+    pub fn path(&self) -> Option<&NodePath> {
+        self.path.as_ref()
     }
 
     /// The workflow's name.
@@ -221,18 +237,24 @@ impl fmt::Display for WorkflowError {
         let (failed_count, aborted_count) = (failed().count(), self.aborted().count());
         let cancelled_count = self.failures.iter().filter(is_cancelled).count();
         let workflow = self.workflow;
+        let at = self
+            .path
+            .as_ref()
+            .map(|p| format!(" (`{p}`)"))
+            .unwrap_or_default();
+        let workflow = format_args!("{workflow}`{at}");
         match self.cancelled {
-            Some(CancelReason::Token) => write!(f, "workflow `{workflow}` was cancelled")?,
+            Some(CancelReason::Token) => write!(f, "workflow `{workflow} was cancelled")?,
             Some(CancelReason::Deadline(after)) => write!(
                 f,
-                "workflow `{workflow}` was cancelled: its deadline of {after:?} passed"
+                "workflow `{workflow} was cancelled: its deadline of {after:?} passed"
             )?,
             Some(CancelReason::NoTimer(after)) => write!(
                 f,
-                "workflow `{workflow}` was cancelled before it started: its deadline of \
+                "workflow `{workflow} was cancelled before it started: its deadline of \
                  {after:?} needs a tokio runtime with time enabled"
             )?,
-            None => write!(f, "workflow `{workflow}` failed")?,
+            None => write!(f, "workflow `{workflow} failed")?,
         }
         let mut separator = if self.cancelled.is_some() { "; " } else { ": " };
         if failed_count > 0 {
@@ -259,11 +281,17 @@ impl fmt::Display for WorkflowError {
 }
 
 impl StdError for WorkflowError {
-    /// The first node that failed by itself (not aborted, not cancelled), if any.
+    /// The first node that failed by itself (not aborted, not cancelled), if any; for a node
+    /// that ran a nested workflow, that workflow's error, whose message the node's error
+    /// shows as it is (so a chain printed level by level shows it once).
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        self.failed()
-            .find(|f| !matches!(f.error, NodeError::Cancelled))
-            .map(|f| &f.error as &(dyn StdError + 'static))
+        let failure = self
+            .failed()
+            .find(|f| !matches!(f.error, NodeError::Cancelled))?;
+        Some(match &failure.error {
+            NodeError::Workflow(nested) => nested.as_ref(),
+            error => error,
+        })
     }
 }
 

@@ -275,6 +275,8 @@ impl EventLog {
 
     /// The status of every node of the run, by node index, rebuilt from the log alone: `Idle`
     /// before any event, `Running` from a `Requested`, and the status each terminal event names.
+    /// Only the workflow's own nodes count: the events of nest instances (with a
+    /// [`path`](Event::path)) are the instances' nodes, not the run's.
     ///
     /// The node count comes from the log's `RunStarted` event; a log without one (built by hand)
     /// covers the nodes up to the highest index an event names.
@@ -305,22 +307,20 @@ impl EventLog {
     /// # Ok::<(), flow_runtime::AppendError>(())
     /// ```
     pub fn statuses(&self) -> Vec<NodeStatus> {
-        let nodes = self
-            .events
-            .iter()
+        let own = || self.events.iter().filter(|event| event.path.is_none());
+        let nodes = own()
             .find_map(|event| match event.kind {
                 EventKind::RunStarted { nodes, .. } => Some(nodes as usize),
                 _ => None,
             })
             .unwrap_or_else(|| {
-                self.events
-                    .iter()
+                own()
                     .filter_map(|event| event.node)
                     .max()
                     .map_or(0, |highest| highest as usize + 1)
             });
         let mut statuses = vec![NodeStatus::Idle; nodes];
-        for event in &self.events {
+        for event in own() {
             let Some(node) = event.node else { continue };
             let Some(status) = statuses.get_mut(node as usize) else {
                 continue;

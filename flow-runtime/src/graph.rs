@@ -648,6 +648,29 @@ impl Graph {
         let mut out = String::new();
         let _ = writeln!(out, "digraph {} {{", quote_dot(self.name));
         out.push_str("    rankdir=TB;\n    node [fontname=\"Helvetica\", fontsize=11];\n    edge [fontname=\"Helvetica\", fontsize=9];\n");
+        self.dot_body(
+            &mut out,
+            "n",
+            "    ",
+            statuses,
+            &mut vec![self as *const Graph],
+        );
+        out.push_str("}\n");
+        out
+    }
+
+    /// The nodes and edges of this graph in DOT, ids prefixed by `prefix`, each line indented
+    /// by `indent`; each nest node's body follows as a cluster, tied to the node by a dotted
+    /// edge. `open` holds the graphs being drawn: a body that is one of them (a workflow that
+    /// runs itself) is not drawn again.
+    fn dot_body(
+        &self,
+        out: &mut String,
+        prefix: &str,
+        indent: &str,
+        statuses: Option<&[crate::NodeStatus]>,
+        open: &mut Vec<*const Graph>,
+    ) {
         for (id, node) in self.nodes.iter().enumerate() {
             let shape = match node.kind {
                 NodeKind::Decision => "diamond",
@@ -677,7 +700,11 @@ impl Graph {
                 Some(status) => format!("{}\n{what}\n[{status}]", node.name),
                 None => format!("{}\n{what}", node.name),
             };
-            let _ = write!(out, "    n{id} [label={}, shape={shape}", quote_dot(&label));
+            let _ = write!(
+                out,
+                "{indent}{prefix}{id} [label={}, shape={shape}",
+                quote_dot(&label)
+            );
             if !style.is_empty() {
                 let _ = write!(out, ", style=\"{}\"", style.join(","));
             }
@@ -694,45 +721,49 @@ impl Graph {
                 EdgeKind::Then => " [label=\"then\"]",
                 EdgeKind::Else => " [label=\"else\"]",
             };
-            let _ = writeln!(out, "    n{} -> n{}{style};", edge.from, edge.to);
+            let _ = writeln!(
+                out,
+                "{indent}{prefix}{} -> {prefix}{}{style};",
+                edge.from, edge.to
+            );
         }
-        out.push_str("}\n");
-        out
+        for nest in self.plan.control.nests {
+            let body = nest.body;
+            if open.contains(&(body as *const Graph)) {
+                continue;
+            }
+            let inner = format!("{prefix}{}_", nest.node);
+            let _ = writeln!(out, "{indent}subgraph cluster_{inner}body {{");
+            let _ = writeln!(
+                out,
+                "{indent}    label={}; style=\"rounded,dashed\"; fontname=\"Helvetica\"; fontsize=10;",
+                quote_dot(&nest_title(self, nest))
+            );
+            open.push(body);
+            body.dot_body(out, &inner, &format!("{indent}    "), None, open);
+            open.pop();
+            let _ = writeln!(out, "{indent}}}");
+            for &root in body.plan.roots {
+                let _ = writeln!(
+                    out,
+                    "{indent}{prefix}{} -> {inner}{root} [style=dotted, arrowhead=odot];",
+                    nest.node
+                );
+            }
+        }
     }
 
     /// Mermaid, with a class per status when `statuses` is given.
     pub(crate) fn render_mermaid(&self, statuses: Option<&[crate::NodeStatus]>) -> String {
         let mut out = String::from("flowchart TD\n");
-        for (id, node) in self.nodes.iter().enumerate() {
-            let text = match self.gate_summary(id) {
-                Some(summary) => quote_mermaid(&format!("{}: {summary}", node.name)),
-                None => quote_mermaid(node.name),
-            };
-            let _ = match node.kind {
-                NodeKind::Decision => writeln!(out, "    n{id}{{{{{text}}}}}"),
-                NodeKind::Gate => writeln!(out, "    n{id}[/{text}\\]"),
-                NodeKind::Signal | NodeKind::Delay => writeln!(out, "    n{id}>{text}]"),
-                NodeKind::Cancel | NodeKind::Terminate => writeln!(out, "    n{id}{{{{{text}}}}}"),
-                NodeKind::ForEach | NodeKind::Loop | NodeKind::Workflow => {
-                    writeln!(out, "    n{id}[[{text}]]")
-                }
-                NodeKind::Operation => writeln!(out, "    n{id}([{text}])"),
-            };
-        }
-        for edge in self.edges {
-            let arrow = match edge.kind {
-                EdgeKind::Data => "-->".to_string(),
-                EdgeKind::Sequence => "-.->".to_string(),
-                kind @ (EdgeKind::After | EdgeKind::Then | EdgeKind::Else) => {
-                    format!("-->|{}|", kind.as_str())
-                }
-            };
-            let _ = writeln!(out, "    n{} {arrow} n{}", edge.from, edge.to);
-        }
-        let branch: Vec<String> = (0..self.nodes.len())
-            .filter(|&id| self.in_branch(id) || self.in_arm(id))
-            .map(|id| format!("n{id}"))
-            .collect();
+        let mut branch = Vec::new();
+        self.mermaid_body(
+            &mut out,
+            "n",
+            "    ",
+            &mut branch,
+            &mut vec![self as *const Graph],
+        );
         if !branch.is_empty() {
             out.push_str("    classDef branch stroke-dasharray: 5 5\n");
             let _ = writeln!(out, "    class {} branch", branch.join(","));
@@ -760,6 +791,84 @@ impl Graph {
         }
         out
     }
+
+    /// The nodes and edges of this graph in Mermaid (see [`Graph::dot_body`]); each nest
+    /// node's body follows as a subgraph the node points to. Nodes in a branch or an arm are
+    /// added to `branch`.
+    fn mermaid_body(
+        &self,
+        out: &mut String,
+        prefix: &str,
+        indent: &str,
+        branch: &mut Vec<String>,
+        open: &mut Vec<*const Graph>,
+    ) {
+        for (id, node) in self.nodes.iter().enumerate() {
+            let text = match self.gate_summary(id) {
+                Some(summary) => quote_mermaid(&format!("{}: {summary}", node.name)),
+                None => quote_mermaid(node.name),
+            };
+            let _ = match node.kind {
+                NodeKind::Decision => writeln!(out, "{indent}{prefix}{id}{{{{{text}}}}}"),
+                NodeKind::Gate => writeln!(out, "{indent}{prefix}{id}[/{text}\\]"),
+                NodeKind::Signal | NodeKind::Delay => writeln!(out, "{indent}{prefix}{id}>{text}]"),
+                NodeKind::Cancel | NodeKind::Terminate => {
+                    writeln!(out, "{indent}{prefix}{id}{{{{{text}}}}}")
+                }
+                NodeKind::ForEach | NodeKind::Loop | NodeKind::Workflow => {
+                    writeln!(out, "{indent}{prefix}{id}[[{text}]]")
+                }
+                NodeKind::Operation => writeln!(out, "{indent}{prefix}{id}([{text}])"),
+            };
+        }
+        for edge in self.edges {
+            let arrow = match edge.kind {
+                EdgeKind::Data => "-->".to_string(),
+                EdgeKind::Sequence => "-.->".to_string(),
+                kind @ (EdgeKind::After | EdgeKind::Then | EdgeKind::Else) => {
+                    format!("-->|{}|", kind.as_str())
+                }
+            };
+            let _ = writeln!(
+                out,
+                "{indent}{prefix}{} {arrow} {prefix}{}",
+                edge.from, edge.to
+            );
+        }
+        branch.extend(
+            (0..self.nodes.len())
+                .filter(|&id| self.in_branch(id) || self.in_arm(id))
+                .map(|id| format!("{prefix}{id}")),
+        );
+        for nest in self.plan.control.nests {
+            let body = nest.body;
+            if open.contains(&(body as *const Graph)) {
+                continue;
+            }
+            let inner = format!("{prefix}{}_", nest.node);
+            let _ = writeln!(
+                out,
+                "{indent}subgraph {inner}body[{}]",
+                quote_mermaid(&nest_title(self, nest))
+            );
+            open.push(body);
+            body.mermaid_body(out, &inner, &format!("{indent}    "), branch, open);
+            open.pop();
+            let _ = writeln!(out, "{indent}end");
+            let _ = writeln!(out, "{indent}{prefix}{} -.-> {inner}body", nest.node);
+        }
+    }
+}
+
+/// The title of a nest node's body in pictures: `charge: ForEach of ChargeLine`.
+fn nest_title(graph: &Graph, nest: &NestInfo) -> String {
+    let name = graph.nodes.get(nest.node as usize).map_or("?", |n| n.name);
+    let kind = match nest.kind {
+        crate::nest::NestKind::ForEach => "ForEach",
+        crate::nest::NestKind::Loop => "Loop",
+        crate::nest::NestKind::Workflow => "Workflow",
+    };
+    format!("{name}: {kind} of {}", nest.body.name)
 }
 
 /// The fill colour of a status in pictures.

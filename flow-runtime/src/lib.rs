@@ -24,6 +24,7 @@
 //   runner                              `Workflow` and `Runner`: the public entry points
 //   progress                            an observer (feature `progress`)
 mod delay;
+mod drivers;
 mod error;
 mod events;
 mod graph;
@@ -52,7 +53,7 @@ pub use events::{
     RunId, channel,
 };
 pub use graph::{Edge, EdgeKind, Graph, NodeInfo, NodeKind};
-pub use nest::{NestKind, NodePath, PathStep};
+pub use nest::{NestKind, NestReport, NodePath, PathStep};
 pub use policy::{Backoff, CancelReason, CancelToken, FailurePolicy, NodePolicy};
 /// The items of optional features, whichever are enabled: the facade re-exports this module
 /// whole, so a feature turned on anywhere in the build shows its items through `flow`.
@@ -78,13 +79,18 @@ pub use status::NodeStatus;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::delay::{Timer, Wait};
+    pub use crate::drivers::{
+        ForEachConfig, ForEachSource, ForEachStream, LoopConfig, complete_nest, for_each,
+        for_each_collect, for_each_source, for_each_stream, for_each_stream_collect,
+        for_each_stream_source, repeat_until, repeat_while,
+    };
     pub use crate::error::{IntoNodeResult, NodeError, NodeFailure, WorkflowError};
     pub use crate::events::Observer;
     pub use crate::graph::{
         Arm, Control, Edge, EdgeKind, Gate, Graph, Instant, NestInfo, NodeInfo, NodeKind, Plan,
         Rest, Rule, Section, SignalInfo,
     };
-    pub use crate::nest::{Nest, NestCtx, NestKind, NestOp};
+    pub use crate::nest::{Nest, NestCtx, NestKind, NestOp, child};
     pub use crate::nodes::{ArenaOp, Decide, Decision, IntoNodes, Leaf, Nodes, Op, Pair};
     pub use crate::options::RunOptions;
     pub use crate::policy::{Backoff, CancelToken, FailurePolicy, NodePolicy};

@@ -8,20 +8,28 @@
 //! ([`Leaf::nest`]); the context carries what an instance shares with the run that holds it:
 //! where its events go, its path, the run's mailbox.
 
+mod summary;
+
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
 
 use pin_project_lite::pin_project;
 
-use crate::error::NodeError;
+use crate::error::{NodeError, WorkflowError};
+use crate::events::{Event, RunId};
 use crate::graph::Graph;
 use crate::nodes::{IntoNodes, Leaf, Nodes};
 use crate::options::RunOptions;
+use crate::report::Outcome;
 use crate::run_state::RunState;
 use crate::signal::Mailbox;
+
+pub use summary::NestReport;
+pub(crate) use summary::Summary;
 
 /// What kind of nest a node drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -101,8 +109,94 @@ impl fmt::Display for NodePath {
     }
 }
 
+/// Where the events of a recorded run's nest instances wait for the run at the top (the
+/// *root*) to sequence them: every instance, at any depth, pushes its events here with their
+/// path; the root drains the buffer into its own log and observers, in order, each time it has
+/// polled its nodes and before each event of its own.
+pub(crate) struct EventSink {
+    /// The root run's id, which every nested event carries.
+    pub(crate) run: RunId,
+    /// The root run's start: nested events are timed from it, on the root's timeline.
+    pub(crate) start: tokio::time::Instant,
+    events: Mutex<Vec<Event>>,
+}
+
+impl EventSink {
+    pub(crate) fn new(run: RunId, start: tokio::time::Instant) -> EventSink {
+        EventSink {
+            run,
+            start,
+            events: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Queues a nested event (its `seq` is given when the root drains it).
+    pub(crate) fn push(&self, event: Event) {
+        lock(&self.events).push(event);
+    }
+
+    /// Moves the queued events into `into` (emptied first), keeping the buffer's capacity.
+    pub(crate) fn take(&self, into: &mut Vec<Event>) {
+        into.clear();
+        let mut events = lock(&self.events);
+        if !events.is_empty() {
+            std::mem::swap(&mut *events, into);
+        }
+    }
+}
+
+/// Locks `mutex`, whether or not a panic poisoned it: every value guarded here stays valid
+/// between statements.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What one start of a nest node shares between its driver (through the [`NestCtx`]) and the
+/// scheduler of the run that holds the node: the summary of its instances, which the run's
+/// report takes when the run ends, and the `Complete(node)` request with the driver's waker.
+pub(crate) struct NestShared {
+    completing: AtomicBool,
+    waker: Mutex<Option<Waker>>,
+    summary: Mutex<Summary>,
+}
+
+impl NestShared {
+    pub(crate) fn new(node: &'static str, kind: NestKind) -> NestShared {
+        NestShared {
+            completing: AtomicBool::new(false),
+            waker: Mutex::new(None),
+            summary: Mutex::new(Summary::new(node, kind)),
+        }
+    }
+
+    /// What a `Complete(node)` step does: marks the nest as completing and wakes its driver.
+    pub(crate) fn complete(&self) {
+        self.completing.store(true, Ordering::Release);
+        if let Some(waker) = lock(&self.waker).take() {
+            waker.wake();
+        }
+    }
+
+    /// The report of the instances so far.
+    pub(crate) fn report(&self) -> NestReport {
+        lock(&self.summary).report()
+    }
+
+    /// The report of the instances, taken at the end of the run that holds the node.
+    pub(crate) fn take_report(&self) -> NestReport {
+        let mut summary = lock(&self.summary);
+        let empty = summary.emptied();
+        std::mem::replace(&mut *summary, empty).into_report()
+    }
+}
+
 /// What a nest node's driver gets from the run that holds it, when the node starts: the
-/// options of each instance, and where instances report.
+/// options of each instance, where instances report, and whether a `Complete` step asked the
+/// node to end.
+///
+/// A driver hands every instance that ended to [`NestCtx::ended`], and tells
+/// [`NestCtx::withdrawn`] of every live instance it drops; the node's line in the run's
+/// report ([`NestReport`]) is made of what these two calls saw.
 #[derive(Clone)]
 pub struct NestCtx {
     /// The nest node's name.
@@ -115,11 +209,16 @@ pub struct NestCtx {
     pub(crate) signals: Option<Arc<Mailbox>>,
     /// Whether the holding run builds a report (instances build theirs).
     pub(crate) report: bool,
+    /// Where the instances' events go: the root run's sink, when the root records events.
+    pub(crate) sink: Option<Arc<EventSink>>,
+    /// Shared with the scheduler of the run that holds the node.
+    pub(crate) shared: Arc<NestShared>,
 }
 
 impl NestCtx {
     /// The context of a nest node outside any run (a driver polled without a scheduler, as in
-    /// unit tests): instances record nothing and report nothing.
+    /// unit tests): instances record nothing and report nothing; [`NestCtx::report`] still
+    /// counts them.
     pub fn detached(node: &'static str, kind: NestKind, body: &'static Graph) -> NestCtx {
         NestCtx {
             node,
@@ -128,6 +227,8 @@ impl NestCtx {
             path: None,
             signals: None,
             report: false,
+            sink: None,
+            shared: Arc::new(NestShared::new(node, kind)),
         }
     }
 
@@ -159,16 +260,98 @@ impl NestCtx {
         }
     }
 
-    /// The options of instance `index`'s run.
+    /// The options of instance `index`'s run. Call it once per instance, when the instance
+    /// starts: it counts the instance as started.
     pub fn instance(&self, index: u64) -> RunOptions {
+        lock(&self.shared.summary).started(index);
         RunOptions {
             record: self.report,
             report: self.report,
             signals: self.signals.clone(),
             path: Some(self.path_of(index)),
+            sink: self.sink.clone(),
             ..RunOptions::default()
         }
     }
+
+    /// Takes instance `index`'s outcome when it has ended: folds its report into the node's
+    /// summary (counts, the first failures, durations, and the whole report of the first
+    /// instance and of the first failed ones) and returns its result. A failed instance's
+    /// error names the instance: its [`WorkflowError::path`] is `charge[3]`. This is how a
+    /// driver consumes every instance that ended.
+    pub fn ended<T>(&self, index: u64, outcome: Outcome<T>) -> Result<T, WorkflowError> {
+        let Outcome { mut result, report } = outcome;
+        if let Err(error) = &mut result {
+            error.set_path(self.path_of(index));
+        }
+        let error = result.as_ref().err();
+        lock(&self.shared.summary).ended(index, error, report, self.report);
+        result
+    }
+
+    /// Counts instance `index` as withdrawn: the driver dropped it while it ran (`min` with
+    /// `rest = cancel`, the first failure with `on_failure = fail_fast`, a `Complete` step).
+    pub fn withdrawn(&self, index: u64) {
+        lock(&self.shared.summary).withdrawn(index);
+    }
+
+    /// Whether a `Complete(node)` step asked the node to end: the driver then drops its live
+    /// instances (telling [`NestCtx::withdrawn`] of each) and returns what the instances that
+    /// completed gave.
+    pub fn completing(&self) -> bool {
+        self.shared.completing.load(Ordering::Acquire)
+    }
+
+    /// As [`NestCtx::completing`], for a driver that waits: `Ready` once a `Complete` step
+    /// asked the node to end; otherwise `Pending`, and `cx`'s waker is woken when one does.
+    pub fn poll_completing(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.completing() {
+            return Poll::Ready(());
+        }
+        let mut waker = lock(&self.shared.waker);
+        match &mut *waker {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            slot => *slot = Some(cx.waker().clone()),
+        }
+        drop(waker);
+        // A request between the test and the registration has found no waker: look again.
+        if self.completing() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+
+    /// Asks the node to end as a `Complete(node)` step does: [`NestCtx::completing`] turns
+    /// true and a driver waiting in [`NestCtx::poll_completing`] is woken. For drivers'
+    /// tests; in a run the scheduler does it.
+    pub fn complete(&self) {
+        self.shared.complete();
+    }
+
+    /// What the node's instances did so far: the line the run's report will show for it.
+    pub fn report(&self) -> NestReport {
+        self.shared.report()
+    }
+}
+
+/// Runs a sub-workflow step: one instance of workflow `W` (its own graph and options), whose
+/// events go to the parent's log with the path of the step (`payment/charge`) and whose report
+/// is kept whole in the parent's ([`NestReport::report`]). The child's failure is the step's:
+/// [`NodeError::Workflow`], whose [`source`](std::error::Error::source) is the child's
+/// [`WorkflowError`] (its [`path`](WorkflowError::path) names the step).
+///
+/// # Cancel safety
+///
+/// Dropping the future (the step withdrawn, the run cancelled) drops the child run, and every
+/// node future it holds, at once.
+pub async fn child<W: crate::runner::Workflow>(
+    ctx: NestCtx,
+    input: W::Input<'_>,
+) -> Result<W::Output, NodeError> {
+    let outcome = W::__execute(ctx.instance(0), input).await;
+    ctx.ended(0, outcome)
+        .map_err(|error| NodeError::Workflow(Box::new(error)))
 }
 
 impl fmt::Debug for NestCtx {
@@ -177,6 +360,7 @@ impl fmt::Debug for NestCtx {
             .field("node", &self.node)
             .field("kind", &self.kind)
             .field("path", &self.path)
+            .field("completing", &self.completing())
             .finish_non_exhaustive()
     }
 }
@@ -289,3 +473,6 @@ where
         NestOp::new(self.1)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::events::Observer;
-use crate::nest::NodePath;
+use crate::nest::{EventSink, NodePath};
 use crate::policy::{CancelToken, FailurePolicy};
 use crate::signal::Mailbox;
 
@@ -25,6 +25,8 @@ pub struct RunOptions {
     pub(crate) signals: Option<Arc<Mailbox>>,
     /// The nest instance this run is (`charge[3]`), when a nest node runs it.
     pub(crate) path: Option<NodePath>,
+    /// Where a nest instance's events go: the root run's sink (see `nest::EventSink`).
+    pub(crate) sink: Option<Arc<EventSink>>,
 }
 
 impl Default for RunOptions {
@@ -39,6 +41,7 @@ impl Default for RunOptions {
             report: true,
             signals: None,
             path: None,
+            sink: None,
         }
     }
 }

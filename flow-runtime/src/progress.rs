@@ -6,8 +6,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::events::{Event, EventKind, Observer};
 
-/// An [`Observer`] that drives an indicatif progress bar: one tick per node that settles, the
-/// last settled node as the message, and a summary when the run ends.
+/// An [`Observer`] that drives an indicatif progress bar: one tick per node that settles and
+/// per instance of a `ForEach`, `Loop` or sub-workflow step that ends, the last failure as the
+/// message, and a summary when the run ends.
 ///
 /// ```no_run
 /// # use flow_runtime::features::Progress;
@@ -55,6 +56,23 @@ impl Default for Progress {
 
 impl Observer for Progress {
     fn on_event(&self, event: &Event) {
+        if let Some(path) = &event.path {
+            // An instance of a nest node (`ForEach`, `Loop`, sub-workflow): each one of the
+            // workflow's own nest nodes adds a tick, given when it ends.
+            if path.steps().len() == 1 {
+                match &event.kind {
+                    EventKind::RunStarted { .. } => self.bar.inc_length(1),
+                    EventKind::RunFinished { succeeded } => {
+                        self.bar.inc(1);
+                        if !succeeded {
+                            self.bar.set_message(format!("failed: {path}"));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            return;
+        }
         match &event.kind {
             EventKind::RunStarted { workflow, nodes } => {
                 self.bar.set_length(u64::from(*nodes));

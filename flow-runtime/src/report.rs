@@ -1,6 +1,8 @@
 //! What a run did: per-node statuses, attempts, times and errors, and views of them: a table, a
 //! Chrome trace, a Mermaid gantt chart and the Flow Algorithm's trace matrix.
 
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +10,7 @@ use std::time::Duration;
 use crate::error::WorkflowError;
 use crate::events::{EventKind, EventLog, RunId};
 use crate::graph::Graph;
+use crate::nest::{NestReport, NodePath};
 use crate::status::NodeStatus;
 
 /// What happened to one node in a run.
@@ -51,6 +54,7 @@ pub struct Report {
     succeeded: bool,
     elapsed: Option<Duration>,
     nodes: Vec<NodeReport>,
+    nests: Vec<NestReport>,
     log: EventLog,
     #[cfg_attr(feature = "serde", serde(skip))]
     graph: &'static Graph,
@@ -63,6 +67,7 @@ pub(crate) struct ReportParts {
     pub succeeded: bool,
     pub elapsed: Option<Duration>,
     pub nodes: Vec<NodeReport>,
+    pub nests: Vec<NestReport>,
     pub log: Option<EventLog>,
 }
 
@@ -70,7 +75,7 @@ impl Report {
     pub(crate) fn new(parts: ReportParts) -> Self {
         let mut nodes = parts.nodes;
         let log = parts.log.unwrap_or_default();
-        for event in &log {
+        for event in log.events().iter().filter(|e| e.path.is_none()) {
             let Some(node) = event.node.and_then(|n| nodes.get_mut(n as usize)) else {
                 continue;
             };
@@ -101,6 +106,7 @@ impl Report {
             succeeded: parts.succeeded,
             elapsed: parts.elapsed,
             nodes,
+            nests: parts.nests,
             log,
             graph: parts.graph,
         }
@@ -134,6 +140,18 @@ impl Report {
     /// The report of the node called `name`.
     pub fn node(&self, name: &str) -> Option<&NodeReport> {
         self.nodes.iter().find(|n| n.name == name)
+    }
+
+    /// What each nest node that started (a `ForEach`, a `Loop`, a sub-workflow step) did with
+    /// its instances, in node order.
+    pub fn nests(&self) -> &[NestReport] {
+        &self.nests
+    }
+
+    /// What the nest node called `name` did with its instances; for a sub-workflow step,
+    /// [`NestReport::report`] is the child run's whole report.
+    pub fn nest(&self, name: &str) -> Option<&NestReport> {
+        self.nests.iter().find(|n| n.node == name)
     }
 
     /// The final status of the node called `name`.
@@ -175,16 +193,95 @@ impl Report {
         self.nodes.iter().map(|n| n.status).collect()
     }
 
+    /// The bars of the run's timeline: every node of the workflow that ran, by node id, then
+    /// every node of a nest instance that ran (`charge[3]/charge`), in the order it started.
+    fn bars(&self) -> Vec<Bar<'_>> {
+        let mut bars: Vec<Bar<'_>> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(id, node)| {
+                Some(Bar {
+                    id,
+                    name: Cow::Borrowed(node.name),
+                    status: node.status,
+                    start: node.started?,
+                    end: node.ended,
+                    attempts: node.attempts,
+                    error: node.error.as_deref(),
+                    nested: None,
+                })
+            })
+            .collect();
+        let own = bars.len();
+        // A nested node's record: (path, node in its body) -> its bar.
+        let mut open: HashMap<(&NodePath, u32), usize> = HashMap::new();
+        for event in &self.log {
+            let (Some(path), Some(node)) = (&event.path, event.node) else {
+                continue;
+            };
+            let bar = match event.kind {
+                EventKind::Requested | EventKind::Completed { branch: Some(_) } => {
+                    *open.entry((path, node)).or_insert_with(|| {
+                        bars.push(Bar {
+                            id: 0,
+                            name: Cow::Owned(path.name_of(event.node_name.unwrap_or("?"))),
+                            status: NodeStatus::Running,
+                            start: event.at,
+                            end: None,
+                            attempts: 0,
+                            error: None,
+                            nested: Some(path),
+                        });
+                        bars.len() - 1
+                    })
+                }
+                _ => match open.get(&(path, node)) {
+                    Some(&bar) => bar,
+                    None => continue,
+                },
+            };
+            let bar = &mut bars[bar];
+            match &event.kind {
+                EventKind::Requested => bar.attempts += 1,
+                EventKind::Completed { branch } => {
+                    bar.status = NodeStatus::Completed;
+                    bar.end = Some(event.at);
+                    if branch.is_some() {
+                        bar.attempts = 1;
+                    }
+                }
+                EventKind::Failed { error } => {
+                    bar.status = NodeStatus::Failed;
+                    bar.end = Some(event.at);
+                    bar.error = Some(error);
+                }
+                EventKind::Aborted { .. } => {
+                    bar.status = NodeStatus::Aborted;
+                    bar.end = Some(event.at);
+                }
+                EventKind::Withdrawn { .. } => {
+                    bar.status = NodeStatus::Withdrawn;
+                    bar.end = Some(event.at);
+                }
+                _ => {}
+            }
+        }
+        debug_assert!(bars[..own].iter().all(|b| b.nested.is_none()));
+        bars
+    }
+
     /// The run as an SVG timeline: one bar per node that ran, coloured by status, on a
-    /// millisecond axis. Empty of bars when the run recorded no events.
+    /// millisecond axis; the nodes of nest instances follow, by full name (`charge[3]/charge`).
+    /// Empty of bars when the run recorded no events.
     pub fn to_svg_timeline(&self) -> String {
         const ROW: usize = 22;
         const LEFT: usize = 170;
         const WIDTH: usize = 620;
-        let rows: Vec<&NodeReport> = self.nodes.iter().filter(|n| n.started.is_some()).collect();
+        let rows = self.bars();
         let total = self
             .elapsed
-            .or_else(|| rows.iter().filter_map(|n| n.ended).max())
+            .or_else(|| rows.iter().filter_map(|n| n.end).max())
             .unwrap_or_default()
             .as_secs_f64()
             .max(1e-6);
@@ -207,30 +304,29 @@ impl Report {
                 "failed"
             }
         );
-        for (i, node) in rows.iter().enumerate() {
+        for (i, bar) in rows.iter().enumerate() {
             let y = (i + 1) * ROW + 4;
-            let (Some(start), end) = (node.started, node.ended) else {
-                continue;
-            };
-            let end = end.unwrap_or(start);
+            let start = bar.start;
+            let end = bar.end.unwrap_or(start);
             let x0 = x(start);
             let w = (x(end) - x0).max(2.0);
             let _ = writeln!(
                 out,
                 "<text x=\"4\" y=\"{}\">{}</text>",
                 y + 14,
-                xml(node.name)
+                xml(&bar.name)
             );
             let _ = writeln!(
                 out,
                 "<rect x=\"{x0:.1}\" y=\"{}\" width=\"{w:.1}\" height=\"{}\" fill=\"{}\" stroke=\"#555\"><title>{} {}: {:.1} ms, {} attempt(s)</title></rect>",
                 y + 2,
                 ROW - 6,
-                crate::graph::status_color(node.status),
-                xml(node.name),
-                node.status,
-                node.duration().unwrap_or_default().as_secs_f64() * 1e3,
-                node.attempts,
+                crate::graph::status_color(bar.status),
+                xml(&bar.name),
+                bar.status,
+                bar.end
+                    .map_or(0.0, |end| end.saturating_sub(start).as_secs_f64() * 1e3),
+                bar.attempts,
             );
         }
         let axis_y = (rows.len() + 1) * ROW + 8;
@@ -254,13 +350,32 @@ impl Report {
     }
 
     /// The run as Chrome trace-event JSON: one complete event (`"ph": "X"`) per node that ran,
-    /// in microseconds. Open it in Perfetto (ui.perfetto.dev) or `chrome://tracing`.
+    /// in microseconds. The workflow's own nodes each have a thread of their own (`tid` = node
+    /// id + 1); the nodes of nest instances (`charge[3]/charge`, category `nest`) share as few
+    /// threads as their overlaps allow, after those. Open it in Perfetto (ui.perfetto.dev) or
+    /// `chrome://tracing`.
     pub fn to_chrome_trace(&self) -> String {
         let mut out = String::from("{\"traceEvents\":[");
         let mut first = true;
-        for (id, node) in self.nodes.iter().enumerate() {
-            let (Some(start), Some(end)) = (node.started, node.ended) else {
+        // For the nested bars: when each lane is free again.
+        let mut lanes: Vec<Duration> = Vec::new();
+        for bar in self.bars() {
+            let Some(end) = bar.end else {
                 continue;
+            };
+            let tid = match bar.nested {
+                None => bar.id + 1,
+                Some(_) => {
+                    let lane = match lanes.iter().position(|&free| free <= bar.start) {
+                        Some(lane) => lane,
+                        None => {
+                            lanes.push(Duration::ZERO);
+                            lanes.len() - 1
+                        }
+                    };
+                    lanes[lane] = end;
+                    self.nodes.len() + 1 + lane
+                }
             };
             if !first {
                 out.push(',');
@@ -268,15 +383,15 @@ impl Report {
             first = false;
             let _ = write!(
                 out,
-                "{{\"name\":{},\"cat\":\"node\",\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":1,\"tid\":{},\"args\":{{\"status\":\"{}\",\"attempts\":{}",
-                json_string(node.name),
-                start.as_micros(),
-                end.saturating_sub(start).as_micros(),
-                id + 1,
-                node.status,
-                node.attempts,
+                "{{\"name\":{},\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":1,\"tid\":{tid},\"args\":{{\"status\":\"{}\",\"attempts\":{}",
+                json_string(&bar.name),
+                if bar.nested.is_some() { "nest" } else { "node" },
+                bar.start.as_micros(),
+                end.saturating_sub(bar.start).as_micros(),
+                bar.status,
+                bar.attempts,
             );
-            if let Some(error) = &node.error {
+            if let Some(error) = bar.error {
                 let _ = write!(out, ",\"error\":{}", json_string(error));
             }
             out.push_str("}}");
@@ -290,7 +405,9 @@ impl Report {
         out
     }
 
-    /// The run as a Mermaid gantt chart (times in milliseconds from the run's start).
+    /// The run as a Mermaid gantt chart (times in milliseconds from the run's start): the
+    /// workflow's nodes in section `nodes`, then a section per nest node with the nodes of its
+    /// instances (`charge[3]/charge`).
     pub fn to_mermaid_gantt(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(
@@ -299,25 +416,24 @@ impl Report {
             self.workflow
         );
         let _ = writeln!(out, "    section nodes");
-        for node in &self.nodes {
-            let (Some(start), Some(end)) = (node.started, node.ended) else {
+        let bars = self.bars();
+        let mut sections: Vec<(&str, Vec<&Bar<'_>>)> = Vec::new();
+        for bar in &bars {
+            let Some(path) = bar.nested else {
+                gantt_bar(&mut out, bar);
                 continue;
             };
-            let (tag, note) = match node.status {
-                NodeStatus::Failed | NodeStatus::Aborted => ("crit, ", ""),
-                // Cut short: drawn as done, up to the moment it was withdrawn.
-                NodeStatus::Withdrawn => ("done, ", " (withdrawn)"),
-                _ => ("", ""),
-            };
-            // Mermaid needs a non-empty bar.
-            let end_ms = end.as_millis().max(start.as_millis() + 1);
-            let _ = writeln!(
-                out,
-                "    {}{note} : {tag}{}, {}",
-                node.name.replace(':', "#colon;"),
-                start.as_millis(),
-                end_ms
-            );
+            let section = path.steps().first().map_or("nested", |step| step.node);
+            match sections.iter_mut().find(|(name, _)| *name == section) {
+                Some((_, members)) => members.push(bar),
+                None => sections.push((section, vec![bar])),
+            }
+        }
+        for (section, members) in sections {
+            let _ = writeln!(out, "    section {section}");
+            for bar in members {
+                gantt_bar(&mut out, bar);
+            }
         }
         out
     }
@@ -340,7 +456,7 @@ impl Report {
         let end_row = rows.len() - 1;
         let mut columns: Vec<(usize, i8)> = vec![(0, -1), (0, 1)];
         let mut seen_start = vec![false; self.nodes.len()];
-        for event in &self.log {
+        for event in self.log.events().iter().filter(|e| e.path.is_none()) {
             let Some(node) = event.node.map(|n| n as usize) else {
                 continue;
             };
@@ -382,6 +498,42 @@ impl Report {
     pub fn to_json(&self) -> Result<String, serde_json::Error> {
         serde_json::to_string_pretty(self)
     }
+}
+
+/// One bar of a timeline: a node that ran, of the workflow or of a nest instance.
+struct Bar<'a> {
+    /// The node's id, for a node of the workflow.
+    id: usize,
+    name: Cow<'a, str>,
+    status: NodeStatus,
+    start: Duration,
+    end: Option<Duration>,
+    attempts: u32,
+    error: Option<&'a str>,
+    /// The nest instance, for a node of one.
+    nested: Option<&'a NodePath>,
+}
+
+/// One line of a gantt chart.
+fn gantt_bar(out: &mut String, bar: &Bar<'_>) {
+    let Some(end) = bar.end else {
+        return;
+    };
+    let (tag, note) = match bar.status {
+        NodeStatus::Failed | NodeStatus::Aborted => ("crit, ", ""),
+        // Cut short: drawn as done, up to the moment it was withdrawn.
+        NodeStatus::Withdrawn => ("done, ", " (withdrawn)"),
+        _ => ("", ""),
+    };
+    // Mermaid needs a non-empty bar.
+    let end_ms = end.as_millis().max(bar.start.as_millis() + 1);
+    let _ = writeln!(
+        out,
+        "    {}{note} : {tag}{}, {}",
+        bar.name.replace(':', "#colon;"),
+        bar.start.as_millis(),
+        end_ms
+    );
 }
 
 /// One column of a [`TraceMatrix`]: the single non-zero entry.
@@ -478,7 +630,9 @@ fn json_string(text: &str) -> String {
 }
 
 impl fmt::Display for Report {
-    /// A table: one row per node with its status, attempts, times and error, then totals.
+    /// A table: one row per node with its status, attempts, times and error, then totals. A
+    /// nest node's row is followed by one line that groups its instances
+    /// (`charge[0..10000]  9,987 completed · 13 failed (charge[17]: card declined; …)`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let width = self
             .nodes
@@ -508,6 +662,12 @@ impl fmt::Display for Report {
                 ms(node.duration()),
                 WhyCell(node)
             )?;
+            // A nest node's instances: one grouped line, whatever their number.
+            if !self.nests.is_empty()
+                && let Some(nest) = self.nest(node.name)
+            {
+                writeln!(f, "  {nest}")?;
+            }
         }
         write!(
             f,

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::error::{NodeError, NodeFailure, WorkflowError, render};
 use crate::events::{EventLog, RunId};
 use crate::graph::{Graph, NodeKind, Rule};
+use crate::nest::NestReport;
 use crate::policy::CancelReason;
 use crate::report::{NodeReport, Outcome, Report, ReportParts};
 use crate::scope::OperationSpec;
@@ -138,6 +139,8 @@ pub struct Finished {
     pub(crate) report: bool,
     /// A `Terminate` step ended the run, with the output it put in the run's `TermCell`.
     pub(crate) terminated: bool,
+    /// What the nest nodes that started did, in node order.
+    pub(crate) nests: Vec<NestReport>,
 }
 
 impl Finished {
@@ -164,6 +167,7 @@ impl Finished {
             log,
             report: wants_report,
             terminated: _,
+            nests,
         } = self;
         let attempts = |id: usize, status: NodeStatus| attempts_of(&extras.attempts, id, status);
         let report = Report::new(ReportParts {
@@ -172,6 +176,7 @@ impl Finished {
             succeeded,
             elapsed,
             log,
+            nests,
             nodes: graph
                 .nodes
                 .iter()

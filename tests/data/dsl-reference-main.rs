@@ -33,6 +33,11 @@ async fn more() {
     assert_eq!(Reserve::run(&ctx, 7, false).await.expect("reserve"), Some(7));
     assert_eq!(Reserve::run(&ctx, 7, true).await.expect("cancelled"), None);
     assert_eq!(Quote::run(&ctx, 1).await.expect("quote"), 4200);
+    assert_eq!(ChargeAll::run(&ctx, &[1, 2]).await.expect("charge all"), [4200, 4200]);
+    assert!(QuickQuote::run(&ctx, &[1, 2]).await.expect("quick quote") <= 2);
+    assert_eq!(AwaitShipping::run(&ctx, 1).await.expect("shipping"), 3);
+    assert_eq!(FirstLarge::run(&ctx).await.expect("first large"), 0);
+    assert_eq!(CheckoutAndNotify::run(&ctx, 2).await.expect("checkout"), Some(4200));
     println!("more ok");
 }
 #[allow(dead_code)]

@@ -256,6 +256,83 @@ workflow! {
 }
 
 // ---- docs/dsl.md, block 13
+workflow! {
+    /// Charges every order of a batch, at most four at a time.
+    pub ChargeAll(ctx: &AppCtx, ids: &[u64]) -> Vec<u64> {
+        charged = ForEach(id in ids.iter(), max_concurrency = 4) {
+            order = Operation(fetch_order(ctx, *id)),
+            stock = Operation(reserve_stock(ctx, &order)),
+            receipt = Operation(charge(&order, &stock)),
+            => receipt.amount
+        }
+        => charged.clone()
+    }
+}
+
+// ---- docs/dsl.md, block 14
+workflow! {
+    /// Prices orders for 50 ms, then goes on with the prices it has.
+    pub QuickQuote(ctx: &AppCtx, ids: &[u64]) -> usize {
+        Parallel {
+            quotes = ForEach(id in ids.iter()) {
+                order = Operation(fetch_order(ctx, *id)) => order.total
+            },
+            Sequential { Delay("50ms"), Complete(quotes) },
+        },
+        => quotes.len()
+    }
+}
+
+// ---- docs/dsl.md, block 15
+/// How far a parcel got: `ready` once it left.
+#[derive(Debug, Clone)]
+pub struct Shipping { pub ready: bool, pub tries: u32 }
+
+pub async fn shipping(_ctx: &AppCtx, _order_id: u64, last: Option<&Shipping>) -> Result<Shipping, ShopError> {
+    let tries = last.map_or(1, |s| s.tries + 1);
+    Ok(Shipping { ready: tries >= 3, tries })
+}
+
+workflow! {
+    /// Polls the shipping status until the parcel left, at most 20 times, 10 ms apart.
+    pub AwaitShipping(ctx: &AppCtx, order_id: u64) -> u32 {
+        shipped = Loop(max = 20, prev = last) {
+            Delay("10ms"),
+            status = Operation(shipping(ctx, order_id, last)),
+            => status.clone()
+        } until (status.ready)
+        => shipped.tries
+    }
+}
+
+// ---- docs/dsl.md, block 16
+/// The id after the last order read, or 0.
+pub fn next_id(last: Option<&Order>) -> u64 {
+    last.map_or(0, |o| o.id + 1)
+}
+
+workflow! {
+    /// Reads orders 0, 1, 2 .. until one costs more than 4000, at most 100.
+    pub FirstLarge(ctx: &AppCtx) -> u64 {
+        found = Loop(max = 100, prev = last) while (last.is_none_or(|o| o.total <= 4000)) {
+            order = Operation(fetch_order(ctx, next_id(last)))
+            => order.clone()
+        }
+        => found.as_ref().map_or(0, |o| o.id)
+    }
+}
+
+// ---- docs/dsl.md, block 17
+workflow! {
+    /// Checks out an order as one step, then notifies.
+    pub CheckoutAndNotify(ctx: &AppCtx, order_id: u64) -> Option<u64> {
+        receipt = Workflow(Checkout(ctx, order_id)),
+        Operation(notify(ctx, order_id)),
+        => receipt.as_ref().map(|r| r.amount)
+    }
+}
+
+// ---- docs/dsl.md, block 18
 pub async fn archive(order: Order) -> Result<u64, ShopError> {
     Ok(order.id)
 }
@@ -272,7 +349,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 14
+// ---- docs/dsl.md, block 19
 pub async fn pay_by_card(order: &Order) -> Result<Receipt, ShopError> {
     Ok(Receipt { order_id: order.id, amount: order.total })
 }
@@ -299,7 +376,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 15
+// ---- docs/dsl.md, block 20
 pub async fn step(n: u64) -> Result<u64, Infallible> { Ok(n) }
 pub async fn add(a: &u64, b: &u64) -> Result<u64, Infallible> { Ok(a + b) }
 
@@ -315,7 +392,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 16
+// ---- docs/dsl.md, block 21
 workflow! {
     /// Scores an order with a flaky service: 2 retries, 50 ms then 100 ms apart, 1 s in all.
     pub Resilient(ctx: &AppCtx, order_id: u64) -> f64 {
@@ -332,7 +409,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 17
+// ---- docs/dsl.md, block 22
 workflow! {
     /// Notifies twice; stops everything at the first uncaught failure.
     #[flow(failure = FailFast)]
@@ -344,7 +421,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 18
+// ---- docs/dsl.md, block 23
 workflow! {
     /// Releases the reservation whether or not the charge went through; reports a failure.
     pub ChargeOnce(ctx: &AppCtx, order_id: u64) {
@@ -358,7 +435,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 19
+// ---- docs/dsl.md, block 24
 workflow! {
     /// Two postings that must not interleave, beside an independent notification.
     pub Postings(ctx: &AppCtx) {
@@ -373,7 +450,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 20
+// ---- docs/dsl.md, block 25
 pub struct Client;
 impl Client {
     pub async fn get(&self, id: u64) -> Result<u64, ShopError> { Ok(id) }
@@ -388,7 +465,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 21
+// ---- docs/dsl.md, block 26
 #[operation(name = "charge card", timeout = "2s")]
 pub async fn charge_card(order: &Order, stock: &Reservation) -> Result<Receipt, ShopError> {
     charge(order, stock).await
@@ -404,7 +481,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 22
+// ---- docs/dsl.md, block 27
 workflow! {
     /// Rejects orders whose risk is high or could not be scored in time.
     pub Screen(ctx: &AppCtx, order_id: u64) {
@@ -419,7 +496,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 23
+// ---- docs/dsl.md, block 28
 workflow! {
     /// Charges an order and returns the receipt, if the risk was low.
     pub Receipted(ctx: &AppCtx, order_id: u64) -> (u64, Option<Receipt>) {
@@ -436,7 +513,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 24
+// ---- docs/dsl.md, block 29
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
@@ -493,6 +570,11 @@ async fn more() {
     assert_eq!(Reserve::run(&ctx, 7, false).await.expect("reserve"), Some(7));
     assert_eq!(Reserve::run(&ctx, 7, true).await.expect("cancelled"), None);
     assert_eq!(Quote::run(&ctx, 1).await.expect("quote"), 4200);
+    assert_eq!(ChargeAll::run(&ctx, &[1, 2]).await.expect("charge all"), [4200, 4200]);
+    assert!(QuickQuote::run(&ctx, &[1, 2]).await.expect("quick quote") <= 2);
+    assert_eq!(AwaitShipping::run(&ctx, 1).await.expect("shipping"), 3);
+    assert_eq!(FirstLarge::run(&ctx).await.expect("first large"), 0);
+    assert_eq!(CheckoutAndNotify::run(&ctx, 2).await.expect("checkout"), Some(4200));
     println!("more ok");
 }
 #[allow(dead_code)]

@@ -26,7 +26,7 @@ use tokio::time::Sleep;
 
 use crate::events::{Event, EventKind, EventLog, Observer, RunId};
 use crate::graph::{Graph, NestInfo, NodeKind, Plan};
-use crate::nest::{NestCtx, NodePath};
+use crate::nest::{EventSink, NestCtx, NestReport, NestShared, NodePath};
 use crate::nodes::{Leaves, Nodes, Table};
 use crate::options::RunOptions;
 use crate::panic::deadline_timer;
@@ -103,6 +103,39 @@ struct Recording {
     seq: u64,
     log: Option<EventLog>,
     observers: Vec<Arc<dyn Observer>>,
+    /// The run is a nest instance whose events go to the root's sink, or a root whose nest
+    /// instances send theirs to its sink: each event takes [`Scheduler::emit_nested`].
+    nested: bool,
+    /// A nest instance: the root's sink, where a copy of each event goes with `path`.
+    forward: Option<Arc<EventSink>>,
+    path: Option<NodePath>,
+    /// A root with nest nodes: the sink its instances' events wait in, and a buffer to drain
+    /// it into.
+    sink: Option<Arc<EventSink>>,
+    drained: Vec<Event>,
+}
+
+impl Recording {
+    /// Sequences the events the root's nest instances sent since the last drain: appends
+    /// them to the log and tells the observers, in the order they happened.
+    fn drain(&mut self) {
+        let Some(sink) = &self.sink else {
+            return;
+        };
+        let mut events = std::mem::take(&mut self.drained);
+        sink.take(&mut events);
+        for mut event in events.drain(..) {
+            event.seq = self.seq;
+            self.seq += 1;
+            for observer in &self.observers {
+                observer.on_event(&event);
+            }
+            if let Some(log) = &mut self.log {
+                log.push(event);
+            }
+        }
+        self.drained = events;
+    }
 }
 
 /// What a run with nest nodes gives each of them when it starts (see [`NestCtx`]).
@@ -110,6 +143,39 @@ struct NestHome {
     /// The run's own path, when it is an instance of a nest.
     path: Option<NodePath>,
     signals: Option<Arc<crate::signal::Mailbox>>,
+    /// Where the instances' events go: the root's sink (this run's own, at the root).
+    sink: Option<Arc<EventSink>>,
+    /// What each nest node (by its place in `Control::nests`) shares with its driver, once
+    /// it started.
+    shared: Vec<Option<Arc<NestShared>>>,
+}
+
+impl Recording {
+    /// The recording of a run with `options`: a nest instance's events go to the root's
+    /// sink too, with the root's run id; a root with nest nodes makes the sink.
+    fn new(plan: &Plan, options: &RunOptions) -> Box<Recording> {
+        let mut log = options.record.then(EventLog::new);
+        if let Some(log) = &mut log {
+            log.reserve(2 * plan.pred_count.len() + 2);
+        }
+        let start = tokio::time::Instant::now();
+        let forward = options.sink.clone();
+        let run = forward.as_ref().map_or_else(RunId::next, |sink| sink.run);
+        let sink = (forward.is_none() && !plan.control.nests.is_empty())
+            .then(|| Arc::new(EventSink::new(run, start)));
+        Box::new(Recording {
+            run,
+            start,
+            seq: 0,
+            log,
+            observers: options.observers.clone(),
+            nested: forward.is_some() || sink.is_some(),
+            path: forward.as_ref().and(options.path.clone()),
+            forward,
+            sink,
+            drained: Vec::new(),
+        })
+    }
 }
 
 /// Why the run stops early.
@@ -305,26 +371,10 @@ impl Scheduler {
             arms: Vec::new(),
             cancelled: None,
             seed: 0,
-            recording: (options.record || !options.observers.is_empty()).then(|| {
-                let mut log = options.record.then(EventLog::new);
-                if let Some(log) = &mut log {
-                    log.reserve(2 * plan.pred_count.len() + 2);
-                }
-                Box::new(Recording {
-                    run: RunId::next(),
-                    start: tokio::time::Instant::now(),
-                    seq: 0,
-                    log,
-                    observers: options.observers.clone(),
-                })
-            }),
+            recording: (options.record || !options.observers.is_empty() || options.sink.is_some())
+                .then(|| Recording::new(plan, options)),
             decided: None,
-            nest_home: (!plan.control.nests.is_empty()).then(|| {
-                Box::new(NestHome {
-                    path: options.path.clone(),
-                    signals: options.signals.clone(),
-                })
-            }),
+            nest_home: None,
             report: options.report,
             terminated: false,
             lean: false,
@@ -333,6 +383,17 @@ impl Scheduler {
             group_holder: Vec::new(),
             section_freed: false,
         };
+        if !plan.control.nests.is_empty() {
+            scheduler.nest_home = Some(Box::new(NestHome {
+                path: options.path.clone(),
+                signals: options.signals.clone(),
+                sink: options.sink.clone().or_else(|| {
+                    let recording = scheduler.recording.as_deref()?;
+                    Some(Arc::clone(recording.sink.as_ref()?))
+                }),
+                shared: vec![None; plan.control.nests.len()],
+            }));
+        }
         scheduler.mark_more_always = scheduler.recording.is_some()
             || !plan.control.rules.is_empty()
             || !plan.control.sections.is_empty();
@@ -364,6 +425,9 @@ impl Scheduler {
         let Some(recording) = &mut self.recording else {
             return;
         };
+        if recording.nested {
+            return self.emit_nested(node, attempt, kind);
+        }
         let event = Event {
             run: recording.run,
             seq: recording.seq,
@@ -385,16 +449,98 @@ impl Scheduler {
         }
     }
 
+    /// [`Scheduler::emit`] in a run with nests: a root first sequences the events its
+    /// instances sent (they happened before this one); an instance sends a copy of its event,
+    /// with its path and on the root's clock, to the root's sink.
+    #[cold]
+    #[inline(never)]
+    fn emit_nested(&mut self, node: Option<u32>, attempt: u32, kind: impl FnOnce() -> EventKind) {
+        let Some(recording) = self.recording.as_deref_mut() else {
+            return;
+        };
+        recording.drain();
+        let now = tokio::time::Instant::now();
+        let event = Event {
+            run: recording.run,
+            seq: recording.seq,
+            node,
+            node_name: node.map(|n| self.graph.nodes[n as usize].name),
+            attempt,
+            at: now.saturating_duration_since(recording.start),
+            kind: kind(),
+            path: None,
+        };
+        recording.seq += 1;
+        #[cfg(feature = "tracing")]
+        trace_event(self.graph, &event);
+        if let Some(sink) = &recording.forward {
+            sink.push(Event {
+                at: now.saturating_duration_since(sink.start),
+                path: recording.path.clone(),
+                ..event.clone()
+            });
+        }
+        for observer in &recording.observers {
+            observer.on_event(&event);
+        }
+        if let Some(log) = &mut recording.log {
+            log.push(event);
+        }
+    }
+
+    /// Sequences the events the run's nest instances sent since the last drain (a root's).
+    fn drain_nested(&mut self) {
+        if let Some(recording) = self.recording.as_deref_mut() {
+            recording.drain();
+        }
+    }
+
     /// The context of nest node `nest`, for its driver.
-    fn nest_ctx(&self, nest: &'static NestInfo) -> NestCtx {
-        let home = self.nest_home.as_deref();
+    fn nest_ctx(&mut self, nest: &'static NestInfo) -> NestCtx {
+        let node = self.graph.nodes[nest.node as usize].name;
+        let report = self.report;
+        let Some(home) = self.nest_home.as_deref_mut() else {
+            return NestCtx::detached(node, nest.kind, nest.body);
+        };
+        let place = self
+            .graph
+            .plan
+            .control
+            .nests
+            .binary_search_by_key(&nest.node, |n| n.node)
+            .unwrap_or(0);
+        let shared = home.shared[place]
+            .get_or_insert_with(|| Arc::new(NestShared::new(node, nest.kind)))
+            .clone();
         NestCtx {
-            node: self.graph.nodes[nest.node as usize].name,
+            node,
             kind: nest.kind,
             body: nest.body,
-            path: home.and_then(|h| h.path.clone()),
-            signals: home.and_then(|h| h.signals.clone()),
-            report: self.report,
+            path: home.path.clone(),
+            signals: home.signals.clone(),
+            report,
+            sink: home.sink.clone(),
+            shared,
+        }
+    }
+
+    /// What a `Complete(node)` step does to the nest node `node`: asks its driver to end (it
+    /// sees [`NestCtx::completing`] and is woken). Returns whether `node` is a nest node that
+    /// has started. The `Instant::Complete` arm of `settle.rs` calls it.
+    pub(super) fn complete_nest(&mut self, node: u32) -> bool {
+        let Some(home) = self.nest_home.as_deref() else {
+            return false;
+        };
+        let nests = self.graph.plan.control.nests;
+        let Ok(place) = nests.binary_search_by_key(&node, |n| n.node) else {
+            return false;
+        };
+        match &home.shared[place] {
+            Some(shared) => {
+                shared.complete();
+                true
+            }
+            None => false,
         }
     }
 
@@ -552,6 +698,13 @@ impl Scheduler {
         let succeeded = self.cancelled.is_none() && (self.terminated || verdict.succeeded);
         self.emit(None, 0, || EventKind::RunFinished { succeeded });
         let recording = self.recording.take();
+        let nests = self.nest_home.take().map_or_else(Vec::new, |home| {
+            home.shared
+                .into_iter()
+                .flatten()
+                .map(|shared| shared.take_report())
+                .collect::<Vec<NestReport>>()
+        });
         Finished {
             graph: self.graph,
             statuses,
@@ -564,6 +717,7 @@ impl Scheduler {
             log: recording.and_then(|r| r.log),
             report: self.report,
             terminated: self.terminated,
+            nests,
         }
     }
 }
@@ -657,6 +811,10 @@ where
     };
     let mut cancelled = std::pin::pin!(cancelled);
     let watched = token.is_some() || deadline.is_some();
+    let drains = scheduler
+        .recording
+        .as_ref()
+        .is_some_and(|r| r.sink.is_some());
     std::future::poll_fn(|cx| {
         let leaves = table.leaves();
         if watched {
@@ -676,7 +834,12 @@ where
                 return Poll::Ready(());
             }
         }
-        scheduler.poll(leaves, &mut wakes, cx)
+        let poll = scheduler.poll(leaves, &mut wakes, cx);
+        if drains {
+            // The instances' events of this wake-up reach the log and the observers now.
+            scheduler.drain_nested();
+        }
+        poll
     })
     .await;
     scheduler.finish()

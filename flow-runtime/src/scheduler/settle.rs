@@ -9,6 +9,7 @@ use super::{ALL_NODES, Halt, NO_CAUSE, Scheduler, Settle};
 use crate::error::{NodeError, render};
 use crate::events::EventKind;
 use crate::graph::{Instant, NodeKind, Plan};
+use crate::nest::NestShared;
 use crate::nodes::Leaves;
 use crate::panic::panic_message;
 use crate::policy::FailurePolicy;
@@ -107,13 +108,45 @@ impl Scheduler {
                     Err(payload) => self.fail(node, NodeError::Panicked(panic_message(payload))),
                 }
             }
-            // Built with the nest drivers: until then a plan with it is refused here.
-            Instant::Complete { .. } => self.fail(
-                node,
-                NodeError::Internal("`Complete` steps are not supported by this runtime"),
-            ),
+            Instant::Complete { node: target } => {
+                // The `ForEach`'s driver drops its live instances and ends with the outputs
+                // of those that completed, on its next poll (the request wakes it).
+                if !self.complete_nest(target) {
+                    self.complete_nest_early(target);
+                }
+                self.settle(node, Settle::Completed);
+            }
             Instant::None => self.settle(node, Settle::Completed),
         }
+    }
+
+    /// A `Complete` step that ran before its nest node started: the node's shared state is
+    /// made now, already completing, so that its driver ends at once without an instance.
+    #[cold]
+    fn complete_nest_early(&mut self, target: u32) {
+        let graph = self.graph;
+        let Some(status) = self.nodes.get(target as usize).map(|n| n.status) else {
+            return;
+        };
+        let Ok(place) = graph
+            .plan
+            .control
+            .nests
+            .binary_search_by_key(&target, |n| n.node)
+        else {
+            return;
+        };
+        let Some(home) = self.nest_home.as_deref_mut() else {
+            return;
+        };
+        if status.is_terminal() {
+            return;
+        }
+        let nest = &graph.plan.control.nests[place];
+        let name = graph.nodes[target as usize].name;
+        home.shared[place]
+            .get_or_insert_with(|| Arc::new(NestShared::new(name, nest.kind)))
+            .complete();
     }
 
     pub(super) fn fail(&mut self, node: u32, error: NodeError) {

@@ -1,0 +1,322 @@
+//! The checks of nests: a body is checked as a workflow of its own, the workflow does not read
+//! a body's names, a loop's test reads what it must, and `Complete` names a `ForEach` that may
+//! still run.
+
+use std::collections::{HashMap, HashSet};
+
+use proc_macro2::Span;
+use syn::spanned::Spanned;
+use syn::{Expr, Ident};
+
+use super::{CheckedNest, Loop, What, tuple, what_name};
+use crate::ctxt::Ctxt;
+use crate::graph::{Dag, Kind};
+use crate::parse::{Param, Workflow};
+use crate::suggest::{at_line, did_you_mean};
+
+/// Every name of a body, at any depth, with the nest node of `dag` that holds it.
+pub fn inner_names(dag: &Dag) -> HashMap<String, usize> {
+    fn collect(dag: &Dag, holder: Option<usize>, out: &mut HashMap<String, usize>) {
+        for def in &dag.nests {
+            let holder = holder.unwrap_or(def.node);
+            if let Some(body) = &def.body {
+                for node in &body.nodes {
+                    if let Some(name) = &node.name {
+                        out.entry(name.to_string()).or_insert(holder);
+                    }
+                }
+                collect(body, Some(holder), out);
+            }
+        }
+    }
+    let mut out = HashMap::new();
+    collect(dag, None, &mut out);
+    out
+}
+
+/// A step of this graph (or its output) that reads a name of a nest's body: the body's names
+/// are its own; the graph reads the nest's output.
+pub fn check_outside_reads(
+    dag: &Dag,
+    readable: &HashSet<String>,
+    inner: &HashMap<String, usize>,
+    output: Option<&Expr>,
+    cx: &mut Ctxt,
+) {
+    if inner.is_empty() {
+        return;
+    }
+    let mut exprs: Vec<&Expr> = Vec::new();
+    for node in &dag.nodes {
+        if !matches!(node.kind, Kind::ForEach | Kind::Loop) {
+            exprs.push(&node.expr);
+        }
+    }
+    for def in &dag.nests {
+        if let What::ForEach(each) = &def.step.what {
+            exprs.push(&each.source);
+        }
+    }
+    exprs.extend(output);
+    for expr in exprs {
+        for ident in crate::names::others(expr, readable) {
+            let Some(&holder) = inner.get(&ident.to_string()) else {
+                continue;
+            };
+            let nest = &dag.nodes[holder];
+            let kind = match nest.kind {
+                Kind::Loop => "Loop",
+                _ => "ForEach",
+            };
+            let at = at_line(nest.keyword.span());
+            let message = match &nest.name {
+                Some(name) => format!(
+                    "`{ident}` is inside the {kind} `{name}`{at}, and a body's names are its own; read the {kind}'s output `{name}`"
+                ),
+                None => format!(
+                    "`{ident}` is inside a `{kind}`{at}, and a body's names are its own; name the {kind}, as in `results = {kind}(..)`, and read its output"
+                ),
+            };
+            cx.error(ident.span(), message);
+        }
+    }
+}
+
+/// Each `Complete(name)` must name a `ForEach` of this graph that may still be running when
+/// it starts.
+pub fn check_completes(
+    dag: &Dag,
+    names: &HashMap<String, usize>,
+    is_ancestor: &dyn Fn(usize, usize) -> bool,
+    cx: &mut Ctxt,
+) {
+    for (complete, target) in &dag.completes {
+        match names.get(&target.to_string()) {
+            None => {
+                let candidates: Vec<String> = dag
+                    .nests
+                    .iter()
+                    .filter(|d| matches!(d.step.what, What::ForEach(_)))
+                    .filter_map(|d| d.step.name.as_ref().map(Ident::to_string))
+                    .collect();
+                let hint = match did_you_mean(
+                    &target.to_string(),
+                    candidates.iter().map(String::as_str),
+                ) {
+                    hint if hint.is_empty() => format!(
+                        "; name the `ForEach` to complete, as in `{target} = ForEach(..)`"
+                    ),
+                    hint => hint,
+                };
+                cx.error(
+                    target.span(),
+                    format!("`Complete` names `{target}`, which is no `ForEach` of this workflow{hint}"),
+                );
+            }
+            Some(&node) if dag.nodes[node].kind != Kind::ForEach => {
+                let what = match dag.nodes[node].kind {
+                    Kind::Loop => "a `Loop`",
+                    Kind::Workflow => "a sub-workflow step",
+                    _ => "no `ForEach`",
+                };
+                cx.error(
+                    target.span(),
+                    format!(
+                        "`Complete` completes a `ForEach` early, and `{target}`{} is {what}; to stop a step, write `Cancel({target})`",
+                        at_line(dag.nodes[node].span())
+                    ),
+                );
+            }
+            Some(&node) if is_ancestor(node, *complete) => cx.error(
+                target.span(),
+                format!(
+                    "the `ForEach` `{target}`{} has always ended before this `Complete` runs, so there is nothing left to complete; put the `Complete` beside the `ForEach`, in a `Parallel`",
+                    at_line(dag.nodes[node].span())
+                ),
+            ),
+            Some(_) => {}
+        }
+    }
+}
+
+/// Checks the body of every nest of `dag` as a workflow of its own, taking the bodies out of
+/// `dag`. `names` are the graph's node names and `workflow` its workflow (a body's, for a
+/// nest inside a body): a body reads them as parameters.
+pub fn check_bodies(
+    workflow: &Workflow,
+    dag: &mut Dag,
+    names: &HashMap<String, usize>,
+    cx: &mut Ctxt,
+) -> Vec<CheckedNest> {
+    let mut out = Vec::new();
+    let displays: Vec<String> = dag.nodes.iter().map(|n| n.display.clone()).collect();
+    let spans: Vec<Span> = dag.nodes.iter().map(crate::graph::Node::span).collect();
+    let idents: Vec<Option<Ident>> = dag.nodes.iter().map(|n| n.name.clone()).collect();
+    for def in &mut dag.nests {
+        let step = def.step.clone();
+        let Some(body_dag) = def.body.take() else {
+            out.push(CheckedNest {
+                node: def.node,
+                step,
+                body: None,
+            });
+            continue;
+        };
+        let Some(body) = &step.body else { continue };
+        let kind = what_name(&step);
+        // The item or `prev`, then the graph's parameters and nodes.
+        let binding: Option<(&Ident, &str)> = match &step.what {
+            What::ForEach(each) => Some((&each.item, "the item of this `ForEach`")),
+            What::Loop(repeat) => repeat
+                .prev
+                .as_ref()
+                .map(|prev| (prev, "the previous iteration's output (`prev`)")),
+            What::Workflow(_) => None,
+        };
+        let mut body_dag = body_dag;
+        for node in &mut body_dag.nodes {
+            if let Some(bad) = match node.kind {
+                Kind::Signal => Some("a `Signal` step"),
+                Kind::Terminate => Some("`Terminate`"),
+                _ => None,
+            } {
+                cx.error(
+                    node.keyword.span(),
+                    format!("{bad} cannot be inside a `{kind}`: its body runs once per {}; put it before or after the `{kind}`", if kind == "Loop" { "iteration" } else { "item" }),
+                );
+            }
+            let Some(name) = &node.name else { continue };
+            let clash =
+                if let Some((bound, what)) = binding
+                    && bound == name
+                {
+                    Some(format!("`{name}` is already {what}"))
+                } else if let Some(&outer) = names.get(&name.to_string()) {
+                    Some(format!(
+                        "`{name}` already names a step of the workflow{}",
+                        at_line(spans[outer])
+                    ))
+                } else {
+                    workflow.params.iter().find(|p| p.name == *name).map(|p| {
+                        format!("`{name}` is already a parameter{}", at_line(p.name.span()))
+                    })
+                };
+            if let Some(clash) = clash {
+                cx.error(
+                    name.span(),
+                    format!("{clash}; a step inside the `{kind}` needs a name of its own"),
+                );
+                // Reported: the step is checked as if unnamed, so that reads of the name do
+                // not add errors of their own.
+                node.name = None;
+            }
+        }
+        let body_names: HashSet<String> = body_dag
+            .nodes
+            .iter()
+            .filter_map(|n| n.name.as_ref().map(Ident::to_string))
+            .collect();
+        let infer: syn::Type = syn::parse_quote!(_);
+        let mut params: Vec<Param> = Vec::new();
+        let mut seen: HashSet<String> = HashSet::new();
+        let mut outer: Vec<Ident> = binding.iter().map(|(b, _)| (*b).clone()).collect();
+        outer.extend(workflow.params.iter().map(|p| p.name.clone()));
+        let mut parent_nodes: Vec<(&String, &usize)> = names.iter().collect();
+        parent_nodes.sort_by_key(|(_, id)| **id);
+        outer.extend(
+            parent_nodes
+                .into_iter()
+                .filter_map(|(_, &id)| idents[id].clone()),
+        );
+        for name in outer {
+            let text = name.to_string();
+            if !seen.insert(text) {
+                continue;
+            }
+            params.push(Param {
+                name,
+                ty: infer.clone(),
+            });
+        }
+        let mut output = body.output.clone();
+        if let What::Loop(repeat) = &step.what {
+            let test = &repeat.test;
+            let reads = crate::names::uses(test, &body_names);
+            if repeat.while_ {
+                check_while(repeat, &reads, kind, cx);
+            } else {
+                if reads.is_empty() {
+                    cx.error(
+                        test.span(),
+                        "this `until` test reads no step of the loop's body, so every iteration would give it the same answer; test what an iteration computes, as in `until (st.ready)` with `st = Operation(..)` in the body",
+                    );
+                }
+                let out: Expr = output.unwrap_or_else(|| syn::parse_quote!(()));
+                let span = test.span();
+                let test: Expr = syn::parse_quote_spanned!(span=> { let __flow_test: bool = #test; __flow_test });
+                output = Some(tuple(vec![out, test]));
+            }
+        }
+        let display = &displays[def.node];
+        let graph_name = Ident::new(
+            &display.replace('#', "_"),
+            def.step
+                .name
+                .as_ref()
+                .map_or(def.step.keyword.span(), Ident::span),
+        );
+        let stub = Workflow {
+            attrs: Vec::new(),
+            fail_fast: workflow.fail_fast,
+            krate: workflow.krate.clone(),
+            vis: syn::Visibility::Inherited,
+            name: graph_name,
+            generics: syn::Generics::default(),
+            params,
+            output_ty: Some(infer.clone()),
+            body: Vec::new(),
+            body_span: body.body_span,
+            has_output: output.is_some(),
+            output,
+        };
+        let checked = crate::validate::check(&stub, body_dag, cx);
+        out.push(CheckedNest {
+            node: def.node,
+            step,
+            body: checked.map(|checked| (stub, checked)),
+        });
+    }
+    out
+}
+
+/// A `while` test runs before each iteration: it must read `prev`, and cannot read the body.
+fn check_while(repeat: &Loop, body_reads: &[Ident], kind: &str, cx: &mut Ctxt) {
+    for ident in body_reads {
+        cx.error(
+            ident.span(),
+            format!(
+                "`{ident}` is a step of the {kind}'s body, which has not run when the `while` test runs; test the previous iteration's output (`prev`), or write `{{ .. }} until (test)`"
+            ),
+        );
+    }
+    let prev = match &repeat.prev {
+        Some(prev) => prev,
+        None => {
+            cx.error(
+                repeat.test_keyword.span(),
+                "a `while` test decides from the previous iteration's output: name it with `prev`, as in `Loop(max = 10, prev = last) while (last.is_none_or(|p| p.more)) { .. }`",
+            );
+            return;
+        }
+    };
+    let mut only_prev = HashSet::new();
+    only_prev.insert(prev.to_string());
+    if crate::names::uses(&repeat.test, &only_prev).is_empty() && body_reads.is_empty() {
+        cx.error(
+            repeat.test.span(),
+            format!(
+                "this `while` test reads nothing of `{prev}`, the previous iteration's output, so every iteration would give it the same answer; test `{prev}`, as in `while ({prev}.is_none_or(|p| p.more))`"
+            ),
+        );
+    }
+}

@@ -294,3 +294,76 @@ async fn a_sub_workflows_events_and_report_nest_in_the_parents() {
             .all(|n| n.status == NodeStatus::Completed)
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// docs/semantics.md stays true: every test its "Nested graphs" section names exists.
+
+#[test]
+fn the_nested_graphs_section_names_tests_that_exist() {
+    let doc = include_str!("../docs/semantics.md");
+    let start = doc
+        .find("## 9. Nested graphs")
+        .expect("a section on nested graphs");
+    let section = &doc[start..];
+    let files: &[(&str, &str)] = &[
+        ("foreach", include_str!("foreach.rs")),
+        ("loops", include_str!("loops.rs")),
+        ("subworkflows", include_str!("subworkflows.rs")),
+        ("patterns", include_str!("patterns.rs")),
+        ("nests_semantics", include_str!("nests_semantics.rs")),
+        (
+            "model_nest",
+            include_str!("../flow-runtime/tests/model_nest.rs"),
+        ),
+        (
+            "flow-runtime/src/drivers/tests.rs",
+            include_str!("../flow-runtime/src/drivers/tests.rs"),
+        ),
+        (
+            "flow-runtime/src/nest/tests.rs",
+            include_str!("../flow-runtime/src/nest/tests.rs"),
+        ),
+    ];
+    let source = |file: &str| {
+        files
+            .iter()
+            .find(|(name, _)| *name == file)
+            .map(|(_, text)| *text)
+            .unwrap_or_else(|| panic!("docs/semantics.md names tests of `{file}`"))
+    };
+    let defines = |text: &str, test: &str| text.contains(&format!("fn {test}("));
+    let mut checked = 0;
+    for line in section.lines().filter(|l| l.starts_with("| ")) {
+        let Some(cell) = line.trim_end_matches('|').rsplit('|').next() else {
+            continue;
+        };
+        // Code spans alternate with text: `file::test`, `ui/case.rs`, and `path/tests.rs`
+        // followed by a parenthesized group of test names.
+        let mut group: Option<&str> = None;
+        for (i, piece) in cell.split('`').enumerate() {
+            if i % 2 == 0 {
+                if piece.contains(')') {
+                    group = None;
+                }
+                continue;
+            }
+            if let Some((file, test)) = piece.split_once("::") {
+                assert!(defines(source(file), test), "no `{test}` in {file}");
+            } else if piece.starts_with("flow-runtime/src/") {
+                group = Some(piece);
+                continue;
+            } else if let Some(file) = group {
+                assert!(defines(source(file), piece), "no `{piece}` in {file}");
+            } else if piece.starts_with("ui/") {
+                let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("tests")
+                    .join(piece);
+                assert!(path.is_file(), "no {}", path.display());
+            } else {
+                continue;
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 50, "only {checked} tests found in the section");
+}

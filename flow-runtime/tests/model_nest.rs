@@ -600,7 +600,7 @@ fn run_each(case: &EachCase) -> Result<Seen, String> {
         ready: false,
     };
     run(graph, case.stop.at_us, |nest| async move {
-        let got = match (case.stream, case.collect) {
+        match (case.stream, case.collect) {
             (false, false) => {
                 let r = for_each(nest, items(), config, body).await;
                 got_of(r, |o| Got::Each(o.iter().map(|&i| Ok(i)).collect()))
@@ -616,8 +616,7 @@ fn run_each(case: &EachCase) -> Result<Seen, String> {
                 for_each_stream_collect(nest, stream(), config, body).await,
                 |o| entries(o),
             ),
-        };
-        got
+        }
     })
 }
 
@@ -628,7 +627,7 @@ fn run_loop(case: &LoopCase) -> Result<Seen, String> {
     };
     let at = |prev: Option<u64>| prev.map_or(0, |p| p as usize + 1);
     run(&LOOP_CANCEL, case.cancel_us, |nest| async move {
-        let got = if case.until {
+        if case.until {
             let body = |prev: Option<u64>, opts| {
                 let i = at(prev);
                 let iteration = case.iterations[i];
@@ -646,8 +645,7 @@ fn run_loop(case: &LoopCase) -> Result<Seen, String> {
             got_of(repeat_while(nest, config, test, body).await, |&o| {
                 Got::Loop(o)
             })
-        };
-        got
+        }
     })
 }
 

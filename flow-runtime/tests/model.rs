@@ -1554,7 +1554,7 @@ fn run(wf: &Wf, graph: &'static Graph, options: RunOptions) -> Result<Observed, 
                 .node_id(nest.node)
                 .ok_or_else(|| format!("unknown nest node `{}` in the report", nest.node))?;
             let counts = [nest.started, nest.completed, nest.failed, nest.withdrawn];
-            Ok((node as usize, counts))
+            Ok((node, counts))
         })
         .collect::<Result<_, String>>()?;
     Ok(Observed {

@@ -1380,6 +1380,520 @@ async fn wcp_43_explicit_termination() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Multiple instances (WCP 12–15, 26, 27, 35) and loops (WCP 21, 28, 31). A `ForEach` runs one
+// instance of its body per item; each instance is a nested run of the body, and the
+// `ForEach`'s `NestReport` counts them. Instances log under their item's name.
+
+/// `(started, completed, failed, withdrawn)` instances of the nest node (`ForEach`, `Loop`)
+/// `name`, from its summary in the report.
+fn instances(report: &Report, name: &str) -> (u64, u64, u64, u64) {
+    let nest = report
+        .nest(name)
+        .unwrap_or_else(|| panic!("no nest node `{name}` in the report:\n{report}"));
+    (nest.started, nest.completed, nest.failed, nest.withdrawn)
+}
+
+/// Logs `what` of round `round` (`"{what}{round}"`) for `millis`, and returns `round`.
+async fn round(log: &Log, what: &str, round: u64, millis: u64) -> Result<u64, Boom> {
+    let name = format!("{what}{round}");
+    log.record(&name, "start");
+    sleep(ms(millis)).await;
+    log.record(&name, "end");
+    Ok(round)
+}
+
+/// The names `i0`, `i1`, .. of instances whose number is known only at run time.
+fn instance_name(index: u64) -> &'static str {
+    const NAMES: [&str; 8] = ["i0", "i1", "i2", "i3", "i4", "i5", "i6", "i7"];
+    NAMES[index as usize % NAMES.len()]
+}
+
+// ---------------------------------------------------------------------------------------------
+// WCP 12 Multiple Instances without Synchronization: several instances of a task are created;
+// they run concurrently and independently, and nothing waits for them to complete.
+
+workflow! {
+    /// Three instances, independent of each other (`on_failure = collect`: the one that fails
+    /// touches no other); no step waits for the `ForEach`, and the branch beside it goes on.
+    MiWithoutSynchronization(log: &Log) -> u64 {
+        Parallel {
+            spawned = ForEach(x in [("a", 30u64), ("b", 20), ("c", 40)], on_failure = collect) {
+                Operation(maybe_fail(log, x.0, x.1, x.0 == "b"))
+            },
+            Sequential {
+                first = Operation(work(log, "first", 5)),
+                next = Operation(work_on(log, "next", &first, 10)),
+            },
+        }
+        => next
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_12_mi_without_synchronization() {
+    // Nothing waits for the instances: no edge leaves the `ForEach`, and the output does not
+    // read it.
+    assert!(sinks(&MiWithoutSynchronization::GRAPH).contains(&"spawned"));
+    let log = Log::new();
+    let outcome = MiWithoutSynchronization::runner().execute(&log).await;
+    let report = &outcome.report;
+    assert_eq!(outcome.result.as_ref().ok(), Some(&15), "{report}");
+    // The instances run concurrently.
+    for name in ["a", "b", "c"] {
+        assert_eq!(log.at(name, "start"), ms(0), "{name}");
+    }
+    // The thread that created them goes on and ends before any of them completes.
+    assert_eq!(log.at("next", "end"), ms(15));
+    // Independent: the failed instance neither stops nor fails the others, nor the run.
+    assert_eq!(log.at("a", "end"), ms(30));
+    assert_eq!(log.at("c", "end"), ms(40));
+    assert!(!dropped(&log, "a") && !dropped(&log, "c"));
+    assert_eq!(instances(report, "spawned"), (3, 2, 1, 0));
+    assert!(report.succeeded(), "{report}");
+    // The run itself ends when no work remains (WCP 11), which is when the last one ended.
+    assert_eq!(log.elapsed(), ms(40));
+}
+
+// ---------------------------------------------------------------------------------------------
+// WCP 13 Multiple Instances with a priori Design-Time Knowledge: a number of instances known
+// when the model is designed, run concurrently, synchronized before the next task starts.
+
+workflow! {
+    /// Three instances, written in the model.
+    MiDesignTime(log: &Log) -> Vec<u64> {
+        Sequential {
+            each = ForEach(x in [("a", 30u64), ("b", 10), ("c", 20)]) {
+                w = Operation(work(log, x.0, x.1)) => w
+            },
+            next = Operation(work(log, "next", 5)),
+        }
+        => each.clone()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_13_mi_design_time() {
+    let log = Log::new();
+    let outcome = MiDesignTime::runner().execute(&log).await;
+    let report = &outcome.report;
+    // One output per instance, in the order of the items.
+    assert_eq!(
+        outcome.result.as_ref().ok(),
+        Some(&vec![30, 10, 20]),
+        "{report}"
+    );
+    // Concurrent.
+    for name in ["a", "b", "c"] {
+        assert_eq!(log.at(name, "start"), ms(0), "{name}");
+    }
+    // Synchronized: the next task starts when the last instance completed, once.
+    assert_eq!(log.at("next", "start"), ms(30));
+    assert_eq!(starts(&log, "next"), 1);
+    assert_eq!(instances(report, "each"), (3, 3, 0, 0));
+    assert_eq!(status(report, "each"), NodeStatus::Completed);
+}
+
+// ---------------------------------------------------------------------------------------------
+// WCP 14 Multiple Instances with a priori Run-Time Knowledge: as 13, with the number of
+// instances known only at run time, before the instances are created.
+
+/// The items of the run: `1..=n`, after 5ms of planning.
+async fn plan(log: &Log, n: u64) -> Result<Vec<u64>, Boom> {
+    work(log, "plan", 5).await?;
+    Ok((1..=n).collect())
+}
+
+workflow! {
+    /// As many instances as `plan` says; instance `k` takes `10 * k` ms.
+    MiRunTime(log: &Log, n: u64) -> Vec<u64> {
+        Sequential {
+            items = Operation(plan(log, n)),
+            each = ForEach(k in items.iter()) {
+                w = Operation(work(log, instance_name(*k), 10 * k)) => w
+            },
+            next = Operation(work(log, "next", 5)),
+        }
+        => each.clone()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_14_mi_run_time() {
+    for n in [2u64, 5] {
+        let log = Log::new();
+        let outcome = MiRunTime::runner().execute((&log, n)).await;
+        let report = &outcome.report;
+        let expected: Vec<u64> = (1..=n).map(|k| 10 * k).collect();
+        assert_eq!(outcome.result.as_ref().ok(), Some(&expected), "{report}");
+        // The number is the run's: known once `plan` ended, before the first instance.
+        assert_eq!(instances(report, "each"), (n, n, 0, 0));
+        for k in 1..=n {
+            assert_eq!(log.at(instance_name(k), "start"), ms(5), "n = {n}, k = {k}");
+        }
+        // Synchronized: the next task starts once the last (longest) instance completed.
+        assert_eq!(log.at("next", "start"), ms(5 + 10 * n));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// WCP 15 Multiple Instances without a priori Run-Time Knowledge: as 13, but instances may be
+// added while others run, so the number is known only when the last one has completed.
+
+/// Items that arrive one by one: each waits its delay after the one before, then is
+/// `(name, millis)`. Nothing tells how many will come (`size_hint` is `(0, None)`).
+fn arrivals(
+    plan: &'static [(&'static str, u64, u64)],
+) -> impl futures::Stream<Item = (&'static str, u64)> {
+    futures::stream::unfold(0usize, move |at| async move {
+        let &(name, delay, millis) = plan.get(at)?;
+        sleep(ms(delay)).await;
+        Some(((name, millis), at + 1))
+    })
+}
+
+/// `a` at 0ms for 30ms, `b` at 10ms for 30ms, `c` at 25ms for 10ms.
+const ARRIVALS: &[(&str, u64, u64)] = &[("a", 0, 30), ("b", 10, 30), ("c", 15, 10)];
+
+workflow! {
+    /// One instance per item of a stream, started as the item arrives.
+    MiNoPriorKnowledge(log: &Log) -> Vec<u64> {
+        Sequential {
+            each = ForEach(x in stream arrivals(ARRIVALS)) {
+                w = Operation(work(log, x.0, x.1)) => w
+            },
+            next = Operation(work(log, "next", 5)),
+        }
+        => each.clone()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_15_mi_no_a_priori_knowledge() {
+    let log = Log::new();
+    let outcome = MiNoPriorKnowledge::runner().execute(&log).await;
+    let report = &outcome.report;
+    assert_eq!(
+        outcome.result.as_ref().ok(),
+        Some(&vec![30, 30, 10]),
+        "{report}"
+    );
+    // Instances are added while others run: each starts when its item arrives.
+    assert_eq!(log.at("a", "start"), ms(0));
+    assert_eq!(log.at("b", "start"), ms(10));
+    assert_eq!(log.at("c", "start"), ms(25));
+    assert!(log.at("c", "start") < log.at("a", "end"));
+    // Synchronized: the next task starts when the last instance completed (b, at 40ms),
+    // not when the last one started or the stream ended.
+    assert_eq!(log.at("next", "start"), ms(40));
+    assert_eq!(instances(report, "each"), (3, 3, 0, 0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// WCP 21 Structured Loop: a task or sub-process runs repeatedly, with a test after (post-test)
+// or before (pre-test) each iteration; the loop has one entry and one exit.
+
+/// Iteration `k` (from 0, the counter's value) logs `i{k}` for 10ms and returns `k + 1`.
+async fn iteration(log: &Log, counter: &AtomicUsize) -> Result<u64, Boom> {
+    let k = counter.fetch_add(1, Ordering::SeqCst) as u64;
+    work(log, instance_name(k), 10).await?;
+    Ok(k + 1)
+}
+
+workflow! {
+    /// Repeat until `stop` iterations ran; the test reads the iteration's output.
+    PostTestLoop(log: &Log, counter: &AtomicUsize, stop: u64) -> u64 {
+        Sequential {
+            before = Operation(work(log, "before", 5)),
+            looped = Loop(max = 8) {
+                n = Operation(iteration(log, counter))
+                => n
+            } until (n >= stop),
+            after = Operation(work(log, "after", 5)),
+        }
+        => looped
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_21_structured_loop_post_test() {
+    for (stop, iterations) in [(3u64, 3u64), (0, 1)] {
+        let log = Log::new();
+        let counter = AtomicUsize::new(0);
+        let outcome = PostTestLoop::runner().execute((&log, &counter, stop)).await;
+        let report = &outcome.report;
+        // Tested after each iteration: the body runs at least once, even when the test holds
+        // before the first.
+        assert_eq!(outcome.result.as_ref().ok(), Some(&iterations), "{report}");
+        assert_eq!(counter.load(Ordering::SeqCst) as u64, iterations);
+        // One iteration after the other, entered once from `before`.
+        for k in 0..iterations {
+            assert_eq!(
+                log.at(instance_name(k), "start"),
+                ms(5 + 10 * k),
+                "stop = {stop}"
+            );
+        }
+        // One exit: the step after runs once, when the last iteration ended.
+        assert_eq!(starts(&log, "after"), 1);
+        assert_eq!(log.at("after", "start"), ms(5 + 10 * iterations));
+        assert_eq!(instances(report, "looped"), (iterations, iterations, 0, 0));
+    }
+}
+
+workflow! {
+    /// While the previous iteration's output is below `limit`: tested before each iteration,
+    /// the first included.
+    PreTestLoop(log: &Log, counter: &AtomicUsize, limit: u64) -> Option<u64> {
+        Sequential {
+            before = Operation(work(log, "before", 5)),
+            looped = Loop(max = 8, prev = last) while (last.copied().unwrap_or(0) < limit) {
+                n = Operation(iteration(log, counter))
+                => n
+            },
+            after = Operation(work(log, "after", 5)),
+        }
+        => looped
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_21_structured_loop_pre_test() {
+    for (limit, iterations) in [(3u64, 3u64), (0, 0)] {
+        let log = Log::new();
+        let counter = AtomicUsize::new(0);
+        let outcome = PreTestLoop::runner().execute((&log, &counter, limit)).await;
+        let report = &outcome.report;
+        // Tested before each iteration: a test that fails at once runs the body zero times.
+        let output = (iterations > 0).then_some(iterations);
+        assert_eq!(outcome.result.as_ref().ok(), Some(&output), "{report}");
+        assert_eq!(counter.load(Ordering::SeqCst) as u64, iterations);
+        for k in 0..iterations {
+            assert_eq!(
+                log.at(instance_name(k), "start"),
+                ms(5 + 10 * k),
+                "limit = {limit}"
+            );
+        }
+        assert_eq!(starts(&log, "after"), 1);
+        assert_eq!(log.at("after", "start"), ms(5 + 10 * iterations));
+        assert_eq!(instances(report, "looped"), (iterations, iterations, 0, 0));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// WCP 26 Cancel Multiple Instance Activity: a multiple-instance task is cancelled; its
+// instances not yet completed are withdrawn, the completed ones are unaffected.
+
+workflow! {
+    /// Four instances; at 25ms the `ForEach` is cancelled, when two have completed.
+    CancelMiActivity(log: &Log) -> Option<usize> {
+        Sequential {
+            Parallel {
+                each = ForEach(x in [("a", 10u64), ("b", 20), ("c", 40), ("d", 50)]) {
+                    w = Operation(cut(log, x.0, x.1)) => w
+                },
+                Sequential {
+                    trigger = Operation(work(log, "trigger", 25)),
+                    Cancel(each),
+                },
+            },
+            next = Operation(work(log, "next", 5)),
+        }
+        => each.map(Vec::len)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_26_cancel_mi_activity() {
+    let log = Log::new();
+    let outcome = CancelMiActivity::runner().execute(&log).await;
+    let report = &outcome.report;
+    // Cancelling is no failure; the cancelled `ForEach` has no output.
+    assert!(report.succeeded(), "{report}");
+    assert_eq!(outcome.result.as_ref().ok(), Some(&None));
+    // The instances not yet completed are withdrawn: their futures dropped at 25ms.
+    for name in ["c", "d"] {
+        assert_eq!(log.at(name, "dropped"), ms(25), "{name}");
+    }
+    assert_eq!(log.ended(), ["a", "b", "trigger", "next"]);
+    // The completed ones are unaffected: they completed and stay counted so.
+    assert_eq!(log.at("a", "end"), ms(10));
+    assert_eq!(log.at("b", "end"), ms(20));
+    assert_eq!(instances(report, "each"), (4, 2, 0, 2));
+    assert_eq!(status(report, "each"), NodeStatus::Withdrawn);
+    assert_eq!(withdrawn_by(report, "each"), Some("cancel#1"));
+    assert_eq!(log.at("next", "start"), ms(25));
+}
+
+// ---------------------------------------------------------------------------------------------
+// WCP 27 Complete Multiple Instance Activity: a multiple-instance task is forced to complete;
+// its remaining instances are withdrawn and control passes on.
+
+workflow! {
+    /// Four instances; at 25ms the `ForEach` is completed, when two have completed. The step
+    /// after it reads its output.
+    CompleteMiActivity(log: &Log) -> Vec<u64> {
+        Parallel {
+            Sequential {
+                each = ForEach(x in [("a", 10u64), ("b", 20), ("c", 40), ("d", 50)]) {
+                    w = Operation(cut(log, x.0, x.1)) => w
+                },
+                next = Operation(work_on(log, "next", &(each.len() as u64), 5)),
+            },
+            Sequential {
+                trigger = Operation(work(log, "trigger", 25)),
+                Complete(each),
+            },
+        }
+        => each.clone()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_27_complete_mi_activity() {
+    let log = Log::new();
+    let outcome = CompleteMiActivity::runner().execute(&log).await;
+    let report = &outcome.report;
+    assert!(report.succeeded(), "{report}");
+    // Completed, with the outputs of the instances that completed.
+    assert_eq!(outcome.result.as_ref().ok(), Some(&vec![10, 20]));
+    assert_eq!(status(report, "each"), NodeStatus::Completed);
+    // The remaining instances are withdrawn at that instant.
+    for name in ["c", "d"] {
+        assert_eq!(log.at(name, "dropped"), ms(25), "{name}");
+    }
+    assert_eq!(instances(report, "each"), (4, 2, 0, 2));
+    // Control passes on at once, to the step after the `ForEach`, which reads two outputs.
+    assert_eq!(log.at("next", "start"), ms(25));
+    assert_eq!(
+        report.node("next").map(|n| n.status),
+        Some(NodeStatus::Completed)
+    );
+    assert_eq!(log.elapsed(), ms(30));
+}
+
+// ---------------------------------------------------------------------------------------------
+// WCP 28 Blocking Discriminator: the first active incoming branch to complete enables the
+// subsequent branch; the construct resets once every active branch has completed, and further
+// enablements of the branches are blocked until then. WCP 31 Blocking Partial Join: the same
+// with N of M branches.
+
+workflow! {
+    /// Two rounds of two branches, `a` (10ms) and `b` (30ms), joined by a discriminator
+    /// before `c`.
+    BlockingDiscriminator(log: &Log) -> u64 {
+        looped = Loop(max = 4, prev = last) {
+            Parallel(min = 1, rest = run) {
+                a = Operation(round(log, "a", last.map_or(0, |r| r + 1), 10)),
+                b = Operation(round(log, "b", last.map_or(0, |r| r + 1), 30)),
+            },
+            c = Operation(round(log, "c", last.map_or(0, |r| r + 1), 5))
+            => c
+        } until (c >= 1)
+        => looped
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_28_blocking_discriminator() {
+    let log = Log::new();
+    let outcome = BlockingDiscriminator::runner().execute(&log).await;
+    let report = &outcome.report;
+    assert_eq!(outcome.result.as_ref().ok(), Some(&1), "{report}");
+    // Each round, the first branch to complete enables the subsequent branch, once.
+    assert_eq!(log.at("c0", "start"), ms(10));
+    assert_eq!(log.at("c1", "start"), ms(40));
+    assert_eq!(
+        log.started().iter().filter(|n| n.starts_with('c')).count(),
+        2
+    );
+    // The construct resets when the slower branch completed (30ms); until then the branches
+    // are not enabled again, though `c0` ended at 15ms.
+    assert_eq!(log.at("b0", "end"), ms(30));
+    assert_eq!(log.at("a1", "start"), ms(30));
+    assert_eq!(log.at("b1", "start"), ms(30));
+    assert_eq!(instances(report, "looped"), (2, 2, 0, 0));
+    assert_eq!(log.elapsed(), ms(60));
+}
+
+workflow! {
+    /// Two rounds of three branches, `a` (10ms), `b` (20ms) and `c` (40ms), joined two of
+    /// three before `d`.
+    BlockingPartialJoin(log: &Log) -> u64 {
+        looped = Loop(max = 4, prev = last) {
+            Parallel(min = 2, rest = run) {
+                a = Operation(round(log, "a", last.map_or(0, |r| r + 1), 10)),
+                b = Operation(round(log, "b", last.map_or(0, |r| r + 1), 20)),
+                c = Operation(round(log, "c", last.map_or(0, |r| r + 1), 40)),
+            },
+            d = Operation(round(log, "d", last.map_or(0, |r| r + 1), 5))
+            => d
+        } until (d >= 1)
+        => looped
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_31_blocking_partial_join() {
+    let log = Log::new();
+    let outcome = BlockingPartialJoin::runner().execute(&log).await;
+    let report = &outcome.report;
+    assert_eq!(outcome.result.as_ref().ok(), Some(&1), "{report}");
+    // Each round, the second completion enables `d`, once; the third is ignored.
+    assert_eq!(log.at("d0", "start"), ms(20));
+    assert_eq!(log.at("d1", "start"), ms(60));
+    assert_eq!(
+        log.started().iter().filter(|n| n.starts_with('d')).count(),
+        2
+    );
+    // Blocked until the join resets: the next round's branches start when the last branch
+    // of this one completed.
+    assert_eq!(log.at("c0", "end"), ms(40));
+    for name in ["a1", "b1", "c1"] {
+        assert_eq!(log.at(name, "start"), ms(40), "{name}");
+    }
+    assert_eq!(instances(report, "looped"), (2, 2, 0, 0));
+    assert_eq!(log.elapsed(), ms(80));
+}
+
+// ---------------------------------------------------------------------------------------------
+// WCP 35 Cancelling Partial Join for Multiple Instances: of M concurrent instances, the next
+// task starts once N have completed, and the remaining instances are cancelled.
+
+workflow! {
+    /// Two of four.
+    CancellingPartialJoinMi(log: &Log) -> Vec<u64> {
+        Sequential {
+            two = ForEach(x in [("a", 30u64), ("b", 10), ("c", 20), ("d", 40)], min = 2, rest = cancel) {
+                w = Operation(cut(log, x.0, x.1)) => w
+            },
+            next = Operation(work(log, "next", 5)),
+        }
+        => two.clone()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_35_cancelling_partial_join_mi() {
+    let log = Log::new();
+    let outcome = CancellingPartialJoinMi::runner().execute(&log).await;
+    let report = &outcome.report;
+    assert!(report.succeeded(), "{report}");
+    // The outputs of the two that completed, in input order.
+    assert_eq!(outcome.result.as_ref().ok(), Some(&vec![10, 20]));
+    // The next task starts at the second completion, once.
+    assert_eq!(log.at("next", "start"), ms(20));
+    assert_eq!(starts(&log, "next"), 1);
+    // The others are cancelled then.
+    for name in ["a", "d"] {
+        assert_eq!(log.at(name, "dropped"), ms(20), "{name}");
+    }
+    assert_eq!(log.ended(), ["b", "c", "next"]);
+    assert_eq!(instances(report, "two"), (4, 2, 0, 2));
+    assert_eq!(log.elapsed(), ms(25));
+}
+
+// ---------------------------------------------------------------------------------------------
 // docs/patterns.md stays true: 43 rows in order, every `direct` row names tests of this file,
 // every `wcp_` test of this file is named by a `direct` row, and the count at the top is the
 // number of `direct` rows.
@@ -1403,7 +1917,7 @@ fn patterns_doc_matches_these_tests() {
         assert_eq!(cells[1], (i + 1).to_string(), "rows are in pattern order");
         let status = cells[6];
         assert!(
-            ["direct", "planned", "planned (iteration)", "not expressed"]
+            ["direct", "planned", "not expressed"]
                 .iter()
                 .any(|s| status == *s || status.starts_with("not expressed:")),
             "row {}: unknown status `{status}`",

@@ -21,9 +21,19 @@
 //! from outside its arm is read as the macro reads it: the reader waits for it and inherits
 //! nothing, so a withdrawn input counts as ended and is no failure.
 //!
+//! Any leaf of a random workflow may instead be a nest node: a `ForEach` (iterator or stream,
+//! `fail_fast` or `collect`, a limit, `min` with `rest = cancel | run`) or a `Loop` (`until` or
+//! `while`, `max`, `on_max`) over instances that fail at random, driven by the real drivers in
+//! the run's task. The model decides its fate with the reference model of nests
+//! (`nest_model/mod.rs`): it completes or fails as that model says, and then behaves as an
+//! operation that did; the run's `NestReport` of it must count the instances that model
+//! counts.
+//!
 //! Each property runs 1,000 random workflows; `FLOW_MODEL_CASES` sets another number, for a
 //! long hunt (`FLOW_MODEL_CASES=200000 cargo test -p flow-runtime --release --test model`)
 //! or a quick look.
+
+mod nest_model;
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -36,8 +46,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use flow_runtime::__private::{
-    Arm, Control, Gate, Leaf, Nodes, Plan, Rest, Rule, RunOptions, RunState, Slot, execute_nodes,
-    unreachable_run,
+    Arm, Control, Gate, Leaf, NestCtx, NestInfo, NestKind, Nodes, Plan, Rest, Rule, RunOptions,
+    RunState, Slot, execute_nodes, unreachable_run,
 };
 use flow_runtime::NodeStatus::{Aborted, Completed, Failed, Skipped, Withdrawn};
 use flow_runtime::{
@@ -113,6 +123,12 @@ enum Step {
         then: Vec<Step>,
         otherwise: Option<Vec<Step>>,
     },
+    /// A `ForEach` or a `Loop` over instances of a one-operation body, reading earlier
+    /// operations as an operation does.
+    Nest {
+        case: NestCase,
+        reads: Vec<Ref>,
+    },
     /// `Parallel(min = k, rest = ..)` (a `Race` is `min = 1`, `rest = cancel`): each step is an
     /// arm. Generated only at the top of a workflow, with arms that hold no gate.
     Gate {
@@ -121,6 +137,41 @@ enum Step {
         max_concurrency: Option<u32>,
         arms: Vec<Step>,
     },
+}
+
+/// What a nest node runs: a case of the nest model, whose stop never comes.
+#[derive(Debug, Clone)]
+enum NestCase {
+    Each(nest_model::EachCase),
+    Loop(nest_model::LoopCase),
+}
+
+impl NestCase {
+    /// What the nest model says the node ends with.
+    fn seen(&self) -> nest_model::Seen {
+        match self {
+            NestCase::Each(case) => nest_model::model_each(case),
+            NestCase::Loop(case) => nest_model::model_loop(case),
+        }
+    }
+
+    fn kind(&self) -> (NodeKind, NestKind) {
+        match self {
+            NestCase::Each(_) => (NodeKind::ForEach, NestKind::ForEach),
+            NestCase::Loop(_) => (NodeKind::Loop, NestKind::Loop),
+        }
+    }
+
+    /// The instances `(started, completed, failed, withdrawn)` the nest model counts.
+    fn counts(&self) -> [u64; 4] {
+        let seen = self.seen();
+        [
+            seen.started.len() as u64,
+            seen.completed,
+            seen.failed.len() as u64,
+            seen.withdrawn,
+        ]
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -161,6 +212,9 @@ struct Node {
     else_nodes: Vec<usize>,
     /// The gate arm the node sits in: (gate, arm), indices into `Wf::gates`.
     arm: Option<(usize, usize)>,
+    /// A nest node's case: the node is an operation to the model, whose behaviour is what the
+    /// nest model says it ends with.
+    nest: Option<NestCase>,
 }
 
 /// A gate block: its node, its rule, and each arm's nodes and exits.
@@ -247,6 +301,13 @@ impl Wf {
             .collect::<Vec<_>>()
             .join(", ");
         match n.kind {
+            NodeKind::Operation if n.nest.is_some() => {
+                let what = match &n.nest {
+                    Some(NestCase::Each(_)) => "for_each",
+                    _ => "loop",
+                };
+                format!("{what}({names})")
+            }
             NodeKind::Operation => {
                 let what = match n.behaviour {
                     Behaviour::Ok => "ok".to_string(),
@@ -350,6 +411,7 @@ impl Builder {
             then_nodes: Vec::new(),
             else_nodes: Vec::new(),
             arm: self.arm,
+            nest: None,
         });
         self.refs.push((after.to_vec(), reads.to_vec()));
         self.wf.nodes.len() - 1
@@ -390,6 +452,22 @@ impl Builder {
                     after,
                     reads,
                 );
+                (vec![id], vec![id])
+            }
+            Step::Nest { case, reads } => {
+                let behaviour = match case.seen().status {
+                    NodeStatus::Completed => Behaviour::Ok,
+                    _ => Behaviour::Err,
+                };
+                let id = self.push(
+                    NodeKind::Operation,
+                    behaviour,
+                    Rule::Default,
+                    Test::Const(false),
+                    &[],
+                    reads,
+                );
+                self.wf.nodes[id].nest = Some(case.clone());
                 (vec![id], vec![id])
             }
             Step::Seq(steps) => self.sequence(steps),
@@ -615,7 +693,10 @@ fn graph(wf: &Wf, limits: bool) -> &'static Graph {
         .map(|i| {
             NodeInfo::__new(
                 leak_str(wf.name(i)),
-                wf.nodes[i].kind,
+                wf.nodes[i]
+                    .nest
+                    .as_ref()
+                    .map_or(wf.nodes[i].kind, |c| c.kind().0),
                 leak_str(wf.label(i)),
                 i as u32 + 1,
                 1,
@@ -775,7 +856,17 @@ fn graph(wf: &Wf, limits: bool) -> &'static Graph {
 /// The control tables of `wf`: its gates, one scope per arm, and its trigger rules.
 fn control(wf: &Wf) -> &'static Control {
     let ruled = wf.nodes.iter().any(|node| node.rule != Rule::Default);
-    if wf.gates.is_empty() && !ruled {
+    let nests: Vec<NestInfo> = (0..wf.len())
+        .filter_map(|i| {
+            let case = wf.nodes[i].nest.as_ref()?;
+            Some(NestInfo {
+                node: i as u32,
+                kind: case.kind().1,
+                body: &nest_model::BODY,
+            })
+        })
+        .collect();
+    if wf.gates.is_empty() && !ruled && nests.is_empty() {
         return &Control::NONE;
     }
     let mut scopes = Vec::new();
@@ -811,6 +902,7 @@ fn control(wf: &Wf) -> &'static Control {
         } else {
             &[]
         },
+        nests: leak(nests),
         ..Control::NONE
     }))
 }
@@ -1220,6 +1312,8 @@ struct HarnessNode {
     shared: Rc<Shared>,
     i: usize,
     running: Option<NodeFuture>,
+    /// A nest node's context, given by the scheduler before its first attempt.
+    nest: Option<NestCtx>,
 }
 
 impl HarnessNode {
@@ -1257,6 +1351,35 @@ impl Leaf for HarnessNode {
         let shared = Rc::clone(&this.shared);
         let behaviour = node.behaviour;
         let required = node.required.clone();
+        if let Some(case) = node.nest.clone() {
+            let ctx = this.nest.clone();
+            this.running = Some(Box::pin(async move {
+                if required.iter().any(|&r| shared.slots[r].get().is_none()) {
+                    shared.record(Event::End(i, Instant::now(), true));
+                    return Err(NodeError::Aborted {
+                        cause: "missing input",
+                    });
+                }
+                let Some(ctx) = ctx else {
+                    let mut log = shared.log.borrow_mut();
+                    log.misuse
+                        .push(format!("start({i}) on a nest node given no NestCtx"));
+                    return Err(NodeError::Aborted {
+                        cause: "no NestCtx",
+                    });
+                };
+                let (_, result) = match &case {
+                    NestCase::Each(case) => nest_model::drive_each(ctx, case).await,
+                    NestCase::Loop(case) => nest_model::drive_loop(ctx, case).await,
+                };
+                shared.record(Event::End(i, Instant::now(), result.is_err()));
+                if result.is_ok() {
+                    shared.slots[i].put(i as u32);
+                }
+                result
+            }));
+            return;
+        }
         this.running = Some(Box::pin(async move {
             // An input that is missing fails the node, as generated code's `input` does (there
             // with an internal error): the scheduler must never start a node that early.
@@ -1308,6 +1431,15 @@ impl Leaf for HarnessNode {
         self.get_mut().end();
     }
 
+    fn nest(self: Pin<&mut Self>, ctx: NestCtx) {
+        let this = self.get_mut();
+        if this.shared.wf.nodes[this.i].nest.is_none() {
+            let misuse = format!("nest({}) on a node that is no nest", this.i);
+            this.shared.log.borrow_mut().misuse.push(misuse);
+        }
+        this.nest = Some(ctx);
+    }
+
     fn decide(self: Pin<&mut Self>, state: &RunState) -> bool {
         let i = self.i;
         let shared = &self.get_mut().shared;
@@ -1339,6 +1471,8 @@ struct Observed {
     listed: BTreeSet<usize>,
     /// The arms each gate that fired logged as its winners, by the gate's node.
     won: BTreeMap<usize, Vec<u32>>,
+    /// Each nest node that started: its instances `(started, completed, failed, withdrawn)`.
+    nests: BTreeMap<usize, [u64; 4]>,
     log: Log,
 }
 
@@ -1358,6 +1492,7 @@ fn run(wf: &Wf, graph: &'static Graph, options: RunOptions) -> Result<Observed, 
                 shared: Rc::clone(&shared),
                 i,
                 running: None,
+                nest: None,
             })
             .collect(),
     };
@@ -1410,8 +1545,21 @@ fn run(wf: &Wf, graph: &'static Graph, options: RunOptions) -> Result<Observed, 
             _ => None,
         })
         .collect();
+    let nests = outcome
+        .report
+        .nests()
+        .iter()
+        .map(|nest| {
+            let node = graph
+                .node_id(nest.node)
+                .ok_or_else(|| format!("unknown nest node `{}` in the report", nest.node))?;
+            let counts = [nest.started, nest.completed, nest.failed, nest.withdrawn];
+            Ok((node, counts))
+        })
+        .collect::<Result<_, String>>()?;
     Ok(Observed {
         won,
+        nests,
         status: outcome.report.nodes().iter().map(|n| n.status).collect(),
         errors: outcome
             .report
@@ -1548,6 +1696,16 @@ fn check_against_model(
             return Err(format!(
                 "node {i}: ran {}, the model says {ran}",
                 span.is_some()
+            ));
+        }
+        if let Some(case) = &wf.nodes[i].nest
+            && ran
+            && observed.nests.get(&i) != Some(&case.counts())
+        {
+            return Err(format!(
+                "nest node {i} counts its instances {:?}, the nest model {:?}",
+                observed.nests.get(&i),
+                case.counts()
             ));
         }
         if expected.status[i] == NodeStatus::Aborted {
@@ -1767,8 +1925,24 @@ fn test() -> impl Strategy<Value = Test> {
     ]
 }
 
+/// A nest node: a `ForEach` or a `Loop` of the nest model, with no `Complete` or `Cancel`.
+fn nest() -> impl Strategy<Value = Step> {
+    let case = prop_oneof![
+        nest_model::each_case().prop_map(|mut case| {
+            case.stop.at_us = nest_model::LATE_US;
+            NestCase::Each(case)
+        }),
+        nest_model::loop_case().prop_map(|mut case| {
+            case.cancel_us = nest_model::LATE_US;
+            NestCase::Loop(case)
+        }),
+    ];
+    (case, picks(2)).prop_map(|(case, reads)| Step::Nest { case, reads })
+}
+
 fn step() -> impl Strategy<Value = Step> {
-    operation().prop_recursive(4, 30, 3, |inner| {
+    let leaf = prop_oneof![8 => operation(), 1 => nest()];
+    leaf.prop_recursive(4, 30, 3, |inner| {
         let block = prop::collection::vec(inner, 1..=3);
         prop_oneof![
             block.clone().prop_map(Step::Seq),
@@ -2242,6 +2416,8 @@ fn generator_covers_the_interesting_cases() {
     // Workflows where a step with a rule carried a failure on, and where a `one_failed` step
     // was skipped.
     let [mut carried, mut quiet] = [0usize; 2];
+    // Workflows with a `ForEach` that ran, with a `Loop` that ran, and with a nest that failed.
+    let [mut each_ran, mut loop_ran, mut nest_failed] = [0usize; 3];
     for _ in 0..samples {
         let body = workflow()
             .new_tree(&mut runner)
@@ -2266,6 +2442,20 @@ fn generator_covers_the_interesting_cases() {
         quiet += usize::from(
             (0..wf.len()).any(|i| wf.nodes[i].rule == Rule::OneFailed && m.status[i] == Skipped),
         );
+        let nests_that = |kind: NodeKind, status: &[NodeStatus]| {
+            (0..wf.len()).any(|i| {
+                wf.nodes[i]
+                    .nest
+                    .as_ref()
+                    .is_some_and(|c| c.kind().0 == kind)
+                    && status.contains(&m.status[i])
+            })
+        };
+        each_ran += usize::from(nests_that(NodeKind::ForEach, &[Completed, Failed]));
+        loop_ran += usize::from(nests_that(NodeKind::Loop, &[Completed, Failed]));
+        nest_failed += usize::from(
+            nests_that(NodeKind::ForEach, &[Failed]) || nests_that(NodeKind::Loop, &[Failed]),
+        );
         if !graph(&wf, false).__plan().join_pred_count.is_empty() {
             joined += 1;
             joined_fails += usize::from(m.status.contains(&Failed));
@@ -2273,7 +2463,7 @@ fn generator_covers_the_interesting_cases() {
     }
     sizes.sort_unstable();
     let summary = format!(
-        "sizes: median {}, max {}; runs failing {fails}, with a caught failure {caught}, with skips {skipped}, with aborts {aborted}, with nested branches {nested}, with joins {joined} ({joined_fails} with a failure), with a carried failure {carried}, with a skipped one_failed step {quiet} (of {samples})",
+        "sizes: median {}, max {}; runs failing {fails}, with a caught failure {caught}, with skips {skipped}, with aborts {aborted}, with nested branches {nested}, with joins {joined} ({joined_fails} with a failure), with a carried failure {carried}, with a skipped one_failed step {quiet}, with a ForEach that ran {each_ran}, a Loop that ran {loop_ran}, a nest that failed {nest_failed} (of {samples})",
         sizes[samples / 2],
         sizes[samples - 1]
     );
@@ -2290,6 +2480,10 @@ fn generator_covers_the_interesting_cases() {
     );
     assert!(
         skipped > samples / 3 && aborted > samples / 3 && nested > samples / 5,
+        "{summary}"
+    );
+    assert!(
+        each_ran > samples / 10 && loop_ran > samples / 10 && nest_failed > samples / 20,
         "{summary}"
     );
 }

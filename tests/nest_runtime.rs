@@ -71,3 +71,9 @@ async fn a_failed_child_run_is_the_steps_failure_with_the_childs_error() {
         "workflow `Payment` (`payment`) failed: 1 node failed (`receipt`)"
     );
 }
+
+#[tokio::test]
+async fn a_run_with_a_child_run_is_send() {
+    let handle = tokio::spawn(Checkout::run(7));
+    assert_eq!(handle.await.ok().and_then(Result::ok), Some(7));
+}

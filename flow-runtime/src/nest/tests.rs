@@ -739,6 +739,12 @@ fn pictures_of_a_graph_draw_each_nest_body_beside_its_node() {
             .to_dot()
             .contains("        n0_0 -> n0_0_0 [style=dotted")
     );
+    // `FLOW_DOT_OUT=dir` writes the two graphs there, for Graphviz to check them.
+    if let Ok(dir) = std::env::var("FLOW_DOT_OUT") {
+        for (name, dot) in [("order", dot), ("lines", LINES.to_dot())] {
+            std::fs::write(format!("{dir}/{name}.dot"), dot).expect("written");
+        }
+    }
 }
 
 /// A workflow one of whose steps runs the workflow itself.
@@ -804,22 +810,25 @@ async fn a_progress_bar_ticks_once_per_instance() {
 
 #[tokio::test(start_paused = true)]
 async fn the_summary_of_many_instances_stays_bounded() {
+    // Fewer under miri, which runs the same checks a thousand times slower.
+    let count: u64 = if cfg!(miri) { 300 } else { 3_000 };
     let ctx = NestCtx {
         report: true,
         ..NestCtx::detached("charge", NestKind::ForEach, &BODY)
     };
-    for index in 0..3_000 {
+    for index in 0..count {
         let outcome = paused_instance(&ctx, index, index % 2 == 1, index % 7).await;
         let _ = ctx.ended(index, outcome);
     }
     let report = ctx.report();
+    let half = count / 2;
     assert_eq!(
         (report.started, report.completed, report.failed),
-        (3_000, 1_500, 1_500)
+        (count, half, half)
     );
     assert_eq!(report.failures.len(), 100, "the first 100 failures");
     assert_eq!(report.failures[99].0, 199);
-    assert_eq!(report.more_failures(), 1_400);
+    assert_eq!(report.more_failures(), half - 100);
     let kept: Vec<u64> = report.reports.iter().map(|(i, _)| *i).collect();
     assert_eq!(
         kept,
@@ -828,11 +837,13 @@ async fn the_summary_of_many_instances_stays_bounded() {
     );
     assert_eq!(report.min, Some(Duration::ZERO));
     assert_eq!(report.max, Some(Duration::from_millis(6)));
-    assert_eq!(
-        report.to_string(),
-        "charge[0..3000]  1,500 completed · 1,500 failed (charge[1]: card declined; \
-         charge[3]: card declined; charge[5]: card declined; and 1,497 more)"
-    );
+    if count == 3_000 {
+        assert_eq!(
+            report.to_string(),
+            "charge[0..3000]  1,500 completed · 1,500 failed (charge[1]: card declined; \
+             charge[3]: card declined; charge[5]: card declined; and 1,497 more)"
+        );
+    }
 }
 
 /// One `ForEach`, `charge`, over `BODY`.

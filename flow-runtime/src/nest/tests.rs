@@ -913,3 +913,77 @@ async fn observers_see_an_instances_events_when_they_happen_not_when_the_node_en
     assert!(outcome.result.is_ok());
     assert_eq!(recorder.events(), outcome.report.log().events());
 }
+
+/// A workflow whose one step never ends, and counts its drops.
+struct Stuck;
+
+static STUCK_DROPS: AtomicU64 = AtomicU64::new(0);
+
+struct CountDrop;
+
+impl Drop for CountDrop {
+    fn drop(&mut self) {
+        STUCK_DROPS.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl crate::runner::Workflow for Stuck {
+    const GRAPH: Graph = BODY_GRAPH;
+    type Input<'a> = ();
+    type Output = ();
+
+    fn __execute<'a>(
+        options: RunOptions,
+        (): (),
+    ) -> impl std::future::Future<Output = Outcome<()>> {
+        let node = (|| async {
+            let _guard = CountDrop;
+            std::future::pending::<()>().await;
+            Ok(())
+        },);
+        async move { execute(&Self::GRAPH, options, node).await.output(|| Ok(())) }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sub_workflow_is_cancelled_with_its_parent() {
+    let step = (Nest, |ctx: NestCtx| async move {
+        super::child::<Stuck>(ctx, ()).await
+    });
+    let options = RunOptions {
+        deadline: Some(Duration::from_millis(100)),
+        ..RunOptions::default()
+    };
+    let outcome = execute(&CHECKOUT, options, step).await.output(|| Ok(()));
+    let error = outcome.result.expect_err("cancelled");
+    assert!(error.is_cancelled());
+    assert_eq!(
+        STUCK_DROPS.load(Ordering::SeqCst),
+        1,
+        "the child's step was dropped"
+    );
+    let payment = outcome.report.nest("payment").expect("reported");
+    assert_eq!(
+        (
+            payment.started,
+            payment.completed,
+            payment.failed,
+            payment.withdrawn
+        ),
+        (1, 0, 0, 1)
+    );
+    let child: Vec<String> = outcome
+        .report
+        .log()
+        .events()
+        .iter()
+        .filter(|e| e.path.is_some())
+        .map(|e| e.kind.name().to_string())
+        .collect();
+    assert_eq!(
+        child,
+        ["RunStarted", "Requested"],
+        "the child never ended: it was dropped"
+    );
+    assert_eq!(outcome.report.status("payment"), Some(NodeStatus::Aborted));
+}

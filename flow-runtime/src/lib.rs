@@ -90,7 +90,7 @@ pub mod __private {
         Arm, Control, Edge, EdgeKind, Gate, Graph, Instant, NestInfo, NodeInfo, NodeKind, Plan,
         Rest, Rule, Section, SignalInfo,
     };
-    pub use crate::nest::{Nest, NestCtx, NestKind, NestOp, child};
+    pub use crate::nest::{ChildRun, Nest, NestCtx, NestKind, NestOp, child};
     pub use crate::nodes::{ArenaOp, Decide, Decision, IntoNodes, Leaf, Nodes, Op, Pair};
     pub use crate::options::RunOptions;
     pub use crate::policy::{Backoff, CancelToken, FailurePolicy, NodePolicy};

@@ -345,13 +345,41 @@ impl NestCtx {
 ///
 /// Dropping the future (the step withdrawn, the run cancelled) drops the child run, and every
 /// node future it holds, at once.
-pub async fn child<W: crate::runner::Workflow>(
+pub fn child<'a, W: crate::runner::Workflow + 'a>(
     ctx: NestCtx,
-    input: W::Input<'_>,
-) -> Result<W::Output, NodeError> {
-    let outcome = W::__execute(ctx.instance(0), input).await;
-    ctx.ended(0, outcome)
-        .map_err(|error| NodeError::Workflow(Box::new(error)))
+    input: W::Input<'a>,
+) -> ChildRun<impl Future<Output = Outcome<W::Output>> + 'a> {
+    let run = W::__execute(ctx.instance(0), input);
+    ChildRun { ctx, run }
+}
+
+pin_project! {
+    /// The future of a sub-workflow step: the child's run, then its outcome handed to the
+    /// step's [`NestCtx`] (see [`child`]). A plain future rather than an `async fn`, so that a
+    /// run holding it is `Send` whenever the child's run is.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct ChildRun<F> {
+        ctx: NestCtx,
+        #[pin]
+        run: F,
+    }
+}
+
+impl<F, T> Future for ChildRun<F>
+where
+    F: Future<Output = Outcome<T>>,
+{
+    type Output = Result<T, NodeError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let outcome = std::task::ready!(this.run.poll(cx));
+        Poll::Ready(
+            this.ctx
+                .ended(0, outcome)
+                .map_err(|error| NodeError::Workflow(Box::new(error))),
+        )
+    }
 }
 
 impl fmt::Debug for NestCtx {

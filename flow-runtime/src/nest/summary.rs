@@ -231,7 +231,7 @@ fn nanos(d: Duration) -> u64 {
 /// [`Report::nests`] lists them.
 ///
 /// Its size does not grow with the number of instances: it counts them, lists the first
-/// [`FAILURES_KEPT`] (100) failures, summarises durations, and keeps the whole [`Report`] of
+/// 100 failures, summarises durations, and keeps the whole [`Report`] of
 /// the first instance (index 0: a sub-workflow step's only one) and of the first 10 failed
 /// ones, when the run built a report.
 #[derive(Debug, Clone)]

@@ -301,6 +301,11 @@ async fn instance_events_reach_the_roots_log_and_observers_in_order_with_their_p
     assert_eq!(report.count(NodeStatus::Completed), 3);
     assert_eq!(report.count(NodeStatus::Failed), 0);
     assert_eq!(report.attempts(), 3);
+    assert_eq!(
+        report.node("order").and_then(|n| n.ended),
+        Some(Duration::ZERO),
+        "the body's node 0 is not the workflow's"
+    );
     let matrix = report.trace_matrix();
     assert_eq!(matrix.rows.len(), 5);
     assert_eq!(
@@ -734,6 +739,12 @@ fn pictures_of_a_graph_draw_each_nest_body_beside_its_node() {
             .to_dot()
             .contains("        n0_0 -> n0_0_0 [style=dotted")
     );
+    // `FLOW_DOT_OUT=dir` writes the two graphs there, for Graphviz to check them.
+    if let Ok(dir) = std::env::var("FLOW_DOT_OUT") {
+        for (name, dot) in [("order", dot), ("lines", LINES.to_dot())] {
+            std::fs::write(format!("{dir}/{name}.dot"), dot).expect("written");
+        }
+    }
 }
 
 /// A workflow one of whose steps runs the workflow itself.
@@ -795,4 +806,184 @@ async fn a_progress_bar_ticks_once_per_instance() {
     assert_eq!(progress.bar().length(), Some(6));
     assert_eq!(progress.bar().position(), 6);
     assert!(progress.bar().is_finished());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_summary_of_many_instances_stays_bounded() {
+    // Fewer under miri, which runs the same checks a thousand times slower.
+    let count: u64 = if cfg!(miri) { 300 } else { 3_000 };
+    let ctx = NestCtx {
+        report: true,
+        ..NestCtx::detached("charge", NestKind::ForEach, &BODY)
+    };
+    for index in 0..count {
+        let outcome = paused_instance(&ctx, index, index % 2 == 1, index % 7).await;
+        let _ = ctx.ended(index, outcome);
+    }
+    let report = ctx.report();
+    let half = count / 2;
+    assert_eq!(
+        (report.started, report.completed, report.failed),
+        (count, half, half)
+    );
+    assert_eq!(report.failures.len(), 100, "the first 100 failures");
+    assert_eq!(report.failures[99].0, 199);
+    assert_eq!(report.more_failures(), half - 100);
+    let kept: Vec<u64> = report.reports.iter().map(|(i, _)| *i).collect();
+    assert_eq!(
+        kept,
+        [0, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19],
+        "instance 0 and 10 failed ones"
+    );
+    assert_eq!(report.min, Some(Duration::ZERO));
+    assert_eq!(report.max, Some(Duration::from_millis(6)));
+    if count == 3_000 {
+        assert_eq!(
+            report.to_string(),
+            "charge[0..3000]  1,500 completed · 1,500 failed (charge[1]: card declined; \
+             charge[3]: card declined; charge[5]: card declined; and 1,497 more)"
+        );
+    }
+}
+
+/// One `ForEach`, `charge`, over `BODY`.
+static SOLO_NESTS: [NestInfo; 1] = [NestInfo {
+    node: 0,
+    kind: NestKind::ForEach,
+    body: &BODY,
+}];
+static SOLO_CONTROL: Control = Control::NONE.with_nests(&SOLO_NESTS);
+static SOLO: Graph = Graph::__new(
+    "Solo",
+    &[NodeInfo::__new("charge", NodeKind::ForEach, "charge", 1, 1)],
+    &[],
+    Plan::new(
+        &[0],
+        &[0, 0],
+        &[],
+        &[0],
+        &[],
+        &[0],
+        &[],
+        &[],
+        &[],
+        &[],
+        &[],
+        &[],
+        FailurePolicy::ContinueIndependent,
+    )
+    .with_control(&SOLO_CONTROL),
+);
+
+#[tokio::test(start_paused = true)]
+async fn observers_see_an_instances_events_when_they_happen_not_when_the_node_ends() {
+    let recorder = Recorder::new();
+    let options = RunOptions {
+        observers: vec![Arc::new(recorder.clone())],
+        ..RunOptions::default()
+    };
+    let driver = |ctx: NestCtx| async move {
+        for (index, pause) in [(0, 10), (1, 1_000)] {
+            let outcome = paused_instance(&ctx, index, false, pause).await;
+            let _ = ctx.ended(index, outcome);
+        }
+        Ok(())
+    };
+    let run = execute(&SOLO, options, (Nest, driver));
+    let mut run = std::pin::pin!(async move { run.await.output(|| Ok(())) });
+    let early = tokio::time::timeout(Duration::from_millis(500), run.as_mut()).await;
+    assert!(early.is_err(), "the second instance still runs");
+    let seen: Vec<String> = recorder
+        .events()
+        .iter()
+        .filter_map(|e| Some(format!("{} {}", e.path.as_ref()?, e.kind.name())))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            "charge[0] RunStarted",
+            "charge[0] Requested",
+            "charge[0] Completed",
+            "charge[0] RunFinished",
+            "charge[1] RunStarted",
+            "charge[1] Requested",
+        ]
+    );
+    let outcome = run.await;
+    assert!(outcome.result.is_ok());
+    assert_eq!(recorder.events(), outcome.report.log().events());
+}
+
+/// A workflow whose one step never ends, and counts its drops.
+struct Stuck;
+
+static STUCK_DROPS: AtomicU64 = AtomicU64::new(0);
+
+struct CountDrop;
+
+impl Drop for CountDrop {
+    fn drop(&mut self) {
+        STUCK_DROPS.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl crate::runner::Workflow for Stuck {
+    const GRAPH: Graph = BODY_GRAPH;
+    type Input<'a> = ();
+    type Output = ();
+
+    fn __execute<'a>(
+        options: RunOptions,
+        (): (),
+    ) -> impl std::future::Future<Output = Outcome<()>> {
+        let node = (|| async {
+            let _guard = CountDrop;
+            std::future::pending::<()>().await;
+            Ok(())
+        },);
+        async move { execute(&Self::GRAPH, options, node).await.output(|| Ok(())) }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sub_workflow_is_cancelled_with_its_parent() {
+    let step = (Nest, |ctx: NestCtx| async move {
+        super::child::<Stuck>(ctx, ()).await
+    });
+    let options = RunOptions {
+        deadline: Some(Duration::from_millis(100)),
+        ..RunOptions::default()
+    };
+    let outcome = execute(&CHECKOUT, options, step).await.output(|| Ok(()));
+    let error = outcome.result.expect_err("cancelled");
+    assert!(error.is_cancelled());
+    assert_eq!(
+        STUCK_DROPS.load(Ordering::SeqCst),
+        1,
+        "the child's step was dropped"
+    );
+    let payment = outcome.report.nest("payment").expect("reported");
+    assert_eq!(
+        (
+            payment.started,
+            payment.completed,
+            payment.failed,
+            payment.withdrawn
+        ),
+        (1, 0, 0, 1)
+    );
+    let child: Vec<String> = outcome
+        .report
+        .log()
+        .events()
+        .iter()
+        .filter(|e| e.path.is_some())
+        .map(|e| e.kind.name().to_string())
+        .collect();
+    assert_eq!(
+        child,
+        ["RunStarted", "Requested"],
+        "the child never ended: it was dropped"
+    );
+    assert_eq!(outcome.report.status("payment"), Some(NodeStatus::Aborted));
 }

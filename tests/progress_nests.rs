@@ -80,7 +80,7 @@ async fn instances_counts_the_instances_of_the_named_foreach() {
     };
     let outcome = Checked::runner().observer(watch).execute(5).await;
     assert_eq!(outcome.result.ok(), Some(8));
-    assert_eq!(*positions.lock().unwrap(), [1, 2, 3, 4, 5]);
+    assert_eq!(*positions.lock().expect("not poisoned"), [1, 2, 3, 4, 5]);
     assert_eq!(bar.length(), Some(5));
     assert!(bar.is_finished());
     assert_eq!(bar.message(), "done, 1 instance(s) failed");

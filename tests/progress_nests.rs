@@ -1,6 +1,6 @@
-//! `flow::Progress` in a run with nest instances: the bar of the run's nodes ignores the
-//! instances' events (their `RunStarted` no longer resets it), and `Progress::instances`
-//! counts the instances of one `ForEach`.
+//! `flow::Progress` in a run with nest instances: the instances' runs tick the bar once each
+//! and never reset or finish it, and `Progress::instances` counts the instances of one
+//! `ForEach`.
 
 mod common;
 
@@ -39,16 +39,18 @@ workflow! {
 }
 
 #[tokio::test]
-async fn the_bar_of_the_nodes_counts_the_runs_own_nodes_only() {
+async fn the_default_bar_counts_the_runs_nodes_and_its_foreachs_instances() {
     let progress = flow::Progress::with_bar(flow::ProgressBar::hidden());
     let bar = progress.bar().clone();
     let outcome = Checked::runner().observer(progress).execute(5).await;
     assert_eq!(outcome.result.ok(), Some(8));
-    assert_eq!(bar.length(), Some(3));
-    assert_eq!(bar.position(), 3);
+    // Three nodes and five instances, not the instances' own nodes; the instances' runs
+    // neither reset the bar (nor its prefix) nor finish it.
+    assert_eq!(bar.length(), Some(3 + 5));
+    assert_eq!(bar.position(), 3 + 5);
     assert_eq!(bar.prefix(), "Checked");
     assert!(bar.is_finished());
-    assert_eq!(bar.message(), "done");
+    assert_eq!(bar.message(), "done, 1 instance(s) failed");
 }
 
 /// Hands each event to `progress` and records the bar's position after each instance's end.

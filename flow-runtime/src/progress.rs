@@ -5,22 +5,24 @@ use std::sync::Mutex;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::events::{Event, EventKind, Observer};
+use crate::nest::NodePath;
 
 /// An [`Observer`] that drives an indicatif progress bar.
 ///
-/// [`Progress::new`] counts the workflow's own nodes: one tick per node that settles, the last
-/// failure or retry as the message, and a summary when the run ends. The events of nest
-/// instances (a `ForEach`'s instances, a `Loop`'s iterations, a sub-workflow's nodes: events
-/// with a [`path`](Event::path)) do not move that bar: only the nest node itself does, once,
-/// when it settles.
+/// [`Progress::new`] counts the run's work: one tick per node of the workflow that settles and
+/// one per instance of its nest nodes that ends (a `ForEach`'s items, a `Loop`'s iterations, a
+/// sub-workflow step's run; the bar's length grows by one as each instance starts), the last
+/// failure or retry as the message, and a summary when the run ends. Only the run's own events
+/// start, reset and finish the bar: an instance's events (those with a
+/// [`path`](Event::path)) never do, and the nodes inside instances, and instances of nests
+/// nested deeper, do not tick.
 ///
-/// [`Progress::instances`] counts the instances of one nest node instead: one tick per
-/// instance that ended, the failed ones counted in the message. This is the bar of a run that
-/// is one long `ForEach`:
+/// [`Progress::instances`] counts the instances of one nest node instead, against the total
+/// the caller expects: the bar of a run that is one long `ForEach`.
 ///
 /// ```no_run
 /// # use flow_runtime::features::Progress;
-/// // The bar of the nodes of the run.
+/// // The bar of the run's nodes and its nest nodes' instances.
 /// let progress = Progress::new();
 /// // Checkout::runner().observer(progress).execute(..)
 ///
@@ -31,34 +33,45 @@ use crate::events::{Event, EventKind, Observer};
 #[derive(Debug)]
 pub struct Progress {
     bar: ProgressBar,
-    /// The nest node whose instances the bar counts; `None`: the run's own nodes.
+    /// The nest node whose instances the bar counts; `None`: the run's nodes and the
+    /// instances of its nest nodes.
     nest: Option<String>,
-    /// The bar's length in instances (with `nest`).
+    /// The bar's length, with `nest`.
     total: u64,
-    failures: Mutex<u64>,
-    /// The last failure of an instance that has not ended yet (with `nest`).
-    last_failure: Mutex<Option<String>>,
+    counts: Mutex<Counts>,
+}
+
+/// What a [`Progress`] counts beside the bar's position.
+#[derive(Debug, Default)]
+struct Counts {
+    /// The run's own nodes that failed.
+    nodes_failed: u64,
+    /// The instances counted that failed.
+    instances_failed: u64,
+    /// The last failure inside an instance counted: `charged[3]/charge: card declined`.
+    last_failure: Option<String>,
 }
 
 impl Progress {
     /// A progress bar on standard error (hidden when it is not a terminal) over the run's
-    /// nodes.
+    /// nodes and the instances of its nest nodes.
     pub fn new() -> Self {
         Self::with_bar(ProgressBar::new(0))
     }
 
     /// Drives `bar` (for example a hidden one in tests, or one inside a `MultiProgress`) over
-    /// the run's nodes.
+    /// the run's nodes and the instances of its nest nodes.
     pub fn with_bar(bar: ProgressBar) -> Self {
         Self::styled(bar, None, 0)
     }
 
     /// A progress bar on standard error over the instances of the nest node called `node` (a
     /// `ForEach`'s items, a `Loop`'s iterations), `total` of them expected: one tick per
-    /// instance that ended, completed or failed. Instances of that node inside other nests
-    /// count too (the node's name is matched against the innermost step of each instance's
-    /// path). An instance withdrawn before it ended does not tick; the bar finishes when the
-    /// run ends.
+    /// instance that ended, completed or failed, and the failed ones counted in the message,
+    /// with the last failure. The run's own nodes do not tick. Instances of that node inside
+    /// other nests count too (the name is matched against the innermost step of each
+    /// instance's path). An instance withdrawn before it ended does not tick; the bar
+    /// finishes when the run ends.
     pub fn instances(node: impl Into<String>, total: u64) -> Self {
         Self::instances_with_bar(ProgressBar::new(total), node, total)
     }
@@ -81,8 +94,7 @@ impl Progress {
             bar,
             nest,
             total,
-            failures: Mutex::new(0),
-            last_failure: Mutex::new(None),
+            counts: Mutex::new(Counts::default()),
         }
     }
 
@@ -91,27 +103,21 @@ impl Progress {
         &self.bar
     }
 
-    /// Counts one more failure and returns the count.
-    fn failed(&self) -> u64 {
-        match self.failures.lock() {
-            Ok(mut failures) => {
-                *failures += 1;
-                *failures
-            }
-            Err(_) => 0,
-        }
+    /// Updates the counts (a poisoned lock is taken as it is: the counts stay valid between
+    /// statements).
+    fn counts<T>(&self, update: impl FnOnce(&mut Counts) -> T) -> T {
+        let mut counts = self
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        update(&mut counts)
     }
 
-    fn failures(&self) -> u64 {
-        self.failures.lock().map(|f| *f).unwrap_or(0)
-    }
-
-    fn reset_failures(&self) {
-        if let Ok(mut failures) = self.failures.lock() {
-            *failures = 0;
-        }
-        if let Ok(mut last) = self.last_failure.lock() {
-            *last = None;
+    /// Whether the bar counts the instance at `path`.
+    fn counts_instance(&self, path: &NodePath) -> bool {
+        match &self.nest {
+            None => path.steps().len() == 1,
+            Some(nest) => path.steps().last().is_some_and(|step| step.node == nest),
         }
     }
 
@@ -125,33 +131,42 @@ impl Progress {
         self.bar.set_position(0);
         self.bar.set_prefix(workflow);
         self.bar.set_message("");
-        self.reset_failures();
+        self.counts(|counts| *counts = Counts::default());
     }
 
     /// The run ended.
     fn finished(&self, succeeded: bool) {
-        let failures = self.failures();
-        let message = match (&self.nest, succeeded) {
-            (None, true) => "done".to_string(),
-            (None, false) => format!("failed ({failures} node(s))"),
-            (Some(_), true) if failures == 0 => "done".to_string(),
-            (Some(_), true) => format!("done, {failures} instance(s) failed"),
-            (Some(_), false) => format!("failed, {failures} instance(s) failed"),
+        let (nodes, instances) = self.counts(|c| (c.nodes_failed, c.instances_failed));
+        let mut message = match succeeded {
+            true => "done".to_string(),
+            false => format!("failed ({nodes} node(s))"),
         };
+        if instances > 0 {
+            message.push_str(&format!(", {instances} instance(s) failed"));
+        }
         self.bar.finish_with_message(message);
     }
 
-    /// A root event, counting the run's nodes.
+    /// An event of one of the run's own nodes.
     fn on_node_event(&self, event: &Event) {
+        let tick = self.nest.is_none();
         match &event.kind {
-            EventKind::Completed { .. } | EventKind::Skipped => self.bar.inc(1),
-            EventKind::Failed { error } => {
-                self.failed();
-                self.bar.inc(1);
-                self.bar.set_message(format!("failed: {error}"));
+            EventKind::Completed { .. }
+            | EventKind::Skipped
+            | EventKind::Aborted { .. }
+            | EventKind::Withdrawn { .. }
+                if tick =>
+            {
+                self.bar.inc(1)
             }
-            EventKind::Aborted { .. } | EventKind::Withdrawn { .. } => self.bar.inc(1),
-            EventKind::Retrying { error, delay } => {
+            EventKind::Failed { error } => {
+                self.counts(|counts| counts.nodes_failed += 1);
+                if tick {
+                    self.bar.inc(1);
+                    self.bar.set_message(format!("failed: {error}"));
+                }
+            }
+            EventKind::Retrying { error, delay } if tick => {
                 self.bar
                     .set_message(format!("retrying in {delay:?}: {error}"));
             }
@@ -159,37 +174,35 @@ impl Progress {
         }
     }
 
-    /// An instance's event, counting the instances of the nest node `nest`.
-    fn on_instance_event(&self, nest: &str, event: &Event) {
-        let Some(path) = &event.path else {
-            return;
-        };
-        let Some(step) = path.steps().last() else {
-            return;
-        };
-        if step.node != nest {
+    /// An event of an instance at `path`, or of one of its nodes.
+    fn on_instance_event(&self, path: &NodePath, event: &Event) {
+        if !self.counts_instance(path) {
             return;
         }
+        // `node` is `None` for the instance's own run-level events.
+        let run = event.node.is_none();
         match &event.kind {
-            // The instance's own run ended (`node` is `None` for run-level events).
-            EventKind::RunFinished { succeeded } if event.node.is_none() => {
+            EventKind::RunStarted { .. } if run && self.nest.is_none() => self.bar.inc_length(1),
+            EventKind::RunFinished { succeeded } if run => {
                 if !*succeeded {
-                    let failures = self.failed();
-                    let message = match self.last_failure.lock().ok().and_then(|mut l| l.take()) {
-                        Some(last) => format!("{failures} failed, last {last}"),
-                        None => format!("{failures} failed"),
-                    };
+                    let message = self.counts(|counts| {
+                        counts.instances_failed += 1;
+                        let failed = counts.instances_failed;
+                        match counts.last_failure.take() {
+                            Some(last) => format!("{failed} failed, last {last}"),
+                            None => format!("{failed} failed, last {path}"),
+                        }
+                    });
                     self.bar.set_message(message);
                 }
                 self.bar.inc(1);
             }
-            // A node of the instance failed: the instance will end failed, and its message
-            // is the bar's once it has.
+            // A node of the instance failed: the instance will end failed, and this is the
+            // bar's message once it has.
             EventKind::Failed { error } => {
                 let node = event.node_name.unwrap_or("?");
-                if let Ok(mut last) = self.last_failure.lock() {
-                    *last = Some(format!("{}: {error}", path.name_of(node)));
-                }
+                let last = format!("{}: {error}", path.name_of(node));
+                self.counts(|counts| counts.last_failure = Some(last));
             }
             _ => {}
         }
@@ -204,15 +217,11 @@ impl Default for Progress {
 
 impl Observer for Progress {
     fn on_event(&self, event: &Event) {
-        let root = event.path.is_none();
-        match (&event.kind, &self.nest) {
-            (EventKind::RunStarted { workflow, nodes }, _) if root => {
-                self.started(workflow, *nodes);
-            }
-            (EventKind::RunFinished { succeeded }, _) if root => self.finished(*succeeded),
-            (_, None) if root => self.on_node_event(event),
-            (_, None) => {}
-            (_, Some(nest)) => self.on_instance_event(nest, event),
+        match (&event.path, &event.kind) {
+            (None, EventKind::RunStarted { workflow, nodes }) => self.started(workflow, *nodes),
+            (None, EventKind::RunFinished { succeeded }) => self.finished(*succeeded),
+            (None, _) => self.on_node_event(event),
+            (Some(path), _) => self.on_instance_event(path, event),
         }
     }
 }
@@ -311,21 +320,59 @@ mod tests {
     }
 
     #[test]
-    fn instance_events_neither_reset_nor_finish_the_bar_of_the_runs_nodes() {
+    fn instance_events_neither_reset_nor_finish_the_bar_and_each_instance_ticks_once() {
         let progress = Progress::with_bar(ProgressBar::hidden());
-        let events = run_of(3, &[1]);
+        let mut events = run_of(3, &[1]);
+        // An instance of a nest inside `charged[0]`: deeper than the run's own nest nodes.
+        let deeper = instance("charged", 0).map(|path| {
+            path.child(PathStep {
+                node: "inner",
+                kind: NestKind::Loop,
+                index: 0,
+            })
+        });
+        let at = events.len() - 2;
+        events.insert(
+            at,
+            event(
+                deeper.clone(),
+                None,
+                EventKind::RunStarted {
+                    workflow: "inner",
+                    nodes: 1,
+                },
+            ),
+        );
+        events.insert(
+            at + 1,
+            event(deeper, None, EventKind::RunFinished { succeeded: true }),
+        );
         let (before_end, end) = events.split_at(events.len() - 1);
+        let (mut started, mut ticks) = (0, 0);
         for event in before_end {
             progress.on_event(event);
-            // Whatever an instance does, the bar stays the root's: two nodes.
-            assert_eq!(progress.bar().length(), Some(2), "after {event:?}");
+            let top = event.path.as_ref().is_some_and(|p| p.steps().len() == 1);
+            match (&event.kind, event.node) {
+                (EventKind::RunStarted { .. }, None) if top => started += 1,
+                (EventKind::RunFinished { .. }, None) if top => ticks += 1,
+                (EventKind::Completed { .. }, Some(_)) if event.path.is_none() => ticks += 1,
+                _ => {}
+            }
+            // The run's two nodes and one tick per instance of `charged` started so far;
+            // whatever an instance does, the bar stays the run's.
+            assert_eq!(
+                progress.bar().length(),
+                Some(2 + started),
+                "after {event:?}"
+            );
+            assert_eq!(progress.bar().position(), ticks, "after {event:?}");
+            assert_eq!(progress.bar().prefix(), "Batch", "after {event:?}");
             assert!(!progress.bar().is_finished(), "after {event:?}");
         }
-        assert_eq!(progress.bar().position(), 2);
-        assert_eq!(progress.bar().prefix(), "Batch");
+        assert_eq!(progress.bar().position(), 5);
         progress.on_event(&end[0]);
         assert!(progress.bar().is_finished());
-        assert_eq!(progress.bar().message(), "done");
+        assert_eq!(progress.bar().message(), "done, 1 instance(s) failed");
     }
 
     #[test]

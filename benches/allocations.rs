@@ -2,6 +2,10 @@
 //! hand-written code: a counting global allocator around one run on a `current_thread` runtime
 //! (after one warm-up run, so that thread-locals and the runtime's own buffers are in place).
 //!
+//! The last table is the peak heap of a `ForEach` over 100,000 and 1,000,000 items, 64 in
+//! flight, against `futures::stream::iter(..).map(..).buffer_unordered(64)` over the same
+//! items: both hold what is in flight, not the items.
+//!
 //! `cargo bench -p flow-benches --bench allocations` prints the markdown tables of
 //! docs/performance.md.
 
@@ -9,6 +13,7 @@ mod common;
 
 use std::future::Future;
 
+use futures::StreamExt;
 use tokio::runtime::Runtime;
 
 use common::counting::{Counting, Usage, measure};
@@ -35,6 +40,36 @@ mod imm {
     include!("generated/layered_100.rs");
     include!("generated/layered_1000.rs");
     include!("common/mixed.rs");
+}
+
+/// A `ForEach` whose body yields once per item, `()` output: what `ForEach` itself holds.
+mod each {
+    use crate::common::ops::yld as op;
+    use flow::workflow;
+
+    workflow! {
+        /// `items` items, at most 64 instances in flight.
+        pub Each(items: u64) -> usize {
+            all = ForEach(item in 0..items, max_concurrency = 64) {
+                Operation(op(item))
+                => ()
+            }
+            => all.len()
+        }
+    }
+}
+
+/// The same work as [`each::Each`] by hand: a stream of the items, 64 futures in flight.
+async fn buffered(items: u64) -> usize {
+    futures::stream::iter(0..items)
+        .map(common::ops::yld)
+        .buffer_unordered(64)
+        .map(|result| {
+            common::ok(result);
+        })
+        .collect::<Vec<()>>()
+        .await
+        .len()
 }
 
 /// What one run of `make()` allocates, after a warm-up run.
@@ -248,4 +283,26 @@ fn main() {
          one: {} calls (tokio's list of deferred wake-ups).",
         immediate.calls, yielding.calls
     );
+
+    println!(
+        "\nPeak heap of a `ForEach` (`max_concurrency = 64`, `()` output, the body one yielding \
+         operation) against `stream::iter(..).map(..).buffer_unordered(64)` over the same items:\n"
+    );
+    println!(
+        "| items | `ForEach` peak KiB | calls | calls per item | `buffer_unordered(64)` peak KiB | calls | calls per item |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    for items in [100_000u64, 1_000_000] {
+        let flow = usage(&rt, || each::Each::run(items));
+        let stream = usage(&rt, || buffered(items));
+        println!(
+            "| {items} | {} | {} | {:.2} | {} | {} | {:.2} |",
+            kib(flow.peak),
+            flow.calls,
+            flow.calls as f64 / items as f64,
+            kib(stream.peak),
+            stream.calls,
+            stream.calls as f64 / items as f64
+        );
+    }
 }

@@ -12,12 +12,14 @@
 //! entry in a [`WakeSet`] so that a poll of the driver polls only the instances woken since
 //! the last one (as the scheduler does with its nodes). A place is reused by the next item once
 //! its instance ended: a `ForEach` over a million items with `max_concurrency = 64` holds 64
-//! instances and the output `Vec`.
+//! instances, the outputs of those in flight and the output `Vec` (no heap at all for a `()`
+//! output).
 //!
 //! Bodies are `Fn(Item, RunOptions) -> Fut`, not `AsyncFn`: a future generic over an `AsyncFn`
 //! whose closure captures a reference is not `Send` for rustc ("implementation of `Send` is
 //! not general enough"), so a workflow with a `ForEach` could not be spawned.
 
+use std::collections::VecDeque;
 use std::future::{Future, poll_fn};
 use std::pin::{Pin, pin};
 use std::sync::Arc;
@@ -497,12 +499,70 @@ impl<F: Future> Places<F> {
     }
 }
 
+/// A `ForEach`'s outputs, in input order, held in memory that grows with the outputs and the
+/// instances in flight, not with the items: the outputs of the instances that ended in order
+/// (every instance before them ended too) are in `done`; those of the instances started since
+/// wait in `window`, one entry per instance from the first that has not ended. With a
+/// zero-sized output (`()`), `done` allocates nothing, so a `ForEach` over a million items
+/// holds a window about `max_concurrency` long.
+struct Outputs<Out> {
+    done: Vec<Out>,
+    /// Entry `i` is instance `done.len() + i`'s output, once it ended.
+    window: VecDeque<Option<Out>>,
+    /// The index of `window[0]`: every instance before it ended with an output.
+    first: u64,
+}
+
+impl<Out> Default for Outputs<Out> {
+    fn default() -> Self {
+        Outputs::new()
+    }
+}
+
+impl<Out> Outputs<Out> {
+    fn new() -> Outputs<Out> {
+        Outputs {
+            done: Vec::new(),
+            window: VecDeque::new(),
+            first: 0,
+        }
+    }
+
+    /// The next instance started.
+    #[inline]
+    fn started(&mut self) {
+        self.window.push_back(None);
+    }
+
+    /// Instance `index` (started, not yet ended) ended with `output`.
+    #[inline]
+    fn ended(&mut self, index: u64, output: Out) {
+        let at = index.checked_sub(self.first).map(|at| at as usize);
+        if let Some(entry) = at.and_then(|at| self.window.get_mut(at)) {
+            *entry = Some(output);
+        }
+        while let Some(Some(_)) = self.window.front() {
+            if let Some(Some(output)) = self.window.pop_front() {
+                self.done.push(output);
+            }
+            self.first += 1;
+        }
+    }
+
+    /// The outputs kept, in input order; the instances that gave none are left out.
+    fn finish(self) -> Vec<Out> {
+        let mut outputs = self.done;
+        outputs.extend(self.window.into_iter().flatten());
+        outputs
+    }
+}
+
 /// The state of one `ForEach` driver.
 struct Each<'c, F, Out> {
     ctx: &'c NestCtx,
     places: Places<F>,
-    /// One entry per item started (until the output is settled), in input order.
-    outputs: Vec<Option<Out>>,
+    /// The node's output so far, in input order (see [`Outputs`]).
+    outputs: Outputs<Out>,
     next: u64,
     exhausted: bool,
     /// Instances that completed.
@@ -550,7 +610,7 @@ where
     let mut each = Each::<Fut, K::Out> {
         ctx: &ctx,
         places: Places::new(limit),
-        outputs: Vec::new(),
+        outputs: Outputs::new(),
         next: 0,
         exhausted: false,
         completed: 0,
@@ -591,7 +651,7 @@ where
                         let index = self.next;
                         self.next += 1;
                         if !self.settled {
-                            self.outputs.push(None);
+                            self.outputs.started();
                         }
                         let future = body(item, self.ctx.instance(index));
                         let wanted = items.at_least().saturating_add(1);
@@ -662,7 +722,7 @@ where
             Ok(output) => {
                 self.completed += 1;
                 if !self.settled {
-                    self.outputs[index as usize] = Some(K::ok(output));
+                    self.outputs.ended(index, K::ok(output));
                     if self.min > 0 && self.completed == self.min {
                         self.settled = true;
                         if self.rest_cancel {
@@ -673,7 +733,7 @@ where
             }
             Err(error) if self.settled => drop(error),
             Err(error) => match K::failed(error) {
-                Ok(kept) => self.outputs[index as usize] = Some(kept),
+                Ok(kept) => self.outputs.ended(index, kept),
                 Err(error) => {
                     self.withdraw_live();
                     return Some(Err(NodeError::Workflow(Box::new(error))));
@@ -692,10 +752,7 @@ where
     /// Ends the node: drops what still runs and hands out the outputs kept, in input order.
     fn finish(&mut self) -> Vec<Out> {
         self.withdraw_live();
-        std::mem::take(&mut self.outputs)
-            .into_iter()
-            .flatten()
-            .collect()
+        std::mem::take(&mut self.outputs).finish()
     }
 }
 

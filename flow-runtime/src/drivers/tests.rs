@@ -962,3 +962,49 @@ fn instances_that_keep_waking_themselves_do_not_hold_the_task() {
     assert_eq!(out.ok(), Some(vec![1, 1]));
     assert!(polls > 2, "the driver yielded to its task ({polls} polls)");
 }
+
+#[tokio::test]
+async fn loops_with_captured_references_are_send() {
+    let step = Arc::new(2u64);
+    let handle = tokio::spawn(async move {
+        let step = &step;
+        let make = move |nest: NestCtx| async move {
+            let until = repeat_until(
+                nest.clone(),
+                up_to(10),
+                move |prev: Option<u64>, opts: RunOptions| async move {
+                    let last = prev.as_ref();
+                    let slot = &Slot::new();
+                    let node = (move || async move {
+                        tokio::task::yield_now().await;
+                        complete(slot, Ok::<u64, Declined>(last.map_or(0, |l| l + **step)))
+                    },);
+                    execute(&BODY, opts, node)
+                        .await
+                        .output(move || Ok((*require(slot, "step")?, *require(slot, "step")? >= 6)))
+                },
+            )
+            .await?;
+            let whiles = repeat_while(
+                nest,
+                up_to(10),
+                |last: Option<&u64>| last.is_none_or(|l| *l < 6),
+                move |prev: Option<u64>, opts: RunOptions| async move {
+                    let last = prev.as_ref();
+                    let slot = &Slot::new();
+                    let node = (move || async move {
+                        tokio::task::yield_now().await;
+                        complete(slot, Ok::<u64, Declined>(last.map_or(0, |l| l + **step)))
+                    },);
+                    execute(&BODY, opts, node)
+                        .await
+                        .output(move || Ok(*require(slot, "step")?))
+                },
+            )
+            .await?;
+            Ok::<_, NodeError>((until, whiles))
+        };
+        make(loop_ctx()).await
+    });
+    assert_eq!(handle.await.ok().and_then(Result::ok), Some((6, Some(6))));
+}

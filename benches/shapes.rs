@@ -135,6 +135,19 @@ async fn hand_buffer_unordered(items: u64) -> u64 {
     outputs.iter().sum()
 }
 
+/// As [`hand_buffer_unordered`], each item a plain run of `control::Item` (what the
+/// `ForEach`'s instances run): the cost of the runs themselves, without the driver.
+async fn hand_buffer_unordered_runs(items: u64) -> u64 {
+    use futures::StreamExt;
+    let outputs: Vec<u64> = futures::stream::iter(0..items)
+        .map(control::Item::run)
+        .buffer_unordered(IN_FLIGHT)
+        .map(|output| output.unwrap_or(0))
+        .collect()
+        .await;
+    outputs.iter().sum()
+}
+
 /// Benchmarks `run` on `rt`: one call of `run` is one iteration.
 fn bench<F, Fut>(group: &mut BenchmarkGroup<'_, WallTime>, id: &str, rt: &Runtime, run: F)
 where
@@ -226,6 +239,7 @@ fn check(rt: &Runtime) {
     );
     assert_eq!(rt.block_on(flow_for_each(ITEMS)), ITEMS_SUM);
     assert_eq!(rt.block_on(hand_buffer_unordered(ITEMS)), ITEMS_SUM);
+    assert_eq!(rt.block_on(hand_buffer_unordered_runs(ITEMS)), ITEMS_SUM);
 }
 
 /// The three shapes and the mixed workflow with one operation on one runtime.
@@ -395,6 +409,9 @@ fn foreach_10k(c: &mut Criterion, rt: &Runtime) {
     bench(&mut g, "hand_buffer_unordered", rt, || {
         hand_buffer_unordered(black_box(ITEMS))
     });
+    bench(&mut g, "hand_buffer_unordered_runs", rt, || {
+        hand_buffer_unordered_runs(black_box(ITEMS))
+    });
     g.finish();
 }
 
@@ -476,6 +493,7 @@ fn repeat(rt: &Runtime, which: &str, runs: usize) -> Option<u64> {
             "quorum_2of3" => rt.block_on(control::Quorum2of3::run(black_box(0))).ok()?,
             "foreach_10k" => rt.block_on(flow_for_each(black_box(ITEMS))),
             "hand_foreach_10k" => rt.block_on(hand_buffer_unordered(black_box(ITEMS))),
+            "hand_foreach_10k_runs" => rt.block_on(hand_buffer_unordered_runs(black_box(ITEMS))),
             "hand_race2" => rt
                 .block_on(hand::race2(ops::after, black_box(0), RACE_TURNS))
                 .ok()?,

@@ -451,9 +451,11 @@ impl<F: Future> Places<F> {
         self.live >= self.limit
     }
 
-    /// Starts `future` as instance `index` in a free place (a new chunk if none is free; the
-    /// caller checked [`Places::is_full`]), woken so that the next take polls it.
-    fn insert(&mut self, index: u64, future: F, wanted: usize) {
+    /// Starts instance `index` in a free place (a new chunk if none is free; the caller
+    /// checked [`Places::is_full`]), its future made by `make` right there, woken so that the
+    /// next take polls it.
+    #[inline]
+    fn insert(&mut self, index: u64, wanted: usize, make: impl FnOnce() -> F) {
         if self.free.is_empty() {
             self.grow(wanted);
         }
@@ -462,7 +464,11 @@ impl<F: Future> Places<F> {
         };
         let chunk = &mut self.chunks[c as usize];
         chunk.indices[at as usize] = index;
-        chunk.place(at as usize).set(Some(future));
+        let place = chunk.place(at as usize);
+        // SAFETY: a free place holds `None`, which is overwritten without moving any pinned
+        // value. Written in place rather than through `Pin::set(Some(make()))`: instance
+        // futures are large (a nested run, over a kilobyte) and each move is a copy.
+        unsafe { *place.get_unchecked_mut() = Some(make()) };
         chunk.wakes.waker(at).wake_by_ref();
         self.live += 1;
     }
@@ -653,9 +659,10 @@ where
                         if !self.settled {
                             self.outputs.started();
                         }
-                        let future = body(item, self.ctx.instance(index));
                         let wanted = items.at_least().saturating_add(1);
-                        self.places.insert(index, future, wanted);
+                        let ctx = self.ctx;
+                        self.places
+                            .insert(index, wanted, || body(item, ctx.instance(index)));
                         progress = true;
                     }
                     Poll::Ready(None) => self.exhausted = true,

@@ -911,3 +911,100 @@ async fn a_complete_step_before_its_for_each_starts_empties_it() {
     assert_eq!(out.lock().ok().and_then(|mut o| o.take()), Some(vec![]));
     assert_eq!(alive.most.load(Ordering::SeqCst), 0, "no instance started");
 }
+
+#[tokio::test]
+async fn no_items_is_an_empty_output() {
+    let alive = Arc::new(Alive::default());
+    let out = for_each(ctx(), 0..0u64, limit(4), timed(&alive, |_| 1, never)).await;
+    assert_eq!(out.ok(), Some(vec![]));
+    let out = for_each_stream(
+        ctx(),
+        Ticks::new(0, ms(1)),
+        limit(4),
+        timed(&alive, |_| 1, never),
+    );
+    assert_eq!(out.await.ok(), Some(vec![]));
+    assert_eq!(alive.most.load(Ordering::SeqCst), 0);
+}
+
+/// Pending `left` times, waking itself each time, then ready.
+struct Busy {
+    left: u32,
+}
+
+impl Future for Busy {
+    type Output = Result<u64, Declined>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if self.left == 0 {
+            return Poll::Ready(Ok(1));
+        }
+        self.left -= 1;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+#[test]
+fn instances_that_keep_waking_themselves_do_not_hold_the_task() {
+    let driver = for_each(ctx(), 0..2u64, limit(0), |_, opts| {
+        run_one(opts, || Busy { left: 5_000 })
+    });
+    let mut driver = std::pin::pin!(driver);
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    let mut polls = 1;
+    let out = loop {
+        match driver.as_mut().poll(&mut cx) {
+            Poll::Ready(out) => break out,
+            Poll::Pending => polls += 1,
+        }
+    };
+    assert_eq!(out.ok(), Some(vec![1, 1]));
+    assert!(polls > 2, "the driver yielded to its task ({polls} polls)");
+}
+
+#[tokio::test]
+async fn loops_with_captured_references_are_send() {
+    let step = Arc::new(2u64);
+    let handle = tokio::spawn(async move {
+        let step = &step;
+        let make = move |nest: NestCtx| async move {
+            let until = repeat_until(
+                nest.clone(),
+                up_to(10),
+                move |prev: Option<u64>, opts: RunOptions| async move {
+                    let last = prev.as_ref();
+                    let slot = &Slot::new();
+                    let node = (move || async move {
+                        tokio::task::yield_now().await;
+                        complete(slot, Ok::<u64, Declined>(last.map_or(0, |l| l + **step)))
+                    },);
+                    execute(&BODY, opts, node)
+                        .await
+                        .output(move || Ok((*require(slot, "step")?, *require(slot, "step")? >= 6)))
+                },
+            )
+            .await?;
+            let whiles = repeat_while(
+                nest,
+                up_to(10),
+                |last: Option<&u64>| last.is_none_or(|l| *l < 6),
+                move |prev: Option<u64>, opts: RunOptions| async move {
+                    let last = prev.as_ref();
+                    let slot = &Slot::new();
+                    let node = (move || async move {
+                        tokio::task::yield_now().await;
+                        complete(slot, Ok::<u64, Declined>(last.map_or(0, |l| l + **step)))
+                    },);
+                    execute(&BODY, opts, node)
+                        .await
+                        .output(move || Ok(*require(slot, "step")?))
+                },
+            )
+            .await?;
+            Ok::<_, NodeError>((until, whiles))
+        };
+        make(loop_ctx()).await
+    });
+    assert_eq!(handle.await.ok().and_then(Result::ok), Some((6, Some(6))));
+}

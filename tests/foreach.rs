@@ -85,6 +85,29 @@ async fn max_concurrency_bounds_the_instances_in_flight() {
     assert_eq!(started.elapsed(), Duration::from_millis(70));
 }
 
+workflow! {
+    Unbounded(gauge: &Gauge) -> Vec<u32> {
+        all = ForEach(n in 0..6u32) {
+            m = Operation(measured(gauge, n)) => m
+        }
+        => all.clone()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_runners_max_concurrency_counts_a_foreach_as_one_operation() {
+    // The run's limit bounds the workflow's own nodes; the ForEach's own `max_concurrency`
+    // (none here) bounds its instances.
+    let gauge = Gauge {
+        now: AtomicUsize::new(0),
+        peak: AtomicUsize::new(0),
+    };
+    let one = std::num::NonZeroUsize::MIN;
+    let all = Unbounded::runner().max_concurrency(one).run(&gauge).await;
+    assert_eq!(all.expect("the run succeeds").len(), 6);
+    assert_eq!(gauge.peak.load(Ordering::SeqCst), 6);
+}
+
 async fn label(prefix: &str, item: &str, index: usize) -> Result<String, Boom> {
     Ok(format!("{prefix}{item}#{index}"))
 }

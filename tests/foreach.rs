@@ -293,6 +293,42 @@ async fn the_report_groups_a_foreachs_instances_under_its_node() {
     assert_eq!(nest.failures[0].0, 2);
 }
 
+async fn charge(n: &u32) -> Result<u32, Boom> {
+    if n % 1000 == 17 {
+        Err(Boom("card declined"))
+    } else {
+        Ok(*n)
+    }
+}
+
+workflow! {
+    Batch() -> usize {
+        charged = ForEach(n in 0..10_000u32, max_concurrency = 64, on_failure = collect) {
+            c = Operation(charge(&n)) => c
+        }
+        => charged.iter().filter(|r| r.is_ok()).count()
+    }
+}
+
+#[tokio::test]
+async fn the_report_of_ten_thousand_instances_is_one_grouped_line() {
+    let outcome = Batch::runner().execute(()).await;
+    assert_eq!(outcome.result.expect("the run succeeds"), 9_990);
+    let table = outcome.report.to_string();
+    // The header, the node's row, its instances' line and the totals: not a row per instance.
+    assert_eq!(table.lines().count(), 4, "{table}");
+    assert!(
+        table.contains(
+            "\n  charged[0..10000]  9,990 completed · 10 failed (charged[17]: boom: card declined; \
+             charged[1017]: boom: card declined; charged[2017]: boom: card declined; and 7 more)\n"
+        ),
+        "{table}"
+    );
+    let nest = outcome.report.nest("charged").expect("the ForEach's report");
+    assert_eq!((nest.started, nest.completed, nest.failed), (10_000, 9_990, 10));
+    assert_eq!(nest.failures[9].0, 9_017);
+}
+
 #[test]
 fn a_run_with_a_foreach_is_send() {
     let gauge = Gauge {

@@ -69,6 +69,28 @@ workflow! {
     }
 }
 
+workflow! {
+    /// One named and one unnamed `ForEach`.
+    Drawn(count: u32) -> Vec<u32> {
+        Sequential {
+            items = Operation(numbers(count)),
+            doubled = ForEach(n in items.iter()) { d = Operation(double(n, 0)) => d },
+            ForEach(n in items.iter()) { Operation(double(n, 0)) },
+        }
+        => doubled.clone()
+    }
+}
+
+#[test]
+fn pictures_title_a_body_by_its_node_once() {
+    let dot = Drawn::GRAPH.to_dot();
+    assert!(dot.contains("label=\"doubled: ForEach\""), "{dot}");
+    assert!(dot.contains("label=\"foreach#1: ForEach\""), "{dot}");
+    assert!(!dot.contains(" of "), "{dot}");
+    let mermaid = Drawn::GRAPH.to_mermaid();
+    assert!(mermaid.contains("[\"doubled: ForEach\"]"), "{mermaid}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn max_concurrency_bounds_the_instances_in_flight() {
     let gauge = Gauge {

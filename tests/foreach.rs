@@ -346,8 +346,14 @@ async fn the_report_of_ten_thousand_instances_is_one_grouped_line() {
         ),
         "{table}"
     );
-    let nest = outcome.report.nest("charged").expect("the ForEach's report");
-    assert_eq!((nest.started, nest.completed, nest.failed), (10_000, 9_990, 10));
+    let nest = outcome
+        .report
+        .nest("charged")
+        .expect("the ForEach's report");
+    assert_eq!(
+        (nest.started, nest.completed, nest.failed),
+        (10_000, 9_990, 10)
+    );
     assert_eq!(nest.failures[9].0, 9_017);
 }
 

@@ -43,14 +43,14 @@ async fn a_foreach_inside_a_generic_workflow_runs_for_each_type() {
         Weigh::run(&[1u8, 2, 3]).await.expect("every item weighs"),
         [10, 20, 30]
     );
-    assert_eq!(
-        Weigh::run(&[7u32]).await.expect("every item weighs"),
-        [70]
-    );
+    assert_eq!(Weigh::run(&[7u32]).await.expect("every item weighs"), [70]);
     // A failed instance fails the generic workflow's ForEach like any other.
     let outcome = Weigh::<u16>::runner().execute(&[4, 0, 5]).await;
     assert_eq!(outcome.report.status("weights"), Some(NodeStatus::Failed));
-    let nest = outcome.report.nest("weights").expect("the ForEach's report");
+    let nest = outcome
+        .report
+        .nest("weights")
+        .expect("the ForEach's report");
     assert_eq!(nest.failures.first().map(|f| f.0), Some(1));
     // One graph for every type, with the body nested in it.
     assert_eq!(Weigh::<u8>::GRAPH.to_dot(), Weigh::<u32>::GRAPH.to_dot());
@@ -101,7 +101,10 @@ workflow! {
 
 #[tokio::test]
 async fn a_sub_workflow_step_calls_a_generic_workflow() {
-    assert_eq!(Heaviest::run(&[3, 9, 4]).await.expect("every item weighs"), 90);
+    assert_eq!(
+        Heaviest::run(&[3, 9, 4]).await.expect("every item weighs"),
+        90
+    );
     assert_eq!(Both::run(&[1, 2]).await.expect("both succeed"), (8, 30));
     // The child's failure is the step's, with the generic child's error reachable.
     let outcome = Heaviest::runner().execute(&[3, 0]).await;
@@ -122,7 +125,11 @@ async fn a_sub_workflow_step_calls_a_generic_workflow() {
 }
 
 async fn first(items: &[u64]) -> Result<usize, Boom> {
-    if items.is_empty() { Err(Boom("no items")) } else { Ok(0) }
+    if items.is_empty() {
+        Err(Boom("no items"))
+    } else {
+        Ok(0)
+    }
 }
 
 workflow! {
@@ -178,7 +185,13 @@ async fn workflows_with_a_lifetime_parameter_can_be_spawned() {
     let picked = tokio::spawn(Pick::run(&WEIGHTS));
     let lead = tokio::spawn(Lead::run(&WEIGHTS));
     let weighed = tokio::spawn(Weigh::run(&WEIGHTS));
-    assert!(std::ptr::eq(picked.await.expect("joined").expect("an item"), &WEIGHTS[0]));
-    assert!(std::ptr::eq(lead.await.expect("joined").expect("an item"), &WEIGHTS[0]));
+    assert!(std::ptr::eq(
+        picked.await.expect("joined").expect("an item"),
+        &WEIGHTS[0]
+    ));
+    assert!(std::ptr::eq(
+        lead.await.expect("joined").expect("an item"),
+        &WEIGHTS[0]
+    ));
     assert_eq!(weighed.await.expect("joined").expect("all weigh"), [40, 20]);
 }

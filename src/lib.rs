@@ -62,12 +62,17 @@
 //! # }).unwrap();
 //! ```
 //!
+//! Beyond a fixed graph, `ForEach(item in expr, max_concurrency = N) { .. }` runs a body once
+//! per item known at run time, `Loop(max = N) { .. } until (test)` repeats one, and
+//! `Workflow(Child(args))` runs another workflow as one step; their instances' events and
+//! reports nest in the run's.
+//!
 //! [`workflow!`] documents the whole language (its page is `docs/dsl.md`); what a run does,
-//! statuses, failure propagation and skipping, is in `docs/semantics.md`.
+//! statuses, failure propagation and skipping, nested graphs, is in `docs/semantics.md`.
 
 /// Turns a block of `Sequential` / `Parallel` / `Conditional` / `Operation` steps (and `Race`,
-/// `Pick`, `Signal`, `Delay`, `Cancel`, `Terminate`) into a workflow type checked at compile
-/// time.
+/// `Pick`, `Signal`, `Delay`, `Cancel`, `Terminate`, `ForEach`, `Loop`, `Workflow`,
+/// `Complete`) into a workflow type checked at compile time.
 ///
 /// The rest of this page is the language reference, `docs/dsl.md` in the repository.
 ///

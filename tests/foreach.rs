@@ -69,6 +69,28 @@ workflow! {
     }
 }
 
+workflow! {
+    /// One named and one unnamed `ForEach`.
+    Drawn(count: u32) -> Vec<u32> {
+        Sequential {
+            items = Operation(numbers(count)),
+            doubled = ForEach(n in items.iter()) { d = Operation(double(n, 0)) => d },
+            ForEach(n in items.iter()) { Operation(double(n, 0)) },
+        }
+        => doubled.clone()
+    }
+}
+
+#[test]
+fn pictures_title_a_body_by_its_node_once() {
+    let dot = Drawn::GRAPH.to_dot();
+    assert!(dot.contains("label=\"doubled: ForEach\""), "{dot}");
+    assert!(dot.contains("label=\"foreach#1: ForEach\""), "{dot}");
+    assert!(!dot.contains(" of "), "{dot}");
+    let mermaid = Drawn::GRAPH.to_mermaid();
+    assert!(mermaid.contains("[\"doubled: ForEach\"]"), "{mermaid}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn max_concurrency_bounds_the_instances_in_flight() {
     let gauge = Gauge {
@@ -83,6 +105,29 @@ async fn max_concurrency_bounds_the_instances_in_flight() {
     assert_eq!(gauge.peak.load(Ordering::SeqCst), 3);
     // 20 items, 3 at a time, 10 ms each: 7 rounds.
     assert_eq!(started.elapsed(), Duration::from_millis(70));
+}
+
+workflow! {
+    Unbounded(gauge: &Gauge) -> Vec<u32> {
+        all = ForEach(n in 0..6u32) {
+            m = Operation(measured(gauge, n)) => m
+        }
+        => all.clone()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_runners_max_concurrency_counts_a_foreach_as_one_operation() {
+    // The run's limit bounds the workflow's own nodes; the ForEach's own `max_concurrency`
+    // (none here) bounds its instances.
+    let gauge = Gauge {
+        now: AtomicUsize::new(0),
+        peak: AtomicUsize::new(0),
+    };
+    let one = std::num::NonZeroUsize::MIN;
+    let all = Unbounded::runner().max_concurrency(one).run(&gauge).await;
+    assert_eq!(all.expect("the run succeeds").len(), 6);
+    assert_eq!(gauge.peak.load(Ordering::SeqCst), 6);
 }
 
 async fn label(prefix: &str, item: &str, index: usize) -> Result<String, Boom> {
@@ -268,6 +313,48 @@ async fn the_report_groups_a_foreachs_instances_under_its_node() {
     assert_eq!((nest.started, nest.completed, nest.failed), (4, 3, 1));
     assert_eq!(nest.failures.len(), 1);
     assert_eq!(nest.failures[0].0, 2);
+}
+
+async fn charge(n: &u32) -> Result<u32, Boom> {
+    if n % 1000 == 17 {
+        Err(Boom("card declined"))
+    } else {
+        Ok(*n)
+    }
+}
+
+workflow! {
+    Batch() -> usize {
+        charged = ForEach(n in 0..10_000u32, max_concurrency = 64, on_failure = collect) {
+            c = Operation(charge(&n)) => c
+        }
+        => charged.iter().filter(|r| r.is_ok()).count()
+    }
+}
+
+#[tokio::test]
+async fn the_report_of_ten_thousand_instances_is_one_grouped_line() {
+    let outcome = Batch::runner().execute(()).await;
+    assert_eq!(outcome.result.expect("the run succeeds"), 9_990);
+    let table = outcome.report.to_string();
+    // The header, the node's row, its instances' line and the totals: not a row per instance.
+    assert_eq!(table.lines().count(), 4, "{table}");
+    assert!(
+        table.contains(
+            "\n  charged[0..10000]  9,990 completed · 10 failed (charged[17]: boom: card declined; \
+             charged[1017]: boom: card declined; charged[2017]: boom: card declined; and 7 more)\n"
+        ),
+        "{table}"
+    );
+    let nest = outcome
+        .report
+        .nest("charged")
+        .expect("the ForEach's report");
+    assert_eq!(
+        (nest.started, nest.completed, nest.failed),
+        (10_000, 9_990, 10)
+    );
+    assert_eq!(nest.failures[9].0, 9_017);
 }
 
 #[test]

@@ -136,3 +136,30 @@ fn a_run_with_a_loop_is_send() {
     drop(common::require_send(UntilThree::run(&counter)));
     drop(common::require_send(Pages::run(1)));
 }
+
+#[tokio::test]
+async fn each_iterations_nodes_show_in_the_events_and_report_with_their_iteration() {
+    let counter = AtomicU32::new(0);
+    let outcome = UntilThree::runner().execute(&counter).await;
+    assert_eq!(outcome.result.expect("the run succeeds"), 103);
+    let completed: Vec<(String, &str)> = outcome
+        .report
+        .log()
+        .events()
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Completed { .. }))
+        .filter_map(|e| Some((e.path.as_ref()?.to_string(), e.node_name?)))
+        .collect();
+    assert_eq!(
+        completed,
+        [
+            ("polled@0".to_string(), "n"),
+            ("polled@1".to_string(), "n"),
+            ("polled@2".to_string(), "n"),
+        ]
+    );
+    let nest = outcome.report.nest("polled").expect("the loop's report");
+    assert_eq!((nest.started, nest.completed, nest.failed), (3, 3, 0));
+    let table = outcome.report.to_string();
+    assert!(table.contains("\n  polled@0..3  3 completed\n"), "{table}");
+}

@@ -311,6 +311,7 @@ fn the_nested_graphs_section_names_tests_that_exist() {
         ("subworkflows", include_str!("subworkflows.rs")),
         ("patterns", include_str!("patterns.rs")),
         ("nests_semantics", include_str!("nests_semantics.rs")),
+        ("signals", include_str!("signals.rs")),
         (
             "model_nest",
             include_str!("../flow-runtime/tests/model_nest.rs"),

@@ -496,3 +496,59 @@ async fn a_failure_in_the_chosen_arm_fails_the_run() {
     let failed: Vec<&str> = error.failed().map(|f| f.node).collect();
     assert_eq!(failed, ["refuse"]);
 }
+
+async fn double(n: &u32) -> Result<u32, Infallible> {
+    Ok(n * 2)
+}
+
+workflow! {
+    /// A `ForEach`, then a `Signal`: the instances share the run's mailbox.
+    EachThenSignal() -> u32 {
+        Sequential {
+            all = ForEach(n in 0..3u32) { d = Operation(double(&n)) => d },
+            go = Signal(go: u32),
+        }
+        => go + all.iter().sum::<u32>()
+    }
+}
+
+workflow! {
+    /// The child of `ChildThenSignal`: one operation.
+    Doubler(n: u32) -> u32 {
+        d = Operation(double(&n))
+        => d
+    }
+}
+
+workflow! {
+    /// A sub-workflow step, then a `Signal`.
+    ChildThenSignal() -> u32 {
+        Sequential {
+            c = Workflow(Doubler(4)),
+            go = Signal(go: u32),
+        }
+        => go + c
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_instance_that_ends_does_not_close_the_runs_mailbox() {
+    // Kept before the run: the instances end first, and the signal is still there after them.
+    let mut runner = EachThenSignal::runner().deadline(Duration::from_secs(60));
+    runner
+        .signals()
+        .send(EachThenSignal::GO, 100)
+        .expect("kept");
+    assert_eq!(runner.run(()).await.expect("the signal arrives"), 106);
+
+    // Sent while the run waits, after the child ended.
+    let mut runner = ChildThenSignal::runner().deadline(Duration::from_secs(60));
+    let signals = runner.signals();
+    let send = async {
+        sleep(Duration::from_secs(1)).await;
+        signals.send(ChildThenSignal::GO, 1)
+    };
+    let (result, sent) = tokio::join!(runner.run(()), send);
+    assert!(sent.is_ok(), "the run was still open");
+    assert_eq!(result.expect("the signal arrives"), 9);
+}

@@ -94,3 +94,43 @@ async fn unnamed_steps_are_named_after_the_child() {
 fn a_run_with_a_sub_workflow_is_send() {
     drop(common::require_send(Order::run(1)));
 }
+
+workflow! {
+    /// A child run per item: a `ForEach` whose body is one sub-workflow step.
+    Orders(skus: &[&'static str]) -> Vec<Result<u64, String>> {
+        paid = ForEach(sku in skus.iter(), max_concurrency = 2, on_failure = collect) {
+            charge = Workflow(Payment(sku, 10)) => charge
+        }
+        => paid.iter().map(|r| r.as_ref().copied().map_err(|e| e.to_string())).collect()
+    }
+}
+
+#[tokio::test]
+async fn a_foreach_runs_a_child_workflow_per_item() {
+    let outcome = Orders::runner().execute(&["ab", "missing", "abc"]).await;
+    let results = outcome.result.expect("collect never fails the node");
+    assert_eq!(results[0], Ok(220));
+    assert_eq!(results[2], Ok(330));
+    // The failed item's error names its instance.
+    let failure = results[1].as_ref().expect_err("no such sku");
+    assert!(failure.contains("paid[1]"), "{failure}");
+    let nest = outcome.report.nest("paid").expect("the ForEach's report");
+    assert_eq!((nest.started, nest.completed, nest.failed), (3, 2, 1));
+    // The events carry the whole path: the child's node `p` inside the step `charge` of
+    // instance 1, then that step.
+    let failed: Vec<(String, &str)> = outcome
+        .report
+        .log()
+        .events()
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Failed { .. }))
+        .filter_map(|e| Some((e.path.as_ref()?.to_string(), e.node_name?)))
+        .collect();
+    assert_eq!(
+        failed,
+        [
+            ("paid[1]/charge".to_string(), "p"),
+            ("paid[1]".to_string(), "charge")
+        ]
+    );
+}

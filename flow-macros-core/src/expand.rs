@@ -196,7 +196,7 @@ fn generate(
     };
     // `run`'s parameters, passed on as the input value: the same names as the pattern.
     let value = &input.pattern;
-    let run = quote!(#private::Runner::<Self>::new().run(#value).await);
+    let run = quote!(#private::Runner::<Self>::new().run(#value));
     interface(workflow, input, &names.private, graph, body, run, keys)
 }
 
@@ -224,6 +224,7 @@ fn interface(
         lifetime,
         pattern,
         params,
+        run_params,
         marked,
     } = input;
     let declaration = generics::declaration(workflow, &marked.iter().collect::<Vec<_>>());
@@ -249,6 +250,27 @@ fn interface(
     let run_doc = format!(
         "Runs `{name}` with default options and returns its output, or a `WorkflowError` that lists every failed and aborted node. `{name}::runner()` sets options and returns a report."
     );
+    // With a declared lifetime, `run` returns the runner's future itself: an `async fn` would
+    // hold it in a coroutine whose `Send` rustc cannot prove ("implementation of `Workflow` is
+    // not general enough", rust-lang/rust#100013), so `tokio::spawn(W::run(..))` would not
+    // compile. Its borrows are the run's lifetime, named, as in `Input`, so that the future
+    // can capture them. Otherwise `async fn`.
+    let result_ty = quote!(#private::Result<#output_ty, #private::WorkflowError>);
+    let run_fn = match workflow.generics.lifetimes().next() {
+        None => quote! {
+            #vis async fn run(#(#params),*) -> #result_ty {
+                #run.await
+            }
+        },
+        Some(_) => quote! {
+            #vis fn run<#lifetime>(#(#run_params),*) -> impl #private::Future<Output = #result_ty> + #lifetime
+            where
+                Self: #lifetime,
+            {
+                #run
+            }
+        },
+    };
     quote! {
         #(#attrs)*
         #declaration
@@ -281,9 +303,7 @@ fn interface(
             }
 
             #[doc = #run_doc]
-            #vis async fn run(#(#params),*) -> #private::Result<#output_ty, #private::WorkflowError> {
-                #run
-            }
+            #run_fn
 
             #keys
         }
@@ -322,6 +342,8 @@ struct Input {
     pattern: TokenStream,
     /// `name: Type` of `run`, each parameter once.
     params: Vec<TokenStream>,
+    /// `name: Type<'r>`: the same, with every elided lifetime made `'r` (as in `ty`).
+    run_params: Vec<TokenStream>,
     /// The parameter and output types that name a declared lifetime: the type's marker holds
     /// them (`generics::declaration`).
     marked: Vec<syn::Type>,
@@ -344,6 +366,11 @@ impl Input {
         let types: Vec<syn::Type> = params
             .iter()
             .map(|p| lifetimes.input_type(&p.ty, cx))
+            .collect();
+        let run_params = names
+            .iter()
+            .zip(&types)
+            .map(|(name, ty)| quote!(#name: #ty))
             .collect();
         let (ty, pattern) = match (&types[..], &names[..]) {
             ([ty], [name]) => (quote!(#ty), quote!(#name)),
@@ -368,6 +395,7 @@ impl Input {
             lifetime: lifetimes.run,
             pattern,
             params,
+            run_params,
             marked,
         }
     }
@@ -978,6 +1006,6 @@ fn skeleton(workflow: &Workflow, input: &Input, keys: TokenStream) -> TokenStrea
     ));
     let body = quote!(#private::unreachable_run());
     // Not through the runner: a parameter type may be one `Input` cannot hold.
-    let run = quote!(#private::unreachable_run().await.result);
+    let run = quote!(async { #private::unreachable_run().await.result });
     interface(workflow, input, &private, graph, body, run, keys)
 }

@@ -860,7 +860,9 @@ impl Graph {
     }
 }
 
-/// The title of a nest node's body in pictures: `charge: ForEach of ChargeLine`.
+/// The title of a nest node's body in pictures: `charge: ForEach of ChargeLine`, or
+/// `charge: ForEach` when the body is named after its node (as `workflow!` names bodies:
+/// `charge`, or `foreach_1` for the unnamed `foreach#1`).
 fn nest_title(graph: &Graph, nest: &NestInfo) -> String {
     let name = graph.nodes.get(nest.node as usize).map_or("?", |n| n.name);
     let kind = match nest.kind {
@@ -868,7 +870,16 @@ fn nest_title(graph: &Graph, nest: &NestInfo) -> String {
         crate::nest::NestKind::Loop => "Loop",
         crate::nest::NestKind::Workflow => "Workflow",
     };
-    format!("{name}: {kind} of {}", nest.body.name)
+    let body = nest.body.name;
+    let own = body.len() == name.len()
+        && body
+            .bytes()
+            .zip(name.bytes())
+            .all(|(b, n)| b == n || (b, n) == (b'_', b'#'));
+    match own {
+        true => format!("{name}: {kind}"),
+        false => format!("{name}: {kind} of {body}"),
+    }
 }
 
 /// The fill colour of a status in pictures.

@@ -23,6 +23,10 @@
 //   support                             what generated code calls: `execute*`, `input`, ...
 //   runner                              `Workflow` and `Runner`: the public entry points
 //   progress                            an observer (feature `progress`)
+//
+// Outside the layers: nest (nested graphs; its plain types `NestKind`, `NodePath` are read by
+// graph, events and error, and its context uses options, report and runner) and drivers
+// (the nest nodes' futures, over nest).
 mod delay;
 mod drivers;
 mod error;

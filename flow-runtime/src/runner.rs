@@ -88,7 +88,9 @@ impl<W: Workflow> Runner<W> {
     }
 
     /// Limits how many operations of the run may be in flight at once, on top of any
-    /// `Parallel(max_concurrency = N)` in the workflow.
+    /// `Parallel(max_concurrency = N)` in the workflow. A `ForEach`, `Loop` or sub-workflow
+    /// step counts as one operation: the limit does not reach inside its instances, which a
+    /// `ForEach`'s own `max_concurrency = N` bounds.
     pub fn max_concurrency(mut self, limit: NonZeroUsize) -> Self {
         self.options.max_concurrency = Some(limit);
         self

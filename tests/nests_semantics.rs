@@ -368,3 +368,39 @@ fn the_nested_graphs_section_names_tests_that_exist() {
     }
     assert!(checked > 50, "only {checked} tests found in the section");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Run options
+
+workflow! {
+    /// One instance whose `bad` fails at once while `good` runs on; the output counts the
+    /// failed instances.
+    Independent(log: &Log) -> usize {
+        each = ForEach(x in [1u8], on_failure = collect) {
+            Parallel {
+                bad = Operation(step(log, "bad", 1, true)),
+                good = Operation(step(log, "good", 20, false)),
+            }
+        }
+        => each.iter().filter(|r| r.is_err()).count()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_runners_failure_policy_stays_with_the_runs_own_nodes() {
+    let log = Log::default();
+    let outcome = Independent::runner()
+        .failure_policy(FailurePolicy::FailFast)
+        .execute(&log)
+        .await;
+    // The instance failed, but its body keeps the workflow's declared policy
+    // (`ContinueIndependent`): `good` was not cut short by `bad`'s failure.
+    assert_eq!(outcome.result.expect("collect never fails the node"), 1);
+    assert!(!dropped(&log, "good"), "{:?}", log.events());
+    let child = outcome
+        .report
+        .nest("each")
+        .and_then(|n| n.instance(0))
+        .expect("the failed instance's report is kept");
+    assert_eq!(child.status("good"), Some(NodeStatus::Completed), "{child}");
+}

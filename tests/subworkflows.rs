@@ -134,3 +134,28 @@ async fn a_foreach_runs_a_child_workflow_per_item() {
         ]
     );
 }
+
+#[tokio::test]
+async fn the_parents_report_shows_the_childs_table_under_the_step() {
+    let outcome = Order::runner().execute(1).await;
+    let text = outcome.report.to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    let step = lines
+        .iter()
+        .position(|l| l.starts_with("paid "))
+        .expect("the step's row");
+    let child: Vec<&str> = lines[step + 1..]
+        .iter()
+        .take_while(|l| l.starts_with("  "))
+        .copied()
+        .collect();
+    assert!(
+        child.iter().any(|l| l.starts_with("  | p "))
+            && child.iter().any(|l| l.starts_with("  | t ")),
+        "the child's nodes are rows under the step:\n{text}"
+    );
+    assert!(
+        child.iter().any(|l| l.contains("Payment: succeeded")),
+        "the child's summary line is there:\n{text}"
+    );
+}

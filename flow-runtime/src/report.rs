@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::error::WorkflowError;
 use crate::events::{EventKind, EventLog, RunId};
 use crate::graph::Graph;
-use crate::nest::{NestReport, NodePath};
+use crate::nest::{NestKind, NestReport, NodePath};
 use crate::status::NodeStatus;
 
 /// What happened to one node in a run.
@@ -632,7 +632,8 @@ fn json_string(text: &str) -> String {
 impl fmt::Display for Report {
     /// A table: one row per node with its status, attempts, times and error, then totals. A
     /// nest node's row is followed by one line that groups its instances
-    /// (`charge[0..10000]  9,987 completed · 13 failed (charge[17]: card declined; …)`).
+    /// (`charge[0..10000]  9,987 completed · 13 failed (charge[17]: card declined; …)`); a
+    /// sub-workflow step's row is followed by its child run's own table, indented.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let width = self
             .nodes
@@ -667,6 +668,14 @@ impl fmt::Display for Report {
                 && let Some(nest) = self.nest(node.name)
             {
                 writeln!(f, "  {nest}")?;
+                // A sub-workflow step's child run: its own table, indented under the step.
+                if nest.kind == NestKind::Workflow
+                    && let Some(child) = nest.report()
+                {
+                    for line in child.to_string().lines() {
+                        writeln!(f, "  | {line}")?;
+                    }
+                }
             }
         }
         write!(

@@ -97,7 +97,10 @@ impl<W: Workflow> Runner<W> {
     }
 
     /// Sets the failure policy of this run, in place of the workflow's own (which is
-    /// [`FailurePolicy::ContinueIndependent`] unless the workflow says `fail_fast`).
+    /// [`FailurePolicy::ContinueIndependent`] unless the workflow says `fail_fast`). It
+    /// governs the run's own nodes: the instances of a `ForEach` or `Loop` keep the policy
+    /// their body inherits from the workflow's declaration, and a sub-workflow step's child
+    /// keeps its own.
     pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
         self.options.failure = Some(policy);
         self

@@ -1006,7 +1006,10 @@ async fn instances_reuse_the_scheduler_lists_of_those_that_ended() {
         paused_instance(&ctx, 3, true, 1)
     );
     assert_eq!(ctx.ended(2, a).ok(), Some(20));
-    let error = ctx.ended(3, b).err().map(|e| e.path().map(ToString::to_string));
+    let error = ctx
+        .ended(3, b)
+        .err()
+        .map(|e| e.path().map(ToString::to_string));
     assert_eq!(error, Some(Some("charge[3]".to_string())));
     assert_eq!(pooled(&ctx), 2);
 }
@@ -1014,7 +1017,10 @@ async fn instances_reuse_the_scheduler_lists_of_those_that_ended() {
 #[test]
 fn an_instance_that_records_nothing_gets_no_path() {
     let ctx = NestCtx::detached("charge", NestKind::ForEach, &BODY);
-    assert!(ctx.instance(3).path.is_none(), "no events and no nests of its own");
+    assert!(
+        ctx.instance(3).path.is_none(),
+        "no events and no nests of its own"
+    );
     let sink = Arc::new(EventSink::new(RunId::next(), tokio::time::Instant::now()));
     let recorded = NestCtx {
         sink: Some(sink),
@@ -1026,7 +1032,11 @@ fn an_instance_that_records_nothing_gets_no_path() {
     );
     let holds_nests = NestCtx::detached("outer", NestKind::Loop, &ORDER);
     assert_eq!(
-        holds_nests.instance(2).path.map(|p| p.to_string()).as_deref(),
+        holds_nests
+            .instance(2)
+            .path
+            .map(|p| p.to_string())
+            .as_deref(),
         Some("outer@2")
     );
 }

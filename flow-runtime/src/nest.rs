@@ -26,6 +26,7 @@ use crate::nodes::{IntoNodes, Leaf, Nodes};
 use crate::options::RunOptions;
 use crate::report::Outcome;
 use crate::run_state::RunState;
+use crate::scheduler::StatePool;
 use crate::signal::Mailbox;
 
 pub use summary::NestReport;
@@ -213,6 +214,8 @@ pub struct NestCtx {
     pub(crate) sink: Option<Arc<EventSink>>,
     /// Shared with the scheduler of the run that holds the node.
     pub(crate) shared: Arc<NestShared>,
+    /// The scheduler lists the instances reuse.
+    pub(crate) pool: Arc<StatePool>,
 }
 
 impl NestCtx {
@@ -229,6 +232,7 @@ impl NestCtx {
             report: false,
             sink: None,
             shared: Arc::new(NestShared::new(node, kind)),
+            pool: Arc::default(),
         }
     }
 
@@ -264,12 +268,17 @@ impl NestCtx {
     /// starts: it counts the instance as started.
     pub fn instance(&self, index: u64) -> RunOptions {
         lock(&self.shared.summary).started(index);
+        // The instance's run reads its path only to tag the events it sends to the root and
+        // to give it to nests of its own; a failure gets its path in `ended`.
+        let path = (self.sink.is_some() || !self.body.plan.control.nests.is_empty())
+            .then(|| self.path_of(index));
         RunOptions {
             record: self.report,
             report: self.report,
             signals: self.signals.clone(),
-            path: Some(self.path_of(index)),
+            path,
             sink: self.sink.clone(),
+            pool: Some(Arc::clone(&self.pool)),
             ..RunOptions::default()
         }
     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::events::Observer;
 use crate::nest::{EventSink, NodePath};
 use crate::policy::{CancelToken, FailurePolicy};
+use crate::scheduler::StatePool;
 use crate::signal::Mailbox;
 
 /// Options of one run: what a [`Runner`](crate::Runner)'s builder methods set.
@@ -27,6 +28,9 @@ pub struct RunOptions {
     pub(crate) path: Option<NodePath>,
     /// Where a nest instance's events go: the root run's sink (see `nest::EventSink`).
     pub(crate) sink: Option<Arc<EventSink>>,
+    /// Where a nest instance's scheduler takes its lists and gives them back (its nest
+    /// node's pool).
+    pub(crate) pool: Option<Arc<StatePool>>,
 }
 
 impl Default for RunOptions {
@@ -42,6 +46,7 @@ impl Default for RunOptions {
             signals: None,
             path: None,
             sink: None,
+            pool: None,
         }
     }
 }

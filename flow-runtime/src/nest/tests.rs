@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use super::{Nest, NestCtx, NestKind, NodePath, PathStep};
+use super::{EventSink, Nest, NestCtx, NestKind, NodePath, PathStep};
 use crate::error::NodeError;
 use crate::events::{Event, EventKind, EventLog, Recorder, RunId};
 use crate::graph::{Control, Edge, EdgeKind, Graph, NestInfo, NodeInfo, NodeKind, Plan};
@@ -986,4 +986,57 @@ async fn a_sub_workflow_is_cancelled_with_its_parent() {
         "the child never ended: it was dropped"
     );
     assert_eq!(outcome.report.status("payment"), Some(NodeStatus::Aborted));
+}
+
+#[tokio::test(start_paused = true)]
+async fn instances_reuse_the_scheduler_lists_of_those_that_ended() {
+    let ctx = NestCtx::detached("charge", NestKind::ForEach, &BODY);
+    let pooled = |ctx: &NestCtx| ctx.pool.len();
+    assert_eq!(pooled(&ctx), 0);
+    // A failed instance gives its lists back; the next one starts from clean ones.
+    let failed = paused_instance(&ctx, 0, true, 1).await;
+    assert!(ctx.ended(0, failed).is_err());
+    assert_eq!(pooled(&ctx), 1, "the lists of the instance that ended");
+    let completed = paused_instance(&ctx, 1, false, 1).await;
+    assert_eq!(ctx.ended(1, completed).ok(), Some(10));
+    assert_eq!(pooled(&ctx), 1, "taken by instance 1, then given back");
+    // Two at once take two sets.
+    let (a, b) = tokio::join!(
+        paused_instance(&ctx, 2, false, 2),
+        paused_instance(&ctx, 3, true, 1)
+    );
+    assert_eq!(ctx.ended(2, a).ok(), Some(20));
+    let error = ctx
+        .ended(3, b)
+        .err()
+        .map(|e| e.path().map(ToString::to_string));
+    assert_eq!(error, Some(Some("charge[3]".to_string())));
+    assert_eq!(pooled(&ctx), 2);
+}
+
+#[test]
+fn an_instance_that_records_nothing_gets_no_path() {
+    let ctx = NestCtx::detached("charge", NestKind::ForEach, &BODY);
+    assert!(
+        ctx.instance(3).path.is_none(),
+        "no events and no nests of its own"
+    );
+    let sink = Arc::new(EventSink::new(RunId::next(), tokio::time::Instant::now()));
+    let recorded = NestCtx {
+        sink: Some(sink),
+        ..NestCtx::detached("charge", NestKind::ForEach, &BODY)
+    };
+    assert_eq!(
+        recorded.instance(3).path.map(|p| p.to_string()).as_deref(),
+        Some("charge[3]")
+    );
+    let holds_nests = NestCtx::detached("outer", NestKind::Loop, &ORDER);
+    assert_eq!(
+        holds_nests
+            .instance(2)
+            .path
+            .map(|p| p.to_string())
+            .as_deref(),
+        Some("outer@2")
+    );
 }

@@ -46,6 +46,49 @@ pub(crate) const ALL_NODES: u32 = u32::MAX;
 /// makes the same switch at 30.
 const SHARED_WAKER_LIMIT: usize = 16;
 
+/// The lists a finished run's scheduler leaves behind, kept to be reused by the next run
+/// that takes them from the same [`StatePool`].
+pub(crate) struct StateBuffers {
+    nodes: Vec<NodeState>,
+    ready: Vec<u32>,
+    due: Vec<u32>,
+    shared: Vec<u32>,
+}
+
+/// Scheduler lists reused from run to run: a nest node's instances (design §4.4, one set per
+/// place in flight) take a set when they start and give it back when they finish, so that
+/// after the first instances an instance's scheduler allocates nothing. Holds at most as many
+/// sets as instances were in flight at once; freed with the nest node's context.
+#[derive(Default)]
+pub(crate) struct StatePool {
+    free: std::sync::Mutex<Vec<StateBuffers>>,
+}
+
+impl StatePool {
+    fn take(&self) -> Option<StateBuffers> {
+        self.free
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop()
+    }
+
+    /// How many sets of lists wait to be reused.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.free
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+    }
+
+    fn give(&self, buffers: StateBuffers) {
+        self.free
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(buffers);
+    }
+}
+
 /// One node's record during a run: where it stands, what reached it, and (while it runs) its
 /// attempt. Plain data in one array, so a node's start, polls and end touch one record.
 #[derive(Clone, Copy)]
@@ -293,24 +336,41 @@ struct Scheduler {
     /// `#[operation]`'s defaults were heard, nobody records events and no subscriber can want
     /// a span. Cleared when an operation is heard.
     lean: bool,
+    /// Where the run's lists go back when it finishes (a nest instance's run).
+    pool: Option<Arc<StatePool>>,
 }
 
 impl Scheduler {
     fn new(graph: &'static Graph, options: &RunOptions) -> Self {
         let plan = &graph.plan;
-        let mut nodes: Vec<NodeState> = plan
-            .pred_count
-            .iter()
-            .map(|&count| NodeState {
-                status: NodeStatus::Idle,
-                decision: false,
-                skip: false,
-                fresh: false,
-                remaining: count,
-                abort_cause: NO_CAUSE,
-                attempt: 0,
-            })
-            .collect();
+        let node_state = |&count| NodeState {
+            status: NodeStatus::Idle,
+            decision: false,
+            skip: false,
+            fresh: false,
+            remaining: count,
+            abort_cause: NO_CAUSE,
+            attempt: 0,
+        };
+        // A nest instance reuses the lists of an instance that finished (cleared, not freed).
+        let reused = options.pool.as_deref().and_then(StatePool::take);
+        let (mut nodes, ready, due, shared) = match reused {
+            None => (
+                plan.pred_count.iter().map(node_state).collect(),
+                // Room for the usual widths up front: growing these lists showed in profiles.
+                Vec::with_capacity(plan.roots.len().max(plan.pred_count.len().min(64))),
+                Vec::with_capacity(plan.pred_count.len().min(64)),
+                Vec::with_capacity(SHARED_WAKER_LIMIT),
+            ),
+            Some(mut reused) => {
+                reused.nodes.clear();
+                reused.nodes.extend(plan.pred_count.iter().map(node_state));
+                reused.ready.clear();
+                reused.due.clear();
+                reused.shared.clear();
+                (reused.nodes, reused.ready, reused.due, reused.shared)
+            }
+        };
         // A workflow without decisions, gates, `Cancel` or `Terminate` steps has no branch
         // lists, gates or instants, and its node list need not be read. A gate's node and an
         // instant node are started like a decision: at once, without a limit.
@@ -344,12 +404,11 @@ impl Scheduler {
                 errors: Vec::new(),
                 winners: Vec::new(),
             },
-            // Room for the usual widths up front: growing these lists showed in profiles.
-            ready: Vec::with_capacity(plan.roots.len().max(plan.pred_count.len().min(64))),
+            ready,
             watches: Vec::new(),
             in_flight: 0,
-            due: Vec::with_capacity(plan.pred_count.len().min(64)),
-            shared: Vec::with_capacity(SHARED_WAKER_LIMIT),
+            due,
+            shared,
             group_running: vec![0; plan.group_limits.len()],
             limit,
             limited: limit != usize::MAX
@@ -382,6 +441,7 @@ impl Scheduler {
             section_left: Vec::new(),
             group_holder: Vec::new(),
             section_freed: false,
+            pool: options.pool.clone(),
         };
         if !plan.control.nests.is_empty() {
             scheduler.nest_home = Some(Box::new(NestHome {
@@ -521,6 +581,7 @@ impl Scheduler {
             report,
             sink: home.sink.clone(),
             shared,
+            pool: Arc::default(),
         }
     }
 
@@ -695,6 +756,14 @@ impl Scheduler {
         } else {
             Verdict::judge(self.graph, &statuses, &self.caught)
         };
+        if let Some(pool) = self.pool.take() {
+            pool.give(StateBuffers {
+                nodes: std::mem::take(&mut self.nodes),
+                ready: std::mem::take(&mut self.ready),
+                due: std::mem::take(&mut self.due),
+                shared: std::mem::take(&mut self.shared),
+            });
+        }
         let succeeded = self.cancelled.is_none() && (self.terminated || verdict.succeeded);
         self.emit(None, 0, || EventKind::RunFinished { succeeded });
         let recording = self.recording.take();

@@ -195,6 +195,47 @@ async fn with_rest_run_terminate_after_the_foreach_drops_the_instances_still_run
 }
 
 workflow! {
+    /// Two of four, then `Cancel(two)` or `Complete(two)` at 25ms, while two instances still
+    /// run.
+    RestRunStopped(log: &Log, complete: bool) -> Vec<u64> {
+        Parallel {
+            two = ForEach(
+                x in [("a", 50u64, false), ("b", 10, false), ("c", 20, false), ("d", 40, true)],
+                min = 2,
+                rest = run,
+            ) {
+                w = Operation(step(log, x.0, x.1, x.2)) => w
+            },
+            Sequential {
+                Operation(work(log, "trigger", 25)),
+                Conditional(complete) {
+                    Complete(two),
+                } else {
+                    Cancel(two),
+                },
+            },
+        }
+        => two.cloned().unwrap_or_default()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_rest_run_cancel_or_complete_of_the_completed_foreach_drops_the_rest() {
+    for complete in [false, true] {
+        let log = Log::new();
+        let outcome = RestRunStopped::runner().execute((&log, complete)).await;
+        let report = &outcome.report;
+        assert_eq!(outcome.result.as_ref().ok(), Some(&vec![10, 20]), "{report}");
+        assert!(dropped(&log, "a") && dropped(&log, "d"), "complete: {complete}");
+        assert_eq!(log.elapsed(), ms(25), "complete: {complete}");
+        // The node had completed: it stays completed, its rest counted withdrawn.
+        assert_eq!(report.status("two"), Some(NodeStatus::Completed));
+        assert_eq!(instances(report, "two"), (4, 2, 0, 2));
+        assert!(report.succeeded());
+    }
+}
+
+workflow! {
     /// Two of three under `fail_fast`: `a` fails before the second completion.
     MinFailFast(log: &Log) -> Vec<u64> {
         two = ForEach(x in [("a", 10u64, true), ("b", 20, false), ("c", 30, false)], min = 2) {

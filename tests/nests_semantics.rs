@@ -225,8 +225,15 @@ async fn with_rest_run_cancel_or_complete_of_the_completed_foreach_drops_the_res
         let log = Log::new();
         let outcome = RestRunStopped::runner().execute((&log, complete)).await;
         let report = &outcome.report;
-        assert_eq!(outcome.result.as_ref().ok(), Some(&vec![10, 20]), "{report}");
-        assert!(dropped(&log, "a") && dropped(&log, "d"), "complete: {complete}");
+        assert_eq!(
+            outcome.result.as_ref().ok(),
+            Some(&vec![10, 20]),
+            "{report}"
+        );
+        assert!(
+            dropped(&log, "a") && dropped(&log, "d"),
+            "complete: {complete}"
+        );
         assert_eq!(log.elapsed(), ms(25), "complete: {complete}");
         // The node had completed: it stays completed, its rest counted withdrawn.
         assert_eq!(report.status("two"), Some(NodeStatus::Completed));

@@ -582,7 +582,7 @@ impl Scheduler {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 leaf.as_mut().poll_rest(&mut cx)
             }))
-            .map_or(false, |poll| poll.is_pending())
+            .is_ok_and(|poll| poll.is_pending())
         });
         self.settled += before - home.lingering.len();
     }

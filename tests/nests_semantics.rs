@@ -8,7 +8,7 @@ use flow::prelude::*;
 use flow::{CancelToken, EventKind};
 use tokio::time::sleep;
 
-use common::{Boom, Log, ms, work};
+use common::{Boom, Log, ms, work, work_on};
 
 /// Records `(name, "dropped")` when the future holding it is dropped before it ended.
 struct Cut<'a> {
@@ -55,26 +55,32 @@ fn instances(report: &Report, name: &str) -> (u64, u64, u64, u64) {
 // ForEach: min
 
 workflow! {
-    /// Two of four, the others run on; `d`, the last, fails after the second completion.
+    /// Two of five, the others run on; `d` fails after the second completion.
     RestRun(log: &Log) -> Vec<u64> {
         Sequential {
             two = ForEach(
-                x in [("a", 30u64, false), ("b", 10, false), ("c", 20, false), ("d", 40, true)],
+                x in [
+                    ("a", 50u64, false),
+                    ("b", 10, false),
+                    ("c", 20, false),
+                    ("d", 40, true),
+                    ("e", 30, false),
+                ],
                 min = 2,
                 rest = run,
             ) {
                 w = Operation(step(log, x.0, x.1, x.2)) => w
             },
-            next = Operation(work(log, "next", 5)),
+            next = Operation(work_on(log, "next", two.first().unwrap_or(&0), 5)),
         }
         => two.clone()
     }
 }
 
 #[tokio::test(start_paused = true)]
-async fn with_rest_run_the_output_is_settled_at_the_kth_and_the_node_ends_with_the_last() {
+async fn with_rest_run_the_node_completes_at_the_kth_and_the_rest_runs_on() {
     let log = Log::new();
-    let outcome = RestRun::runner().execute(&log).await;
+    let outcome = RestRun::runner().record(true).execute(&log).await;
     let report = &outcome.report;
     // The output is the first two that completed (b at 10ms, c at 20ms), in input order.
     assert_eq!(
@@ -82,20 +88,158 @@ async fn with_rest_run_the_output_is_settled_at_the_kth_and_the_node_ends_with_t
         Some(&vec![10, 20]),
         "{report}"
     );
-    // Every instance runs to its end: none is dropped.
-    assert!(["a", "d"].iter().all(|n| !dropped(&log, n)));
-    assert_eq!(log.at("a", "end"), ms(30));
-    // The node ends with its last instance, so the step after it starts then.
-    assert_eq!(log.at("next", "start"), ms(40));
-    // A failure after the k-th completion is reported and does not fail the node.
+    // The node completes at the second completion: the step after it starts then, and ends
+    // while the other instances still run.
+    assert_eq!(log.at("next", "start"), ms(20));
+    assert_eq!(log.at("next", "end"), ms(25));
+    assert!(log.index("next", "end") < log.index("e", "end"));
+    // Every instance runs to its end: none is dropped, and the run ends with the last.
+    assert!(["a", "d", "e"].iter().all(|n| !dropped(&log, n)));
+    assert_eq!(log.at("e", "end"), ms(30));
+    assert_eq!(log.at("a", "end"), ms(50));
+    assert_eq!(log.elapsed(), ms(50));
+    // The node's `Completed` is recorded at the second completion, before the rest's events.
+    let events = outcome.report.log().events();
+    let completed = events
+        .iter()
+        .position(|e| {
+            e.path.is_none()
+                && e.node_name == Some("two")
+                && matches!(e.kind, EventKind::Completed { .. })
+        })
+        .expect("two completed");
+    assert_eq!(events[completed].at, ms(20));
+    let late = events
+        .iter()
+        .position(|e| e.path.as_ref().is_some_and(|p| p.to_string() == "two[0]"))
+        .map(|first| {
+            events
+                .iter()
+                .rposition(|e| e.path.as_ref().is_some_and(|p| p.to_string() == "two[0]"))
+                .unwrap_or(first)
+        })
+        .expect("events of two[0]");
+    assert!(
+        late > completed,
+        "two[0]'s events go on after the node completed"
+    );
+    // A failure after the k-th completion is reported and fails neither the node nor the run.
     assert_eq!(report.status("two"), Some(NodeStatus::Completed));
-    assert_eq!(instances(report, "two"), (4, 3, 1, 0));
+    assert_eq!(report.status("next"), Some(NodeStatus::Completed));
+    assert_eq!(instances(report, "two"), (5, 4, 1, 0));
     let nest = report.nest("two").map(|n| n.failures.clone());
     assert_eq!(
         nest.map(|f| f.iter().map(|(i, _)| *i).collect::<Vec<_>>()),
         Some(vec![3])
     );
     assert!(report.succeeded());
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_rest_run_cancelling_the_run_drops_the_instances_still_running() {
+    let log = Log::new();
+    let token = CancelToken::new();
+    let canceller = token.clone();
+    let run = RestRun::runner().cancel_on(token).execute(&log);
+    let cancel = async {
+        sleep(ms(27)).await;
+        canceller.cancel();
+    };
+    let (outcome, ()) = tokio::join!(run, cancel);
+    // `next` ended at 25ms; a, d and e were still running.
+    assert_eq!(log.at("next", "end"), ms(25));
+    assert!(["a", "d", "e"].iter().all(|n| dropped(&log, n)));
+    assert_eq!(log.elapsed(), ms(27));
+    assert_eq!(instances(&outcome.report, "two"), (5, 2, 0, 3));
+    assert!(outcome.result.is_err_and(|e| e.is_cancelled()));
+    // The same with a deadline.
+    let log = Log::new();
+    let outcome = RestRun::runner().deadline(ms(35)).execute(&log).await;
+    assert!(["a", "d"].iter().all(|n| dropped(&log, n)));
+    assert!(!dropped(&log, "e"));
+    assert_eq!(log.elapsed(), ms(35));
+    assert!(outcome.result.is_err_and(|e| e.is_cancelled()));
+}
+
+workflow! {
+    /// Two of five, then `Terminate`: the instances still running are dropped.
+    RestRunTerminated(log: &Log) -> u64 {
+        Sequential {
+            two = ForEach(
+                x in [("a", 50u64, false), ("b", 10, false), ("c", 20, false), ("d", 40, true)],
+                min = 2,
+                rest = run,
+            ) {
+                w = Operation(step(log, x.0, x.1, x.2)) => w
+            },
+            Terminate(two.iter().sum::<u64>()),
+        }
+        => 0
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_rest_run_terminate_after_the_foreach_drops_the_instances_still_running() {
+    let log = Log::new();
+    let outcome = RestRunTerminated::runner().execute(&log).await;
+    assert_eq!(
+        outcome.result.as_ref().ok(),
+        Some(&30),
+        "{}",
+        outcome.report
+    );
+    assert!(dropped(&log, "a") && dropped(&log, "d"));
+    assert_eq!(log.elapsed(), ms(20), "the run ended when Terminate ran");
+    assert_eq!(instances(&outcome.report, "two"), (4, 2, 0, 2));
+    assert_eq!(outcome.report.status("two"), Some(NodeStatus::Completed));
+}
+
+workflow! {
+    /// Two of four, then `Cancel(two)` or `Complete(two)` at 25ms, while two instances still
+    /// run.
+    RestRunStopped(log: &Log, complete: bool) -> Vec<u64> {
+        Parallel {
+            two = ForEach(
+                x in [("a", 50u64, false), ("b", 10, false), ("c", 20, false), ("d", 40, true)],
+                min = 2,
+                rest = run,
+            ) {
+                w = Operation(step(log, x.0, x.1, x.2)) => w
+            },
+            Sequential {
+                Operation(work(log, "trigger", 25)),
+                Conditional(complete) {
+                    Complete(two),
+                } else {
+                    Cancel(two),
+                },
+            },
+        }
+        => two.cloned().unwrap_or_default()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_rest_run_cancel_or_complete_of_the_completed_foreach_drops_the_rest() {
+    for complete in [false, true] {
+        let log = Log::new();
+        let outcome = RestRunStopped::runner().execute((&log, complete)).await;
+        let report = &outcome.report;
+        assert_eq!(
+            outcome.result.as_ref().ok(),
+            Some(&vec![10, 20]),
+            "{report}"
+        );
+        assert!(
+            dropped(&log, "a") && dropped(&log, "d"),
+            "complete: {complete}"
+        );
+        assert_eq!(log.elapsed(), ms(25), "complete: {complete}");
+        // The node had completed: it stays completed, its rest counted withdrawn.
+        assert_eq!(report.status("two"), Some(NodeStatus::Completed));
+        assert_eq!(instances(report, "two"), (4, 2, 0, 2));
+        assert!(report.succeeded());
+    }
 }
 
 workflow! {

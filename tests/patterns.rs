@@ -1857,6 +1857,45 @@ async fn wcp_31_blocking_partial_join() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// WCP 34 Static Partial Join for Multiple Instances: several concurrent instances of a task are
+// created, their number known before the first starts; the next task is triggered once N of them
+// have completed. The completion of the others is inconsequential (they run on and do not
+// trigger it again), and the construct resets once every instance has completed.
+
+workflow! {
+    /// Two of four; the others run on.
+    StaticPartialJoinMi(log: &Log) -> Vec<u64> {
+        Sequential {
+            two = ForEach(x in [("a", 30u64), ("b", 10), ("c", 20), ("d", 40)], min = 2, rest = run) {
+                w = Operation(cut(log, x.0, x.1)) => w
+            },
+            next = Operation(work(log, "next", 5)),
+        }
+        => two.clone()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wcp_34_static_partial_join_mi() {
+    let log = Log::new();
+    let outcome = StaticPartialJoinMi::runner().execute(&log).await;
+    let report = &outcome.report;
+    assert!(report.succeeded(), "{report}");
+    // The outputs of the first two that completed, in input order.
+    assert_eq!(outcome.result.as_ref().ok(), Some(&vec![10, 20]));
+    // The next task is triggered at the second completion, once, while the others still run.
+    assert_eq!(log.at("next", "start"), ms(20));
+    assert_eq!(starts(&log, "next"), 1);
+    assert_eq!(log.ended(), ["b", "c", "next", "a", "d"]);
+    // The others are not cancelled: they complete, and trigger nothing more.
+    assert!(!dropped(&log, "a") && !dropped(&log, "d"));
+    assert_eq!(instances(report, "two"), (4, 4, 0, 0));
+    assert_eq!(status(report, "two"), NodeStatus::Completed);
+    // The construct resets (the run ends) once every instance has completed.
+    assert_eq!(log.elapsed(), ms(40));
+}
+
+// ---------------------------------------------------------------------------------------------
 // WCP 35 Cancelling Partial Join for Multiple Instances: of M concurrent instances, the next
 // task starts once N have completed, and the remaining instances are cancelled.
 

@@ -193,6 +193,79 @@ where
     drive::<_, _, _, O, Collect>(ctx, FromStream(stream), config, body).await
 }
 
+/// As [`for_each`] for `min` with `rest = run`, where the node completes before its driver
+/// ends: at the `min`-th completed instance, `put` gets the output (the `min` outputs, in input
+/// order) and the run that holds the node is told ([`NestCtx`]), so the node's successors
+/// start while the other instances run on in the run's task. A failure after then is in the
+/// node's report and fails nothing. Ends when the last instance ended (or, with fewer
+/// completions than `min`, puts what completed then).
+pub async fn for_each_into<I, B, Fut, O, P>(
+    ctx: NestCtx,
+    items: I,
+    config: ForEachConfig,
+    body: B,
+    put: P,
+) -> Result<(), NodeError>
+where
+    I: IntoIterator,
+    B: Fn(I::Item, RunOptions) -> Fut,
+    Fut: Future<Output = Outcome<O>>,
+    P: FnOnce(Vec<O>),
+{
+    drive_into::<_, _, _, O, FailFast, _>(ctx, FromIter(items.into_iter()), config, body, put).await
+}
+
+/// [`for_each_collect`] as [`for_each_into`] runs [`for_each`].
+pub async fn for_each_collect_into<I, B, Fut, O, P>(
+    ctx: NestCtx,
+    items: I,
+    config: ForEachConfig,
+    body: B,
+    put: P,
+) -> Result<(), NodeError>
+where
+    I: IntoIterator,
+    B: Fn(I::Item, RunOptions) -> Fut,
+    Fut: Future<Output = Outcome<O>>,
+    P: FnOnce(Vec<Result<O, WorkflowError>>),
+{
+    drive_into::<_, _, _, O, Collect, _>(ctx, FromIter(items.into_iter()), config, body, put).await
+}
+
+/// [`for_each_stream`] as [`for_each_into`] runs [`for_each`].
+pub async fn for_each_stream_into<S, B, Fut, O, P>(
+    ctx: NestCtx,
+    stream: S,
+    config: ForEachConfig,
+    body: B,
+    put: P,
+) -> Result<(), NodeError>
+where
+    S: Stream,
+    B: Fn(S::Item, RunOptions) -> Fut,
+    Fut: Future<Output = Outcome<O>>,
+    P: FnOnce(Vec<O>),
+{
+    drive_into::<_, _, _, O, FailFast, _>(ctx, FromStream(stream), config, body, put).await
+}
+
+/// [`for_each_stream_collect`] as [`for_each_into`] runs [`for_each`].
+pub async fn for_each_stream_collect_into<S, B, Fut, O, P>(
+    ctx: NestCtx,
+    stream: S,
+    config: ForEachConfig,
+    body: B,
+    put: P,
+) -> Result<(), NodeError>
+where
+    S: Stream,
+    B: Fn(S::Item, RunOptions) -> Fut,
+    Fut: Future<Output = Outcome<O>>,
+    P: FnOnce(Vec<Result<O, WorkflowError>>),
+{
+    drive_into::<_, _, _, O, Collect, _>(ctx, FromStream(stream), config, body, put).await
+}
+
 /// An until-loop: runs `body` with the previous iteration's output (`None` for iteration 0)
 /// until it says it is done, at least once and at most `config.max` times. Ends with the last
 /// iteration's output. A failed iteration fails the node with [`NodeError::Workflow`]; `max`
@@ -577,6 +650,10 @@ struct Each<'c, F, Out> {
     rest_cancel: bool,
     /// `min` instances completed: the output is settled; the rest only run out.
     settled: bool,
+    /// `rest = run` through a `*_into` entry: at the settle, the output moves to `early`, for
+    /// the driver to put in the node's slot while the rest runs.
+    linger: bool,
+    early: Option<Vec<Out>>,
     /// Woken places taken from a chunk, reused across polls.
     woken: Vec<u32>,
 }
@@ -623,9 +700,64 @@ where
         min: config.min,
         rest_cancel: config.rest_cancel,
         settled: false,
+        linger: false,
+        early: None,
         woken: Vec::new(),
     };
     poll_fn(|cx| each.poll::<_, _, O, K>(cx, items.as_mut(), &body)).await
+}
+
+/// The driver under the `*_into` entries: as [`drive`], but with `min` and `rest = run` the
+/// output goes to `put` at the settle and the node is told it completed ([`NestCtx::settle`]).
+async fn drive_into<S, B, Fut, O, K, P>(
+    ctx: NestCtx,
+    items: S,
+    config: ForEachConfig,
+    body: B,
+    put: P,
+) -> Result<(), NodeError>
+where
+    S: Items,
+    B: Fn(S::Item, RunOptions) -> Fut,
+    Fut: Future<Output = Outcome<O>>,
+    K: Keep<O>,
+    P: FnOnce(Vec<K::Out>),
+{
+    let mut items = pin!(items);
+    let limit = match config.max_concurrency {
+        0 => usize::MAX,
+        n => n,
+    };
+    let mut each = Each::<Fut, K::Out> {
+        ctx: &ctx,
+        places: Places::new(limit),
+        outputs: Outputs::new(),
+        next: 0,
+        exhausted: false,
+        completed: 0,
+        min: config.min,
+        rest_cancel: config.rest_cancel,
+        settled: false,
+        linger: config.min > 0 && !config.rest_cancel,
+        early: None,
+        woken: Vec::new(),
+    };
+    let mut put = Some(put);
+    let outputs = poll_fn(|cx| {
+        let poll = each.poll::<_, _, O, K>(cx, items.as_mut(), &body);
+        if let Some(early) = each.early.take()
+            && let Some(put) = put.take()
+        {
+            put(early);
+            ctx.settle();
+        }
+        poll
+    })
+    .await?;
+    if let Some(put) = put {
+        put(outputs);
+    }
+    Ok(())
 }
 
 impl<F, Out> Each<'_, F, Out>
@@ -734,6 +866,9 @@ where
                         self.settled = true;
                         if self.rest_cancel {
                             return Some(Ok(self.finish()));
+                        }
+                        if self.linger {
+                            self.early = Some(std::mem::take(&mut self.outputs).finish());
                         }
                     }
                 }

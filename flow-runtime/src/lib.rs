@@ -85,7 +85,8 @@ pub mod __private {
     pub use crate::delay::{Timer, Wait};
     pub use crate::drivers::{
         ForEachConfig, ForEachSource, ForEachStream, LoopConfig, complete_nest, for_each,
-        for_each_collect, for_each_source, for_each_stream, for_each_stream_collect,
+        for_each_collect, for_each_collect_into, for_each_into, for_each_source, for_each_stream,
+        for_each_stream_collect, for_each_stream_collect_into, for_each_stream_into,
         for_each_stream_source, repeat_until, repeat_while,
     };
     pub use crate::error::{IntoNodeResult, NodeError, NodeFailure, WorkflowError};

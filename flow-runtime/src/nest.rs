@@ -157,6 +157,12 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// report takes when the run ends, and the `Complete(node)` request with the driver's waker.
 pub(crate) struct NestShared {
     completing: AtomicBool,
+    /// A `ForEach` with `min` and `rest = run` has put its output in its slot: the node
+    /// completes while its driver runs the rest of its instances.
+    settled: AtomicBool,
+    /// The node completed with its driver still running: the scheduler keeps polling it
+    /// ([`Leaf::poll_rest`]) until it ends.
+    lingering: AtomicBool,
     waker: Mutex<Option<Waker>>,
     summary: Mutex<Summary>,
 }
@@ -165,6 +171,8 @@ impl NestShared {
     pub(crate) fn new(node: &'static str, kind: NestKind) -> NestShared {
         NestShared {
             completing: AtomicBool::new(false),
+            settled: AtomicBool::new(false),
+            lingering: AtomicBool::new(false),
             waker: Mutex::new(None),
             summary: Mutex::new(Summary::new(node, kind)),
         }
@@ -176,6 +184,12 @@ impl NestShared {
         if let Some(waker) = lock(&self.waker).take() {
             waker.wake();
         }
+    }
+
+    /// Whether the node completed with its driver still running (until the scheduler has
+    /// seen it end).
+    pub(crate) fn lingering(&self) -> bool {
+        self.lingering.load(Ordering::Acquire)
     }
 
     /// The report of the instances so far.
@@ -342,6 +356,18 @@ impl NestCtx {
     pub fn report(&self) -> NestReport {
         self.shared.report()
     }
+
+    /// Tells the run that holds the node that the node's output is in its slot while the
+    /// driver goes on (`min` with `rest = run`): the node completes now, its successors may
+    /// start, and the run keeps polling the driver until it ends.
+    pub(crate) fn settle(&self) {
+        self.shared.settled.store(true, Ordering::Release);
+    }
+
+    /// Whether the driver said the node's output is settled ([`NestCtx::settle`]).
+    pub(crate) fn settled(&self) -> bool {
+        self.shared.settled.load(Ordering::Acquire)
+    }
 }
 
 /// Runs a sub-workflow step: one instance of workflow `W` (its own graph and options), whose
@@ -462,6 +488,8 @@ where
         let mut this = self.project();
         this.running.set(None);
         if let Some(ctx) = this.ctx.clone() {
+            ctx.shared.settled.store(false, Ordering::Relaxed);
+            ctx.shared.lingering.store(false, Ordering::Relaxed);
             let future = (this.make)(ctx);
             this.running.set(Some(future));
         }
@@ -474,13 +502,43 @@ where
                 "polled a nest node that was not started",
             )));
         };
-        let result = std::task::ready!(running.poll(cx));
+        match running.poll(cx) {
+            Poll::Ready(result) => {
+                this.running.set(None);
+                Poll::Ready(result)
+            }
+            Poll::Pending => match this.ctx {
+                // `min` with `rest = run`: the output is in the slot, the node completes, and
+                // the driver lingers with the rest of its instances (`poll_rest`).
+                Some(ctx) if ctx.settled() => {
+                    ctx.shared.lingering.store(true, Ordering::Release);
+                    Poll::Ready(Ok(()))
+                }
+                _ => Poll::Pending,
+            },
+        }
+    }
+
+    fn poll_rest(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut this = self.project();
+        let Some(running) = this.running.as_mut().as_pin_mut() else {
+            return Poll::Ready(());
+        };
+        // After the settle, the driver's result is `Ok`: later failures are in the report.
+        std::task::ready!(running.poll(cx)).ok();
         this.running.set(None);
-        Poll::Ready(result)
+        if let Some(ctx) = this.ctx {
+            ctx.shared.lingering.store(false, Ordering::Release);
+        }
+        Poll::Ready(())
     }
 
     fn stop(self: Pin<&mut Self>) {
-        self.project().running.set(None);
+        let mut this = self.project();
+        this.running.set(None);
+        if let Some(ctx) = this.ctx {
+            ctx.shared.lingering.store(false, Ordering::Release);
+        }
     }
 
     fn decide(self: Pin<&mut Self>, _state: &RunState) -> bool {

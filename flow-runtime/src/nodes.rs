@@ -50,6 +50,14 @@ pub trait Leaf {
     fn nest(self: Pin<&mut Self>, ctx: crate::nest::NestCtx) {
         let _ = ctx;
     }
+
+    /// Polls what a node that has completed still runs: a `ForEach` with `min` and `rest =
+    /// run` completes at its `min`-th instance and runs the others after. `Ready` once nothing
+    /// is left (at once for every other node); [`stop`](Leaf::stop) drops what is left.
+    fn poll_rest(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let _ = cx;
+        Poll::Ready(())
+    }
 }
 
 /// A set of nodes: generated code builds one value holding every node, the scheduler pins it

@@ -106,7 +106,7 @@ pub(crate) fn node_statements(names: &crate::expand::Names<'_>, id: usize) -> To
             quote!(let #ident = #private::input(#slot)?;)
         }
     });
-    let (slot_decl, finish) = match &node.name {
+    let (slot_decl, mut finish) = match &node.name {
         Some(name) => {
             let slot = names.slot(id);
             let span = name.span();
@@ -119,6 +119,15 @@ pub(crate) fn node_statements(names: &crate::expand::Names<'_>, id: usize) -> To
             TokenStream::new(),
             quote!(#private::Result::map(__flow_result, ::core::mem::drop)),
         ),
+    };
+    // `min` with `rest = run`: the driver puts the output in the slot itself, at the settle,
+    // and the node completes then while its driver lingers.
+    let put = match &node.name {
+        Some(_) => {
+            let slot = names.slot(id);
+            quote!(move |__flow_output| #slot.put(__flow_output))
+        }
+        None => quote!(::core::mem::drop),
     };
     let nest_ctx = Ident::new("__flow_nest", Span::mixed_site());
     let run = match (&nest.step.what, &nest.body) {
@@ -149,7 +158,7 @@ pub(crate) fn node_statements(names: &crate::expand::Names<'_>, id: usize) -> To
                     let span = each.source.span();
                     // On the user's tokens: an error about the source points at it.
                     let private = &crate::expand::respan(private, span);
-                    let (driver, source) = match (each.stream, each.collect) {
+                    let (mut driver, source) = match (each.stream, each.collect) {
                         (false, false) => (
                             quote!(for_each),
                             quote::quote_spanned!(span=> #private::for_each_source(#source)),
@@ -170,6 +179,13 @@ pub(crate) fn node_statements(names: &crate::expand::Names<'_>, id: usize) -> To
                     let max = each.max_concurrency.unwrap_or(0) as usize;
                     let min = each.min.unwrap_or(0) as usize;
                     let rest = each.rest_cancel;
+                    let lingers = min > 0 && !rest;
+                    if lingers {
+                        let name = quote::format_ident!("{}_into", driver.to_string());
+                        driver = quote!(#name);
+                        finish = quote!(__flow_result);
+                    }
+                    let put = lingers.then_some(quote!(, #put));
                     let item = &each.item;
                     let config = quote!(#private::ForEachConfig { max_concurrency: #max, min: #min, rest_cancel: #rest });
                     let body = quote! {
@@ -180,7 +196,7 @@ pub(crate) fn node_statements(names: &crate::expand::Names<'_>, id: usize) -> To
                     };
                     // The driver's call on the source too: its bound on the items repeats the
                     // source's error, which rustc then shows once.
-                    let call = quote::quote_spanned!(span=> #private::#driver(#nest_ctx, __flow_items, #config, #body));
+                    let call = quote::quote_spanned!(span=> #private::#driver(#nest_ctx, __flow_items, #config, #body #put));
                     quote! {
                         let __flow_items = #source;
                         #call.await

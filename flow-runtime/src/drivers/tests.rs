@@ -303,6 +303,60 @@ async fn min_with_rest_run_keeps_the_first_k_outputs_and_ends_when_all_ended() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn into_with_rest_run_puts_the_output_and_settles_at_the_kth_then_runs_the_rest() {
+    let alive = Arc::new(Alive::default());
+    let started = Instant::now();
+    let config = ForEachConfig {
+        max_concurrency: 2,
+        min: 2,
+        rest_cancel: false,
+    };
+    let delays = [40, 20, 50, 10, 30];
+    let body = timed(&alive, move |i| delays[i as usize], |i| i == 4);
+    let node = ctx();
+    let put = std::cell::RefCell::new(Vec::new());
+    let out = for_each_into(node.clone(), 0..5u64, config, body, |outputs| {
+        assert!(!node.settled(), "the node is told after the output is put");
+        put.borrow_mut().push((started.elapsed(), outputs));
+    })
+    .await;
+    // As `for_each` with `rest = run`, but the output is put (once) at the second completion
+    // (40ms), and the node told then; the driver itself ends with the last instance.
+    assert!(out.is_ok());
+    assert_eq!(put.into_inner(), [(ms(40), vec![0, 10])]);
+    assert!(node.settled());
+    assert_eq!(started.elapsed(), ms(80));
+    assert_eq!(counts(&node), [5, 4, 1, 0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn into_without_k_completions_puts_what_completed_at_the_end() {
+    let alive = Arc::new(Alive::default());
+    let started = Instant::now();
+    let config = ForEachConfig {
+        max_concurrency: 0,
+        min: 3,
+        rest_cancel: false,
+    };
+    let body = timed(&alive, |i| 10 * (i + 1), |i| i == 1);
+    let node = ctx();
+    let put = std::cell::RefCell::new(Vec::new());
+    let out = for_each_collect_into(node.clone(), 0..3u64, config, body, |outputs| {
+        put.borrow_mut().push((
+            started.elapsed(),
+            outputs.iter().map(Result::is_ok).collect::<Vec<_>>(),
+        ));
+    })
+    .await;
+    // Item 1 fails: two completions, never three; the output is put when the last ended, and
+    // the node was never settled early.
+    assert!(out.is_ok());
+    assert_eq!(put.into_inner(), [(ms(30), vec![true, false, true])]);
+    assert!(!node.settled());
+    assert_eq!(counts(&node), [3, 2, 1, 0]);
+}
+
+#[tokio::test(start_paused = true)]
 async fn min_above_the_item_count_waits_for_every_instance() {
     let alive = Arc::new(Alive::default());
     let config = ForEachConfig {

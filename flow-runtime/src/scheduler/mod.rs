@@ -191,6 +191,9 @@ struct NestHome {
     /// What each nest node (by its place in `Control::nests`) shares with its driver, once
     /// it started.
     shared: Vec<Option<Arc<NestShared>>>,
+    /// Nest nodes that completed with their driver still running (`min` with `rest = run`):
+    /// polled on every wake-up until they end; the run ends after them.
+    lingering: Vec<u32>,
 }
 
 impl Recording {
@@ -452,9 +455,12 @@ impl Scheduler {
                     Some(Arc::clone(recording.sink.as_ref()?))
                 }),
                 shared: vec![None; plan.control.nests.len()],
+                lingering: Vec::new(),
             }));
         }
+        // A nest node that completes may linger (`Scheduler::linger`).
         scheduler.mark_more_always = scheduler.recording.is_some()
+            || !plan.control.nests.is_empty()
             || !plan.control.rules.is_empty()
             || !plan.control.sections.is_empty();
         if !plan.control.rules.is_empty() || !plan.control.sections.is_empty() {
@@ -605,6 +611,63 @@ impl Scheduler {
         }
     }
 
+    /// Nest node `node` has completed: if its driver still runs (`min` with `rest = run`), it
+    /// lingers, and the run does not end before it has.
+    pub(super) fn linger(&mut self, node: u32) {
+        let Some(home) = self.nest_home.as_deref_mut() else {
+            return;
+        };
+        let nests = self.graph.plan.control.nests;
+        let Ok(place) = nests.binary_search_by_key(&node, |n| n.node) else {
+            return;
+        };
+        if home.shared[place].as_ref().is_some_and(|s| s.lingering()) {
+            home.lingering.push(node);
+            // Counted settled again when its driver ends.
+            self.settled -= 1;
+        }
+    }
+
+    /// Polls the lingering nest nodes' drivers; those that ended are settled for good.
+    #[cold]
+    #[inline(never)]
+    fn poll_lingering(&mut self, leaves: &mut Leaves<'_>, cx: &Context<'_>) {
+        let Some(home) = self.nest_home.as_deref_mut() else {
+            return;
+        };
+        let before = home.lingering.len();
+        home.lingering.retain(|&node| {
+            let leaf = &mut leaves[node as usize];
+            let mut cx = Context::from_waker(cx.waker());
+            // A panic in the driver ends it: its instances' panics are theirs already.
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                leaf.as_mut().poll_rest(&mut cx)
+            }))
+            .is_ok_and(|poll| poll.is_pending())
+        });
+        self.settled += before - home.lingering.len();
+    }
+
+    /// Drops the lingering drivers of the nodes in `scope` ([`ALL_NODES`] for all): a halt,
+    /// a `Terminate`, a withdrawal of a region holding them.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn drop_lingering(&mut self, leaves: &mut Leaves<'_>, scope: u32) {
+        let Some(home) = self.nest_home.as_deref_mut() else {
+            return;
+        };
+        let before = home.lingering.len();
+        let scopes = self.graph.plan.control.scopes;
+        home.lingering.retain(|&node| {
+            if scope != ALL_NODES && !scopes[scope as usize].contains(&node) {
+                return true;
+            }
+            leaves[node as usize].as_mut().stop();
+            false
+        });
+        self.settled += before - home.lingering.len();
+    }
+
     /// The attempt number to stamp on a node's terminal event.
     #[inline]
     fn attempt_of(&self, node: u32) -> u32 {
@@ -680,6 +743,11 @@ impl Scheduler {
         if let Some(wakes) = wakes {
             wakes.register(cx.waker());
             wakes.take(&mut self.due);
+        }
+        if let Some(home) = &self.nest_home
+            && !home.lingering.is_empty()
+        {
+            self.poll_lingering(leaves, cx);
         }
         loop {
             self.start_ready(leaves);

@@ -196,6 +196,7 @@ impl Scheduler {
 
     /// Ends the run early: drops every running operation and aborts every unfinished node.
     pub(super) fn stop_all(&mut self, leaves: &mut Leaves<'_>) {
+        self.drop_lingering(leaves, ALL_NODES);
         for node in 0..self.len() as u32 {
             if self.nodes[node as usize].status == NodeStatus::Running {
                 leaves[node as usize].as_mut().stop();
@@ -275,6 +276,11 @@ impl Scheduler {
         }
         if let Settle::Withdrawn(_) = how {
             self.withdrawn_any = true;
+        }
+        if let Settle::Completed | Settle::Carried(_) = how
+            && self.nest_home.is_some()
+        {
+            self.linger(node);
         }
         if self.policy == FailurePolicy::FailFast
             && self.halt.is_none()
@@ -435,6 +441,7 @@ impl Scheduler {
         let mut i = 0;
         while let Some(&(scope, cause)) = self.withdrawals.get(i) {
             i += 1;
+            self.drop_lingering(leaves, scope);
             if scope == ALL_NODES {
                 for node in 0..self.len() as u32 {
                     self.withdraw_node(leaves, node, cause);

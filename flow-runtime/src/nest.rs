@@ -293,6 +293,7 @@ impl NestCtx {
             path,
             sink: self.sink.clone(),
             pool: Some(Arc::clone(&self.pool)),
+            instance: true,
             ..RunOptions::default()
         }
     }

@@ -31,6 +31,9 @@ pub struct RunOptions {
     /// Where a nest instance's scheduler takes its lists and gives them back (its nest
     /// node's pool).
     pub(crate) pool: Option<Arc<StatePool>>,
+    /// The run is an instance of a nest node (a `ForEach` item, a `Loop` iteration, a child
+    /// workflow), which shares the mailbox of the run holding it.
+    pub(crate) instance: bool,
 }
 
 impl Default for RunOptions {
@@ -47,6 +50,7 @@ impl Default for RunOptions {
             path: None,
             sink: None,
             pool: None,
+            instance: false,
         }
     }
 }

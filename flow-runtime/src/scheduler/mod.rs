@@ -928,9 +928,9 @@ where
     // Once the run has ended, or its future is dropped, signals are refused. Declared after
     // the table, so dropped before it: the steps' waits are dropped first. Only the run at the
     // top closes it: a nest's instances share it with that run, which goes on after them.
-    let _mailbox = match options.path {
-        None => options.signals.clone().map(FinishOnDrop),
-        Some(_) => None,
+    let _mailbox = match options.instance {
+        false => options.signals.clone().map(FinishOnDrop),
+        true => None,
     };
     let mut scheduler = Scheduler::new(graph, &options);
     // The nodes' own wakers, made when the first node needs one.

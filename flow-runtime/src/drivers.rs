@@ -686,24 +686,7 @@ where
     K: Keep<O>,
 {
     let mut items = pin!(items);
-    let limit = match config.max_concurrency {
-        0 => usize::MAX,
-        n => n,
-    };
-    let mut each = Each::<Fut, K::Out> {
-        ctx: &ctx,
-        places: Places::new(limit),
-        outputs: Outputs::new(),
-        next: 0,
-        exhausted: false,
-        completed: 0,
-        min: config.min,
-        rest_cancel: config.rest_cancel,
-        settled: false,
-        linger: false,
-        early: None,
-        woken: Vec::new(),
-    };
+    let mut each = Each::<Fut, K::Out>::new(&ctx, &config, false);
     poll_fn(|cx| each.poll::<_, _, O, K>(cx, items.as_mut(), &body)).await
 }
 
@@ -724,24 +707,7 @@ where
     P: FnOnce(Vec<K::Out>),
 {
     let mut items = pin!(items);
-    let limit = match config.max_concurrency {
-        0 => usize::MAX,
-        n => n,
-    };
-    let mut each = Each::<Fut, K::Out> {
-        ctx: &ctx,
-        places: Places::new(limit),
-        outputs: Outputs::new(),
-        next: 0,
-        exhausted: false,
-        completed: 0,
-        min: config.min,
-        rest_cancel: config.rest_cancel,
-        settled: false,
-        linger: config.min > 0 && !config.rest_cancel,
-        early: None,
-        woken: Vec::new(),
-    };
+    let mut each = Each::<Fut, K::Out>::new(&ctx, &config, config.min > 0 && !config.rest_cancel);
     let mut put = Some(put);
     let outputs = poll_fn(|cx| {
         let poll = each.poll::<_, _, O, K>(cx, items.as_mut(), &body);
@@ -758,6 +724,30 @@ where
         put(outputs);
     }
     Ok(())
+}
+
+impl<'c, F: Future, Out> Each<'c, F, Out> {
+    /// A driver with no instance started yet; `linger`: the node completes at the `min`-th
+    /// completed instance while the rest run on (`rest = run` through a `*_into` entry).
+    fn new(ctx: &'c NestCtx, config: &ForEachConfig, linger: bool) -> Self {
+        Each {
+            ctx,
+            places: Places::new(match config.max_concurrency {
+                0 => usize::MAX,
+                n => n,
+            }),
+            outputs: Outputs::new(),
+            next: 0,
+            exhausted: false,
+            completed: 0,
+            min: config.min,
+            rest_cancel: config.rest_cancel,
+            settled: false,
+            linger,
+            early: None,
+            woken: Vec::new(),
+        }
+    }
 }
 
 impl<F, Out> Each<'_, F, Out>

@@ -116,8 +116,8 @@ fn durable_store(c: &mut Criterion) {
         });
         drop(conn);
 
-        let store = SqliteStore::open(dir(&format!("store-{size}")).join("runs.db"))
-            .expect("a store");
+        let store =
+            SqliteStore::open(dir(&format!("store-{size}")).join("runs.db")).expect("a store");
         let lease = rt.block_on(new_run(&store, "order-42"));
         let mut seq = 0u64;
         group.bench_function(BenchmarkId::new("store_commit", size), |b| {

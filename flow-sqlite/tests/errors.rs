@@ -1,7 +1,7 @@
 //! Bad input gets a clear error and loses nothing: a corrupt file, a foreign database, a schema
 //! from a newer flow, a run that does not exist, a store locked by another process, a full
-//! disk. Also: what was committed survives closing the store, and commits of many runs share
-//! transactions.
+//! disk. Also: what was committed survives closing the store, commits of many runs share
+//! transactions, and a commit waiting for the disk does not block the caller's task.
 
 mod common;
 
@@ -333,4 +333,29 @@ async fn commits_of_many_runs_share_transactions() {
         requests: after.requests - before.requests,
     };
     assert_in_fewer_transactions(&path, during, 64);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_commit_waiting_for_the_disk_does_not_block_the_callers_task() {
+    let dir = common::dir("not-blocking");
+    let path = dir.join("runs.db");
+    let store = SqliteStore::open(&path).expect("a store");
+    let lease = new_run(&store, "order-1").await;
+    // Another connection (a reader of another tool, say) holds SQLite's write lock: the writer
+    // thread waits for it (busy timeout), the caller's task does not.
+    let other = Connection::open(&path).expect("another connection");
+    other
+        .execute_batch("BEGIN IMMEDIATE")
+        .expect("the write lock");
+    let started = std::time::Instant::now();
+    let mut commit = store.commit(big_output(&lease, 1, 10));
+    let waited = tokio::time::timeout(Duration::from_millis(100), &mut commit).await;
+    assert!(waited.is_err(), "the commit waits for the lock: {waited:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the task went on while the writer waited: {:?}",
+        started.elapsed()
+    );
+    other.execute_batch("COMMIT").expect("release the lock");
+    assert_eq!(commit.await, Ok(Committed::Applied { next_seq: 2 }));
 }

@@ -23,6 +23,7 @@
 //   support                             what generated code calls: `execute*`, `input`, ...
 //   runner                              `Workflow` and `Runner`: the public entry points
 //   progress                            an observer (feature `progress`)
+//   store                               durable runs' storage (feature `durable`): uses events, nest
 mod delay;
 mod drivers;
 mod error;
@@ -43,6 +44,8 @@ mod scope;
 mod signal;
 mod slot;
 mod status;
+#[cfg(feature = "durable")]
+pub mod store;
 mod support;
 mod verdict;
 mod wake;

@@ -26,6 +26,8 @@
 //   store                               durable runs' storage (feature `durable`): uses events, nest
 mod delay;
 mod drivers;
+#[cfg(feature = "durable")]
+pub mod durable;
 mod error;
 mod events;
 mod graph;
@@ -110,6 +112,11 @@ pub mod __private {
     pub use std::{
         any::TypeId, future::Future, option::Option, pin::Pin, result::Result, stringify,
         time::Duration,
+    };
+
+    #[cfg(feature = "durable")]
+    pub use crate::durable::{
+        Durable, DurableWorkflow, assert_durable, complete_durable, restore_output, restoring,
     };
 
     /// The defaults of one `#[operation]`: its display name and its policy.

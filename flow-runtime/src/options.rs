@@ -27,6 +27,9 @@ pub struct RunOptions {
     pub(crate) path: Option<NodePath>,
     /// Where a nest instance's events go: the root run's sink (see `nest::EventSink`).
     pub(crate) sink: Option<Arc<EventSink>>,
+    /// A durable run's store, lease and journal to replay (`durable::drive`).
+    #[cfg(feature = "durable")]
+    pub(crate) journal: Option<Arc<crate::durable::JournalSetup>>,
 }
 
 impl Default for RunOptions {
@@ -42,6 +45,8 @@ impl Default for RunOptions {
             signals: None,
             path: None,
             sink: None,
+            #[cfg(feature = "durable")]
+            journal: None,
         }
     }
 }

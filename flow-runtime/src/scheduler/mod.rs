@@ -13,6 +13,8 @@
 
 mod attempt;
 mod gate;
+#[cfg(feature = "durable")]
+mod journal;
 mod rules;
 mod settle;
 
@@ -293,6 +295,9 @@ struct Scheduler {
     /// `#[operation]`'s defaults were heard, nobody records events and no subscriber can want
     /// a span. Cleared when an operation is heard.
     lean: bool,
+    /// A durable run's journal (`journal.rs`): `None` for every other run.
+    #[cfg(feature = "durable")]
+    journal: Option<Box<journal::Journal>>,
 }
 
 impl Scheduler {
@@ -382,6 +387,8 @@ impl Scheduler {
             section_left: Vec::new(),
             group_holder: Vec::new(),
             section_freed: false,
+            #[cfg(feature = "durable")]
+            journal: options.journal.as_ref().map(journal::Journal::new),
         };
         if !plan.control.nests.is_empty() {
             scheduler.nest_home = Some(Box::new(NestHome {
@@ -404,6 +411,7 @@ impl Scheduler {
             scheduler.init_gates();
         }
         // A nest node gets its context when it starts, on the long way.
+        // A durable run records (`durable::drive`), so it is never lean.
         scheduler.lean = plan.policies.is_empty()
             && scheduler.recording.is_none()
             && plan.control.nests.is_empty()
@@ -441,6 +449,10 @@ impl Scheduler {
         recording.seq += 1;
         #[cfg(feature = "tracing")]
         trace_event(self.graph, &event);
+        #[cfg(feature = "durable")]
+        if let Some(journal) = &mut self.journal {
+            journal.record(&event);
+        }
         for observer in &recording.observers {
             observer.on_event(&event);
         }
@@ -677,6 +689,13 @@ impl Scheduler {
     }
 
     fn finish(mut self) -> Finished {
+        let (statuses, verdict, _) = self.conclude();
+        self.into_finished(statuses, verdict)
+    }
+
+    /// Judges the run and emits `RunFinished`: the final statuses (when they are needed), the
+    /// verdict, and whether the run succeeded.
+    fn conclude(&mut self) -> (Vec<NodeStatus>, Verdict, bool) {
         debug_assert_eq!(
             self.failures,
             self.nodes
@@ -697,6 +716,11 @@ impl Scheduler {
         };
         let succeeded = self.cancelled.is_none() && (self.terminated || verdict.succeeded);
         self.emit(None, 0, || EventKind::RunFinished { succeeded });
+        (statuses, verdict, succeeded)
+    }
+
+    /// The end of [`Scheduler::finish`], once `RunFinished` is emitted.
+    fn into_finished(mut self, statuses: Vec<NodeStatus>, verdict: Verdict) -> Finished {
         let recording = self.recording.take();
         let nests = self.nest_home.take().map_or_else(Vec::new, |home| {
             home.shared
@@ -839,9 +863,17 @@ where
             // The instances' events of this wake-up reach the log and the observers now.
             scheduler.drain_nested();
         }
+        #[cfg(feature = "durable")]
+        if scheduler.journal.is_some() {
+            return scheduler.journal_poll(leaves, &mut wakes, cx, poll);
+        }
         poll
     })
     .await;
+    #[cfg(feature = "durable")]
+    if scheduler.journal.is_some() {
+        return journal::finish_journaled(scheduler).await;
+    }
     scheduler.finish()
 }
 

@@ -421,13 +421,18 @@ pub fn graph_changes(stored: &[NodeRow], now: &[NodeRow]) -> Vec<GraphChange> {
             None => changes.push(GraphChange::Added(row.name.clone())),
             Some(old) => {
                 let (was, is) = (names(stored, &old.preds), names(now, &row.preds));
-                if was != is {
+                let edges = was != is;
+                if edges {
                     changes.push(GraphChange::EdgesChanged {
                         node: row.name.clone(),
                         was,
                         now: is,
                     });
-                } else if old.fingerprint != row.fingerprint {
+                }
+                let label = |l: &str| l.split_whitespace().collect::<String>();
+                if (edges && label(&old.label) != label(&row.label))
+                    || (!edges && old.fingerprint != row.fingerprint)
+                {
                     changes.push(GraphChange::Changed {
                         node: row.name.clone(),
                         was: old.label.clone(),

@@ -116,8 +116,11 @@ pub mod __private {
 
     #[cfg(feature = "durable")]
     pub use crate::durable::{
-        Durable, DurableWorkflow, assert_durable, complete_durable, restore_output, restoring,
+        Durable, DurableError, DurableWorkflow, assert_durable, complete_durable, restore_output,
+        restoring, resume, resume_all,
     };
+    #[cfg(feature = "durable")]
+    pub use crate::store::Store;
 
     /// The defaults of one `#[operation]`: its display name and its policy.
     pub const fn operation_spec(name: &'static str, policy: NodePolicy) -> OperationSpec {

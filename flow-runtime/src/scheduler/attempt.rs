@@ -415,9 +415,10 @@ impl Scheduler {
         };
         #[cfg(feature = "durable")]
         if let Some(journal) = &self.journal
-            && journal.is_held(node)
+            && journal.is_waiting(node)
         {
-            // Requested, not started: its `Requested` is not durable yet.
+            // Requested and not started (its `Requested` is not durable yet), or replayed
+            // between two attempts.
             return None;
         }
         loop {

@@ -133,9 +133,10 @@ impl Journal {
         });
     }
 
-    /// Whether `node` is requested and waits for its `Requested` to commit.
-    pub(super) fn is_held(&self, node: u32) -> bool {
-        self.held.iter().any(|&(n, _)| n == node)
+    /// Whether `node` runs but has no attempt to poll: requested and waiting for its
+    /// `Requested` to commit, or (replaying) between a failed attempt and the next.
+    pub(super) fn is_waiting(&self, node: u32) -> bool {
+        self.held.iter().any(|&(n, _)| n == node) || self.backoff.contains(&node)
     }
 
     fn unhold(&mut self, node: u32) -> bool {
@@ -201,8 +202,21 @@ impl Journal {
         }
     }
 
-    /// Commits everything pending, the run's end with it. Called once, after `RunFinished`.
+    /// Commits everything pending, the run's end with it, then gives up the run's lease (a
+    /// run stopped by a failed commit can be resumed at once). Called once, after
+    /// `RunFinished`.
     async fn finish(&mut self, status: RunStatus) {
+        self.commit_end(status).await;
+        let lease = &self.setup.lease;
+        // Best effort: a lease that is not released expires by itself.
+        let _ = self
+            .setup
+            .store
+            .release(&lease.owner, std::slice::from_ref(lease))
+            .await;
+    }
+
+    async fn commit_end(&mut self, status: RunStatus) {
         if self.broken {
             return;
         }
@@ -217,8 +231,10 @@ impl Journal {
             return;
         }
         let end = self.pending.end_seq();
-        let mut batch =
-            std::mem::replace(&mut self.pending, Batch::new(&self.setup.lease, end, Duration::ZERO));
+        let mut batch = std::mem::replace(
+            &mut self.pending,
+            Batch::new(&self.setup.lease, end, Duration::ZERO),
+        );
         batch.status = Some(status);
         batch.end = Some(RunEnd {
             result: None,
@@ -256,7 +272,11 @@ fn describe(event: &StoredEvent) -> String {
         Some(node) => format!(
             "`{}{}` of `{node}` attempt {}",
             event.kind,
-            if data.is_empty() { String::new() } else { format!(" {data}") },
+            if data.is_empty() {
+                String::new()
+            } else {
+                format!(" {data}")
+            },
             event.attempt
         ),
         None => format!("`{}`", event.kind),
@@ -269,6 +289,14 @@ fn error_text(event: &StoredEvent) -> String {
         .ok()
         .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
         .unwrap_or_else(|| "failed (no message stored)".to_owned())
+}
+
+/// A duration field (`{"secs":..,"nanos":..}`) of a stored event; zero when absent.
+fn duration_field(event: &StoredEvent, field: &str) -> Duration {
+    serde_json::from_slice::<serde_json::Value>(&event.data)
+        .ok()
+        .and_then(|v| serde_json::from_value::<Duration>(v.get(field)?.clone()).ok())
+        .unwrap_or_default()
 }
 
 /// Whether the world (an operation's future, a timer) produces `kind`'s events, rather than
@@ -317,7 +345,10 @@ impl Scheduler {
         state.attempt += 1;
         let attempt = state.attempt;
         self.emit(Some(node), attempt, || EventKind::Requested);
-        let seq = self.recording.as_ref().map_or(0, |r| r.seq.saturating_sub(1));
+        let seq = self
+            .recording
+            .as_ref()
+            .map_or(0, |r| r.seq.saturating_sub(1));
         if let Some(journal) = self.journal_mut() {
             journal.held.push((node, seq));
         }
@@ -375,7 +406,10 @@ impl Scheduler {
         leaves: &mut Leaves<'_>,
         node: u32,
         cx: &mut Context<'_>,
-        given: Option<(super::attempt::PollResult, Option<&'static crate::scope::OperationSpec>)>,
+        given: Option<(
+            super::attempt::PollResult,
+            Option<&'static crate::scope::OperationSpec>,
+        )>,
     ) -> Poll<Result<(), NodeError>> {
         let name = self.graph.nodes[node as usize].name;
         let attempt = self.nodes[node as usize].attempt;
@@ -427,9 +461,8 @@ impl Scheduler {
                 }
             }
             "TimedOut" => {
-                if let Some(journal) = self.journal_mut() {
-                    journal.cursor += 1;
-                }
+                let after = duration_field(&event, "after");
+                self.emit(Some(node), event.attempt, || EventKind::TimedOut { after });
             }
             "Retrying" => {
                 let Some(journal) = self.journal_mut() else {
@@ -439,9 +472,13 @@ impl Scheduler {
                     return false;
                 }
                 journal.backoff.push(node);
-                journal.cursor += 1;
                 let error = NodeError::Failed(error_text(&event).into());
-                self.record_attempt_error(node, &error);
+                let rendered = self.record_attempt_error(node, &error);
+                let delay = duration_field(&event, "delay");
+                self.emit(Some(node), event.attempt, || EventKind::Retrying {
+                    error: rendered,
+                    delay,
+                });
             }
             "Requested" if event.attempt > 1 => {
                 let Some(journal) = self.journal_mut() else {
@@ -452,8 +489,8 @@ impl Scheduler {
                 };
                 journal.backoff.remove(i);
                 journal.held.push((node, event.seq));
-                journal.cursor += 1;
                 self.nodes[node as usize].attempt = event.attempt;
+                self.emit(Some(node), event.attempt, || EventKind::Requested);
             }
             _ => return false,
         }

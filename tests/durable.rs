@@ -563,3 +563,101 @@ async fn an_unknown_run_is_a_store_error() {
         "{err}"
     );
 }
+
+// --- Commits that complete when the test says ------------------------------------------------
+
+/// A store whose commits wait for a permit of `gate`.
+#[derive(Clone)]
+struct Gated {
+    probe: Probe,
+    gate: Arc<tokio::sync::Semaphore>,
+}
+
+impl Store for Gated {
+    fn create_run(&self, run: NewRun) -> StoreFuture<'_, Created> {
+        self.probe.create_run(run)
+    }
+    fn load_run<'a>(
+        &'a self,
+        run: &'a str,
+        owner: &'a Owner,
+        lease: Duration,
+    ) -> StoreFuture<'a, Loaded> {
+        self.probe.load_run(run, owner, lease)
+    }
+    fn list_runs<'a>(&'a self, filter: &'a RunFilter) -> StoreFuture<'a, Vec<RunSummary>> {
+        self.probe.list_runs(filter)
+    }
+    fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
+        self.probe.events(run, from_seq)
+    }
+    fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
+        Box::pin(async move {
+            self.gate
+                .acquire()
+                .await
+                .map_err(|_| StoreError::Closed)?
+                .forget();
+            self.probe.commit(batch).await
+        })
+    }
+    fn due_timers(&self, horizon: Duration, limit: u32) -> StoreFuture<'_, Vec<DueTimer>> {
+        self.probe.due_timers(horizon, limit)
+    }
+    fn send_signal(&self, signal: NewSignal) -> StoreFuture<'_, SignalSent> {
+        self.probe.send_signal(signal)
+    }
+    fn signals<'a>(&'a self, run: &'a str, after: u64) -> StoreFuture<'a, Vec<StoredSignal>> {
+        self.probe.signals(run, after)
+    }
+    fn heartbeat<'a>(
+        &'a self,
+        owner: &'a Owner,
+        held: &'a [Lease],
+        lease: Duration,
+    ) -> StoreFuture<'a, Vec<Lease>> {
+        self.probe.heartbeat(owner, held, lease)
+    }
+    fn release<'a>(&'a self, owner: &'a Owner, held: &'a [Lease]) -> StoreFuture<'a, ()> {
+        self.probe.release(owner, held)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn nothing_starts_before_its_batch_commits_and_the_run_ends_after_its_last_commit() {
+    let store = MemoryStore::new();
+    let gated = Gated {
+        probe: Probe::new(&store, None),
+        gate: Arc::new(tokio::sync::Semaphore::new(0)),
+    };
+    let gate = Arc::clone(&gated.gate);
+    let run = tokio::spawn(async move {
+        Order::runner()
+            .durable(&gated, "gated-1")
+            .execute(7)
+            .await
+    });
+    // Long enough for every operation of a round to end (the paused clock jumps).
+    let settle = || sleep(Duration::from_millis(500));
+    settle().await;
+    assert!(executed("gated-1").is_empty(), "started before the first commit");
+    let mut commits = 0;
+    let mut seen = Vec::new();
+    while !run.is_finished() {
+        gate.add_permits(1);
+        commits += 1;
+        settle().await;
+        let now = executed("gated-1");
+        // Each commit lets at most the nodes it requested start: never more than one wave.
+        let new: Vec<String> = now[seen.len()..].iter().map(|(n, _)| n.clone()).collect();
+        assert!(new.len() <= 2, "commit {commits} started {new:?}");
+        seen = now;
+        assert!(commits < 50, "the run does not end");
+    }
+    let outcome = run.await.expect("no panic").expect("the store works");
+    assert_eq!(outcome.result.expect("succeeds"), EXPECTED);
+    // The run returned only once its last batch (with `RunFinished`) was committed.
+    let journal = events_of(&store, "gated-1");
+    assert_eq!(journal.last().map(|e| e.kind.as_str()), Some("RunFinished"));
+    assert_eq!(journal.len(), outcome.report.log().len());
+}

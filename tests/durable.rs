@@ -631,33 +631,62 @@ async fn nothing_starts_before_its_batch_commits_and_the_run_ends_after_its_last
         gate: Arc::new(tokio::sync::Semaphore::new(0)),
     };
     let gate = Arc::clone(&gated.gate);
-    let run = tokio::spawn(async move {
-        Order::runner()
-            .durable(&gated, "gated-1")
-            .execute(7)
-            .await
-    });
-    // Long enough for every operation of a round to end (the paused clock jumps).
-    let settle = || sleep(Duration::from_millis(500));
-    settle().await;
-    assert!(executed("gated-1").is_empty(), "started before the first commit");
+    let mut run = std::pin::pin!(Order::runner().durable(&gated, "gated-1").execute(7));
+    // Polls the run for 500 ms of the paused clock: long enough for every operation of a
+    // round to end.
+    macro_rules! step {
+        () => {
+            tokio::select! {
+                biased;
+                outcome = &mut run => Some(outcome),
+                _ = sleep(Duration::from_millis(500)) => None,
+            }
+        };
+    }
+    assert!(step!().is_none());
+    assert!(
+        executed("gated-1").is_empty(),
+        "started before the first commit"
+    );
     let mut commits = 0;
     let mut seen = Vec::new();
-    while !run.is_finished() {
+    let outcome = loop {
         gate.add_permits(1);
         commits += 1;
-        settle().await;
+        let done = step!();
         let now = executed("gated-1");
         // Each commit lets at most the nodes it requested start: never more than one wave.
         let new: Vec<String> = now[seen.len()..].iter().map(|(n, _)| n.clone()).collect();
         assert!(new.len() <= 2, "commit {commits} started {new:?}");
         seen = now;
+        if let Some(outcome) = done {
+            break outcome;
+        }
+        // The run waits for this commit: its last batch is not acknowledged yet.
         assert!(commits < 50, "the run does not end");
-    }
-    let outcome = run.await.expect("no panic").expect("the store works");
+    };
+    let outcome = outcome.expect("the store works");
     assert_eq!(outcome.result.expect("succeeds"), EXPECTED);
     // The run returned only once its last batch (with `RunFinished`) was committed.
     let journal = events_of(&store, "gated-1");
     assert_eq!(journal.last().map(|e| e.kind.as_str()), Some("RunFinished"));
     assert_eq!(journal.len(), outcome.report.log().len());
+}
+
+/// Durable runs are `Send + 'static` futures: a task of their own on a multi-thread runtime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durable_runs_and_resumes_can_be_spawned() {
+    let store = MemoryStore::new();
+    let probe = Probe::new(&store, None);
+    let run = tokio::spawn(async move {
+        Order::runner()
+            .durable(&probe, "spawned-1")
+            .execute(7)
+            .await
+    });
+    let outcome = run.await.expect("no panic").expect("the store works");
+    assert_eq!(outcome.result.expect("succeeds"), EXPECTED);
+    let resumed = tokio::spawn(Order::resume(&Probe::new(&store, None), "spawned-1"));
+    let outcome = resumed.await.expect("no panic").expect("replayed");
+    assert_eq!(outcome.result.expect("succeeds"), EXPECTED);
 }

@@ -379,12 +379,13 @@ fn durable_items(
         impl #name {
             /// Resumes the run `id` of this workflow from `store`: replays its journal
             /// (completed steps do not run again) and goes on.
-            #vis fn resume<'s, S: #private::Store + ::core::clone::Clone>(
-                store: &'s S,
-                id: &'s str,
+            /// The future owns what it needs (a clone of the store): spawn it if you like.
+            #vis fn resume<S: #private::Store + ::core::clone::Clone>(
+                store: &S,
+                id: &str,
             ) -> impl #private::Future<
                 Output = #private::Result<#private::Outcome<#output_ty>, #private::DurableError>,
-            > + 's {
+            > + use<S> {
                 #private::resume::<Self, S>(store, id)
             }
 

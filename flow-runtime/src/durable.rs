@@ -12,7 +12,9 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -544,7 +546,18 @@ impl<W: DurableWorkflow> DurableRunner<W> {
     ///
     /// [`DurableError`]: the store failed (the run can be resumed), the id is taken by
     /// another run, the graph changed, or the replay diverged.
-    pub async fn execute(self, input: W::Stored) -> Result<Outcome<W::Output>, DurableError> {
+    pub fn execute(
+        self,
+        input: W::Stored,
+    ) -> impl Future<Output = Result<Outcome<W::Output>, DurableError>> {
+        Then::First {
+            first: self.prepare(input),
+            next: Some(drive::<W>),
+        }
+    }
+
+    /// Creates the run, or loads it to resume it.
+    async fn prepare(self, input: W::Stored) -> Result<Prepared<W>, DurableError> {
         let (graph_hash, nodes) = graph_rows(&W::GRAPH);
         let bytes = serde_json::to_vec(&input).map_err(|error| DurableError::Input {
             run: self.id.clone(),
@@ -574,7 +587,7 @@ impl<W: DurableWorkflow> DurableRunner<W> {
                     error: Mutex::new(None),
                 };
                 debug_assert_eq!(next_seq, 0);
-                drive::<W>(self.options, setup, input).await
+                Ok((self.options, setup, input))
             }
             Created::Exists(summary) => {
                 if summary.workflow != W::GRAPH.name() {
@@ -589,7 +602,7 @@ impl<W: DurableWorkflow> DurableRunner<W> {
                         why: "it was started with another input".to_owned(),
                     });
                 }
-                resume_with::<W>(self.options, &self.store, &self.id, &self.owner).await
+                prepare_resume::<W>(self.options, &self.store, &self.id, &self.owner).await
             }
         }
     }
@@ -613,12 +626,19 @@ impl<W: DurableWorkflow> fmt::Debug for DurableRunner<W> {
 /// [`DurableError`]: the run does not exist or is held by another owner (`Store`), it is a
 /// run of another workflow (`RunExists`), its graph changed (`GraphChanged`), its stored input
 /// cannot be read (`Input`), the replay diverged (`Diverged`), or a commit failed (`Store`).
-pub async fn resume<W: DurableWorkflow, S: Store + Clone>(
+pub fn resume<W: DurableWorkflow, S: Store + Clone>(
     store: &S,
     id: &str,
-) -> Result<Outcome<W::Output>, DurableError> {
+) -> impl Future<Output = Result<Outcome<W::Output>, DurableError>> + use<W, S> {
     let store: Arc<dyn Store> = Arc::new(store.clone());
-    resume_with::<W>(RunOptions::default(), &store, id, &Owner::process()).await
+    let id = id.to_owned();
+    let first = async move {
+        prepare_resume::<W>(RunOptions::default(), &store, &id, &Owner::process()).await
+    };
+    Then::First {
+        first,
+        next: Some(drive::<W>),
+    }
 }
 
 /// Resumes every unfinished run of `W` in `store`, one after the other, oldest first; returns
@@ -648,12 +668,15 @@ pub async fn resume_all<W: DurableWorkflow, S: Store + Clone>(
     Ok(results)
 }
 
-async fn resume_with<W: DurableWorkflow>(
+/// What a durable run starts from: its options, its journal, its parameters.
+type Prepared<W> = (RunOptions, JournalSetup, <W as DurableWorkflow>::Stored);
+
+async fn prepare_resume<W: DurableWorkflow>(
     options: RunOptions,
     store: &Arc<dyn Store>,
     id: &str,
     owner: &Owner,
-) -> Result<Outcome<W::Output>, DurableError> {
+) -> Result<Prepared<W>, DurableError> {
     let loaded: Loaded = store.load_run(id, owner, LEASE).await?;
     if loaded.run.workflow != W::GRAPH.name() {
         return Err(DurableError::RunExists {
@@ -689,23 +712,94 @@ async fn resume_with<W: DurableWorkflow>(
         now_ms: loaded.now_ms,
         error: Mutex::new(None),
     };
-    drive::<W>(options, setup, input).await
+    Ok((options, setup, input))
 }
 
+/// Runs a prepared durable run: the workflow's own run, with the journal in its options.
 fn drive<W: DurableWorkflow>(
-    mut options: RunOptions,
-    setup: JournalSetup,
-    input: W::Stored,
-) -> impl Future<Output = Result<Outcome<W::Output>, DurableError>> {
+    (mut options, setup, input): Prepared<W>,
+) -> Drive<impl Future<Output = Outcome<W::Output>>> {
     let setup = Arc::new(setup);
     options.record = true;
     options.report = true;
     options.journal = Some(Arc::clone(&setup));
-    async move {
-        let outcome = W::__execute(options, W::__input(input)).await;
-        match setup.take_error() {
+    Drive {
+        run: W::__execute::<'static>(options, W::__input::<'static>(input)),
+        setup,
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of a durable run: the workflow's run, whose result is replaced by the error
+    /// that stopped it, if one did. Written by hand (not an `async` block) so that the run's
+    /// future can be spawned: an `async` block generic over the workflow trips rustc's
+    /// higher-ranked `Send` check (rust-lang/rust#100013).
+    struct Drive<F> {
+        #[pin]
+        run: F,
+        setup: Arc<JournalSetup>,
+    }
+}
+
+impl<F: Future<Output = Outcome<T>>, T> Future for Drive<F> {
+    type Output = Result<Outcome<T>, DurableError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let outcome = std::task::ready!(this.run.poll(cx));
+        Poll::Ready(match this.setup.take_error() {
             Some(error) => Err(error),
             None => Ok(outcome),
+        })
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// `first`, then the future `next` makes of its value.
+    #[project = ThenProj]
+    enum Then<A, F, B> {
+        First { #[pin] first: A, next: Option<F> },
+        Second { #[pin] second: B },
+        Done,
+    }
+}
+
+impl<A, F, B, T, U> Future for Then<A, F, B>
+where
+    A: Future<Output = Result<T, DurableError>>,
+    F: FnOnce(T) -> B,
+    B: Future<Output = Result<U, DurableError>>,
+{
+    type Output = Result<U, DurableError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        loop {
+            match self.as_mut().project() {
+                ThenProj::First { first, next } => {
+                    let value = std::task::ready!(first.poll(cx));
+                    match (value, next.take()) {
+                        (Ok(value), Some(next)) => self.set(Then::Second {
+                            second: next(value),
+                        }),
+                        (Err(error), _) => {
+                            self.set(Then::Done);
+                            return Poll::Ready(Err(error));
+                        }
+                        // `next` is taken once, when `first` ends: never reached.
+                        (Ok(_), None) => {
+                            self.set(Then::Done);
+                            return Poll::Pending;
+                        }
+                    }
+                }
+                ThenProj::Second { second } => {
+                    let output = std::task::ready!(second.poll(cx));
+                    self.set(Then::Done);
+                    return Poll::Ready(output);
+                }
+                // Polled after it completed: a future that has ended stays pending.
+                ThenProj::Done => return Poll::Pending,
+            }
         }
     }
 }

@@ -18,8 +18,11 @@ use tokio::time::{Instant, sleep};
 
 // --- A store that records what it committed and can fail the n-th commit ------------------
 
-/// Every event committed, per run: (kind, node name, attempt).
-static COMMITTED: Mutex<Vec<(String, String, Option<String>, u32)>> = Mutex::new(Vec::new());
+/// An event committed: (run, kind, node name, attempt).
+type CommittedEvent = (String, String, Option<String>, u32);
+
+/// Every event committed.
+static COMMITTED: Mutex<Vec<CommittedEvent>> = Mutex::new(Vec::new());
 /// Every attempt executed: (run, node, key), in order.
 static EXECUTED: Mutex<Vec<(String, String, String)>> = Mutex::new(Vec::new());
 
@@ -268,8 +271,7 @@ async fn the_same_id_with_another_input_is_refused() {
         .durable(&Probe::new(&store, None), "input-1")
         .execute(8)
         .await
-        .err()
-        .expect("another input");
+        .expect_err("another input");
     assert!(matches!(err, DurableError::RunExists { .. }), "{err}");
     assert!(err.to_string().contains("another input"), "{err}");
 }
@@ -304,7 +306,7 @@ async fn a_run_stopped_at_every_commit_resumes_to_the_same_result() {
             .durable(&failing, id.as_str())
             .execute(7)
             .await;
-        let err = stopped.err().expect("the failing commit stops the run");
+        let err = stopped.expect_err("the failing commit stops the run");
         assert!(
             matches!(err, DurableError::Store(StoreError::Closed)),
             "{err}"
@@ -450,8 +452,7 @@ async fn a_replay_that_decides_otherwise_is_reported_as_diverged() {
     EXPENSIVE.store(false, Ordering::SeqCst);
     let err = Branchy::resume(&Probe::new(&store, None), "diverge-1")
         .await
-        .err()
-        .expect("the decision went the other way");
+        .expect_err("the decision went the other way");
     EXPENSIVE.store(true, Ordering::SeqCst);
     match &err {
         DurableError::Diverged { journal, .. } => {
@@ -498,8 +499,7 @@ async fn a_changed_graph_is_refused_with_what_changed() {
     );
     let err = changed::Order::resume(&store, "changed-1")
         .await
-        .err()
-        .expect("refused");
+        .expect_err("refused");
     let DurableError::GraphChanged { changes, .. } = &err else {
         panic!("expected GraphChanged, got {err}");
     };
@@ -556,8 +556,7 @@ async fn an_unknown_run_is_a_store_error() {
     let store = MemoryStore::new();
     let err = Order::resume(&store, "nope")
         .await
-        .err()
-        .expect("no such run");
+        .expect_err("no such run");
     assert!(
         matches!(err, DurableError::Store(StoreError::NotFound { .. })),
         "{err}"

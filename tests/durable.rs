@@ -689,3 +689,61 @@ async fn durable_runs_and_resumes_can_be_spawned() {
     let outcome = resumed.await.expect("no panic").expect("replayed");
     assert_eq!(outcome.result.expect("succeeds"), EXPECTED);
 }
+
+// --- Deadlines across a resume ----------------------------------------------------------------
+
+async fn always_fails() -> Result<u32, Declined> {
+    sleep(Duration::from_millis(10)).await;
+    Err(Declined)
+}
+
+workflow! {
+    #[flow(durable)]
+    Hurried(order: u64) -> u32 {
+        Sequential {
+            paid = Operation(always_fails(), retries = 10, backoff = "100ms", deadline = "400ms"),
+        }
+        => paid + order as u32
+    }
+}
+
+/// The run stops after the first failed attempt; 200 ms pass (by the store's clock) before it
+/// is resumed: its deadline has about 200 ms left, not 400.
+#[tokio::test(start_paused = true)]
+async fn a_resumed_deadline_keeps_its_due_time() {
+    let store = MemoryStore::new();
+    let mut n = 0;
+    let id = loop {
+        let id = format!("hurried-{n}");
+        let failing = Probe::new(&store, Some(n));
+        let stopped = Hurried::runner()
+            .durable(&failing, id.as_str())
+            .execute(1)
+            .await;
+        assert!(stopped.is_err());
+        if events_of(&store, &id).iter().any(|e| e.kind == "Retrying") {
+            break id;
+        }
+        n += 1;
+        assert!(n < 10, "no commit after the first `Retrying`");
+    };
+    // The store's clock is the wall clock: let it run.
+    std::thread::sleep(Duration::from_millis(200));
+    let start = Instant::now();
+    let outcome = Hurried::resume(&Probe::new(&store, None), &id)
+        .await
+        .expect("resumes");
+    let waited = start.elapsed();
+    let error = outcome.result.expect_err("the deadline passes");
+    assert!(
+        matches!(
+            error.failures()[0].error,
+            flow::NodeError::DeadlineExceeded(_)
+        ),
+        "{error:?}"
+    );
+    assert!(
+        waited <= Duration::from_millis(300),
+        "the deadline started again: {waited:?}"
+    );
+}

@@ -249,10 +249,14 @@ impl Journal {
 
 /// The timer of `node`'s backoff.
 fn backoff_key(node: Option<u32>) -> TimerKey {
+    timer_key(node, TimerKind::Backoff)
+}
+
+fn timer_key(node: Option<u32>, kind: TimerKind) -> TimerKey {
     TimerKey {
         node,
         instance: String::new(),
-        kind: TimerKind::Backoff,
+        kind,
     }
 }
 
@@ -321,6 +325,15 @@ impl Scheduler {
     pub(super) fn hold_first(&mut self, node: u32) -> Result<(), NodeError> {
         if let Some(after) = self.plan().policy(node as usize).deadline() {
             self.watch(node).deadline = Some(timer(after)?);
+            // Stored with the `Requested`, so that a resume keeps the deadline's due time.
+            if let Some(journal) = self.journal_mut()
+                && journal.live
+            {
+                journal.pending.timers.push(TimerChange::Set {
+                    key: timer_key(Some(node), TimerKind::NodeDeadline),
+                    after,
+                });
+            }
         } else {
             // Every node of a durable run is polled the long way (`poll_watched`).
             self.watch(node);
@@ -545,6 +558,31 @@ impl Scheduler {
         journal.live = true;
         let backoff = std::mem::take(&mut journal.backoff);
         let setup = Arc::clone(&journal.setup);
+        // Deadlines keep their due time by the store's clock.
+        for stored in &setup.timers {
+            let Some(node) = stored.key.node else {
+                continue;
+            };
+            if stored.key.kind != TimerKind::NodeDeadline
+                || (node as usize) >= self.len()
+                || self.nodes[node as usize].status != NodeStatus::Running
+            {
+                continue;
+            }
+            let left = Duration::from_millis(stored.due_ms.saturating_sub(setup.now_ms));
+            match timer(left) {
+                Ok(deadline) => {
+                    self.watch(node).deadline = Some(deadline);
+                    self.due.push(node);
+                }
+                Err(error) => {
+                    let attempts = self.nodes[node as usize].attempt;
+                    self.release(node);
+                    self.record_attempts(node, attempts, 1);
+                    self.fail(node, error);
+                }
+            }
+        }
         for node in backoff {
             let left = setup
                 .timers

@@ -105,8 +105,9 @@ struct Recording {
     seq: u64,
     log: Option<EventLog>,
     observers: Vec<Arc<dyn Observer>>,
-    /// The run is a nest instance whose events go to the root's sink, or a root whose nest
-    /// instances send theirs to its sink: each event takes [`Scheduler::emit_nested`].
+    /// The run is a nest instance whose events go to the root's sink, a root whose nest
+    /// instances send theirs to its sink, or a durable run (its events go to its journal):
+    /// each event takes [`Scheduler::emit_nested`].
     nested: bool,
     /// A nest instance: the root's sink, where a copy of each event goes with `path`.
     forward: Option<Arc<EventSink>>,
@@ -390,6 +391,13 @@ impl Scheduler {
             #[cfg(feature = "durable")]
             journal: options.journal.as_ref().map(journal::Journal::new),
         };
+        #[cfg(feature = "durable")]
+        if scheduler.journal.is_some()
+            && let Some(recording) = scheduler.recording.as_deref_mut()
+        {
+            // The journal takes every event, on `emit`'s out-of-line path.
+            recording.nested = true;
+        }
         if !plan.control.nests.is_empty() {
             scheduler.nest_home = Some(Box::new(NestHome {
                 path: options.path.clone(),
@@ -449,10 +457,6 @@ impl Scheduler {
         recording.seq += 1;
         #[cfg(feature = "tracing")]
         trace_event(self.graph, &event);
-        #[cfg(feature = "durable")]
-        if let Some(journal) = &mut self.journal {
-            journal.record(&event);
-        }
         for observer in &recording.observers {
             observer.on_event(&event);
         }
@@ -461,7 +465,7 @@ impl Scheduler {
         }
     }
 
-    /// [`Scheduler::emit`] in a run with nests: a root first sequences the events its
+    /// [`Scheduler::emit`] in a run with nests, or a durable run: a root first sequences the events its
     /// instances sent (they happened before this one); an instance sends a copy of its event,
     /// with its path and on the root's clock, to the root's sink.
     #[cold]
@@ -485,6 +489,10 @@ impl Scheduler {
         recording.seq += 1;
         #[cfg(feature = "tracing")]
         trace_event(self.graph, &event);
+        #[cfg(feature = "durable")]
+        if let Some(journal) = &mut self.journal {
+            journal.record(&event);
+        }
         if let Some(sink) = &recording.forward {
             sink.push(Event {
                 at: now.saturating_duration_since(sink.start),
@@ -872,7 +880,9 @@ where
     .await;
     #[cfg(feature = "durable")]
     if scheduler.journal.is_some() {
-        return journal::finish_journaled(scheduler).await;
+        // Boxed: inline, its state (a second scheduler, the last commit) would grow every
+        // run's future, which tokio moves.
+        return Box::pin(journal::finish_journaled(scheduler)).await;
     }
     scheduler.finish()
 }

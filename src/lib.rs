@@ -363,6 +363,28 @@ pub mod prelude {
 /// **Not a public API**: it may change in any release, patch releases included. Generated code
 /// names everything through this module (`::flow::__private::…`, or `path::__private` under
 /// `#[flow(crate = path)]`), so users depend on `flow` alone.
+/// Durable runs (feature `durable`): see `docs/durability.md`.
+///
+/// A workflow declared `#[flow(durable)]` runs with a store and a run id
+/// (`W::runner().durable(&store, "order-42").execute(input)`), journals every event before it
+/// acts on it, and resumes after a crash (`W::resume(&store, "order-42")`) without running
+/// again what completed.
+#[cfg(feature = "durable")]
+pub mod durable {
+    pub use flow_runtime::durable::{
+        Attempt, Durable, DurableError, DurableRunner, DurableWorkflow, GraphChange, attempt,
+        graph_changes, graph_rows, resume, resume_all,
+    };
+}
+
+/// Storage for durable runs (feature `durable`): the `Store` trait and `MemoryStore`.
+#[cfg(feature = "durable")]
+pub use flow_runtime::store;
+
+/// The idempotency key of the attempt being polled, inside an operation of a durable run.
+#[cfg(feature = "durable")]
+pub use flow_runtime::durable::attempt;
+
 #[doc(hidden)]
 pub mod __private {
     pub use flow_runtime::__private::*;

@@ -55,6 +55,9 @@ pub fn workflow(input: TokenStream) -> TokenStream {
     let declared = signals::declared(&dag, &mut cx);
     let keys = signals::keys(&declared, &workflow.vis, &private_path(&workflow));
     let checked = validate::check(&workflow, dag, &mut cx);
+    if let (Some(checked), Some(_)) = (&checked, &workflow.durable) {
+        durable_checks(&workflow, checked, &mut cx);
+    }
     match (checked, cx.has_errors()) {
         (Some(checked), false) => generate(&workflow, &checked, &input, keys),
         _ => {
@@ -62,6 +65,42 @@ pub fn workflow(input: TokenStream) -> TokenStream {
             out.extend(skeleton(&workflow, &input, keys));
             out
         }
+    }
+}
+
+/// What `#[flow(durable)]` does not support yet, and parameters that cannot be stored (a
+/// borrowed one): errors on the user's tokens.
+fn durable_checks(workflow: &Workflow, checked: &Checked, cx: &mut Ctxt) {
+    if let Some(param) = workflow.generics.params.first() {
+        cx.error(
+            param.span(),
+            "a durable workflow cannot be generic: its runs are resumed by name, from its stored parameters",
+        );
+    }
+    for param in &workflow.params {
+        if matches!(param.ty, syn::Type::Reference(_)) {
+            cx.error(
+                param.ty.span(),
+                format!(
+                    "parameter `{}` of a durable workflow is stored with the run and must be an owned value (`String`, not `&str`)",
+                    param.name
+                ),
+            );
+        }
+    }
+    for node in &checked.dag.nodes {
+        let what = match node.kind {
+            Kind::Signal => "`Signal`",
+            Kind::Delay => "`Delay`",
+            Kind::ForEach => "`ForEach`",
+            Kind::Loop => "`Loop`",
+            Kind::Workflow => "`Workflow`",
+            _ => continue,
+        };
+        cx.error(
+            node.keyword.span(),
+            format!("{what} steps cannot be journaled yet: remove `#[flow(durable)]` or this step"),
+        );
     }
 }
 
@@ -271,9 +310,15 @@ fn interface(
             }
         },
     };
+    let durable = match &workflow.durable {
+        Some(_) => durable_items(workflow, input, private, &output_ty),
+        None => TokenStream::new(),
+    };
     quote! {
         #(#attrs)*
         #declaration
+
+        #durable
 
         #[allow(unused_variables, unused_braces, unused_parens, clippy::all)]
         impl #impl_generics #private::Workflow for #name #ty_generics #where_clause {
@@ -306,6 +351,78 @@ fn interface(
             #run_fn
 
             #keys
+        }
+    }
+}
+
+/// The items of a `#[flow(durable)]` workflow: its `DurableWorkflow` impl, the compile-time
+/// checks that its parameters and output can be stored (spanned on their types), and the
+/// inherent `resume` and `resume_all`.
+fn durable_items(
+    workflow: &Workflow,
+    input: &Input,
+    private: &TokenStream,
+    output_ty: &TokenStream,
+) -> TokenStream {
+    let name = &workflow.name;
+    let vis = &workflow.vis;
+    let input_ty = &input.ty;
+    let lifetime = &input.lifetime;
+    let checks = workflow.params.iter().map(|p| {
+        let ty = &p.ty;
+        quote_spanned!(ty.span()=> #private::assert_durable::<#ty>();)
+    });
+    let output_check = workflow
+        .output_ty
+        .as_ref()
+        .map(|ty| quote_spanned!(ty.span()=> #private::assert_durable::<#ty>();));
+    quote! {
+        #[allow(unused_variables, clippy::all)]
+        const _: fn() = || {
+            #(#checks)*
+            #output_check
+        };
+
+        #[allow(unused_variables, clippy::all)]
+        impl #private::DurableWorkflow for #name {
+            type Stored = <Self as #private::Workflow>::Input<'static>;
+
+            fn __input<#lifetime>(
+                stored: Self::Stored,
+            ) -> <Self as #private::Workflow>::Input<#lifetime> {
+                let stored: #input_ty = stored;
+                stored
+            }
+        }
+
+        #[allow(unused_variables, dead_code, clippy::all)]
+        impl #name {
+            /// Resumes the run `id` of this workflow from `store`: replays its journal
+            /// (completed steps do not run again) and goes on.
+            /// The future owns what it needs (a clone of the store): spawn it if you like.
+            #vis fn resume<S: #private::Store + ::core::clone::Clone>(
+                store: &S,
+                id: &str,
+            ) -> impl #private::Future<
+                Output = #private::Result<#private::Outcome<#output_ty>, #private::DurableError>,
+            > + use<S> {
+                #private::resume::<Self, S>(store, id)
+            }
+
+            /// Resumes every unfinished run of this workflow in `store`, oldest first.
+            #vis fn resume_all<'s, S: #private::Store + ::core::clone::Clone>(
+                store: &'s S,
+            ) -> impl #private::Future<
+                Output = #private::Result<
+                    ::std::vec::Vec<(
+                        ::std::string::String,
+                        #private::Result<#private::Outcome<#output_ty>, #private::DurableError>,
+                    )>,
+                    #private::DurableError,
+                >,
+            > + 's {
+                #private::resume_all::<Self, S>(store)
+            }
         }
     }
 }
@@ -515,20 +632,45 @@ pub(crate) fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
             let awaited = quote_spanned!(span=> (#expr).await);
             // On the user's tokens, so that an error about the result points at the call.
             let private = respan(private, span);
+            let durable = names.workflow.durable.is_some();
             let (slot, finish) = if node.name.is_some() {
                 let slot = names.slot(id);
-                (
-                    quote!(let #slot = &#private::Slot::new();),
-                    quote_spanned!(span=> #private::complete(#slot, #awaited)),
-                )
+                let finish = if durable {
+                    quote_spanned!(span=> #private::complete_durable(#slot, #awaited))
+                } else {
+                    quote_spanned!(span=> #private::complete(#slot, #awaited))
+                };
+                (quote!(let #slot = &#private::Slot::new();), finish)
             } else {
                 (
                     TokenStream::new(),
                     quote_spanned!(span=> #private::discard(#awaited)),
                 )
             };
+            // A durable step restored from the journal puts its stored output in its slot and
+            // runs none of the user's code.
+            let restore = match (durable, node.name.is_some()) {
+                (false, _) => TokenStream::new(),
+                (true, true) => {
+                    let slot = names.slot(id);
+                    let display = &node.display;
+                    quote! {
+                        if let ::core::option::Option::Some(__flow_restored) =
+                            #private::restore_output(#slot, #display)
+                        {
+                            return __flow_restored;
+                        }
+                    }
+                }
+                (true, false) => quote! {
+                    if #private::restoring() {
+                        return #private::Result::Ok(());
+                    }
+                },
+            };
             let future = quote! {
                 async move {
+                    #restore
                     #(#inputs)*
                     #(#hints)*
                     #finish

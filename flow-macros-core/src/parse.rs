@@ -18,6 +18,8 @@ pub struct Workflow {
     pub fail_fast: bool,
     /// `#[flow(crate = path)]`: where generated code finds flow (`::flow` when `None`).
     pub krate: Option<syn::Path>,
+    /// `#[flow(durable)]`: the `durable` token.
+    pub durable: Option<Ident>,
     pub vis: Visibility,
     pub name: Ident,
     /// `<'a, T: Clone>` after the name, with the `where` clause written after the output type
@@ -238,7 +240,7 @@ pub fn workflow(input: TokenStream, cx: &mut Ctxt) -> syn::Result<Workflow> {
         body: body_tokens,
         body_span,
     } = parse_within(header, input, end)?;
-    let (fail_fast, krate) = workflow_options(&mut attrs, cx);
+    let (fail_fast, krate, durable) = workflow_options(&mut attrs, cx);
     let (steps_tokens, output_tokens) = split_output(body_tokens);
     let cx_saw_arrow = output_tokens.is_some();
     let output = match output_tokens {
@@ -268,6 +270,7 @@ pub fn workflow(input: TokenStream, cx: &mut Ctxt) -> syn::Result<Workflow> {
         attrs,
         fail_fast,
         krate,
+        durable,
         vis,
         name,
         generics,
@@ -289,20 +292,56 @@ fn policy_name(expr: &Expr) -> Option<&'static str> {
     }
 }
 
+/// One option of `#[flow(..)]`: `name = value`, or the flag `durable`.
+enum FlowOpt {
+    Durable(Ident),
+    Opt(Opt),
+}
+
+impl Parse for FlowOpt {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        if input.peek(Ident) && !input.peek2(Token![=]) {
+            let key: Ident = input.parse()?;
+            if key == "durable" {
+                return Ok(FlowOpt::Durable(key));
+            }
+            return Err(syn::Error::new(
+                key.span(),
+                format!("expected `{key} = value` (only `durable` is written alone)"),
+            ));
+        }
+        input.parse().map(FlowOpt::Opt)
+    }
+}
+
 /// Takes the `#[flow(..)]` attributes out of `attrs`; returns whether the policy is `FailFast`,
-/// and the path of `crate = path`.
-fn workflow_options(attrs: &mut Vec<Attribute>, cx: &mut Ctxt) -> (bool, Option<syn::Path>) {
+/// the path of `crate = path`, and the `durable` flag.
+fn workflow_options(
+    attrs: &mut Vec<Attribute>,
+    cx: &mut Ctxt,
+) -> (bool, Option<syn::Path>, Option<Ident>) {
     let mut fail_fast = false;
     let mut seen = false;
     let mut krate = None;
+    let mut durable: Option<Ident> = None;
     attrs.retain(|attr| {
         if !attr.path().is_ident("flow") {
             return true;
         }
-        let parsed = attr.parse_args_with(Punctuated::<Opt, Token![,]>::parse_terminated);
+        let parsed = attr.parse_args_with(Punctuated::<FlowOpt, Token![,]>::parse_terminated);
         match parsed {
             Ok(options) => {
                 for opt in options {
+                    let opt = match opt {
+                        FlowOpt::Durable(key) => {
+                            if durable.is_some() {
+                                cx.error(key.span(), "duplicate option `durable`");
+                            }
+                            durable = Some(key);
+                            continue;
+                        }
+                        FlowOpt::Opt(opt) => opt,
+                    };
                     match (opt.key.to_string().as_str(), &opt.value) {
                         ("failure", OptValue::Other(expr)) if policy_name(expr).is_some() => {
                             if seen {
@@ -322,8 +361,8 @@ fn workflow_options(attrs: &mut Vec<Attribute>, cx: &mut Ctxt) -> (bool, Option<
                             }
                         }
                         (other, _) => {
-                            let message = match crate::suggest::did_you_mean(other, ["failure", "crate"]) {
-                                hint if hint.is_empty() => format!("unknown workflow option `{other}`: expected `failure = FailFast`, `failure = ContinueIndependent` or `crate = path`"),
+                            let message = match crate::suggest::did_you_mean(other, ["failure", "crate", "durable"]) {
+                                hint if hint.is_empty() => format!("unknown workflow option `{other}`: expected `failure = FailFast`, `failure = ContinueIndependent`, `crate = path` or `durable`"),
                                 hint => format!("unknown workflow option `{other}`{hint}"),
                             };
                             cx.error(opt.key.span(), message);
@@ -335,7 +374,7 @@ fn workflow_options(attrs: &mut Vec<Attribute>, cx: &mut Ctxt) -> (bool, Option<
         }
         false
     });
-    (fail_fast, krate)
+    (fail_fast, krate, durable)
 }
 
 /// The path of a `crate = path` option (`#[flow(..)]`, `#[operation(..)]`): a plain path, such

@@ -23,12 +23,15 @@
 //   support                             what generated code calls: `execute*`, `input`, ...
 //   runner                              `Workflow` and `Runner`: the public entry points
 //   progress                            an observer (feature `progress`)
+//   store                               durable runs' storage (feature `durable`): uses events, nest
 //
 // Outside the layers: nest (nested graphs; its plain types `NestKind`, `NodePath` are read by
 // graph, events and error, and its context uses options, report and runner) and drivers
 // (the nest nodes' futures, over nest).
 mod delay;
 mod drivers;
+#[cfg(feature = "durable")]
+pub mod durable;
 mod error;
 mod events;
 mod graph;
@@ -47,6 +50,8 @@ mod scope;
 mod signal;
 mod slot;
 mod status;
+#[cfg(feature = "durable")]
+pub mod store;
 mod support;
 mod verdict;
 mod wake;
@@ -113,6 +118,14 @@ pub mod __private {
         any::TypeId, future::Future, option::Option, pin::Pin, result::Result, stringify,
         time::Duration,
     };
+
+    #[cfg(feature = "durable")]
+    pub use crate::durable::{
+        Durable, DurableError, DurableWorkflow, assert_durable, complete_durable, restore_output,
+        restoring, resume, resume_all,
+    };
+    #[cfg(feature = "durable")]
+    pub use crate::store::Store;
 
     /// The defaults of one `#[operation]`: its display name and its policy.
     pub const fn operation_spec(name: &'static str, policy: NodePolicy) -> OperationSpec {

@@ -34,6 +34,9 @@ pub struct RunOptions {
     /// The run is an instance of a nest node (a `ForEach` item, a `Loop` iteration, a child
     /// workflow), which shares the mailbox of the run holding it.
     pub(crate) instance: bool,
+    /// A durable run's store, lease and journal to replay (`durable::drive`).
+    #[cfg(feature = "durable")]
+    pub(crate) journal: Option<Arc<crate::durable::JournalSetup>>,
 }
 
 impl Default for RunOptions {
@@ -51,6 +54,8 @@ impl Default for RunOptions {
             sink: None,
             pool: None,
             instance: false,
+            #[cfg(feature = "durable")]
+            journal: None,
         }
     }
 }

@@ -269,6 +269,7 @@ pub fn check_bodies(
             attrs: Vec::new(),
             fail_fast: workflow.fail_fast,
             krate: workflow.krate.clone(),
+            durable: None,
             vis: syn::Visibility::Inherited,
             name: graph_name,
             generics: syn::Generics::default(),

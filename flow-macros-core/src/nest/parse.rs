@@ -180,6 +180,7 @@ fn body(keyword: &Ident, group: &proc_macro2::Group, cx: &mut Ctxt) -> Workflow 
         attrs: Vec::new(),
         fail_fast: false,
         krate: None,
+        durable: None,
         vis: syn::Visibility::Inherited,
         name: keyword.clone(),
         generics: syn::Generics::default(),

@@ -17,7 +17,7 @@ use crate::verdict::IMPLIED;
 use crate::wake::WakeSet;
 
 /// A node's poll, with a panic caught.
-type PollResult = std::thread::Result<Poll<Result<(), NodeError>>>;
+pub(super) type PollResult = std::thread::Result<Poll<Result<(), NodeError>>>;
 
 /// What [`Scheduler::poll_one`] did before it handed a node to [`Scheduler::poll_watched`].
 enum Polled {
@@ -165,6 +165,11 @@ impl Scheduler {
     /// first.
     #[inline(never)]
     fn start_first(&mut self, leaves: &mut Leaves<'_>, node: u32) -> Result<(), NodeError> {
+        #[cfg(feature = "durable")]
+        if self.journal.is_some() {
+            // Polled as soon as its `Requested` is durable; until then `poll_watched` passes it.
+            return self.hold_first(node);
+        }
         if let Some(after) = self.plan().policy(node as usize).deadline() {
             self.watch(node).deadline = Some(timer(after)?);
         }
@@ -235,7 +240,7 @@ impl Scheduler {
 
     /// Records a failed attempt's error, rendered once: the report and the `Retrying` event
     /// share the returned text.
-    fn record_attempt_error(&mut self, node: u32, error: &NodeError) -> Arc<str> {
+    pub(super) fn record_attempt_error(&mut self, node: u32, error: &NodeError) -> Arc<str> {
         if self.extras.failed_attempts.is_empty() {
             self.extras
                 .failed_attempts
@@ -408,6 +413,14 @@ impl Scheduler {
             Polled::Failed(error) => (Some(error), None),
             Polled::Given(result, heard) => (None, Some((result, heard))),
         };
+        #[cfg(feature = "durable")]
+        if let Some(journal) = &self.journal
+            && journal.is_waiting(node)
+        {
+            // Requested and not started (its `Requested` is not durable yet), or replayed
+            // between two attempts.
+            return None;
+        }
         loop {
             if let Some(error) = failed.take() {
                 // An attempt that failed: retry it after its backoff, or give up.
@@ -426,12 +439,21 @@ impl Scheduler {
                 if backoff.as_mut().poll(cx).is_pending() {
                     return None;
                 }
+                #[cfg(feature = "durable")]
+                if self.journal.is_some() {
+                    self.hold_retry(node);
+                    return None;
+                }
                 if let Err(error) = self.start_attempt(leaves, node) {
                     return Some(Err(error));
                 }
             }
             let had_deadline = self.timer(node, |w| &mut w.deadline).is_some();
-            let error = match self.poll_attempt(leaves, node, cx, given.take()) {
+            #[cfg(feature = "durable")]
+            let polled = self.poll_journaled(leaves, node, cx, given.take());
+            #[cfg(not(feature = "durable"))]
+            let polled = self.poll_attempt(leaves, node, cx, given.take());
+            let error = match polled {
                 Poll::Pending => {
                     // A deadline that this poll made (an `#[operation]`'s default, heard on the
                     // attempt's first poll) must be polled once to wake the node when it passes:
@@ -491,7 +513,7 @@ impl Scheduler {
     /// Polls the current attempt of `node` and its timeout.
     ///
     /// `given` is the result and what was heard of a first poll already made.
-    fn poll_attempt(
+    pub(super) fn poll_attempt(
         &mut self,
         leaves: &mut Leaves<'_>,
         node: u32,

@@ -13,6 +13,8 @@
 
 mod attempt;
 mod gate;
+#[cfg(feature = "durable")]
+mod journal;
 mod rules;
 mod settle;
 
@@ -146,8 +148,9 @@ struct Recording {
     seq: u64,
     log: Option<EventLog>,
     observers: Vec<Arc<dyn Observer>>,
-    /// The run is a nest instance whose events go to the root's sink, or a root whose nest
-    /// instances send theirs to its sink: each event takes [`Scheduler::emit_nested`].
+    /// The run is a nest instance whose events go to the root's sink, a root whose nest
+    /// instances send theirs to its sink, or a durable run (its events go to its journal):
+    /// each event takes [`Scheduler::emit_nested`].
     nested: bool,
     /// A nest instance: the root's sink, where a copy of each event goes with `path`.
     forward: Option<Arc<EventSink>>,
@@ -341,6 +344,9 @@ struct Scheduler {
     lean: bool,
     /// Where the run's lists go back when it finishes (a nest instance's run).
     pool: Option<Arc<StatePool>>,
+    /// A durable run's journal (`journal.rs`): `None` for every other run.
+    #[cfg(feature = "durable")]
+    journal: Option<Box<journal::Journal>>,
 }
 
 impl Scheduler {
@@ -445,7 +451,16 @@ impl Scheduler {
             group_holder: Vec::new(),
             section_freed: false,
             pool: options.pool.clone(),
+            #[cfg(feature = "durable")]
+            journal: options.journal.as_ref().map(journal::Journal::new),
         };
+        #[cfg(feature = "durable")]
+        if scheduler.journal.is_some()
+            && let Some(recording) = scheduler.recording.as_deref_mut()
+        {
+            // The journal takes every event, on `emit`'s out-of-line path.
+            recording.nested = true;
+        }
         if !plan.control.nests.is_empty() {
             scheduler.nest_home = Some(Box::new(NestHome {
                 path: options.path.clone(),
@@ -470,6 +485,7 @@ impl Scheduler {
             scheduler.init_gates();
         }
         // A nest node gets its context when it starts, on the long way.
+        // A durable run records (`durable::drive`), so it is never lean.
         scheduler.lean = plan.policies.is_empty()
             && scheduler.recording.is_none()
             && plan.control.nests.is_empty()
@@ -515,7 +531,7 @@ impl Scheduler {
         }
     }
 
-    /// [`Scheduler::emit`] in a run with nests: a root first sequences the events its
+    /// [`Scheduler::emit`] in a run with nests, or a durable run: a root first sequences the events its
     /// instances sent (they happened before this one); an instance sends a copy of its event,
     /// with its path and on the root's clock, to the root's sink.
     #[cold]
@@ -539,6 +555,10 @@ impl Scheduler {
         recording.seq += 1;
         #[cfg(feature = "tracing")]
         trace_event(self.graph, &event);
+        #[cfg(feature = "durable")]
+        if let Some(journal) = &mut self.journal {
+            journal.record(&event);
+        }
         if let Some(sink) = &recording.forward {
             sink.push(Event {
                 at: now.saturating_duration_since(sink.start),
@@ -806,6 +826,13 @@ impl Scheduler {
     }
 
     fn finish(mut self) -> Finished {
+        let (statuses, verdict, _) = self.conclude();
+        self.into_finished(statuses, verdict)
+    }
+
+    /// Judges the run and emits `RunFinished`: the final statuses (when they are needed), the
+    /// verdict, and whether the run succeeded.
+    fn conclude(&mut self) -> (Vec<NodeStatus>, Verdict, bool) {
         debug_assert_eq!(
             self.failures,
             self.nodes
@@ -834,6 +861,11 @@ impl Scheduler {
         }
         let succeeded = self.cancelled.is_none() && (self.terminated || verdict.succeeded);
         self.emit(None, 0, || EventKind::RunFinished { succeeded });
+        (statuses, verdict, succeeded)
+    }
+
+    /// The end of [`Scheduler::finish`], once `RunFinished` is emitted.
+    fn into_finished(mut self, statuses: Vec<NodeStatus>, verdict: Verdict) -> Finished {
         let recording = self.recording.take();
         let nests = self.nest_home.take().map_or_else(Vec::new, |home| {
             home.shared
@@ -980,9 +1012,19 @@ where
             // The instances' events of this wake-up reach the log and the observers now.
             scheduler.drain_nested();
         }
+        #[cfg(feature = "durable")]
+        if scheduler.journal.is_some() {
+            return scheduler.journal_poll(leaves, &mut wakes, cx, poll);
+        }
         poll
     })
     .await;
+    #[cfg(feature = "durable")]
+    if scheduler.journal.is_some() {
+        // Boxed: inline, its state (a second scheduler, the last commit) would grow every
+        // run's future, which tokio moves.
+        return Box::pin(journal::finish_journaled(scheduler)).await;
+    }
     scheduler.finish()
 }
 

@@ -1,0 +1,818 @@
+//! Durable runs (feature `durable`): a workflow declared `#[flow(durable)]` runs with a
+//! [`Store`] and a run id, writes every event to the store's journal before it acts on it, and
+//! resumes after a crash from that journal.
+//!
+//! This module holds the user-facing side: [`DurableWorkflow`] (implemented by the macro),
+//! [`DurableRunner`], [`resume`], [`resume_all`], [`DurableError`], the idempotency key
+//! ([`attempt`], [`Attempt`]) and graph fingerprints ([`graph_rows`], [`GraphChange`]). The
+//! write-ahead gate and the replay live in the scheduler (`scheduler/journal.rs`).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::{IntoNodeResult, NodeError};
+use crate::graph::Graph;
+use crate::options::RunOptions;
+use crate::report::Outcome;
+use crate::runner::{Runner, Workflow};
+use crate::slot::Slot;
+use crate::store::{
+    Created, Lease, Loaded, NewRun, NodeRow, Owner, RunFilter, RunStatus, Store, StoreError,
+    StoredEvent, StoredTimer, fnv1a,
+};
+
+/// The version of the journal's meaning (which events exist and when the scheduler emits
+/// them): part of every graph hash, so a run journaled by another format is refused.
+const JOURNAL_FORMAT: u32 = 1;
+
+/// What a value must be to be stored with a durable run: a parameter, a node's output or the
+/// workflow's output. Implemented for every `Serialize + DeserializeOwned + Send + 'static`
+/// type.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be stored with a durable run",
+    label = "it must be `Serialize + DeserializeOwned`",
+    note = "derive `serde::Serialize` and `serde::Deserialize` for it, or use an owned type that has them (`String`, not `&str`)"
+)]
+pub trait Durable: Serialize + DeserializeOwned + Send + 'static {}
+
+impl<T: Serialize + DeserializeOwned + Send + 'static> Durable for T {}
+
+/// The attempt a node of a durable run is making: read it with [`attempt`] to make the
+/// operation's side effect idempotent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    run: Arc<str>,
+    node: &'static str,
+    attempt: u32,
+}
+
+impl Attempt {
+    /// `"{run}/{node}/{attempt}"`: the same for an attempt and for its re-execution after a
+    /// crash, different for each retry.
+    pub fn key(&self) -> String {
+        format!("{}/{}/{}", self.run, self.node, self.attempt)
+    }
+
+    /// `"{run}/{node}"`: the same for every attempt of the node (one key across retries, as
+    /// payment APIs want).
+    pub fn node_key(&self) -> String {
+        format!("{}/{}", self.run, self.node)
+    }
+
+    /// The attempt's number, 1 for the first.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The run's id.
+    pub fn run(&self) -> &str {
+        &self.run
+    }
+
+    /// The node's name.
+    pub fn node(&self) -> &'static str {
+        self.node
+    }
+}
+
+/// What the scheduler tells a node of a durable run while it polls it.
+pub(crate) struct AttemptCtx {
+    pub(crate) attempt: Attempt,
+    /// Restore the node's output from these bytes instead of running it (`Some(empty)` for a
+    /// node without output).
+    pub(crate) restore: Option<Vec<u8>>,
+    /// The output the node stored: (its type, its JSON).
+    pub(crate) captured: Option<(&'static str, Vec<u8>)>,
+}
+
+thread_local! {
+    static CURRENT: RefCell<Option<AttemptCtx>> = const { RefCell::new(None) };
+}
+
+/// The idempotency key of the attempt being polled: `Some` inside an operation of a durable
+/// run (read it synchronously, before the first `.await` that may move the future to another
+/// task), `None` anywhere else.
+///
+/// ```
+/// assert!(flow_runtime::durable::attempt().is_none());
+/// ```
+pub fn attempt() -> Option<Attempt> {
+    CURRENT.with(|c| c.borrow().as_ref().map(|ctx| ctx.attempt.clone()))
+}
+
+/// Polls `poll` with `ctx` as the current attempt; returns what it returned and the context
+/// (with what the node captured).
+pub(crate) fn with_attempt<R>(ctx: AttemptCtx, poll: impl FnOnce() -> R) -> (R, AttemptCtx) {
+    struct Reset(Option<AttemptCtx>);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            // Also on unwind: the scheduler catches a node's panic, the context must not stay.
+            let _ = CURRENT.try_with(|c| c.replace(previous));
+        }
+    }
+    let previous = CURRENT.with(|c| c.replace(Some(ctx)));
+    let reset = Reset(previous);
+    let result = poll();
+    let ctx = CURRENT.with(|c| c.replace(None));
+    drop(reset);
+    (result, ctx.unwrap_or_else(unreachable_ctx))
+}
+
+#[cold]
+fn unreachable_ctx() -> AttemptCtx {
+    // Only a node that replaced the context itself could remove it; give an empty one back.
+    AttemptCtx {
+        attempt: Attempt {
+            run: Arc::from(""),
+            node: "",
+            attempt: 0,
+        },
+        restore: None,
+        captured: None,
+    }
+}
+
+/// The first thing a durable node's future does: when the scheduler restores the node from
+/// the journal, puts the stored output in `slot` and returns the node's result; `None` when the
+/// node runs for real. Called by generated code.
+pub fn restore_output<T: DeserializeOwned>(
+    slot: &Slot<T>,
+    node: &'static str,
+) -> Option<Result<(), NodeError>> {
+    let bytes = CURRENT.with(|c| c.borrow_mut().as_mut().and_then(|ctx| ctx.restore.take()))?;
+    Some(match serde_json::from_slice::<T>(&bytes) {
+        Ok(value) => {
+            slot.put(value);
+            Ok(())
+        }
+        Err(error) => Err(NodeError::Failed(
+            format!(
+                "the stored output of `{node}` cannot be read as `{}`: {error}",
+                std::any::type_name::<T>()
+            )
+            .into(),
+        )),
+    })
+}
+
+/// As [`restore_output`] for a node without output: whether it is restored (and must not run).
+pub fn restoring() -> bool {
+    CURRENT.with(|c| {
+        c.borrow_mut()
+            .as_mut()
+            .and_then(|ctx| ctx.restore.take())
+            .is_some()
+    })
+}
+
+/// Stores a durable operation's result in its slot and hands its JSON to the scheduler, which
+/// journals it with the node's completion. Called by generated code, spanned on the user's
+/// call, so that an output that cannot be stored is an error on it.
+pub fn complete_durable<R>(slot: &Slot<R::Ok>, result: R) -> Result<(), NodeError>
+where
+    R: IntoNodeResult,
+    R::Ok: Durable,
+{
+    let value = result.into_node_result()?;
+    let captured = CURRENT.with(|c| c.borrow().is_some());
+    if captured {
+        let bytes = serde_json::to_vec(&value).map_err(|error| {
+            NodeError::Failed(format!("the output cannot be stored: {error}").into())
+        })?;
+        CURRENT.with(|c| {
+            if let Some(ctx) = c.borrow_mut().as_mut() {
+                ctx.captured = Some((std::any::type_name::<R::Ok>(), bytes));
+            }
+        });
+    }
+    slot.put(value);
+    Ok(())
+}
+
+/// A compile-time check that a value can be stored: generated code calls it on each
+/// parameter type and the output type of a durable workflow, spanned on the type.
+pub fn assert_durable<T: Durable>() {}
+
+/// Why a durable run could not start, resume or go on.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum DurableError {
+    /// The store failed (a commit, a load): the run stopped; nothing it acknowledged is lost,
+    /// and it can be resumed from its last commit.
+    Store(StoreError),
+    /// A run of this id exists with another workflow or another input.
+    RunExists {
+        /// The run's id.
+        run: String,
+        /// Why it is not the same run.
+        why: String,
+    },
+    /// The workflow's graph changed since the run started: it is refused.
+    GraphChanged {
+        /// The run's id.
+        run: String,
+        /// The workflow's name.
+        workflow: String,
+        /// What changed, node by node.
+        changes: Vec<GraphChange>,
+    },
+    /// Replaying the journal did not give the journal's events: the code is not the code
+    /// that wrote it (or is not deterministic in its decisions).
+    Diverged {
+        /// The run's id.
+        run: String,
+        /// The sequence number where they differ.
+        seq: u64,
+        /// The journal's event there (`Completed of node 2 attempt 1`), or `end of journal`.
+        journal: String,
+        /// What the replay did there.
+        replay: String,
+    },
+    /// The stored input cannot be read as the workflow's parameters.
+    Input {
+        /// The run's id.
+        run: String,
+        /// Why.
+        why: String,
+    },
+}
+
+impl fmt::Display for DurableError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DurableError::Store(error) => write!(f, "the run's store failed: {error}"),
+            DurableError::RunExists { run, why } => {
+                write!(f, "a different run `{run}` exists: {why}")
+            }
+            DurableError::GraphChanged {
+                run,
+                workflow,
+                changes,
+            } => {
+                write!(
+                    f,
+                    "the graph of `{workflow}` changed since run `{run}` started: "
+                )?;
+                for (i, change) in changes.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str("; ")?;
+                    }
+                    write!(f, "{change}")?;
+                }
+                Ok(())
+            }
+            DurableError::Diverged {
+                run,
+                seq,
+                journal,
+                replay,
+            } => write!(
+                f,
+                "replaying run `{run}` diverged from its journal at event #{seq}: the journal has {journal}, the replay {replay}"
+            ),
+            DurableError::Input { run, why } => {
+                write!(f, "the stored input of run `{run}` cannot be read: {why}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for DurableError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DurableError::Store(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+impl From<StoreError> for DurableError {
+    fn from(error: StoreError) -> DurableError {
+        DurableError::Store(error)
+    }
+}
+
+/// One node-level difference between a run's stored graph and the workflow's graph now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GraphChange {
+    /// A step was added.
+    Added(String),
+    /// A step was removed.
+    Removed(String),
+    /// A step now calls something else, or has another kind or policy.
+    Changed {
+        /// The step.
+        node: String,
+        /// Its label when the run started.
+        was: String,
+        /// Its label now.
+        now: String,
+    },
+    /// A step now waits for other steps.
+    EdgesChanged {
+        /// The step.
+        node: String,
+        /// Its predecessors when the run started.
+        was: Vec<String>,
+        /// Its predecessors now.
+        now: Vec<String>,
+    },
+    /// The steps are the same but in another order (another topological order).
+    Reordered,
+}
+
+impl fmt::Display for GraphChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GraphChange::Added(node) => write!(f, "step `{node}` was added"),
+            GraphChange::Removed(node) => write!(f, "step `{node}` was removed"),
+            GraphChange::Changed { node, was, now } if was == now => {
+                write!(f, "step `{node}` changed its kind or policy")
+            }
+            GraphChange::Changed { node, was, now } => {
+                write!(f, "step `{node}` now calls `{now}` (was `{was}`)")
+            }
+            GraphChange::EdgesChanged { node, was, now } => write!(
+                f,
+                "step `{node}` now follows [{}] (was [{}])",
+                now.join(", "),
+                was.join(", ")
+            ),
+            GraphChange::Reordered => f.write_str("its steps are in another order"),
+        }
+    }
+}
+
+/// The node rows of `graph` (name, label, fingerprint, predecessors) and its hash: what a
+/// durable run stores to refuse a changed graph. A node's fingerprint covers its name, kind,
+/// label with whitespace removed, policy and predecessors' names; not its line or column, so
+/// moving code is not a change.
+pub fn graph_rows(graph: &Graph) -> (u64, Vec<NodeRow>) {
+    let mut preds: Vec<Vec<u32>> = vec![Vec::new(); graph.nodes.len()];
+    for edge in graph.edges {
+        if let Some(list) = preds.get_mut(edge.to as usize)
+            && !list.contains(&edge.from)
+        {
+            list.push(edge.from);
+        }
+    }
+    let rows: Vec<NodeRow> = graph
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, info)| {
+            let mut pred_names: Vec<&str> = preds[i]
+                .iter()
+                .map(|&p| graph.nodes[p as usize].name)
+                .collect();
+            pred_names.sort_unstable();
+            let label: String = info.label.split_whitespace().collect();
+            let policy = format!("{:?}", graph.plan.policy(i));
+            let fingerprint = fnv1a(&[
+                info.name.as_bytes(),
+                b"\0",
+                info.kind.as_str().as_bytes(),
+                b"\0",
+                label.as_bytes(),
+                b"\0",
+                policy.as_bytes(),
+                b"\0",
+                pred_names.join(",").as_bytes(),
+            ]);
+            let mut node_preds = preds[i].clone();
+            node_preds.sort_unstable();
+            NodeRow {
+                node: i as u32,
+                name: info.name.to_owned(),
+                label: info.label.to_owned(),
+                fingerprint,
+                preds: node_preds,
+            }
+        })
+        .collect();
+    let mut parts: Vec<[u8; 8]> = rows.iter().map(|r| r.fingerprint.to_le_bytes()).collect();
+    parts.push(u64::from(JOURNAL_FORMAT).to_le_bytes());
+    let slices: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+    (fnv1a(&slices), rows)
+}
+
+/// What changed between a run's stored node rows and `now`, by node name.
+pub fn graph_changes(stored: &[NodeRow], now: &[NodeRow]) -> Vec<GraphChange> {
+    let names = |rows: &[NodeRow], preds: &[u32]| -> Vec<String> {
+        let mut names: Vec<String> = preds
+            .iter()
+            .filter_map(|&p| rows.get(p as usize).map(|r| r.name.clone()))
+            .collect();
+        names.sort_unstable();
+        names
+    };
+    let mut changes = Vec::new();
+    for row in now {
+        match stored.iter().find(|s| s.name == row.name) {
+            None => changes.push(GraphChange::Added(row.name.clone())),
+            Some(old) => {
+                let (was, is) = (names(stored, &old.preds), names(now, &row.preds));
+                let edges = was != is;
+                if edges {
+                    changes.push(GraphChange::EdgesChanged {
+                        node: row.name.clone(),
+                        was,
+                        now: is,
+                    });
+                }
+                let label = |l: &str| l.split_whitespace().collect::<String>();
+                if (edges && label(&old.label) != label(&row.label))
+                    || (!edges && old.fingerprint != row.fingerprint)
+                {
+                    changes.push(GraphChange::Changed {
+                        node: row.name.clone(),
+                        was: old.label.clone(),
+                        now: row.label.clone(),
+                    });
+                }
+            }
+        }
+    }
+    for old in stored {
+        if !now.iter().any(|r| r.name == old.name) {
+            changes.push(GraphChange::Removed(old.name.clone()));
+        }
+    }
+    if changes.is_empty() {
+        changes.push(GraphChange::Reordered);
+    }
+    changes
+}
+
+/// What a durable run's scheduler needs: the store, the lease, and (on resume) the journal to
+/// replay; and where it leaves an error that stopped the run.
+pub(crate) struct JournalSetup {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) lease: Lease,
+    pub(crate) extend: Duration,
+    /// The journal to replay (empty for a new run).
+    pub(crate) events: Vec<StoredEvent>,
+    /// Completed nodes' outputs, by node.
+    pub(crate) outputs: HashMap<u32, Vec<u8>>,
+    /// Open timers, and the store's clock when they were loaded.
+    pub(crate) timers: Vec<StoredTimer>,
+    pub(crate) now_ms: u64,
+    /// The error that stopped the run, if one did.
+    pub(crate) error: Mutex<Option<DurableError>>,
+}
+
+impl JournalSetup {
+    pub(crate) fn fail(&self, error: DurableError) {
+        let mut slot = self.error.lock().unwrap_or_else(PoisonError::into_inner);
+        if slot.is_none() {
+            *slot = Some(error);
+        }
+    }
+
+    fn take_error(&self) -> Option<DurableError> {
+        self.error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+}
+
+impl fmt::Debug for JournalSetup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JournalSetup")
+            .field("run", &self.lease.run)
+            .field("events", &self.events.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A workflow declared `#[flow(durable)]`: its parameters are stored with each run. The macro
+/// implements it.
+pub trait DurableWorkflow: Workflow + 'static {
+    /// The workflow's parameters as stored: the same as `Input`, which for a durable workflow
+    /// borrows nothing.
+    type Stored: Durable;
+
+    /// The stored parameters as the run takes them. Not a public API.
+    #[doc(hidden)]
+    fn __input<'a>(stored: Self::Stored) -> Self::Input<'a>;
+}
+
+/// How long a lease is given and extended by each commit.
+const LEASE: Duration = Duration::from_secs(60);
+
+/// A durable run of `W` under a store and an id: `W::runner().durable(&store, "order-42")`.
+#[must_use = "a durable runner does nothing until `execute` is awaited"]
+pub struct DurableRunner<W> {
+    options: RunOptions,
+    store: Arc<dyn Store>,
+    id: String,
+    owner: Owner,
+    workflow: PhantomData<fn() -> W>,
+}
+
+impl<W: DurableWorkflow> Runner<W> {
+    /// Makes this run durable: journaled in `store` under `id`.
+    /// Stores are cheap to clone (their clones share the runs): the runner keeps a clone.
+    pub fn durable<S: Store + Clone>(self, store: &S, id: impl Into<String>) -> DurableRunner<W> {
+        let store: Arc<dyn Store> = Arc::new(store.clone());
+        DurableRunner {
+            options: self.__into_options(),
+            store,
+            id: id.into(),
+            owner: Owner::process(),
+            workflow: PhantomData,
+        }
+    }
+}
+
+impl<W: DurableWorkflow> DurableRunner<W> {
+    /// Runs the workflow with `input`, journaling every event before acting on it. A run of
+    /// this id that exists with the same workflow, graph and input is resumed instead (a
+    /// finished one gives its result again without running anything).
+    ///
+    /// # Errors
+    ///
+    /// [`DurableError`]: the store failed (the run can be resumed), the id is taken by
+    /// another run, the graph changed, or the replay diverged.
+    pub fn execute(
+        self,
+        input: W::Stored,
+    ) -> impl Future<Output = Result<Outcome<W::Output>, DurableError>> {
+        Then::First {
+            first: self.prepare(input),
+            next: Some(drive::<W>),
+        }
+    }
+
+    /// Creates the run, or loads it to resume it.
+    async fn prepare(self, input: W::Stored) -> Result<Prepared<W>, DurableError> {
+        let (graph_hash, nodes) = graph_rows(&W::GRAPH);
+        let bytes = serde_json::to_vec(&input).map_err(|error| DurableError::Input {
+            run: self.id.clone(),
+            why: error.to_string(),
+        })?;
+        let input_hash = fnv1a(&[&bytes]);
+        let mut run = NewRun::new(
+            self.id.clone(),
+            W::GRAPH.name(),
+            graph_hash,
+            self.owner.clone(),
+            LEASE,
+        );
+        run.nodes = nodes;
+        run.input = bytes;
+        run.input_hash = input_hash;
+        match self.store.create_run(run).await? {
+            Created::New { lease, next_seq } => {
+                let setup = JournalSetup {
+                    store: self.store,
+                    lease,
+                    extend: LEASE,
+                    events: Vec::new(),
+                    outputs: HashMap::new(),
+                    timers: Vec::new(),
+                    now_ms: 0,
+                    error: Mutex::new(None),
+                };
+                debug_assert_eq!(next_seq, 0);
+                Ok((self.options, setup, input))
+            }
+            Created::Exists(summary) => {
+                if summary.workflow != W::GRAPH.name() {
+                    return Err(DurableError::RunExists {
+                        run: self.id,
+                        why: format!("it is a run of `{}`", summary.workflow),
+                    });
+                }
+                if summary.input_hash != input_hash {
+                    return Err(DurableError::RunExists {
+                        run: self.id,
+                        why: "it was started with another input".to_owned(),
+                    });
+                }
+                prepare_resume::<W>(self.options, &self.store, &self.id, &self.owner).await
+            }
+        }
+    }
+}
+
+impl<W: DurableWorkflow> fmt::Debug for DurableRunner<W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DurableRunner")
+            .field("workflow", &W::GRAPH.name())
+            .field("id", &self.id)
+            .field("owner", &self.owner)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Resumes run `id` of `W` from `store`: replays its journal (nothing that completed runs
+/// again; attempts in flight run again with the same [`Attempt`] key) and goes on live.
+///
+/// # Errors
+///
+/// [`DurableError`]: the run does not exist or is held by another owner (`Store`), it is a
+/// run of another workflow (`RunExists`), its graph changed (`GraphChanged`), its stored input
+/// cannot be read (`Input`), the replay diverged (`Diverged`), or a commit failed (`Store`).
+pub fn resume<W: DurableWorkflow, S: Store + Clone>(
+    store: &S,
+    id: &str,
+) -> impl Future<Output = Result<Outcome<W::Output>, DurableError>> + use<W, S> {
+    let store: Arc<dyn Store> = Arc::new(store.clone());
+    let id = id.to_owned();
+    let first = async move {
+        prepare_resume::<W>(RunOptions::default(), &store, &id, &Owner::process()).await
+    };
+    Then::First {
+        first,
+        next: Some(drive::<W>),
+    }
+}
+
+/// Resumes every unfinished run of `W` in `store`, one after the other, oldest first; returns
+/// each run's id with its result.
+///
+/// # Errors
+///
+/// Listing the runs failed; a run that fails to resume is reported in its entry.
+pub async fn resume_all<W: DurableWorkflow, S: Store + Clone>(
+    store: &S,
+) -> Result<Vec<(String, Result<Outcome<W::Output>, DurableError>)>, DurableError> {
+    let filter = RunFilter {
+        workflow: Some(W::GRAPH.name().to_owned()),
+        statuses: vec![
+            RunStatus::Running,
+            RunStatus::Waiting,
+            RunStatus::Compensating,
+        ],
+        limit: None,
+    };
+    let runs = store.list_runs(&filter).await?;
+    let mut results = Vec::with_capacity(runs.len());
+    for run in runs {
+        let result = resume::<W, S>(store, &run.id).await;
+        results.push((run.id, result));
+    }
+    Ok(results)
+}
+
+/// What a durable run starts from: its options, its journal, its parameters.
+type Prepared<W> = (RunOptions, JournalSetup, <W as DurableWorkflow>::Stored);
+
+async fn prepare_resume<W: DurableWorkflow>(
+    options: RunOptions,
+    store: &Arc<dyn Store>,
+    id: &str,
+    owner: &Owner,
+) -> Result<Prepared<W>, DurableError> {
+    let loaded: Loaded = store.load_run(id, owner, LEASE).await?;
+    if loaded.run.workflow != W::GRAPH.name() {
+        return Err(DurableError::RunExists {
+            run: id.to_owned(),
+            why: format!("it is a run of `{}`", loaded.run.workflow),
+        });
+    }
+    let (graph_hash, nodes) = graph_rows(&W::GRAPH);
+    if loaded.run.graph_hash != graph_hash {
+        return Err(DurableError::GraphChanged {
+            run: id.to_owned(),
+            workflow: W::GRAPH.name().to_owned(),
+            changes: graph_changes(&loaded.nodes, &nodes),
+        });
+    }
+    let input: W::Stored =
+        serde_json::from_slice(&loaded.input).map_err(|error| DurableError::Input {
+            run: id.to_owned(),
+            why: error.to_string(),
+        })?;
+    let setup = JournalSetup {
+        store: Arc::clone(store),
+        lease: loaded.lease,
+        extend: LEASE,
+        events: loaded.events,
+        outputs: loaded
+            .outputs
+            .into_iter()
+            .filter(|o| o.instance.is_empty())
+            .map(|o| (o.node, o.bytes))
+            .collect(),
+        timers: loaded.timers,
+        now_ms: loaded.now_ms,
+        error: Mutex::new(None),
+    };
+    Ok((options, setup, input))
+}
+
+/// Runs a prepared durable run: the workflow's own run, with the journal in its options.
+fn drive<W: DurableWorkflow>(
+    (mut options, setup, input): Prepared<W>,
+) -> Drive<impl Future<Output = Outcome<W::Output>>> {
+    let setup = Arc::new(setup);
+    options.record = true;
+    options.report = true;
+    options.journal = Some(Arc::clone(&setup));
+    Drive {
+        run: W::__execute::<'static>(options, W::__input::<'static>(input)),
+        setup,
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of a durable run: the workflow's run, whose result is replaced by the error
+    /// that stopped it, if one did. Written by hand (not an `async` block) so that the run's
+    /// future can be spawned: an `async` block generic over the workflow trips rustc's
+    /// higher-ranked `Send` check (rust-lang/rust#100013).
+    struct Drive<F> {
+        #[pin]
+        run: F,
+        setup: Arc<JournalSetup>,
+    }
+}
+
+impl<F: Future<Output = Outcome<T>>, T> Future for Drive<F> {
+    type Output = Result<Outcome<T>, DurableError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let outcome = std::task::ready!(this.run.poll(cx));
+        Poll::Ready(match this.setup.take_error() {
+            Some(error) => Err(error),
+            None => Ok(outcome),
+        })
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// `first`, then the future `next` makes of its value.
+    #[project = ThenProj]
+    enum Then<A, F, B> {
+        First { #[pin] first: A, next: Option<F> },
+        Second { #[pin] second: B },
+        Done,
+    }
+}
+
+impl<A, F, B, T, U> Future for Then<A, F, B>
+where
+    A: Future<Output = Result<T, DurableError>>,
+    F: FnOnce(T) -> B,
+    B: Future<Output = Result<U, DurableError>>,
+{
+    type Output = Result<U, DurableError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        loop {
+            match self.as_mut().project() {
+                ThenProj::First { first, next } => {
+                    let value = std::task::ready!(first.poll(cx));
+                    match (value, next.take()) {
+                        (Ok(value), Some(next)) => self.set(Then::Second {
+                            second: next(value),
+                        }),
+                        (Err(error), _) => {
+                            self.set(Then::Done);
+                            return Poll::Ready(Err(error));
+                        }
+                        // `next` is taken once, when `first` ends: never reached.
+                        (Ok(_), None) => {
+                            self.set(Then::Done);
+                            return Poll::Pending;
+                        }
+                    }
+                }
+                ThenProj::Second { second } => {
+                    let output = std::task::ready!(second.poll(cx));
+                    self.set(Then::Done);
+                    return Poll::Ready(output);
+                }
+                // Polled after it completed: a future that has ended stays pending.
+                ThenProj::Done => return Poll::Pending,
+            }
+        }
+    }
+}
+
+/// Makes the context of an attempt of `node` in run `run`.
+pub(crate) fn attempt_ctx(run: &Arc<str>, node: &'static str, attempt: u32) -> AttemptCtx {
+    AttemptCtx {
+        attempt: Attempt {
+            run: Arc::clone(run),
+            node,
+            attempt,
+        },
+        restore: None,
+        captured: None,
+    }
+}

@@ -1,0 +1,694 @@
+//! Durable runs in the scheduler (feature `durable`): the write-ahead gate and the replay.
+//!
+//! A durable run has `Scheduler::journal`; every other run has `None` there and never reaches
+//! this module. The rules:
+//!
+//! - every event the run emits goes to the pending [`Batch`]; at the end of each round of the
+//!   run loop the batch is committed (at most one commit in flight);
+//! - a node's attempt is *held* when it is requested: its `Requested` is in the batch, its
+//!   future is not made before that batch has committed (first attempts and retries alike);
+//! - a completion's output goes into the same batch as its `Completed`; its successors are
+//!   requested after it, so they start only once both are durable;
+//! - the run ends only after the batch with `RunFinished` (and the run's final status) has
+//!   committed; a commit that fails stops the run at once, nothing more is written, and the
+//!   error is the run's ([`DurableError::Store`]).
+//!
+//! On resume the scheduler replays the journal: the events it emits itself (`RunStarted`, a
+//! first `Requested`, a decision's `Completed`, `Skipped`, `Aborted`, …) must be the journal's
+//! events of the same sequence number, else the replay stops with [`DurableError::Diverged`];
+//! the events only the world produces (an operation's `Completed`, `Failed`, `TimedOut`,
+//! `Retrying`, a retry's `Requested`) are applied from the journal in journal order. A
+//! completed node's output is restored into its slot (its code does not run); at the end of the
+//! journal, attempts in flight start again with the same attempt number (so the same
+//! idempotency key), and a node in backoff waits what is left of its backoff by the store's
+//! clock.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use super::{Halt, Scheduler, Settle};
+use crate::durable::{AttemptCtx, DurableError, JournalSetup, attempt_ctx, with_attempt};
+use crate::error::NodeError;
+use crate::events::{Event, EventKind};
+use crate::graph::NodeKind;
+use crate::nodes::Leaves;
+use crate::panic::{panic_message, timer};
+use crate::policy::CancelReason;
+use crate::status::NodeStatus;
+use crate::store::{
+    Batch, Committed, RunEnd, RunStatus, StoreFuture, StoredEvent, StoredOutput, TimerChange,
+    TimerKey, TimerKind,
+};
+use crate::verdict::Finished;
+use crate::wake::WakeSet;
+
+/// A durable run's journal: what is pending, what is committing, what waits for a commit.
+pub(super) struct Journal {
+    setup: Arc<JournalSetup>,
+    run: Arc<str>,
+    /// Events with a lower sequence number are durable.
+    durable_seq: u64,
+    /// What this round emitted.
+    pending: Batch,
+    /// The batch being committed, and the sequence number after its last event.
+    commit: Option<(StoreFuture<'static, Committed>, u64)>,
+    /// Attempts requested and not started: (node, the sequence number of its `Requested`).
+    held: Vec<(u32, u64)>,
+    /// Nodes whose attempt failed and that wait for their next one (replay only).
+    backoff: Vec<u32>,
+    /// The next journal event to replay; the replay ends at `setup.events.len()`.
+    cursor: usize,
+    /// The replay has ended: the run is live.
+    live: bool,
+    /// A commit failed or the replay diverged: nothing more is written or started.
+    broken: bool,
+}
+
+impl Journal {
+    pub(super) fn new(setup: &Arc<JournalSetup>) -> Box<Journal> {
+        let next = setup.events.len() as u64;
+        Box::new(Journal {
+            run: Arc::from(setup.lease.run.as_str()),
+            durable_seq: next,
+            pending: Batch::new(&setup.lease, next, setup.extend),
+            commit: None,
+            held: Vec::new(),
+            backoff: Vec::new(),
+            cursor: 0,
+            live: setup.events.is_empty(),
+            broken: false,
+            setup: Arc::clone(setup),
+        })
+    }
+
+    /// Takes an event the scheduler emitted: compared with the journal while replaying,
+    /// added to the pending batch afterwards.
+    pub(super) fn record(&mut self, event: &Event) {
+        if self.broken {
+            return;
+        }
+        let stored = match StoredEvent::from_event(event) {
+            Ok(stored) => stored,
+            Err(error) => return self.fail(DurableError::Store(error)),
+        };
+        if let Some(journal) = self.setup.events.get(self.cursor) {
+            if same(journal, &stored) {
+                self.cursor += 1;
+            } else {
+                let seq = journal.seq;
+                let journal = describe(journal);
+                self.diverge(seq, journal, describe(&stored));
+            }
+            return;
+        }
+        match &event.kind {
+            EventKind::Retrying { delay, .. } => self.pending.timers.push(TimerChange::Set {
+                key: backoff_key(event.node),
+                after: *delay,
+            }),
+            EventKind::Requested if event.attempt > 1 => {
+                self.pending.timers.push(TimerChange::Clear {
+                    key: backoff_key(event.node),
+                })
+            }
+            _ => {}
+        }
+        self.pending.events.push(stored);
+    }
+
+    fn fail(&mut self, error: DurableError) {
+        self.broken = true;
+        self.setup.fail(error);
+    }
+
+    fn diverge(&mut self, seq: u64, journal: String, replay: String) {
+        let run = self.setup.lease.run.clone();
+        self.fail(DurableError::Diverged {
+            run,
+            seq,
+            journal,
+            replay,
+        });
+    }
+
+    /// Whether `node` runs but has no attempt to poll: requested and waiting for its
+    /// `Requested` to commit, or (replaying) between a failed attempt and the next.
+    pub(super) fn is_waiting(&self, node: u32) -> bool {
+        self.held.iter().any(|&(n, _)| n == node) || self.backoff.contains(&node)
+    }
+
+    fn unhold(&mut self, node: u32) -> bool {
+        match self.held.iter().position(|&(n, _)| n == node) {
+            Some(i) => {
+                self.held.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The context of an attempt of `node` (its idempotency key).
+    pub(super) fn ctx(&self, node: &'static str, attempt: u32) -> AttemptCtx {
+        attempt_ctx(&self.run, node, attempt)
+    }
+
+    /// Keeps the output a node captured, for the batch with its `Completed`.
+    pub(super) fn capture(&mut self, node: u32, ctx: AttemptCtx) {
+        if let Some((type_name, bytes)) = ctx.captured {
+            self.pending.outputs.push(StoredOutput {
+                node,
+                instance: String::new(),
+                type_name: type_name.to_owned(),
+                bytes,
+            });
+        }
+    }
+
+    /// Polls the commit in flight, or submits the pending batch. `Ready(true)`: a commit
+    /// completed; `Ready(false)`: nothing to commit, or the commit failed (`broken`).
+    fn pump(&mut self, cx: &mut Context<'_>) -> Poll<bool> {
+        loop {
+            if let Some((commit, end)) = &mut self.commit {
+                let end = *end;
+                return match commit.as_mut().poll(cx) {
+                    Poll::Pending => Poll::Pending,
+                    Poll::Ready(Ok(_)) => {
+                        self.commit = None;
+                        self.durable_seq = end;
+                        Poll::Ready(true)
+                    }
+                    Poll::Ready(Err(error)) => {
+                        self.commit = None;
+                        self.fail(DurableError::Store(error));
+                        Poll::Ready(false)
+                    }
+                };
+            }
+            if self.pending.events.is_empty()
+                && self.pending.outputs.is_empty()
+                && self.pending.timers.is_empty()
+            {
+                return Poll::Ready(false);
+            }
+            let end = self.pending.end_seq();
+            let batch = std::mem::replace(
+                &mut self.pending,
+                Batch::new(&self.setup.lease, end, self.setup.extend),
+            );
+            let store = Arc::clone(&self.setup.store);
+            self.commit = Some((Box::pin(async move { store.commit(batch).await }), end));
+        }
+    }
+
+    /// Commits everything pending, the run's end with it, then gives up the run's lease (a
+    /// run stopped by a failed commit can be resumed at once). Called once, after
+    /// `RunFinished`.
+    async fn finish(&mut self, status: RunStatus) {
+        self.commit_end(status).await;
+        let lease = &self.setup.lease;
+        // Best effort: a lease that is not released expires by itself.
+        let _ = self
+            .setup
+            .store
+            .release(&lease.owner, std::slice::from_ref(lease))
+            .await;
+    }
+
+    async fn commit_end(&mut self, status: RunStatus) {
+        if self.broken {
+            return;
+        }
+        if let Some((commit, end)) = self.commit.take() {
+            match commit.await {
+                Ok(_) => self.durable_seq = end,
+                Err(error) => return self.fail(DurableError::Store(error)),
+            }
+        }
+        if self.pending.events.is_empty() {
+            // Replayed to the end: the journal holds everything already.
+            return;
+        }
+        let end = self.pending.end_seq();
+        let mut batch = std::mem::replace(
+            &mut self.pending,
+            Batch::new(&self.setup.lease, end, Duration::ZERO),
+        );
+        batch.status = Some(status);
+        batch.end = Some(RunEnd {
+            result: None,
+            error: None,
+        });
+        match self.setup.store.commit(batch).await {
+            Ok(_) => self.durable_seq = end,
+            Err(error) => self.fail(DurableError::Store(error)),
+        }
+    }
+}
+
+/// The timer of `node`'s backoff.
+fn backoff_key(node: Option<u32>) -> TimerKey {
+    timer_key(node, TimerKind::Backoff)
+}
+
+fn timer_key(node: Option<u32>, kind: TimerKind) -> TimerKey {
+    TimerKey {
+        node,
+        instance: String::new(),
+        kind,
+    }
+}
+
+/// Whether the replay's event is the journal's: same kind, node and attempt, and for a
+/// `Completed` the same branch.
+fn same(journal: &StoredEvent, replay: &StoredEvent) -> bool {
+    journal.seq == replay.seq
+        && journal.kind == replay.kind
+        && journal.node == replay.node
+        && journal.attempt == replay.attempt
+        && (journal.kind != "Completed" || journal.data == replay.data)
+}
+
+fn describe(event: &StoredEvent) -> String {
+    let data = String::from_utf8_lossy(&event.data);
+    match &event.node_name {
+        Some(node) => format!(
+            "`{}{}` of `{node}` attempt {}",
+            event.kind,
+            if data.is_empty() {
+                String::new()
+            } else {
+                format!(" {data}")
+            },
+            event.attempt
+        ),
+        None => format!("`{}`", event.kind),
+    }
+}
+
+/// The `error` field of a stored `Failed` or `Retrying` event.
+fn error_text(event: &StoredEvent) -> String {
+    serde_json::from_slice::<serde_json::Value>(&event.data)
+        .ok()
+        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
+        .unwrap_or_else(|| "failed (no message stored)".to_owned())
+}
+
+/// A duration field (`{"secs":..,"nanos":..}`) of a stored event; zero when absent.
+fn duration_field(event: &StoredEvent, field: &str) -> Duration {
+    serde_json::from_slice::<serde_json::Value>(&event.data)
+        .ok()
+        .and_then(|v| serde_json::from_value::<Duration>(v.get(field)?.clone()).ok())
+        .unwrap_or_default()
+}
+
+/// Whether the world (an operation's future, a timer) produces `kind`'s events, rather than
+/// the scheduler's own decisions.
+fn worldly(kind: NodeKind) -> bool {
+    !matches!(
+        kind,
+        NodeKind::Decision | NodeKind::Gate | NodeKind::Cancel | NodeKind::Terminate
+    )
+}
+
+impl Scheduler {
+    #[inline]
+    fn journal_mut(&mut self) -> Option<&mut Journal> {
+        self.journal.as_deref_mut()
+    }
+
+    /// Requests `node`'s first attempt in a durable run: its `Requested` goes to the batch;
+    /// its future is made once that batch has committed.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn hold_first(&mut self, node: u32) -> Result<(), NodeError> {
+        if let Some(after) = self.plan().policy(node as usize).deadline() {
+            self.watch(node).deadline = Some(timer(after)?);
+            // Stored with the `Requested`, so that a resume keeps the deadline's due time.
+            if let Some(journal) = self.journal_mut()
+                && journal.live
+            {
+                journal.pending.timers.push(TimerChange::Set {
+                    key: timer_key(Some(node), TimerKind::NodeDeadline),
+                    after,
+                });
+            }
+        } else {
+            // Every node of a durable run is polled the long way (`poll_watched`).
+            self.watch(node);
+        }
+        self.hold(node);
+        Ok(())
+    }
+
+    /// Requests the next attempt of `node` (a retry after its backoff), held as the first.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn hold_retry(&mut self, node: u32) {
+        if let Some(watch) = self.watch_of(node) {
+            watch.backoff = None;
+            watch.timeout = None;
+        }
+        self.hold(node);
+    }
+
+    fn hold(&mut self, node: u32) {
+        let state = &mut self.nodes[node as usize];
+        state.attempt += 1;
+        let attempt = state.attempt;
+        self.emit(Some(node), attempt, || EventKind::Requested);
+        let seq = self
+            .recording
+            .as_ref()
+            .map_or(0, |r| r.seq.saturating_sub(1));
+        if let Some(journal) = self.journal_mut() {
+            journal.held.push((node, seq));
+        }
+    }
+
+    /// Starts the held attempts whose `Requested` is durable.
+    fn release_durable(&mut self, leaves: &mut Leaves<'_>) {
+        let Some(journal) = self.journal.as_deref_mut() else {
+            return;
+        };
+        let durable = journal.durable_seq;
+        let mut ready = Vec::new();
+        journal.held.retain(|&(node, seq)| {
+            if seq < durable {
+                ready.push(node);
+                false
+            } else {
+                true
+            }
+        });
+        for node in ready {
+            self.start_held(leaves, node);
+        }
+    }
+
+    /// Makes the future of `node`'s requested attempt and sets its timeout.
+    fn start_held(&mut self, leaves: &mut Leaves<'_>, node: u32) {
+        if self.nodes[node as usize].status != NodeStatus::Running {
+            return;
+        }
+        let started = catch_unwind(AssertUnwindSafe(|| leaves[node as usize].as_mut().start()));
+        let timeout = match started {
+            Err(payload) => Err(NodeError::Panicked(panic_message(payload))),
+            Ok(()) => self.node_policy(node).timeout().map(timer).transpose(),
+        };
+        match timeout {
+            Ok(timeout) => {
+                self.nodes[node as usize].fresh = true;
+                self.watch(node).timeout = timeout;
+                self.due.push(node);
+            }
+            Err(error) => {
+                leaves[node as usize].as_mut().stop();
+                let attempts = self.nodes[node as usize].attempt;
+                self.release(node);
+                self.record_attempts(node, attempts, 1);
+                self.fail(node, error);
+            }
+        }
+    }
+
+    /// Polls `node`'s attempt with its idempotency key set, and keeps the output it stored.
+    pub(super) fn poll_journaled(
+        &mut self,
+        leaves: &mut Leaves<'_>,
+        node: u32,
+        cx: &mut Context<'_>,
+        given: Option<(
+            super::attempt::PollResult,
+            Option<&'static crate::scope::OperationSpec>,
+        )>,
+    ) -> Poll<Result<(), NodeError>> {
+        let name = self.graph.nodes[node as usize].name;
+        let attempt = self.nodes[node as usize].attempt;
+        let Some(journal) = self.journal.as_deref() else {
+            return self.poll_attempt(leaves, node, cx, given);
+        };
+        let ctx = journal.ctx(name, attempt);
+        let (polled, ctx) = with_attempt(ctx, || self.poll_attempt(leaves, node, cx, given));
+        if let (Poll::Ready(Ok(())), Some(journal)) = (&polled, self.journal.as_deref_mut()) {
+            journal.capture(node, ctx);
+        }
+        polled
+    }
+
+    /// Applies the next journal event if the world produced it (replay). Returns whether it
+    /// applied one.
+    fn apply_journal(&mut self, leaves: &mut Leaves<'_>) -> bool {
+        let Some(journal) = self.journal.as_deref() else {
+            return false;
+        };
+        if journal.broken {
+            return false;
+        }
+        let Some(event) = journal.setup.events.get(journal.cursor).cloned() else {
+            return false;
+        };
+        let Some(node) = event.node.filter(|&n| (n as usize) < self.len()) else {
+            return false;
+        };
+        if !worldly(self.graph.nodes[node as usize].kind) {
+            return false;
+        }
+        let running = self.nodes[node as usize].status == NodeStatus::Running;
+        match event.kind.as_str() {
+            "Completed" | "Failed" => {
+                let Some(journal) = self.journal_mut() else {
+                    return false;
+                };
+                if !running || !journal.unhold(node) {
+                    return false;
+                }
+                if event.kind == "Completed" {
+                    self.restore(leaves, node);
+                } else {
+                    let attempts = self.nodes[node as usize].attempt;
+                    self.release(node);
+                    self.record_attempts(node, attempts, 1);
+                    self.fail(node, NodeError::Failed(error_text(&event).into()));
+                }
+            }
+            "TimedOut" => {
+                let after = duration_field(&event, "after");
+                self.emit(Some(node), event.attempt, || EventKind::TimedOut { after });
+            }
+            "Retrying" => {
+                let Some(journal) = self.journal_mut() else {
+                    return false;
+                };
+                if !running || !journal.unhold(node) {
+                    return false;
+                }
+                journal.backoff.push(node);
+                let error = NodeError::Failed(error_text(&event).into());
+                let rendered = self.record_attempt_error(node, &error);
+                let delay = duration_field(&event, "delay");
+                self.emit(Some(node), event.attempt, || EventKind::Retrying {
+                    error: rendered,
+                    delay,
+                });
+            }
+            "Requested" if event.attempt > 1 => {
+                let Some(journal) = self.journal_mut() else {
+                    return false;
+                };
+                let Some(i) = journal.backoff.iter().position(|&n| n == node) else {
+                    return false;
+                };
+                journal.backoff.remove(i);
+                journal.held.push((node, event.seq));
+                self.nodes[node as usize].attempt = event.attempt;
+                self.emit(Some(node), event.attempt, || EventKind::Requested);
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// Restores a completed node from the journal: its future runs with the stored output to
+    /// put in its slot, which it does before anything of the user's code.
+    fn restore(&mut self, leaves: &mut Leaves<'_>, node: u32) {
+        let bytes = self.journal.as_deref().map_or_else(Vec::new, |j| {
+            j.setup.outputs.get(&node).cloned().unwrap_or_default()
+        });
+        let name = self.graph.nodes[node as usize].name;
+        let attempt = self.nodes[node as usize].attempt;
+        let mut ctx = self
+            .journal
+            .as_deref()
+            .map(|j| j.ctx(name, attempt))
+            .unwrap_or_else(|| attempt_ctx(&Arc::from(""), name, attempt));
+        ctx.restore = Some(bytes);
+        let mut cx = Context::from_waker(Waker::noop());
+        let (polled, _) = with_attempt(ctx, || {
+            catch_unwind(AssertUnwindSafe(|| {
+                let mut leaf = leaves[node as usize].as_mut();
+                leaf.as_mut().start();
+                leaf.poll(&mut cx)
+            }))
+        });
+        let result = match polled {
+            Ok(Poll::Ready(result)) => result,
+            Ok(Poll::Pending) => Err(NodeError::Internal(
+                "a durable step did not restore its stored output",
+            )),
+            Err(payload) => Err(NodeError::Panicked(panic_message(payload))),
+        };
+        leaves[node as usize].as_mut().stop();
+        let attempts = self.nodes[node as usize].attempt;
+        self.release(node);
+        self.record_attempts(node, attempts, 1);
+        match result {
+            Ok(()) => self.settle(node, Settle::Completed),
+            Err(error) => self.fail(node, error),
+        }
+    }
+
+    /// The end of the replay: attempts in flight start again (same attempt number), nodes in
+    /// backoff wait what is left of it.
+    fn go_live(&mut self, leaves: &mut Leaves<'_>) {
+        let Some(journal) = self.journal.as_deref_mut() else {
+            return;
+        };
+        journal.live = true;
+        let backoff = std::mem::take(&mut journal.backoff);
+        let setup = Arc::clone(&journal.setup);
+        // Deadlines keep their due time by the store's clock.
+        for stored in &setup.timers {
+            let Some(node) = stored.key.node else {
+                continue;
+            };
+            if stored.key.kind != TimerKind::NodeDeadline
+                || (node as usize) >= self.len()
+                || self.nodes[node as usize].status != NodeStatus::Running
+            {
+                continue;
+            }
+            let left = Duration::from_millis(stored.due_ms.saturating_sub(setup.now_ms));
+            match timer(left) {
+                Ok(deadline) => {
+                    self.watch(node).deadline = Some(deadline);
+                    self.due.push(node);
+                }
+                Err(error) => {
+                    let attempts = self.nodes[node as usize].attempt;
+                    self.release(node);
+                    self.record_attempts(node, attempts, 1);
+                    self.fail(node, error);
+                }
+            }
+        }
+        for node in backoff {
+            let left = setup
+                .timers
+                .iter()
+                .find(|t| t.key == backoff_key(Some(node)))
+                .map_or(Duration::ZERO, |t| {
+                    Duration::from_millis(t.due_ms.saturating_sub(setup.now_ms))
+                });
+            match timer(left) {
+                Ok(backoff) => {
+                    self.watch(node).backoff = Some(backoff);
+                    self.due.push(node);
+                }
+                Err(error) => {
+                    let attempts = self.nodes[node as usize].attempt;
+                    self.release(node);
+                    self.record_attempts(node, attempts, 1);
+                    self.fail(node, error);
+                }
+            }
+        }
+        self.release_durable(leaves);
+    }
+
+    /// The run loop's step for a durable run, after each `poll` of the scheduler: replays,
+    /// commits, and starts what a commit made durable, until nothing more can happen now.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn journal_poll(
+        &mut self,
+        leaves: &mut Leaves<'_>,
+        wakes: &mut Option<Arc<WakeSet>>,
+        cx: &mut Context<'_>,
+        mut poll: Poll<()>,
+    ) -> Poll<()> {
+        loop {
+            let Some(journal) = self.journal.as_deref_mut() else {
+                return poll;
+            };
+            if journal.broken {
+                if self.halt.is_none() {
+                    self.set_halt(Halt::Cancelled(CancelReason::Token));
+                }
+                self.stop_all(leaves);
+                return Poll::Ready(());
+            }
+            if !journal.live {
+                if journal.cursor < journal.setup.events.len() {
+                    if self.apply_journal(leaves) {
+                        poll = self.poll(leaves, wakes, cx);
+                        continue;
+                    }
+                    if poll.is_ready() {
+                        // `RunFinished` is compared when the run finishes.
+                        return poll;
+                    }
+                    let before = self.journal.as_deref().map_or(0, |j| j.cursor);
+                    poll = self.poll(leaves, wakes, cx);
+                    if let Some(journal) = self.journal.as_deref_mut()
+                        && journal.cursor == before
+                        && !journal.broken
+                        && let Some(event) = journal.setup.events.get(before)
+                    {
+                        let seq = event.seq;
+                        let what = describe(event);
+                        journal.diverge(seq, what, "has nothing left to do there".to_owned());
+                    }
+                    continue;
+                }
+                self.go_live(leaves);
+                poll = self.poll(leaves, wakes, cx);
+                continue;
+            }
+            if poll.is_ready() {
+                return poll;
+            }
+            match journal.pump(cx) {
+                Poll::Ready(true) => {
+                    self.release_durable(leaves);
+                    poll = self.poll(leaves, wakes, cx);
+                }
+                Poll::Ready(false) if journal.broken => {}
+                Poll::Ready(false) | Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+/// Ends a durable run: `RunFinished` and the run's status are committed before the run's
+/// future returns.
+pub(super) async fn finish_journaled(mut scheduler: Scheduler) -> Finished {
+    let (statuses, verdict, succeeded) = scheduler.conclude();
+    let status = if scheduler.cancelled.is_some() {
+        RunStatus::Cancelled
+    } else if succeeded {
+        RunStatus::Succeeded
+    } else {
+        RunStatus::Failed
+    };
+    if let Some(journal) = scheduler.journal.as_deref_mut() {
+        if journal.cursor < journal.setup.events.len() && !journal.broken {
+            let event = &journal.setup.events[journal.cursor];
+            let (seq, what) = (event.seq, describe(event));
+            journal.diverge(seq, what, "had ended the run".to_owned());
+        }
+        journal.finish(status).await;
+    }
+    scheduler.into_finished(statuses, verdict)
+}

@@ -1,0 +1,862 @@
+//! The contract every [`Store`] must pass (feature `store-tests`).
+//!
+//! A store crate runs it from its tests with a function that makes a fresh, empty store:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use flow_runtime::store::{MemoryStore, Store, contract};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! contract::all(|| Arc::new(MemoryStore::new()) as Arc<dyn Store>).await;
+//! # });
+//! ```
+//!
+//! Each case is also a public function, to run one alone. A failure panics with the case's
+//! name and what differed. The cases sleep for a few tens of milliseconds where a lease must
+//! expire, so they need a runtime with a real (not paused) clock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{
+    Batch, Committed, Created, Lease, NewRun, NewSignal, NodeRow, Owner, RunEnd, RunFilter,
+    RunStatus, SignalMode, SignalSent, Store, StoreError, StoredEvent, StoredOutput, TimerChange,
+    TimerKey, TimerKind, WaitChange,
+};
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// Runs every case, each on a fresh store from `make`.
+pub async fn all(make: impl Fn() -> Arc<dyn Store>) {
+    create_and_load(&*make()).await;
+    missing_run(&*make()).await;
+    idempotent_commit(&*make()).await;
+    conflicts(&*make()).await;
+    atomic_commit(&*make()).await;
+    leases(&*make()).await;
+    timers_due_in_order(&*make()).await;
+    signals_kept_and_refused(&*make()).await;
+    list_and_filter(&*make()).await;
+}
+
+fn event(seq: u64, kind: &str, node: Option<u32>) -> StoredEvent {
+    let mut event = StoredEvent::new(seq, kind);
+    event.node = node;
+    event.node_name = node.map(|n| format!("n{n}"));
+    event.attempt = u32::from(node.is_some());
+    event.at_us = seq * 10;
+    event
+}
+
+fn new_run(id: &str, workflow: &str, owner: &Owner, lease: Duration) -> NewRun {
+    let mut run = NewRun::new(id, workflow, 0xF10_0001, owner.clone(), lease);
+    run.nodes = vec![
+        NodeRow {
+            node: 0,
+            name: "fetch".into(),
+            label: "fetch(id)".into(),
+            fingerprint: 11,
+            preds: vec![],
+        },
+        NodeRow {
+            node: 1,
+            name: "charge".into(),
+            label: "charge(&fetch)".into(),
+            fingerprint: 22,
+            preds: vec![0],
+        },
+    ];
+    run.input = br#"{"id":42}"#.to_vec();
+    run.input_hash = 42;
+    run.options = b"{}".to_vec();
+    run.events = vec![event(0, "RunStarted", None), event(1, "Requested", Some(0))];
+    run
+}
+
+/// Creates a run and returns its lease.
+async fn create(store: &dyn Store, id: &str, workflow: &str, owner: &Owner) -> Lease {
+    match store.create_run(new_run(id, workflow, owner, LONG)).await {
+        Ok(Created::New { lease, next_seq }) => {
+            assert_eq!(next_seq, 2, "create_run: next_seq after two first events");
+            assert_eq!(
+                lease.owner, *owner,
+                "create_run: the lease is the creator's"
+            );
+            lease
+        }
+        other => panic!("create_run `{id}`: expected a new run, got {other:?}"),
+    }
+}
+
+async fn commit(store: &dyn Store, batch: Batch) -> Result<Committed, StoreError> {
+    store.commit(batch).await
+}
+
+fn completion(lease: &Lease, first_seq: u64) -> Batch {
+    let mut batch = Batch::new(lease, first_seq, LONG);
+    batch.events = vec![
+        event(first_seq, "Completed", Some(0)),
+        event(first_seq + 1, "Requested", Some(1)),
+    ];
+    batch.outputs = vec![StoredOutput {
+        node: 0,
+        instance: String::new(),
+        type_name: "Order".into(),
+        bytes: br#"{"total":3}"#.to_vec(),
+    }];
+    batch
+}
+
+/// `create_run` stores everything `load_run` gives back; creating the same id again returns the
+/// stored run and writes nothing; loading takes a new lease version.
+pub async fn create_and_load(store: &dyn Store) {
+    let owner = Owner::new("a");
+    let mut run = new_run("r1", "Checkout", &owner, LONG);
+    run.timers = vec![TimerChange::Set {
+        key: TimerKey {
+            node: None,
+            instance: String::new(),
+            kind: TimerKind::RunDeadline,
+        },
+        after: Duration::from_secs(3600),
+    }];
+    let lease = match store.create_run(run.clone()).await {
+        Ok(Created::New { lease, .. }) => lease,
+        other => panic!("create_and_load: expected a new run, got {other:?}"),
+    };
+    match store.create_run(run.clone()).await {
+        Ok(Created::Exists(summary)) => {
+            assert_eq!(summary.id, "r1", "create_and_load: the existing run");
+            assert_eq!(
+                summary.graph_hash, run.graph_hash,
+                "create_and_load: graph hash"
+            );
+            assert_eq!(summary.input_hash, 42, "create_and_load: input hash");
+            assert_eq!(
+                summary.next_seq, 2,
+                "create_and_load: nothing written again"
+            );
+        }
+        other => panic!("create_and_load: expected Exists on the same id, got {other:?}"),
+    }
+    let mut batch = completion(&lease, 2);
+    batch.status = Some(RunStatus::Waiting);
+    assert_eq!(
+        commit(store, batch).await,
+        Ok(Committed::Applied { next_seq: 4 }),
+        "create_and_load: commit"
+    );
+    let loaded = store
+        .load_run("r1", &owner, LONG)
+        .await
+        .unwrap_or_else(|e| panic!("create_and_load: load_run: {e}"));
+    assert_eq!(loaded.run.workflow, "Checkout", "create_and_load: workflow");
+    assert_eq!(
+        loaded.run.status,
+        RunStatus::Waiting,
+        "create_and_load: status"
+    );
+    assert_eq!(loaded.run.next_seq, 4, "create_and_load: next_seq");
+    assert_eq!(loaded.input, run.input, "create_and_load: input");
+    assert_eq!(loaded.options, run.options, "create_and_load: options");
+    assert_eq!(loaded.nodes, run.nodes, "create_and_load: node rows");
+    assert_eq!(loaded.events.len(), 4, "create_and_load: events");
+    assert_eq!(
+        loaded.events[..2],
+        run.events[..],
+        "create_and_load: first events"
+    );
+    assert_eq!(
+        loaded.events[2].kind, "Completed",
+        "create_and_load: third event"
+    );
+    assert_eq!(loaded.outputs.len(), 1, "create_and_load: outputs");
+    assert_eq!(
+        loaded.outputs[0].bytes, br#"{"total":3}"#,
+        "create_and_load: output"
+    );
+    assert_eq!(
+        loaded.timers.len(),
+        1,
+        "create_and_load: the run's deadline timer"
+    );
+    assert!(
+        loaded.timers[0].due_ms >= loaded.now_ms + 3_590_000,
+        "create_and_load: the deadline is an hour away: {loaded:?}"
+    );
+    assert_eq!(loaded.end, None, "create_and_load: not ended");
+    assert!(
+        loaded.lease.version > lease.version,
+        "create_and_load: loading takes a new lease version ({} after {})",
+        loaded.lease.version,
+        lease.version
+    );
+    let tail = store
+        .events("r1", 3)
+        .await
+        .unwrap_or_else(|e| panic!("create_and_load: events: {e}"));
+    assert_eq!(tail.len(), 1, "create_and_load: events from #3");
+    assert_eq!(tail[0].seq, 3, "create_and_load: events from #3");
+}
+
+/// Every request about a run that does not exist is `NotFound`, and writes nothing.
+pub async fn missing_run(store: &dyn Store) {
+    let owner = Owner::new("a");
+    let not_found = Err(StoreError::NotFound { run: "nope".into() });
+    assert_eq!(
+        store.load_run("nope", &owner, LONG).await.map(|_| ()),
+        not_found,
+        "missing_run: load_run"
+    );
+    assert_eq!(
+        store.events("nope", 0).await.map(|_| ()),
+        not_found,
+        "missing_run: events"
+    );
+    assert_eq!(
+        store.signals("nope", 0).await.map(|_| ()),
+        not_found,
+        "missing_run: signals"
+    );
+    let lease = Lease {
+        run: "nope".into(),
+        owner: owner.clone(),
+        version: 1,
+        until_ms: 0,
+    };
+    assert_eq!(
+        commit(store, completion(&lease, 0)).await.map(|_| ()),
+        not_found,
+        "missing_run: commit"
+    );
+    let signal = NewSignal {
+        run: "nope".into(),
+        name: "go".into(),
+        payload: vec![],
+        mode: SignalMode::Kept,
+    };
+    assert_eq!(
+        store.send_signal(signal).await.map(|_| ()),
+        not_found,
+        "missing_run: send_signal"
+    );
+    let runs = store.list_runs(&RunFilter::default()).await;
+    assert_eq!(runs, Ok(vec![]), "missing_run: nothing was created");
+}
+
+/// A batch committed again (its answer was lost) is `AlreadyApplied` and writes nothing.
+pub async fn idempotent_commit(store: &dyn Store) {
+    let owner = Owner::new("a");
+    let lease = create(store, "r1", "W", &owner).await;
+    let batch = completion(&lease, 2);
+    assert_eq!(
+        commit(store, batch.clone()).await,
+        Ok(Committed::Applied { next_seq: 4 }),
+        "idempotent_commit: first commit"
+    );
+    assert_eq!(
+        commit(store, batch.clone()).await,
+        Ok(Committed::AlreadyApplied { next_seq: 4 }),
+        "idempotent_commit: the same batch again"
+    );
+    let mut tail = Batch::new(&lease, 3, LONG);
+    tail.events = vec![batch.events[1].clone()];
+    assert_eq!(
+        commit(store, tail).await,
+        Ok(Committed::AlreadyApplied { next_seq: 4 }),
+        "idempotent_commit: the last event of the batch again"
+    );
+    let events = store.events("r1", 0).await;
+    assert_eq!(
+        events.map(|e| e.len()),
+        Ok(4),
+        "idempotent_commit: no event written twice"
+    );
+    let mut next = Batch::new(&lease, 4, LONG);
+    next.events = vec![event(4, "Completed", Some(1))];
+    assert_eq!(
+        commit(store, next).await,
+        Ok(Committed::Applied { next_seq: 5 }),
+        "idempotent_commit: the journal goes on"
+    );
+}
+
+/// A batch that does not follow the journal is refused with `Conflict` (or `Invalid` when its
+/// own numbering has a gap), naming where the journal stands.
+pub async fn conflicts(store: &dyn Store) {
+    let owner = Owner::new("a");
+    let lease = create(store, "r1", "W", &owner).await;
+    match commit(store, completion(&lease, 3)).await {
+        Err(StoreError::Conflict {
+            run,
+            expected: 2,
+            found: 3,
+            ..
+        }) if run == "r1" => {}
+        other => panic!("conflicts: a gap before the batch: expected Conflict, got {other:?}"),
+    }
+    let mut changed = completion(&lease, 0);
+    changed.events[0] = event(0, "RunStarted", None);
+    changed.events[1] = event(1, "Requested", Some(1));
+    match commit(store, changed).await {
+        Err(StoreError::Conflict {
+            expected: 2,
+            found: 0,
+            why,
+            ..
+        }) => assert!(
+            why.contains("#1"),
+            "conflicts: the event that differs: {why}"
+        ),
+        other => panic!("conflicts: a different stored event: expected Conflict, got {other:?}"),
+    }
+    let mut overlapping = Batch::new(&lease, 1, LONG);
+    overlapping.events = vec![
+        event(1, "Requested", Some(0)),
+        event(2, "Completed", Some(0)),
+    ];
+    assert!(
+        matches!(
+            commit(store, overlapping).await,
+            Err(StoreError::Conflict { expected: 2, .. })
+        ),
+        "conflicts: a batch that repeats a stored event and adds one is a conflict"
+    );
+    let mut numbering = completion(&lease, 2);
+    numbering.events[1].seq = 9;
+    assert!(
+        matches!(
+            commit(store, numbering).await,
+            Err(StoreError::Invalid { .. })
+        ),
+        "conflicts: a gap inside the batch is invalid"
+    );
+    assert_eq!(
+        store.events("r1", 0).await.map(|e| e.len()),
+        Ok(2),
+        "conflicts: nothing was written"
+    );
+}
+
+/// A batch refused for any reason writes none of its parts.
+pub async fn atomic_commit(store: &dyn Store) {
+    let owner = Owner::new("a");
+    let lease = create(store, "r1", "W", &owner).await;
+    let mut batch = completion(&lease, 2);
+    batch.consumed = vec![999];
+    batch.timers = vec![TimerChange::Set {
+        key: TimerKey {
+            node: Some(1),
+            instance: String::new(),
+            kind: TimerKind::Backoff,
+        },
+        after: Duration::ZERO,
+    }];
+    batch.status = Some(RunStatus::Waiting);
+    assert!(
+        matches!(
+            commit(store, batch).await,
+            Err(StoreError::SignalTaken { signal: 999, .. })
+        ),
+        "atomic_commit: consuming a signal that does not exist"
+    );
+    let loaded = store
+        .load_run("r1", &owner, LONG)
+        .await
+        .unwrap_or_else(|e| panic!("atomic_commit: load_run: {e}"));
+    assert_eq!(loaded.events.len(), 2, "atomic_commit: no event written");
+    assert!(
+        loaded.outputs.is_empty(),
+        "atomic_commit: no output written"
+    );
+    assert!(loaded.timers.is_empty(), "atomic_commit: no timer written");
+    assert_eq!(
+        loaded.run.status,
+        RunStatus::Running,
+        "atomic_commit: status unchanged"
+    );
+}
+
+/// A live lease of another owner makes `load_run` `Busy`; an expired one is taken over, and the
+/// former owner's commits and heartbeats fail from then on; a released run is free at once.
+pub async fn leases(store: &dyn Store) {
+    let a = Owner::new("a");
+    let b = Owner::new("b");
+    let c = Owner::new("c");
+    let held = create(store, "r1", "W", &a).await;
+    match store.load_run("r1", &b, LONG).await {
+        Err(StoreError::Busy { run, owner, .. }) => {
+            assert_eq!(
+                (run.as_str(), owner.as_str()),
+                ("r1", "a"),
+                "leases: who holds it"
+            );
+        }
+        other => panic!("leases: loading a held run: expected Busy, got {other:?}"),
+    }
+    assert_eq!(
+        store.heartbeat(&a, std::slice::from_ref(&held), LONG).await,
+        Ok(vec![]),
+        "leases: the holder's heartbeat"
+    );
+
+    // A short lease that expires without anyone taking the run still commits: the version is
+    // the fence, not the clock.
+    let short = match store
+        .create_run(new_run("r2", "W", &a, Duration::from_millis(1)))
+        .await
+    {
+        Ok(Created::New { lease, .. }) => lease,
+        other => panic!("leases: create r2: {other:?}"),
+    };
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let mut late = Batch::new(&short, 2, Duration::from_millis(1));
+    late.events = vec![event(2, "Completed", Some(0))];
+    assert_eq!(
+        commit(store, late).await,
+        Ok(Committed::Applied { next_seq: 3 }),
+        "leases: an expired lease nobody took"
+    );
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let taken = store
+        .load_run("r2", &b, LONG)
+        .await
+        .unwrap_or_else(|e| panic!("leases: taking over an expired lease: {e}"));
+    assert!(taken.lease.version > short.version, "leases: a new version");
+    let mut stale = Batch::new(&short, 3, LONG);
+    stale.events = vec![event(3, "Requested", Some(1))];
+    match commit(store, stale).await {
+        Err(StoreError::LeaseLost { run, holder, .. }) => {
+            assert_eq!(run, "r2", "leases: LeaseLost names the run");
+            assert_eq!(
+                holder.as_deref(),
+                Some("b"),
+                "leases: LeaseLost names the holder"
+            );
+        }
+        other => panic!("leases: a former owner's commit: expected LeaseLost, got {other:?}"),
+    }
+    assert_eq!(
+        store
+            .heartbeat(&a, std::slice::from_ref(&short), LONG)
+            .await,
+        Ok(vec![short.clone()]),
+        "leases: the former owner's heartbeat reports the lease lost"
+    );
+    assert_eq!(
+        store.release(&b, std::slice::from_ref(&taken.lease)).await,
+        Ok(()),
+        "leases: release"
+    );
+    let again = store
+        .load_run("r2", &c, LONG)
+        .await
+        .unwrap_or_else(|e| panic!("leases: loading a released run: {e}"));
+    assert!(again.lease.version > taken.lease.version, "leases: version");
+    let mut released = Batch::new(&taken.lease, 3, LONG);
+    released.events = vec![event(3, "Requested", Some(1))];
+    assert!(
+        matches!(
+            commit(store, released).await,
+            Err(StoreError::LeaseLost { .. })
+        ),
+        "leases: a commit after release"
+    );
+}
+
+fn timer(node: Option<u32>, kind: TimerKind, after: Duration) -> TimerChange {
+    TimerChange::Set {
+        key: TimerKey {
+            node,
+            instance: String::new(),
+            kind,
+        },
+        after,
+    }
+}
+
+/// `due_timers` answers the timers of unfinished runs due within the horizon, earliest first,
+/// up to the limit; cleared timers and finished runs' timers are gone.
+pub async fn timers_due_in_order(store: &dyn Store) {
+    let owner = Owner::new("a");
+    let r1 = create(store, "r1", "W", &owner).await;
+    let r2 = create(store, "r2", "W", &owner).await;
+    let r3 = create(store, "r3", "W", &owner).await;
+    let secs = Duration::from_secs;
+    let mut b1 = Batch::new(&r1, 2, LONG);
+    b1.timers = vec![
+        timer(Some(1), TimerKind::Delay, secs(30)),
+        timer(Some(0), TimerKind::Backoff, secs(0)),
+    ];
+    let mut b2 = Batch::new(&r2, 2, LONG);
+    b2.timers = vec![
+        timer(None, TimerKind::RunDeadline, secs(0)),
+        timer(Some(0), TimerKind::Delay, secs(10)),
+        timer(Some(1), TimerKind::Delay, secs(20)),
+    ];
+    let mut b3 = Batch::new(&r3, 2, LONG);
+    b3.timers = vec![timer(None, TimerKind::RunDeadline, secs(0))];
+    for batch in [b1, b2, b3] {
+        assert_eq!(
+            commit(store, batch).await,
+            Ok(Committed::Applied { next_seq: 2 }),
+            "timers_due_in_order: a batch of timers only"
+        );
+    }
+    let mut end = Batch::new(&r3, 2, LONG);
+    end.events = vec![event(2, "RunFinished", None)];
+    end.status = Some(RunStatus::Succeeded);
+    end.end = Some(RunEnd {
+        result: Some(b"1".to_vec()),
+        error: None,
+    });
+    assert!(
+        commit(store, end).await.is_ok(),
+        "timers_due_in_order: r3 ends"
+    );
+    let mut clear = Batch::new(&r2, 2, LONG);
+    clear.timers = vec![TimerChange::Clear {
+        key: TimerKey {
+            node: Some(1),
+            instance: String::new(),
+            kind: TimerKind::Delay,
+        },
+    }];
+    assert!(
+        commit(store, clear).await.is_ok(),
+        "timers_due_in_order: clear"
+    );
+
+    let now = store
+        .due_timers(Duration::ZERO, 100)
+        .await
+        .unwrap_or_else(|e| panic!("timers_due_in_order: due_timers: {e}"));
+    let names = |timers: &[super::DueTimer]| {
+        timers
+            .iter()
+            .map(|t| (t.run.clone(), t.key.node, t.key.kind))
+            .collect::<Vec<_>>()
+    };
+    let mut due_now = names(&now);
+    due_now.sort();
+    assert_eq!(
+        due_now,
+        vec![
+            ("r1".to_owned(), Some(0), TimerKind::Backoff),
+            ("r2".to_owned(), None, TimerKind::RunDeadline),
+        ],
+        "timers_due_in_order: due now (r3 has finished)"
+    );
+    let all = store
+        .due_timers(Duration::from_secs(3600), 100)
+        .await
+        .unwrap_or_else(|e| panic!("timers_due_in_order: due_timers: {e}"));
+    assert!(
+        all.windows(2)
+            .all(|w| (w[0].due_ms, &w[0].run) <= (w[1].due_ms, &w[1].run)),
+        "timers_due_in_order: earliest first: {all:?}"
+    );
+    assert_eq!(
+        names(&all[2..]),
+        vec![
+            ("r2".to_owned(), Some(0), TimerKind::Delay),
+            ("r1".to_owned(), Some(1), TimerKind::Delay),
+        ],
+        "timers_due_in_order: the later timers, cleared one gone"
+    );
+    let first = store
+        .due_timers(Duration::from_secs(3600), 3)
+        .await
+        .unwrap_or_else(|e| panic!("timers_due_in_order: due_timers: {e}"));
+    assert_eq!(first, all[..3], "timers_due_in_order: limit");
+}
+
+/// Kept signals are stored until consumed, transient ones only while a step waits; a signal is
+/// consumed once; a finished run refuses signals.
+pub async fn signals_kept_and_refused(store: &dyn Store) {
+    let owner = Owner::new("a");
+    let lease = create(store, "r1", "W", &owner).await;
+    let other = create(store, "r2", "W", &owner).await;
+    let send = |name: &str, mode| NewSignal {
+        run: "r1".into(),
+        name: name.into(),
+        payload: br#"{"ok":true}"#.to_vec(),
+        mode,
+    };
+    let kept = match store.send_signal(send("approve", SignalMode::Kept)).await {
+        Ok(SignalSent::Stored { id }) => id,
+        other => panic!("signals: a kept signal: expected Stored, got {other:?}"),
+    };
+    assert_eq!(
+        store
+            .send_signal(send("approve", SignalMode::Transient))
+            .await,
+        Ok(SignalSent::Dropped),
+        "signals: a transient signal nobody waits for"
+    );
+    let mut wait = Batch::new(&lease, 2, LONG);
+    wait.waits = vec![WaitChange::Open {
+        node: 1,
+        instance: String::new(),
+        name: "approve".into(),
+    }];
+    assert!(commit(store, wait).await.is_ok(), "signals: open a wait");
+    let transient = match store
+        .send_signal(send("approve", SignalMode::Transient))
+        .await
+    {
+        Ok(SignalSent::Stored { id }) => id,
+        other => panic!("signals: a transient signal a step waits for: got {other:?}"),
+    };
+    assert!(transient > kept, "signals: ids grow");
+    assert_eq!(
+        store
+            .send_signal(send("other", SignalMode::Transient))
+            .await,
+        Ok(SignalSent::Dropped),
+        "signals: a transient signal of another name"
+    );
+    let open = store
+        .signals("r1", 0)
+        .await
+        .unwrap_or_else(|e| panic!("signals: {e}"));
+    assert_eq!(
+        open.iter().map(|s| s.id).collect::<Vec<_>>(),
+        vec![kept, transient],
+        "signals: open, in order"
+    );
+    assert_eq!(open[0].payload, br#"{"ok":true}"#, "signals: payload");
+    assert_eq!(open[0].mode, SignalMode::Kept, "signals: mode");
+    let after = store.signals("r1", kept).await.map(|s| s.len());
+    assert_eq!(after, Ok(1), "signals: after an id");
+    let runs = store
+        .list_runs(&RunFilter::default())
+        .await
+        .unwrap_or_else(|e| panic!("signals: list_runs: {e}"));
+    let r1 = runs.iter().find(|r| r.id == "r1");
+    assert!(
+        r1.and_then(|r| r.wake_at_ms).is_some(),
+        "signals: a stored signal makes the run due: {r1:?}"
+    );
+
+    let mut take = Batch::new(&lease, 2, LONG);
+    take.events = vec![event(2, "SignalReceived", Some(1))];
+    take.consumed = vec![kept];
+    take.waits = vec![WaitChange::Close {
+        node: 1,
+        instance: String::new(),
+    }];
+    assert_eq!(
+        commit(store, take).await,
+        Ok(Committed::Applied { next_seq: 3 }),
+        "signals: consume"
+    );
+    let open = store.signals("r1", 0).await.map(|s| s.len());
+    assert_eq!(open, Ok(1), "signals: the consumed one is gone");
+    let mut again = Batch::new(&lease, 3, LONG);
+    again.events = vec![event(3, "SignalReceived", Some(1))];
+    again.consumed = vec![kept];
+    assert!(
+        matches!(
+            commit(store, again.clone()).await,
+            Err(StoreError::SignalTaken { signal, .. }) if signal == kept
+        ),
+        "signals: consumed twice"
+    );
+    let mut foreign = Batch::new(&other, 2, LONG);
+    foreign.events = vec![event(2, "SignalReceived", Some(1))];
+    foreign.consumed = vec![transient];
+    assert!(
+        matches!(
+            commit(store, foreign).await,
+            Err(StoreError::SignalTaken { .. })
+        ),
+        "signals: another run's signal"
+    );
+    let mut end = Batch::new(&lease, 3, LONG);
+    end.events = vec![event(3, "RunFinished", None)];
+    end.status = Some(RunStatus::Failed);
+    end.end = Some(RunEnd {
+        result: None,
+        error: Some("no".into()),
+    });
+    assert!(commit(store, end).await.is_ok(), "signals: the run ends");
+    assert_eq!(
+        store.send_signal(send("approve", SignalMode::Kept)).await,
+        Err(StoreError::Finished { run: "r1".into() }),
+        "signals: a finished run refuses signals"
+    );
+}
+
+/// `list_runs` filters by workflow and status and keeps the limit, oldest first; a finished run
+/// refuses more events and keeps how it ended.
+pub async fn list_and_filter(store: &dyn Store) {
+    let owner = Owner::new("a");
+    let r1 = create(store, "r1", "Checkout", &owner).await;
+    create(store, "r2", "Checkout", &owner).await;
+    create(store, "r3", "Refund", &owner).await;
+    let mut end = Batch::new(&r1, 2, LONG);
+    end.events = vec![event(2, "RunFinished", None)];
+    end.status = Some(RunStatus::Succeeded);
+    end.end = Some(RunEnd {
+        result: Some(b"\"done\"".to_vec()),
+        error: None,
+    });
+    assert!(commit(store, end).await.is_ok(), "list_and_filter: r1 ends");
+    let ids = |filter: RunFilter| async move {
+        store
+            .list_runs(&filter)
+            .await
+            .map(|runs| runs.into_iter().map(|r| r.id).collect::<Vec<_>>())
+    };
+    assert_eq!(
+        ids(RunFilter::default()).await,
+        Ok(vec!["r1".into(), "r2".into(), "r3".into()]),
+        "list_and_filter: all, oldest first"
+    );
+    let checkout = RunFilter {
+        workflow: Some("Checkout".into()),
+        ..RunFilter::default()
+    };
+    assert_eq!(
+        ids(checkout).await,
+        Ok(vec!["r1".into(), "r2".into()]),
+        "list_and_filter: by workflow"
+    );
+    let running = RunFilter {
+        statuses: vec![RunStatus::Running, RunStatus::Waiting],
+        ..RunFilter::default()
+    };
+    assert_eq!(
+        ids(running).await,
+        Ok(vec!["r2".into(), "r3".into()]),
+        "list_and_filter: unfinished"
+    );
+    let done = RunFilter {
+        workflow: Some("Checkout".into()),
+        statuses: vec![RunStatus::Succeeded],
+        limit: None,
+    };
+    assert_eq!(
+        ids(done).await,
+        Ok(vec!["r1".into()]),
+        "list_and_filter: workflow and status"
+    );
+    let one = RunFilter {
+        limit: Some(1),
+        ..RunFilter::default()
+    };
+    assert_eq!(
+        ids(one).await,
+        Ok(vec!["r1".into()]),
+        "list_and_filter: limit"
+    );
+    let mut more = Batch::new(&r1, 3, LONG);
+    more.events = vec![event(3, "Requested", Some(1))];
+    assert_eq!(
+        commit(store, more).await,
+        Err(StoreError::Finished { run: "r1".into() }),
+        "list_and_filter: a finished run takes no more events"
+    );
+    let loaded = store
+        .load_run("r1", &owner, LONG)
+        .await
+        .unwrap_or_else(|e| panic!("list_and_filter: load_run: {e}"));
+    assert_eq!(
+        loaded.end,
+        Some(RunEnd {
+            result: Some(b"\"done\"".to_vec()),
+            error: None,
+        }),
+        "list_and_filter: how the run ended"
+    );
+    assert_eq!(
+        loaded.run.status,
+        RunStatus::Succeeded,
+        "list_and_filter: status"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use std::panic::AssertUnwindSafe;
+
+    use super::super::{DueTimer, Loaded, MemoryStore, RunSummary, StoreFuture, StoredSignal};
+    use super::*;
+
+    /// A store that breaks one rule: a batch sent again is written as if it were new (here:
+    /// answered `Applied`, as a store without the check would).
+    struct Forgetful(MemoryStore);
+
+    impl Store for Forgetful {
+        fn create_run(&self, run: NewRun) -> StoreFuture<'_, Created> {
+            self.0.create_run(run)
+        }
+        fn load_run<'a>(
+            &'a self,
+            run: &'a str,
+            owner: &'a Owner,
+            lease: Duration,
+        ) -> StoreFuture<'a, Loaded> {
+            self.0.load_run(run, owner, lease)
+        }
+        fn list_runs<'a>(&'a self, filter: &'a RunFilter) -> StoreFuture<'a, Vec<RunSummary>> {
+            self.0.list_runs(filter)
+        }
+        fn events<'a>(&'a self, run: &'a str, from: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
+            self.0.events(run, from)
+        }
+        fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
+            let inner = self.0.commit(batch);
+            Box::pin(async move {
+                match inner.await? {
+                    Committed::AlreadyApplied { next_seq } => Ok(Committed::Applied { next_seq }),
+                    applied => Ok(applied),
+                }
+            })
+        }
+        fn due_timers(&self, horizon: Duration, limit: u32) -> StoreFuture<'_, Vec<DueTimer>> {
+            self.0.due_timers(horizon, limit)
+        }
+        fn send_signal(&self, signal: NewSignal) -> StoreFuture<'_, SignalSent> {
+            self.0.send_signal(signal)
+        }
+        fn signals<'a>(&'a self, run: &'a str, after: u64) -> StoreFuture<'a, Vec<StoredSignal>> {
+            self.0.signals(run, after)
+        }
+        fn heartbeat<'a>(
+            &'a self,
+            owner: &'a Owner,
+            held: &'a [Lease],
+            lease: Duration,
+        ) -> StoreFuture<'a, Vec<Lease>> {
+            self.0.heartbeat(owner, held, lease)
+        }
+        fn release<'a>(&'a self, owner: &'a Owner, held: &'a [Lease]) -> StoreFuture<'a, ()> {
+            self.0.release(owner, held)
+        }
+    }
+
+    #[test]
+    fn the_suite_fails_a_store_that_breaks_the_contract() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a runtime");
+        let store = Forgetful(MemoryStore::new());
+        let failed = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            rt.block_on(idempotent_commit(&store));
+        }));
+        let message = failed.expect_err("the suite must fail the forgetful store");
+        let message = message
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            message.contains("idempotent_commit: the same batch again"),
+            "{message}"
+        );
+        // The rest of the suite still holds for it.
+        rt.block_on(leases(&Forgetful(MemoryStore::new())));
+    }
+}

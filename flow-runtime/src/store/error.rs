@@ -1,0 +1,332 @@
+//! `StoreError`: why a store refused or failed a request.
+
+use std::error::Error;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Why a [`Store`](super::Store) refused or failed a request. Every variant names what it is
+/// about (the run, the file, the owner); none loses data: a refused request wrote nothing.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// No run of that id.
+    NotFound {
+        /// The id asked for.
+        run: String,
+    },
+    /// Another owner holds the run's lease and it has not expired.
+    Busy {
+        /// The run.
+        run: String,
+        /// Who holds it.
+        owner: String,
+        /// Until when, in ms since the Unix epoch.
+        until_ms: u64,
+    },
+    /// The caller's lease is gone: the run was taken by `holder` (or released), so this
+    /// caller must stop running it.
+    LeaseLost {
+        /// The run.
+        run: String,
+        /// Who holds it now, if anyone.
+        holder: Option<String>,
+        /// The lease version the caller had.
+        had: u64,
+        /// The run's version now.
+        now: u64,
+    },
+    /// The batch does not follow the run's journal: it starts at `found` where the journal's
+    /// next event is `expected`, or repeats stored events with other content.
+    Conflict {
+        /// The run.
+        run: String,
+        /// The run's next sequence number.
+        expected: u64,
+        /// The batch's first.
+        found: u64,
+        /// What differs.
+        why: String,
+    },
+    /// The run has ended: nothing more is written to it.
+    Finished {
+        /// The run.
+        run: String,
+    },
+    /// A batch consumes a signal that is not open (consumed already, or another run's).
+    SignalTaken {
+        /// The run.
+        run: String,
+        /// The signal's id.
+        signal: u64,
+    },
+    /// The request itself is malformed (a gap in a batch's numbering, an unknown status).
+    Invalid {
+        /// What is wrong.
+        why: String,
+    },
+    /// The store's file is held by another process (or another store of this one).
+    Locked {
+        /// The file.
+        path: PathBuf,
+        /// Who holds it, as the holder wrote it (`host:pid:…`), if known.
+        holder: Option<String>,
+    },
+    /// The file is a database of another application, or not a store of flow.
+    Foreign {
+        /// The file.
+        path: PathBuf,
+        /// How it was told apart.
+        why: String,
+    },
+    /// The file is damaged or is not a database.
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What the database engine said.
+        why: String,
+    },
+    /// The disk (or the store's size limit) is full: the request wrote nothing.
+    Full {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The store was written by a newer flow whose schema this one does not know.
+    SchemaVersion {
+        /// The file.
+        path: PathBuf,
+        /// The schema version found.
+        found: u32,
+        /// The newest this flow knows.
+        known: u32,
+    },
+    /// The store is closed (its writer stopped); nothing was written.
+    Closed,
+    /// Any other failure of the storage, with what was being done.
+    Io {
+        /// What the store was doing (`"committing a batch of run order-42"`).
+        context: String,
+        /// The underlying error.
+        source: Arc<dyn Error + Send + Sync>,
+    },
+}
+
+impl StoreError {
+    /// An [`StoreError::Io`] error.
+    pub fn io(context: impl Into<String>, source: impl Error + Send + Sync + 'static) -> Self {
+        StoreError::Io {
+            context: context.into(),
+            source: Arc::new(source),
+        }
+    }
+
+    /// Whether the same request may succeed later without anyone changing anything (a busy
+    /// run, a lock held by another process, a full disk once space is freed).
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Busy { .. } | StoreError::Locked { .. } | StoreError::Full { .. }
+        )
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::NotFound { run } => write!(f, "no run `{run}` in the store"),
+            StoreError::Busy {
+                run,
+                owner,
+                until_ms,
+            } => write!(
+                f,
+                "run `{run}` is held by `{owner}` (lease until {until_ms} ms since the epoch)"
+            ),
+            StoreError::LeaseLost {
+                run,
+                holder,
+                had,
+                now,
+            } => {
+                write!(
+                    f,
+                    "the lease on run `{run}` was lost (version {had}, now {now}"
+                )?;
+                match holder {
+                    Some(holder) => write!(f, ", held by `{holder}`)"),
+                    None => f.write_str(", released)"),
+                }
+            }
+            StoreError::Conflict {
+                run,
+                expected,
+                found,
+                why,
+            } => write!(
+                f,
+                "batch for run `{run}` conflicts with its journal: it starts at event #{found}, the journal's next is #{expected}: {why}"
+            ),
+            StoreError::Finished { run } => write!(f, "run `{run}` has finished"),
+            StoreError::SignalTaken { run, signal } => {
+                write!(f, "signal {signal} is not open for run `{run}`")
+            }
+            StoreError::Invalid { why } => write!(f, "invalid request: {why}"),
+            StoreError::Locked { path, holder } => {
+                write!(f, "the store `{}` is locked", path.display())?;
+                match holder {
+                    Some(holder) => write!(f, " by `{holder}`"),
+                    None => f.write_str(" by another process"),
+                }
+            }
+            StoreError::Foreign { path, why } => {
+                write!(f, "`{}` is not a store of flow: {why}", path.display())
+            }
+            StoreError::Corrupt { path, why } => {
+                write!(f, "the store `{}` is damaged: {why}", path.display())
+            }
+            StoreError::Full { path } => write!(
+                f,
+                "the store `{}` is full (disk or size limit); nothing was written",
+                path.display()
+            ),
+            StoreError::SchemaVersion { path, found, known } => write!(
+                f,
+                "the store `{}` has schema version {found}; this flow knows up to {known}: upgrade flow",
+                path.display()
+            ),
+            StoreError::Closed => f.write_str("the store is closed"),
+            StoreError::Io { context, source } => write!(f, "{context}: {source}"),
+        }
+    }
+}
+
+impl Error for StoreError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        match self {
+            StoreError::Io { source, .. } => Some(&**source),
+            _ => None,
+        }
+    }
+}
+
+/// Equal variants with equal fields; two `Io` errors are equal when their context and their
+/// sources' messages are.
+impl PartialEq for StoreError {
+    fn eq(&self, other: &Self) -> bool {
+        use StoreError::*;
+        match (self, other) {
+            (NotFound { run: a }, NotFound { run: b }) => a == b,
+            (
+                Busy {
+                    run: a,
+                    owner: b,
+                    until_ms: c,
+                },
+                Busy {
+                    run: x,
+                    owner: y,
+                    until_ms: z,
+                },
+            ) => (a, b, c) == (x, y, z),
+            (
+                LeaseLost {
+                    run: a,
+                    holder: b,
+                    had: c,
+                    now: d,
+                },
+                LeaseLost {
+                    run: w,
+                    holder: x,
+                    had: y,
+                    now: z,
+                },
+            ) => (a, b, c, d) == (w, x, y, z),
+            (
+                Conflict {
+                    run: a,
+                    expected: b,
+                    found: c,
+                    why: d,
+                },
+                Conflict {
+                    run: w,
+                    expected: x,
+                    found: y,
+                    why: z,
+                },
+            ) => (a, b, c, d) == (w, x, y, z),
+            (Finished { run: a }, Finished { run: b }) => a == b,
+            (SignalTaken { run: a, signal: b }, SignalTaken { run: x, signal: y }) => {
+                (a, b) == (x, y)
+            }
+            (Invalid { why: a }, Invalid { why: b }) => a == b,
+            (Locked { path: a, holder: b }, Locked { path: x, holder: y }) => (a, b) == (x, y),
+            (Foreign { path: a, why: b }, Foreign { path: x, why: y }) => (a, b) == (x, y),
+            (Corrupt { path: a, why: b }, Corrupt { path: x, why: y }) => (a, b) == (x, y),
+            (Full { path: a }, Full { path: b }) => a == b,
+            (
+                SchemaVersion {
+                    path: a,
+                    found: b,
+                    known: c,
+                },
+                SchemaVersion {
+                    path: x,
+                    found: y,
+                    known: z,
+                },
+            ) => (a, b, c) == (x, y, z),
+            (Closed, Closed) => true,
+            (
+                Io {
+                    context: a,
+                    source: b,
+                },
+                Io {
+                    context: x,
+                    source: y,
+                },
+            ) => a == x && b.to_string() == y.to_string(),
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_what_they_are_about() {
+        let busy = StoreError::Busy {
+            run: "order-42".into(),
+            owner: "host:7:ab".into(),
+            until_ms: 5,
+        };
+        assert_eq!(
+            busy.to_string(),
+            "run `order-42` is held by `host:7:ab` (lease until 5 ms since the epoch)"
+        );
+        assert!(busy.is_retryable());
+        let io = StoreError::io(
+            "committing a batch of run `r`",
+            std::io::Error::other("broken pipe"),
+        );
+        assert_eq!(io.to_string(), "committing a batch of run `r`: broken pipe");
+        assert!(io.source().is_some());
+        assert_eq!(io.clone(), io);
+        assert_ne!(io, StoreError::Closed);
+        let locked = StoreError::Locked {
+            path: "a.db".into(),
+            holder: Some("h:1".into()),
+        };
+        assert_eq!(locked.to_string(), "the store `a.db` is locked by `h:1`");
+    }
+
+    #[test]
+    fn store_errors_are_send_sync_and_static() {
+        fn assert<T: Send + Sync + 'static + Error>() {}
+        assert::<StoreError>();
+    }
+}

@@ -1,0 +1,452 @@
+//! `MemoryStore`: a [`Store`] in this process's memory, for tests and for runs that need the
+//! journal's semantics without a disk.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use super::{
+    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner, RunEnd,
+    RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, Store, StoreError, StoreFuture,
+    StoredEvent, StoredOutput, StoredSignal, StoredTimer, TimerChange, TimerKey, WaitChange,
+    due_after, now_ms,
+};
+
+/// A [`Store`] in memory: everything a durable run stores, lost with the process. Cheap to
+/// clone (the clones share the runs). It passes the same contract suite as the stores on disk.
+///
+/// ```
+/// use flow_runtime::store::{MemoryStore, RunFilter, Store};
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let store = MemoryStore::new();
+/// assert!(store.list_runs(&RunFilter::default()).await.unwrap().is_empty());
+/// # });
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct MemoryStore {
+    state: Arc<Mutex<State>>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    runs: BTreeMap<String, RunRow>,
+    /// Every signal sent, by id, with whether it was consumed.
+    signals: BTreeMap<u64, (StoredSignal, bool)>,
+    next_signal: u64,
+}
+
+#[derive(Debug)]
+struct RunRow {
+    summary: RunSummary,
+    input: Vec<u8>,
+    options: Vec<u8>,
+    nodes: Vec<NodeRow>,
+    events: Vec<StoredEvent>,
+    outputs: BTreeMap<(u32, String), StoredOutput>,
+    timers: BTreeMap<TimerKey, u64>,
+    waits: BTreeMap<(u32, String), String>,
+    end: Option<RunEnd>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> MemoryStore {
+        MemoryStore::default()
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Every change is applied whole before the guard drops (no code between two writes
+        // can panic), so a poisoned lock holds a consistent state.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn ready<'a, T: Send + 'a>(result: Result<T, StoreError>) -> StoreFuture<'a, T> {
+    Box::pin(std::future::ready(result))
+}
+
+fn not_found(run: &str) -> StoreError {
+    StoreError::NotFound {
+        run: run.to_owned(),
+    }
+}
+
+impl State {
+    fn row(&self, run: &str) -> Result<&RunRow, StoreError> {
+        self.runs.get(run).ok_or_else(|| not_found(run))
+    }
+
+    fn open_signals(&self, run: &str, after: u64) -> Vec<StoredSignal> {
+        self.signals
+            .range(after.saturating_add(1)..)
+            .filter(|(_, (signal, consumed))| !consumed && signal.run == run)
+            .map(|(_, (signal, _))| signal.clone())
+            .collect()
+    }
+
+    /// The run's wake time: its earliest timer, or the first open signal's arrival.
+    fn wake_at(&self, run: &str) -> Option<u64> {
+        let row = self.runs.get(run)?;
+        let timer = row.timers.values().min().copied();
+        let signal = self.open_signals(run, 0).first().map(|s| s.sent_ms);
+        match (timer, signal) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn create(&mut self, run: NewRun) -> Result<Created, StoreError> {
+        if let Some(row) = self.runs.get(&run.id) {
+            return Ok(Created::Exists(row.summary.clone()));
+        }
+        let mut check = Batch::new(
+            &Lease {
+                run: run.id.clone(),
+                owner: run.owner.clone(),
+                version: 1,
+                until_ms: 0,
+            },
+            0,
+            run.lease,
+        );
+        check.events = run.events;
+        check.check_numbering()?;
+        let now = now_ms();
+        let until = due_after(now, run.lease);
+        let next_seq = check.events.len() as u64;
+        let mut row = RunRow {
+            summary: RunSummary {
+                id: run.id.clone(),
+                workflow: run.workflow,
+                graph_hash: run.graph_hash,
+                input_hash: run.input_hash,
+                status: RunStatus::Running,
+                next_seq,
+                version: 1,
+                owner: Some(run.owner.as_str().to_owned()),
+                lease_until_ms: Some(until),
+                wake_at_ms: None,
+                created_ms: now,
+                updated_ms: now,
+            },
+            input: run.input,
+            options: run.options,
+            nodes: run.nodes,
+            events: check.events,
+            outputs: BTreeMap::new(),
+            timers: BTreeMap::new(),
+            waits: BTreeMap::new(),
+            end: None,
+        };
+        apply_timers(&mut row.timers, run.timers, now);
+        self.runs.insert(run.id.clone(), row);
+        self.set_wake(&run.id);
+        Ok(Created::New {
+            lease: Lease {
+                run: run.id,
+                owner: run.owner,
+                version: 1,
+                until_ms: until,
+            },
+            next_seq,
+        })
+    }
+
+    fn set_wake(&mut self, run: &str) {
+        let wake = self.wake_at(run);
+        if let Some(row) = self.runs.get_mut(run) {
+            row.summary.wake_at_ms = wake;
+        }
+    }
+
+    fn load(&mut self, run: &str, owner: &Owner, lease: Duration) -> Result<Loaded, StoreError> {
+        let now = now_ms();
+        let signals = self.open_signals(run, 0);
+        let row = self.runs.get_mut(run).ok_or_else(|| not_found(run))?;
+        if let (Some(holder), Some(until)) = (&row.summary.owner, row.summary.lease_until_ms)
+            && holder != owner.as_str()
+            && until > now
+        {
+            return Err(StoreError::Busy {
+                run: run.to_owned(),
+                owner: holder.clone(),
+                until_ms: until,
+            });
+        }
+        let until = due_after(now, lease);
+        row.summary.version += 1;
+        row.summary.owner = Some(owner.as_str().to_owned());
+        row.summary.lease_until_ms = Some(until);
+        row.summary.updated_ms = now;
+        Ok(Loaded {
+            run: row.summary.clone(),
+            lease: Lease {
+                run: run.to_owned(),
+                owner: owner.clone(),
+                version: row.summary.version,
+                until_ms: until,
+            },
+            input: row.input.clone(),
+            options: row.options.clone(),
+            nodes: row.nodes.clone(),
+            events: row.events.clone(),
+            outputs: row.outputs.values().cloned().collect(),
+            timers: row
+                .timers
+                .iter()
+                .map(|(key, due)| StoredTimer {
+                    key: key.clone(),
+                    due_ms: *due,
+                })
+                .collect(),
+            waits: row
+                .waits
+                .iter()
+                .map(|((node, instance), name)| (*node, instance.clone(), name.clone()))
+                .collect(),
+            signals,
+            end: row.end.clone(),
+            now_ms: now,
+        })
+    }
+
+    fn commit(&mut self, batch: Batch) -> Result<Committed, StoreError> {
+        let row = self.row(&batch.run)?;
+        batch.check_numbering()?;
+        let next = row.summary.next_seq;
+        if let Some(done) = batch.replayed(next, |seq| row.events.get(seq as usize))? {
+            return Ok(done);
+        }
+        batch.check_lease(&row.summary)?;
+        if row.summary.status.is_finished() {
+            return Err(StoreError::Finished { run: batch.run });
+        }
+        if batch.first_seq != next {
+            return Err(batch.gap(next));
+        }
+        for id in &batch.consumed {
+            match self.signals.get(id) {
+                Some((signal, false)) if signal.run == batch.run => {}
+                _ => {
+                    return Err(StoreError::SignalTaken {
+                        run: batch.run,
+                        signal: *id,
+                    });
+                }
+            }
+        }
+        // Checked: apply.
+        for id in &batch.consumed {
+            if let Some((_, consumed)) = self.signals.get_mut(id) {
+                *consumed = true;
+            }
+        }
+        let now = now_ms();
+        let run = batch.run;
+        let Some(row) = self.runs.get_mut(&run) else {
+            return Err(not_found(&run));
+        };
+        row.events.extend(batch.events);
+        for output in batch.outputs {
+            row.outputs
+                .insert((output.node, output.instance.clone()), output);
+        }
+        apply_timers(&mut row.timers, batch.timers, now);
+        for change in batch.waits {
+            match change {
+                WaitChange::Open {
+                    node,
+                    instance,
+                    name,
+                } => {
+                    row.waits.insert((node, instance), name);
+                }
+                WaitChange::Close { node, instance } => {
+                    row.waits.remove(&(node, instance));
+                }
+            }
+        }
+        if let Some(status) = batch.status {
+            row.summary.status = status;
+        }
+        if batch.end.is_some() {
+            row.end = batch.end;
+        }
+        row.summary.next_seq = row.events.len() as u64;
+        row.summary.lease_until_ms = Some(due_after(now, batch.lease));
+        row.summary.updated_ms = now;
+        let next_seq = row.summary.next_seq;
+        self.set_wake(&run);
+        Ok(Committed::Applied { next_seq })
+    }
+
+    fn send_signal(&mut self, signal: NewSignal) -> Result<SignalSent, StoreError> {
+        let row = self.row(&signal.run)?;
+        if row.summary.status.is_finished() {
+            return Err(StoreError::Finished { run: signal.run });
+        }
+        if signal.mode == SignalMode::Transient && !row.waits.values().any(|n| *n == signal.name) {
+            return Ok(SignalSent::Dropped);
+        }
+        self.next_signal += 1;
+        let id = self.next_signal;
+        let run = signal.run.clone();
+        let stored = StoredSignal {
+            id,
+            run: signal.run,
+            name: signal.name,
+            payload: signal.payload,
+            mode: signal.mode,
+            sent_ms: now_ms(),
+        };
+        self.signals.insert(id, (stored, false));
+        self.set_wake(&run);
+        Ok(SignalSent::Stored { id })
+    }
+}
+
+fn apply_timers(timers: &mut BTreeMap<TimerKey, u64>, changes: Vec<TimerChange>, now: u64) {
+    for change in changes {
+        match change {
+            TimerChange::Set { key, after } => {
+                timers.insert(key, due_after(now, after));
+            }
+            TimerChange::Clear { key } => {
+                timers.remove(&key);
+            }
+        }
+    }
+}
+
+impl Store for MemoryStore {
+    fn create_run(&self, run: NewRun) -> StoreFuture<'_, Created> {
+        ready(self.state().create(run))
+    }
+
+    fn load_run<'a>(
+        &'a self,
+        run: &'a str,
+        owner: &'a Owner,
+        lease: Duration,
+    ) -> StoreFuture<'a, Loaded> {
+        ready(self.state().load(run, owner, lease))
+    }
+
+    fn list_runs<'a>(&'a self, filter: &'a RunFilter) -> StoreFuture<'a, Vec<RunSummary>> {
+        let state = self.state();
+        let mut runs: Vec<RunSummary> = state
+            .runs
+            .values()
+            .map(|row| &row.summary)
+            .filter(|run| filter.matches(run))
+            .cloned()
+            .collect();
+        runs.sort_by(|a, b| (a.created_ms, &a.id).cmp(&(b.created_ms, &b.id)));
+        if let Some(limit) = filter.limit {
+            runs.truncate(limit as usize);
+        }
+        ready(Ok(runs))
+    }
+
+    fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
+        let state = self.state();
+        ready(state.row(run).map(|row| {
+            row.events
+                .iter()
+                .skip(usize::try_from(from_seq).unwrap_or(usize::MAX))
+                .cloned()
+                .collect()
+        }))
+    }
+
+    fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
+        ready(self.state().commit(batch))
+    }
+
+    fn due_timers(&self, horizon: Duration, limit: u32) -> StoreFuture<'_, Vec<DueTimer>> {
+        let state = self.state();
+        let until = due_after(now_ms(), horizon);
+        let mut due: Vec<DueTimer> = state
+            .runs
+            .values()
+            .filter(|row| !row.summary.status.is_finished())
+            .flat_map(|row| {
+                row.timers
+                    .iter()
+                    .filter(|(_, due)| **due <= until)
+                    .map(|(key, due)| DueTimer {
+                        run: row.summary.id.clone(),
+                        key: key.clone(),
+                        due_ms: *due,
+                    })
+            })
+            .collect();
+        due.sort_by(|a, b| (a.due_ms, &a.run, &a.key).cmp(&(b.due_ms, &b.run, &b.key)));
+        due.truncate(limit as usize);
+        ready(Ok(due))
+    }
+
+    fn send_signal(&self, signal: NewSignal) -> StoreFuture<'_, SignalSent> {
+        ready(self.state().send_signal(signal))
+    }
+
+    fn signals<'a>(&'a self, run: &'a str, after: u64) -> StoreFuture<'a, Vec<StoredSignal>> {
+        let state = self.state();
+        ready(state.row(run).map(|_| state.open_signals(run, after)))
+    }
+
+    fn heartbeat<'a>(
+        &'a self,
+        owner: &'a Owner,
+        held: &'a [Lease],
+        lease: Duration,
+    ) -> StoreFuture<'a, Vec<Lease>> {
+        let mut state = self.state();
+        let until = due_after(now_ms(), lease);
+        let mut lost = Vec::new();
+        for each in held {
+            match state.runs.get_mut(&each.run) {
+                Some(row)
+                    if row.summary.owner.as_deref() == Some(owner.as_str())
+                        && row.summary.version == each.version =>
+                {
+                    row.summary.lease_until_ms = Some(until);
+                }
+                _ => lost.push(each.clone()),
+            }
+        }
+        ready(Ok(lost))
+    }
+
+    fn release<'a>(&'a self, owner: &'a Owner, held: &'a [Lease]) -> StoreFuture<'a, ()> {
+        let mut state = self.state();
+        for each in held {
+            if let Some(row) = state.runs.get_mut(&each.run)
+                && row.summary.owner.as_deref() == Some(owner.as_str())
+                && row.summary.version == each.version
+            {
+                row.summary.owner = None;
+                row.summary.lease_until_ms = None;
+            }
+        }
+        ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn memory_store_passes_the_contract_suite() {
+        super::super::contract::all(|| Arc::new(MemoryStore::new()) as Arc<dyn Store>).await;
+    }
+
+    #[test]
+    fn memory_store_is_send_sync_and_a_store_object() {
+        fn assert<T: Send + Sync + Clone + 'static>() {}
+        assert::<MemoryStore>();
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        drop(store);
+    }
+}

@@ -1,0 +1,905 @@
+//! Storage for durable runs (feature `durable`): the [`Store`] trait, the records it stores, its
+//! errors, and [`MemoryStore`].
+//!
+//! A store is *dumb*: it keeps what the runtime hands it, atomically, and answers conditional
+//! updates. It never makes an event number, never reads an event's meaning, never decides what a
+//! run does next. Every decision is the runtime's, so every store (memory, SQLite, PostgreSQL)
+//! behaves the same, and one contract suite (`store::contract`, feature `store-tests`) checks it.
+//!
+//! The journal of a run is written in [`Batch`]es: the events of one scheduler round with the
+//! outputs, timers, signal consumptions and status they imply, committed in one transaction that
+//! first checks the run's next sequence number and its lease. Re-sending a batch that was applied
+//! (its answer was lost) is acknowledged as [`Committed::AlreadyApplied`] and writes nothing.
+//!
+//! ```
+//! use std::time::Duration;
+//! use flow_runtime::store::{Batch, Committed, MemoryStore, NewRun, Owner, Store, StoredEvent};
+//!
+//! # futures_lite_block_on(async {
+//! let store = MemoryStore::new();
+//! let owner = Owner::new("worker-1");
+//! let lease = Duration::from_secs(30);
+//! let run = NewRun::new("order-42", "Checkout", 0xF10, owner.clone(), lease);
+//! let created = store.create_run(run).await?;
+//! let lease_now = created.lease().expect("a new run").clone();
+//!
+//! let mut batch = Batch::new(&lease_now, 0, lease);
+//! batch.events.push(StoredEvent::new(0, "RunStarted"));
+//! assert_eq!(store.commit(batch.clone()).await?, Committed::Applied { next_seq: 1 });
+//! // The answer was lost and the batch is sent again: nothing is written twice.
+//! assert_eq!(store.commit(batch).await?, Committed::AlreadyApplied { next_seq: 1 });
+//! assert_eq!(store.events("order-42", 0).await?.len(), 1);
+//! # Ok::<(), flow_runtime::store::StoreError>(())
+//! # }).unwrap();
+//! # fn futures_lite_block_on<F: std::future::Future>(f: F) -> F::Output {
+//! #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+//! # }
+//! ```
+//!
+//! # Why the trait is object-safe
+//!
+//! The scheduler is compiled once for every workflow and must not become generic over the
+//! store; the CLI picks a store from a URL at run time. So stores are used as `Arc<dyn Store>`
+//! and every method returns a [`StoreFuture`], a boxed `Send` future: one allocation per call,
+//! nothing next to a disk flush.
+//!
+//! # Times
+//!
+//! The runtime passes *durations* (a lease of 30 s, a timer due in 5 min); the store adds them to
+//! its own clock. Stores shared by many processes (PostgreSQL) thus never compare the clocks of
+//! two machines: a lease or a timer is due by the database's clock alone.
+
+mod error;
+mod event;
+mod memory;
+
+#[cfg(any(test, feature = "store-tests"))]
+pub mod contract;
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub use error::StoreError;
+pub use event::{StoredEvent, StoredPath, StoredStep};
+pub use memory::MemoryStore;
+
+/// What every [`Store`] method returns: a boxed `Send` future of the store's answer.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// Storage for durable runs. See the [module documentation](self).
+///
+/// Every method is one atomic step of the store: it is applied whole or not at all, and a
+/// future dropped before it completes either applied it or not (a caller that lost an answer
+/// sends the same request again; [`Store::commit`] and [`Store::create_run`] are idempotent).
+pub trait Store: Send + Sync + 'static {
+    /// Creates a run with its node rows and its first events and timers, in one transaction,
+    /// and gives its lease to `run.owner`. An existing id is not an error: the answer is
+    /// [`Created::Exists`] with the stored run, which the caller compares (graph hash, input
+    /// hash) to decide whether it is the same run.
+    fn create_run(&self, run: NewRun) -> StoreFuture<'_, Created>;
+
+    /// Everything needed to resume a run, and its lease for `owner` (a new fencing version):
+    /// the run, its node rows, events, outputs, open timers, unconsumed signals and the store's
+    /// clock. Errors: [`StoreError::NotFound`]; [`StoreError::Busy`] while another owner's
+    /// lease has not expired.
+    fn load_run<'a>(
+        &'a self,
+        run: &'a str,
+        owner: &'a Owner,
+        lease: Duration,
+    ) -> StoreFuture<'a, Loaded>;
+
+    /// The runs that match `filter`, oldest first.
+    fn list_runs<'a>(&'a self, filter: &'a RunFilter) -> StoreFuture<'a, Vec<RunSummary>>;
+
+    /// The events of `run` from sequence number `from_seq` on, in order.
+    /// [`StoreError::NotFound`] when the run does not exist.
+    fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>>;
+
+    /// Appends a batch in one transaction, after checking, in this order:
+    ///
+    /// 1. the run exists ([`StoreError::NotFound`]);
+    /// 2. if every event of the batch is already stored with the same content, nothing is
+    ///    written and the answer is [`Committed::AlreadyApplied`]; if some are stored with
+    ///    other content, [`StoreError::Conflict`];
+    /// 3. the batch's lease is the run's current one (owner and version), else
+    ///    [`StoreError::LeaseLost`] naming the holder;
+    /// 4. the run is not finished ([`StoreError::Finished`]);
+    /// 5. `batch.first_seq` is the run's next sequence number ([`StoreError::Conflict`]) and the
+    ///    events are numbered from it without a gap ([`StoreError::Invalid`]);
+    /// 6. every signal it consumes is the run's and still open ([`StoreError::SignalTaken`]).
+    ///
+    /// Then it stores the events, outputs, timer changes, signal consumptions, waits, status
+    /// and end, and extends the lease by `batch.lease`.
+    fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed>;
+
+    /// The timers of unfinished runs due within `horizon` of the store's clock, earliest first
+    /// (ties by run id, then node, instance and kind), at most `limit`.
+    fn due_timers(&self, horizon: Duration, limit: u32) -> StoreFuture<'_, Vec<DueTimer>>;
+
+    /// Sends a signal to a run. [`SignalMode::Kept`] signals are stored until a batch consumes
+    /// them; [`SignalMode::Transient`] ones only when a step of the run waits for that name,
+    /// else they are dropped ([`SignalSent::Dropped`]). A stored signal makes the run due
+    /// (`wake_at_ms` = now). Errors: [`StoreError::NotFound`], [`StoreError::Finished`].
+    fn send_signal(&self, signal: NewSignal) -> StoreFuture<'_, SignalSent>;
+
+    /// The unconsumed signals of `run` with an id above `after`, in the order they were sent.
+    fn signals<'a>(&'a self, run: &'a str, after: u64) -> StoreFuture<'a, Vec<StoredSignal>>;
+
+    /// Extends the leases of `held` that `owner` still holds by `lease`; returns the others
+    /// (lost: another owner took the run, or it was released): the caller stops those runs.
+    fn heartbeat<'a>(
+        &'a self,
+        owner: &'a Owner,
+        held: &'a [Lease],
+        lease: Duration,
+    ) -> StoreFuture<'a, Vec<Lease>>;
+
+    /// Gives up the leases of `held` that `owner` still holds, so that another owner may load
+    /// those runs at once.
+    fn release<'a>(&'a self, owner: &'a Owner, held: &'a [Lease]) -> StoreFuture<'a, ()>;
+}
+
+/// Who holds a lease: one per process (or per worker), made once.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Owner(Arc<str>);
+
+impl Owner {
+    /// An owner of this name.
+    pub fn new(name: impl Into<Arc<str>>) -> Owner {
+        Owner(name.into())
+    }
+
+    /// An owner for this process: `"{host}:{pid}:{random}"`, different for every call.
+    pub fn process() -> Owner {
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".to_owned());
+        let pid = std::process::id();
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        // Not secret, only distinct: the clock, this call's number, and the process id.
+        static CALLS: AtomicU64 = AtomicU64::new(0);
+        let call = CALLS.fetch_add(1, Ordering::Relaxed);
+        let random = fnv1a(&[
+            &nanos.to_le_bytes(),
+            &call.to_le_bytes(),
+            &pid.to_le_bytes(),
+        ]);
+        Owner(format!("{host}:{pid}:{:08x}", random as u32).into())
+    }
+
+    /// The owner's name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Owner({:?})", &*self.0)
+    }
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The right to write a run's journal: the owner, and the run's version when it was given (a
+/// fencing token: taking the run bumps it, so a former owner's commits are refused).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The run.
+    pub run: String,
+    /// Who holds it.
+    pub owner: Owner,
+    /// The run's version when the lease was given.
+    pub version: u64,
+    /// When it expires, in ms since the Unix epoch by the store's clock.
+    pub until_ms: u64,
+}
+
+/// A node of a run's graph, as stored with the run (to tell what changed when the graph did).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRow {
+    /// Its index in the workflow's `GRAPH.nodes()`.
+    pub node: u32,
+    /// Its name.
+    pub name: String,
+    /// Its label (the call as written).
+    pub label: String,
+    /// A stable hash of what defines it (name, kind, label, policy, predecessors).
+    pub fingerprint: u64,
+    /// Its predecessors, by index.
+    pub preds: Vec<u32>,
+}
+
+/// A run to create: [`Store::create_run`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRun {
+    /// The run's id, chosen by the caller (`"order-42"`).
+    pub id: String,
+    /// The workflow's name.
+    pub workflow: String,
+    /// A hash of the workflow's graph: a run is resumed only by the same graph.
+    pub graph_hash: u64,
+    /// The graph's nodes.
+    pub nodes: Vec<NodeRow>,
+    /// The run's stored parameters (serialized).
+    pub input: Vec<u8>,
+    /// A hash of `input`: the same id with another input is another run.
+    pub input_hash: u64,
+    /// The runner's options (serialized): failure policy, limits, deadline.
+    pub options: Vec<u8>,
+    /// Who runs it first.
+    pub owner: Owner,
+    /// For how long the lease is given.
+    pub lease: Duration,
+    /// The first events (`RunStarted`, the roots' `Requested`), numbered from 0.
+    pub events: Vec<StoredEvent>,
+    /// The first timers (a run deadline).
+    pub timers: Vec<TimerChange>,
+}
+
+impl NewRun {
+    /// A run with no nodes, input, options, events or timers yet (fill the fields).
+    pub fn new(
+        id: impl Into<String>,
+        workflow: impl Into<String>,
+        graph_hash: u64,
+        owner: Owner,
+        lease: Duration,
+    ) -> NewRun {
+        NewRun {
+            id: id.into(),
+            workflow: workflow.into(),
+            graph_hash,
+            nodes: Vec::new(),
+            input: Vec::new(),
+            input_hash: 0,
+            options: Vec::new(),
+            owner,
+            lease,
+            events: Vec::new(),
+            timers: Vec::new(),
+        }
+    }
+}
+
+/// The answer of [`Store::create_run`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Created {
+    /// The run was created; the lease is the caller's.
+    New {
+        /// The caller's lease.
+        lease: Lease,
+        /// The next sequence number (the number of first events).
+        next_seq: u64,
+    },
+    /// A run of that id existed; nothing was written.
+    Exists(RunSummary),
+}
+
+impl Created {
+    /// The lease of a new run; `None` when it existed.
+    pub fn lease(&self) -> Option<&Lease> {
+        match self {
+            Created::New { lease, .. } => Some(lease),
+            Created::Exists(_) => None,
+        }
+    }
+}
+
+/// Where a run stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RunStatus {
+    /// Running (or to be resumed: its owner may have died).
+    Running,
+    /// Waiting for a timer or a signal; no process needs to hold it.
+    Waiting,
+    /// Running its compensations.
+    Compensating,
+    /// Ended successfully.
+    Succeeded,
+    /// Ended with an error (after its compensations).
+    Failed,
+    /// Cancelled.
+    Cancelled,
+    /// A compensation failed for good: an operator must look.
+    Stuck,
+}
+
+impl RunStatus {
+    /// Every status, in declaration order.
+    pub const ALL: [RunStatus; 7] = [
+        RunStatus::Running,
+        RunStatus::Waiting,
+        RunStatus::Compensating,
+        RunStatus::Succeeded,
+        RunStatus::Failed,
+        RunStatus::Cancelled,
+        RunStatus::Stuck,
+    ];
+
+    /// Its stored name: `running`, `waiting`, …
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Waiting => "waiting",
+            RunStatus::Compensating => "compensating",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+            RunStatus::Stuck => "stuck",
+        }
+    }
+
+    /// Whether the run has ended: nothing more is appended to its journal.
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Succeeded | RunStatus::Failed | RunStatus::Cancelled
+        )
+    }
+}
+
+impl fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for RunStatus {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<RunStatus, StoreError> {
+        RunStatus::ALL
+            .into_iter()
+            .find(|status| status.as_str() == s)
+            .ok_or_else(|| StoreError::Invalid {
+                why: format!(
+                    "unknown run status `{s}`; expected one of running, waiting, compensating, succeeded, failed, cancelled, stuck"
+                ),
+            })
+    }
+}
+
+/// A run as listed: [`Store::list_runs`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunSummary {
+    /// Its id.
+    pub id: String,
+    /// Its workflow's name.
+    pub workflow: String,
+    /// Its graph's hash.
+    pub graph_hash: u64,
+    /// Its input's hash.
+    pub input_hash: u64,
+    /// Where it stands.
+    pub status: RunStatus,
+    /// The number of events in its journal.
+    pub next_seq: u64,
+    /// The version of its lease (bumped each time the run is loaded).
+    pub version: u64,
+    /// Who holds its lease, if anyone.
+    pub owner: Option<String>,
+    /// Until when, in ms since the Unix epoch.
+    pub lease_until_ms: Option<u64>,
+    /// When it wants to run again: its earliest timer, or now when a signal arrived.
+    pub wake_at_ms: Option<u64>,
+    /// When it was created, in ms since the Unix epoch.
+    pub created_ms: u64,
+    /// When it last changed, in ms since the Unix epoch.
+    pub updated_ms: u64,
+}
+
+/// Which runs [`Store::list_runs`] answers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunFilter {
+    /// Only runs of this workflow.
+    pub workflow: Option<String>,
+    /// Only runs in one of these statuses; empty: any.
+    pub statuses: Vec<RunStatus>,
+    /// At most this many.
+    pub limit: Option<u32>,
+}
+
+impl RunFilter {
+    /// Whether `run` passes the filter (`limit` aside).
+    pub fn matches(&self, run: &RunSummary) -> bool {
+        self.workflow.as_ref().is_none_or(|w| *w == run.workflow)
+            && (self.statuses.is_empty() || self.statuses.contains(&run.status))
+    }
+}
+
+/// A completed node's output, serialized.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredOutput {
+    /// The node, by index in its graph.
+    pub node: u32,
+    /// The nest instance it belongs to (`charge[3]`, as [`StoredPath`] shows it); empty for
+    /// the workflow's own nodes.
+    pub instance: String,
+    /// The output's Rust type, to tell a mismatch apart from corruption.
+    pub type_name: String,
+    /// The serialized value.
+    pub bytes: Vec<u8>,
+}
+
+/// What a timer is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum TimerKind {
+    /// The wait before a retry.
+    Backoff,
+    /// A `Delay` step.
+    Delay,
+    /// A node's deadline over all its attempts.
+    NodeDeadline,
+    /// The run's deadline.
+    RunDeadline,
+}
+
+impl TimerKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [TimerKind; 4] = [
+        TimerKind::Backoff,
+        TimerKind::Delay,
+        TimerKind::NodeDeadline,
+        TimerKind::RunDeadline,
+    ];
+
+    /// Its stored name: `backoff`, `delay`, `node_deadline`, `run_deadline`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TimerKind::Backoff => "backoff",
+            TimerKind::Delay => "delay",
+            TimerKind::NodeDeadline => "node_deadline",
+            TimerKind::RunDeadline => "run_deadline",
+        }
+    }
+}
+
+impl FromStr for TimerKind {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<TimerKind, StoreError> {
+        TimerKind::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == s)
+            .ok_or_else(|| StoreError::Invalid {
+                why: format!("unknown timer kind `{s}`"),
+            })
+    }
+}
+
+/// Which timer: a run has at most one of each kind per node (and per instance).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TimerKey {
+    /// The node; `None` for a timer of the run.
+    pub node: Option<u32>,
+    /// The nest instance; empty for the workflow's own nodes.
+    pub instance: String,
+    /// What it is for.
+    pub kind: TimerKind,
+}
+
+/// A change to a run's timers, in a [`Batch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TimerChange {
+    /// Sets (or moves) a timer to `after` from the store's clock at commit.
+    Set {
+        /// Which timer.
+        key: TimerKey,
+        /// When it is due, from the commit.
+        after: Duration,
+    },
+    /// Removes a timer (it fired or is no longer needed); removing none is not an error.
+    Clear {
+        /// Which timer.
+        key: TimerKey,
+    },
+}
+
+/// An open timer of a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredTimer {
+    /// Which timer.
+    pub key: TimerKey,
+    /// When it is due, in ms since the Unix epoch by the store's clock.
+    pub due_ms: u64,
+}
+
+/// A timer that is due: [`Store::due_timers`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueTimer {
+    /// Its run.
+    pub run: String,
+    /// Which timer.
+    pub key: TimerKey,
+    /// When it is due, in ms since the Unix epoch.
+    pub due_ms: u64,
+}
+
+/// How a signal is kept: [`Store::send_signal`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SignalMode {
+    /// Stored until a step consumes it, even if none waits yet.
+    Kept,
+    /// Stored only if a step waits for it now; otherwise dropped.
+    Transient,
+}
+
+impl SignalMode {
+    /// Its stored name: `kept` or `transient`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SignalMode::Kept => "kept",
+            SignalMode::Transient => "transient",
+        }
+    }
+}
+
+/// A signal to send: [`Store::send_signal`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewSignal {
+    /// The run it is for.
+    pub run: String,
+    /// The signal's name.
+    pub name: String,
+    /// Its payload (serialized); the run checks its type when it consumes it.
+    pub payload: Vec<u8>,
+    /// How it is kept.
+    pub mode: SignalMode,
+}
+
+/// The answer of [`Store::send_signal`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalSent {
+    /// Stored with this id (ids grow in the order signals are sent).
+    Stored {
+        /// The signal's id.
+        id: u64,
+    },
+    /// Transient, and no step waits for it: not stored.
+    Dropped,
+}
+
+/// A stored, unconsumed signal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredSignal {
+    /// Its id, unique in the store, growing in the order signals were sent.
+    pub id: u64,
+    /// Its run.
+    pub run: String,
+    /// Its name.
+    pub name: String,
+    /// Its payload.
+    pub payload: Vec<u8>,
+    /// How it was sent.
+    pub mode: SignalMode,
+    /// When it was sent, in ms since the Unix epoch.
+    pub sent_ms: u64,
+}
+
+/// A change to the steps of a run that wait for a signal, in a [`Batch`] (a transient signal is
+/// stored only while one waits).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WaitChange {
+    /// A step starts waiting for the signal `name`.
+    Open {
+        /// The step, by index in its graph.
+        node: u32,
+        /// Its nest instance; empty for the workflow's own nodes.
+        instance: String,
+        /// The signal it waits for.
+        name: String,
+    },
+    /// The step no longer waits.
+    Close {
+        /// The step.
+        node: u32,
+        /// Its nest instance.
+        instance: String,
+    },
+}
+
+/// How a run ended, stored with its last batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunEnd {
+    /// Its output (serialized) when it succeeded.
+    pub result: Option<Vec<u8>>,
+    /// Its error, rendered, when it failed.
+    pub error: Option<String>,
+}
+
+/// One atomic append to a run's journal: [`Store::commit`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    /// The run.
+    pub run: String,
+    /// The lease's owner.
+    pub owner: Owner,
+    /// The lease's version (the fencing token from [`Store::load_run`] or
+    /// [`Store::create_run`]).
+    pub lease_version: u64,
+    /// For how long the commit extends the lease.
+    pub lease: Duration,
+    /// The sequence number of the first event: the run's next one.
+    pub first_seq: u64,
+    /// The events, numbered from `first_seq` without a gap.
+    pub events: Vec<StoredEvent>,
+    /// Outputs of nodes that completed (an output stored again for the same node replaces it).
+    pub outputs: Vec<StoredOutput>,
+    /// Timers set and cleared.
+    pub timers: Vec<TimerChange>,
+    /// Steps that start or stop waiting for a signal.
+    pub waits: Vec<WaitChange>,
+    /// Signals consumed, by id: marked consumed by this batch, exactly once.
+    pub consumed: Vec<u64>,
+    /// The run's new status, if it changes.
+    pub status: Option<RunStatus>,
+    /// How the run ended, with its final status.
+    pub end: Option<RunEnd>,
+}
+
+impl Batch {
+    /// An empty batch under `lease`, starting at `first_seq`, that extends the lease by
+    /// `extend`.
+    pub fn new(lease: &Lease, first_seq: u64, extend: Duration) -> Batch {
+        Batch {
+            run: lease.run.clone(),
+            owner: lease.owner.clone(),
+            lease_version: lease.version,
+            lease: extend,
+            first_seq,
+            events: Vec::new(),
+            outputs: Vec::new(),
+            timers: Vec::new(),
+            waits: Vec::new(),
+            consumed: Vec::new(),
+            status: None,
+            end: None,
+        }
+    }
+
+    /// The sequence number after the batch's last event.
+    pub fn end_seq(&self) -> u64 {
+        self.first_seq + self.events.len() as u64
+    }
+
+    /// The idempotency rule of [`Store::commit`], for stores to share: `Some(AlreadyApplied)`
+    /// when every event of the batch is stored with the same content; [`StoreError::Conflict`]
+    /// when the batch overlaps the stored journal otherwise; `None` when it does not start in
+    /// the stored journal (`next` is the run's next sequence number, `stored(seq)` reads the
+    /// stored event of that number).
+    pub fn replayed<'e>(
+        &self,
+        next: u64,
+        stored: impl Fn(u64) -> Option<&'e StoredEvent>,
+    ) -> Result<Option<Committed>, StoreError> {
+        if self.events.is_empty() || self.first_seq >= next {
+            return Ok(None);
+        }
+        for event in &self.events {
+            let why = match stored(event.seq) {
+                Some(old) if old == event => continue,
+                Some(old) => format!(
+                    "event #{} is stored as `{}` of node {:?} attempt {}, the batch has `{}` of node {:?} attempt {}",
+                    event.seq,
+                    old.kind,
+                    old.node,
+                    old.attempt,
+                    event.kind,
+                    event.node,
+                    event.attempt
+                ),
+                None => format!(
+                    "the batch repeats events up to #{} and adds event #{} after them",
+                    next - 1,
+                    event.seq
+                ),
+            };
+            return Err(StoreError::Conflict {
+                run: self.run.clone(),
+                expected: next,
+                found: self.first_seq,
+                why,
+            });
+        }
+        Ok(Some(Committed::AlreadyApplied { next_seq: next }))
+    }
+
+    /// The lease check of [`Store::commit`], for stores to share: the batch's owner and version
+    /// are the run's, else [`StoreError::LeaseLost`]. An expired lease that nobody took still
+    /// passes: the version is the fence, not the clock.
+    pub fn check_lease(&self, run: &RunSummary) -> Result<(), StoreError> {
+        if run.owner.as_deref() == Some(self.owner.as_str()) && run.version == self.lease_version {
+            return Ok(());
+        }
+        Err(StoreError::LeaseLost {
+            run: self.run.clone(),
+            holder: run.owner.clone(),
+            had: self.lease_version,
+            now: run.version,
+        })
+    }
+
+    /// The [`StoreError::Conflict`] of a batch that does not start at the run's next event.
+    pub fn gap(&self, next: u64) -> StoreError {
+        StoreError::Conflict {
+            run: self.run.clone(),
+            expected: next,
+            found: self.first_seq,
+            why: if self.first_seq > next {
+                "events would be missing before it".to_owned()
+            } else {
+                "it starts inside the stored journal".to_owned()
+            },
+        }
+    }
+
+    /// Checks that the events are numbered from `first_seq` without a gap.
+    pub fn check_numbering(&self) -> Result<(), StoreError> {
+        for (i, event) in self.events.iter().enumerate() {
+            let expected = self.first_seq + i as u64;
+            if event.seq != expected {
+                return Err(StoreError::Invalid {
+                    why: format!(
+                        "event #{} of the batch for run `{}` has sequence number {} where {expected} was expected",
+                        i, self.run, event.seq
+                    ),
+                });
+            }
+        }
+        if self.end.is_some() && !self.status.is_some_and(RunStatus::is_finished) {
+            return Err(StoreError::Invalid {
+                why: format!(
+                    "the batch for run `{}` ends the run without a final status",
+                    self.run
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The answer of [`Store::commit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Committed {
+    /// The batch was written.
+    Applied {
+        /// The run's next sequence number now.
+        next_seq: u64,
+    },
+    /// The batch had been written before (same events): nothing was written.
+    AlreadyApplied {
+        /// The run's next sequence number.
+        next_seq: u64,
+    },
+}
+
+/// A run as loaded to resume it: [`Store::load_run`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    /// The run.
+    pub run: RunSummary,
+    /// The caller's lease on it.
+    pub lease: Lease,
+    /// Its stored parameters.
+    pub input: Vec<u8>,
+    /// Its runner options.
+    pub options: Vec<u8>,
+    /// Its graph's nodes.
+    pub nodes: Vec<NodeRow>,
+    /// Its whole journal.
+    pub events: Vec<StoredEvent>,
+    /// The outputs of its completed nodes.
+    pub outputs: Vec<StoredOutput>,
+    /// Its open timers.
+    pub timers: Vec<StoredTimer>,
+    /// Its steps waiting for a signal: (node, instance, signal name).
+    pub waits: Vec<(u32, String, String)>,
+    /// Its unconsumed signals, in the order they were sent.
+    pub signals: Vec<StoredSignal>,
+    /// How it ended, if it did.
+    pub end: Option<RunEnd>,
+    /// The store's clock when it was loaded, in ms since the Unix epoch (for remaining backoffs
+    /// and deadlines).
+    pub now_ms: u64,
+}
+
+/// Milliseconds since the Unix epoch by this process's clock (the clock of in-process stores).
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// `now + after` in ms, saturating.
+pub fn due_after(now_ms: u64, after: Duration) -> u64 {
+    now_ms.saturating_add(u64::try_from(after.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// FNV-1a 64 over the concatenated `parts`: a hash that is the same in every release and on
+/// every machine (std's `DefaultHasher` is not), for graph fingerprints and input hashes.
+pub fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for byte in *part {
+            hash ^= u64::from(*byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    hash
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_and_timer_kinds_round_trip_through_their_names() {
+        for status in RunStatus::ALL {
+            assert_eq!(status.as_str().parse::<RunStatus>(), Ok(status));
+        }
+        for kind in TimerKind::ALL {
+            assert_eq!(kind.as_str().parse::<TimerKind>(), Ok(kind));
+        }
+        let err = "sleeping"
+            .parse::<RunStatus>()
+            .expect_err("an unknown status");
+        assert!(
+            err.to_string().contains("unknown run status `sleeping`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn fnv1a_is_the_published_function() {
+        // Test vectors of FNV-1a 64.
+        assert_eq!(fnv1a(&[b""]), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(&[b"a"]), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a(&[b"foo", b"bar"]), fnv1a(&[b"foobar"]));
+    }
+
+    #[test]
+    fn owners_of_one_process_differ() {
+        let a = Owner::process();
+        let b = Owner::process();
+        assert_ne!(a, b);
+        assert!(a.as_str().contains(&std::process::id().to_string()));
+    }
+
+    #[test]
+    fn batches_check_their_numbering() {
+        let lease = Lease {
+            run: "r".into(),
+            owner: Owner::new("o"),
+            version: 1,
+            until_ms: 0,
+        };
+        let mut batch = Batch::new(&lease, 3, Duration::from_secs(1));
+        batch.events.push(StoredEvent::new(3, "Requested"));
+        batch.events.push(StoredEvent::new(5, "Completed"));
+        let err = batch.check_numbering().expect_err("a gap");
+        assert!(matches!(err, StoreError::Invalid { .. }), "{err:?}");
+        batch.events[1].seq = 4;
+        assert_eq!(batch.check_numbering(), Ok(()));
+        assert_eq!(batch.end_seq(), 5);
+        batch.end = Some(RunEnd {
+            result: None,
+            error: None,
+        });
+        assert!(batch.check_numbering().is_err());
+        batch.status = Some(RunStatus::Succeeded);
+        assert_eq!(batch.check_numbering(), Ok(()));
+    }
+}

@@ -1,0 +1,24 @@
+//! From rusqlite's errors to [`StoreError`]s that say which file and what was being done.
+
+use std::path::Path;
+
+use flow_runtime::store::StoreError;
+use rusqlite::ErrorCode;
+
+/// `error`, met while `doing` something with the store at `path`.
+pub(crate) fn sql_error(path: &Path, doing: &str, error: rusqlite::Error) -> StoreError {
+    match error.sqlite_error_code() {
+        Some(ErrorCode::DiskFull) => StoreError::Full {
+            path: path.to_owned(),
+        },
+        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => StoreError::Corrupt {
+            path: path.to_owned(),
+            why: error.to_string(),
+        },
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => StoreError::Locked {
+            path: path.to_owned(),
+            holder: None,
+        },
+        _ => StoreError::io(format!("{doing} `{}`", path.display()), error),
+    }
+}

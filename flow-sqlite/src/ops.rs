@@ -1,0 +1,727 @@
+//! What each request of the [`Store`](flow_runtime::store::Store) trait does to the file. Every
+//! function runs on the writer thread, inside the group's transaction and its own savepoint, so
+//! an error leaves nothing of it behind.
+
+use std::path::Path;
+use std::time::Duration;
+
+use flow_runtime::store::{
+    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner, RunEnd,
+    RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, StoreError, StoredEvent,
+    StoredOutput, StoredPath, StoredSignal, StoredTimer, TimerChange, TimerKey, TimerKind,
+    WaitChange, due_after, now_ms,
+};
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use crate::error::sql_error;
+
+/// The connection and the file's path, for errors.
+pub(crate) struct Db<'a> {
+    pub(crate) conn: &'a Connection,
+    pub(crate) path: &'a Path,
+}
+
+/// `u64` to SQLite's `i64`, bit for bit (hashes use all 64 bits).
+fn i(value: u64) -> i64 {
+    value as i64
+}
+
+/// Back from SQLite's `i64`, bit for bit.
+fn u(value: i64) -> u64 {
+    value as u64
+}
+
+const SUMMARY: &str =
+    "SELECT id, workflow, graph_hash, input_hash, status, next_seq, version, owner,
+    lease_until, wake_at, created_ms, updated_ms FROM runs";
+
+fn summary_row(row: &Row<'_>) -> rusqlite::Result<(RunSummary, String)> {
+    let status: String = row.get(4)?;
+    Ok((
+        RunSummary {
+            id: row.get(0)?,
+            workflow: row.get(1)?,
+            graph_hash: u(row.get(2)?),
+            input_hash: u(row.get(3)?),
+            status: RunStatus::Running,
+            next_seq: u(row.get(5)?),
+            version: u(row.get(6)?),
+            owner: row.get(7)?,
+            lease_until_ms: row.get::<_, Option<i64>>(8)?.map(u),
+            wake_at_ms: row.get::<_, Option<i64>>(9)?.map(u),
+            created_ms: u(row.get(10)?),
+            updated_ms: u(row.get(11)?),
+        },
+        status,
+    ))
+}
+
+impl Db<'_> {
+    fn err(&self, doing: &str) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+        let doing = doing.to_owned();
+        move |e| sql_error(self.path, &doing, e)
+    }
+
+    fn corrupt(&self, why: String) -> StoreError {
+        StoreError::Corrupt {
+            path: self.path.to_owned(),
+            why,
+        }
+    }
+
+    fn with_status(
+        &self,
+        (mut run, status): (RunSummary, String),
+    ) -> Result<RunSummary, StoreError> {
+        run.status = status
+            .parse()
+            .map_err(|e: StoreError| self.corrupt(format!("run `{}`: {e}", run.id)))?;
+        Ok(run)
+    }
+
+    fn summary(&self, run: &str) -> Result<Option<RunSummary>, StoreError> {
+        let found = self
+            .conn
+            .prepare_cached(&format!("{SUMMARY} WHERE id = ?1"))
+            .and_then(|mut stmt| stmt.query_row([run], summary_row).optional())
+            .map_err(self.err("reading a run of"))?;
+        found.map(|row| self.with_status(row)).transpose()
+    }
+
+    fn existing(&self, run: &str) -> Result<RunSummary, StoreError> {
+        self.summary(run)?.ok_or_else(|| StoreError::NotFound {
+            run: run.to_owned(),
+        })
+    }
+
+    fn insert_events(&self, run: &str, events: &[StoredEvent], now: u64) -> Result<(), StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "INSERT INTO events (run, seq, format, node, node_name, path, attempt, kind, data, at_us, wall_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            )
+            .map_err(self.err("writing events to"))?;
+        for event in events {
+            stmt.execute(params![
+                run,
+                i(event.seq),
+                event.format,
+                event.node,
+                event.node_name,
+                event.path.as_ref().map(ToString::to_string),
+                event.attempt,
+                event.kind,
+                event.data,
+                i(event.at_us),
+                i(now),
+            ])
+            .map_err(self.err("writing events to"))?;
+        }
+        Ok(())
+    }
+
+    fn read_events(&self, run: &str, from: u64, to: u64) -> Result<Vec<StoredEvent>, StoreError> {
+        let rows = self
+            .conn
+            .prepare_cached(
+                "SELECT seq, format, node, node_name, path, attempt, kind, data, at_us FROM events
+                 WHERE run = ?1 AND seq >= ?2 AND seq < ?3 ORDER BY seq",
+            )
+            .and_then(|mut stmt| {
+                stmt.query_map(params![run, i(from), i(to)], |row| {
+                    Ok((
+                        StoredEvent {
+                            format: row.get(1)?,
+                            seq: u(row.get(0)?),
+                            node: row.get(2)?,
+                            node_name: row.get(3)?,
+                            path: None,
+                            attempt: row.get(5)?,
+                            kind: row.get(6)?,
+                            data: row.get(7)?,
+                            at_us: u(row.get(8)?),
+                        },
+                        row.get::<_, Option<String>>(4)?,
+                    ))
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .map_err(self.err("reading events of"))?;
+        rows.into_iter()
+            .map(|(mut event, path)| {
+                if let Some(path) = path {
+                    event.path = Some(path.parse::<StoredPath>().map_err(|e| {
+                        self.corrupt(format!("event #{} of run `{run}`: {e}", event.seq))
+                    })?);
+                }
+                Ok(event)
+            })
+            .collect()
+    }
+
+    fn apply_timers(&self, run: &str, changes: &[TimerChange], now: u64) -> Result<(), StoreError> {
+        for change in changes {
+            match change {
+                TimerChange::Set { key, after } => self
+                    .conn
+                    .prepare_cached(
+                        "INSERT OR REPLACE INTO timers (run, node, instance, kind, due_ms)
+                         VALUES (?1, ?2, ?3, ?4, ?5)",
+                    )
+                    .and_then(|mut stmt| {
+                        stmt.execute(params![
+                            run,
+                            timer_node(key),
+                            key.instance,
+                            key.kind.as_str(),
+                            i(due_after(now, *after)),
+                        ])
+                    }),
+                TimerChange::Clear { key } => self
+                    .conn
+                    .prepare_cached(
+                        "DELETE FROM timers WHERE run = ?1 AND node = ?2 AND instance = ?3 AND kind = ?4",
+                    )
+                    .and_then(|mut stmt| {
+                        stmt.execute(params![run, timer_node(key), key.instance, key.kind.as_str()])
+                    }),
+            }
+            .map_err(self.err("writing timers to"))?;
+        }
+        Ok(())
+    }
+
+    /// Recomputes the run's wake time: its earliest timer, or the arrival of its first
+    /// unconsumed signal.
+    fn set_wake(&self, run: &str) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(
+                "UPDATE runs SET wake_at = (SELECT min(at) FROM (
+                    SELECT min(due_ms) AS at FROM timers WHERE run = ?1
+                    UNION ALL
+                    SELECT min(sent_ms) FROM signals WHERE run = ?1 AND consumed_seq IS NULL))
+                 WHERE id = ?1",
+            )
+            .and_then(|mut stmt| stmt.execute([run]))
+            .map_err(self.err("updating the wake time in"))?;
+        Ok(())
+    }
+
+    fn open_signals(&self, run: &str, after: u64) -> Result<Vec<StoredSignal>, StoreError> {
+        let rows = self
+            .conn
+            .prepare_cached(
+                "SELECT id, name, payload, mode, sent_ms FROM signals
+                 WHERE run = ?1 AND id > ?2 AND consumed_seq IS NULL ORDER BY id",
+            )
+            .and_then(|mut stmt| {
+                stmt.query_map(params![run, i(after)], |row| {
+                    let mode: String = row.get(3)?;
+                    Ok(StoredSignal {
+                        id: u(row.get(0)?),
+                        run: run.to_owned(),
+                        name: row.get(1)?,
+                        payload: row.get(2)?,
+                        mode: if mode == "transient" {
+                            SignalMode::Transient
+                        } else {
+                            SignalMode::Kept
+                        },
+                        sent_ms: u(row.get(4)?),
+                    })
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .map_err(self.err("reading signals of"))?;
+        Ok(rows)
+    }
+}
+
+fn timer_node(key: &TimerKey) -> i64 {
+    key.node.map_or(-1, i64::from)
+}
+
+pub(crate) fn create_run(db: &Db<'_>, run: NewRun) -> Result<Created, StoreError> {
+    if let Some(existing) = db.summary(&run.id)? {
+        return Ok(Created::Exists(existing));
+    }
+    let lease = Lease {
+        run: run.id.clone(),
+        owner: run.owner.clone(),
+        version: 1,
+        until_ms: 0,
+    };
+    let mut check = Batch::new(&lease, 0, run.lease);
+    check.events = run.events;
+    check.check_numbering()?;
+    let now = now_ms();
+    let until = due_after(now, run.lease);
+    let next_seq = check.events.len() as u64;
+    db.conn
+        .prepare_cached(
+            "INSERT INTO runs (id, workflow, graph_hash, input, input_hash, options, status, next_seq,
+                version, owner, lease_until, created_ms, updated_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7, 1, ?8, ?9, ?10, ?10)",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                run.id,
+                run.workflow,
+                i(run.graph_hash),
+                run.input,
+                i(run.input_hash),
+                run.options,
+                i(next_seq),
+                run.owner.as_str(),
+                i(until),
+                i(now),
+            ])
+        })
+        .map_err(db.err("creating a run in"))?;
+    for node in &run.nodes {
+        let preds = node
+            .preds
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        db.conn
+            .prepare_cached(
+                "INSERT INTO nodes (run, node, name, label, fingerprint, preds)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    run.id,
+                    node.node,
+                    node.name,
+                    node.label,
+                    i(node.fingerprint),
+                    preds
+                ])
+            })
+            .map_err(db.err("creating a run in"))?;
+    }
+    db.insert_events(&run.id, &check.events, now)?;
+    db.apply_timers(&run.id, &run.timers, now)?;
+    db.set_wake(&run.id)?;
+    Ok(Created::New {
+        lease: Lease {
+            until_ms: until,
+            ..lease
+        },
+        next_seq,
+    })
+}
+
+pub(crate) fn load_run(
+    db: &Db<'_>,
+    id: &str,
+    owner: &Owner,
+    lease: Duration,
+) -> Result<Loaded, StoreError> {
+    let now = now_ms();
+    let run = db.existing(id)?;
+    if let (Some(holder), Some(until)) = (&run.owner, run.lease_until_ms)
+        && holder != owner.as_str()
+        && until > now
+    {
+        return Err(StoreError::Busy {
+            run: id.to_owned(),
+            owner: holder.clone(),
+            until_ms: until,
+        });
+    }
+    let until = due_after(now, lease);
+    db.conn
+        .prepare_cached(
+            "UPDATE runs SET version = version + 1, owner = ?2, lease_until = ?3, updated_ms = ?4
+             WHERE id = ?1",
+        )
+        .and_then(|mut stmt| stmt.execute(params![id, owner.as_str(), i(until), i(now)]))
+        .map_err(db.err("taking the lease of a run in"))?;
+    let run = db.existing(id)?;
+    let (input, options, ended, result, error) = db
+        .conn
+        .query_row(
+            "SELECT input, options, ended, result, error FROM runs WHERE id = ?1",
+            [id],
+            |row| {
+                Ok((
+                    row.get::<_, Vec<u8>>(0)?,
+                    row.get::<_, Vec<u8>>(1)?,
+                    row.get::<_, bool>(2)?,
+                    row.get::<_, Option<Vec<u8>>>(3)?,
+                    row.get::<_, Option<String>>(4)?,
+                ))
+            },
+        )
+        .map_err(db.err("loading a run from"))?;
+    let nodes = db
+        .conn
+        .prepare_cached(
+            "SELECT node, name, label, fingerprint, preds FROM nodes WHERE run = ?1 ORDER BY node",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_map([id], |row| {
+                Ok((
+                    NodeRow {
+                        node: row.get(0)?,
+                        name: row.get(1)?,
+                        label: row.get(2)?,
+                        fingerprint: u(row.get(3)?),
+                        preds: Vec::new(),
+                    },
+                    row.get::<_, String>(4)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(db.err("loading the nodes of a run from"))?
+        .into_iter()
+        .map(|(mut node, preds)| {
+            node.preds = preds
+                .split(',')
+                .filter(|p| !p.is_empty())
+                .map(|p| {
+                    p.parse::<u32>()
+                        .map_err(|_| db.corrupt(format!("run `{id}`: predecessors `{preds}`")))
+                })
+                .collect::<Result<_, _>>()?;
+            Ok(node)
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    let outputs = db
+        .conn
+        .prepare_cached(
+            "SELECT node, instance, type_name, bytes FROM outputs WHERE run = ?1 ORDER BY node, instance",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_map([id], |row| {
+                Ok(StoredOutput {
+                    node: row.get(0)?,
+                    instance: row.get(1)?,
+                    type_name: row.get(2)?,
+                    bytes: row.get(3)?,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(db.err("loading the outputs of a run from"))?;
+    let timers = db
+        .conn
+        .prepare_cached(
+            "SELECT node, instance, kind, due_ms FROM timers WHERE run = ?1 ORDER BY node, instance, kind",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_map([id], |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                    u(row.get(3)?),
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(db.err("loading the timers of a run from"))?
+        .into_iter()
+        .map(|(node, instance, kind, due_ms)| {
+            Ok(StoredTimer {
+                key: timer_key(db, node, instance, &kind)?,
+                due_ms,
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    let waits = db
+        .conn
+        .prepare_cached(
+            "SELECT node, instance, name FROM waits WHERE run = ?1 ORDER BY node, instance",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_map([id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+                .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(db.err("loading the waits of a run from"))?;
+    Ok(Loaded {
+        lease: Lease {
+            run: id.to_owned(),
+            owner: owner.clone(),
+            version: run.version,
+            until_ms: until,
+        },
+        input,
+        options,
+        nodes,
+        events: db.read_events(id, 0, run.next_seq)?,
+        outputs,
+        timers,
+        waits,
+        signals: db.open_signals(id, 0)?,
+        end: ended.then_some(RunEnd { result, error }),
+        now_ms: now,
+        run,
+    })
+}
+
+fn timer_key(db: &Db<'_>, node: i64, instance: String, kind: &str) -> Result<TimerKey, StoreError> {
+    Ok(TimerKey {
+        node: u32::try_from(node).ok(),
+        instance,
+        kind: kind
+            .parse::<TimerKind>()
+            .map_err(|e| db.corrupt(e.to_string()))?,
+    })
+}
+
+pub(crate) fn list_runs(db: &Db<'_>, filter: &RunFilter) -> Result<Vec<RunSummary>, StoreError> {
+    let mut sql = format!("{SUMMARY} WHERE (?1 IS NULL OR workflow = ?1)");
+    if !filter.statuses.is_empty() {
+        let names: Vec<String> = filter
+            .statuses
+            .iter()
+            .map(|s| format!("'{}'", s.as_str()))
+            .collect();
+        sql.push_str(&format!(" AND status IN ({})", names.join(",")));
+    }
+    sql.push_str(" ORDER BY created_ms, id LIMIT ?2");
+    let limit = filter.limit.map_or(-1, i64::from);
+    let rows = db
+        .conn
+        .prepare_cached(&sql)
+        .and_then(|mut stmt| {
+            stmt.query_map(params![filter.workflow, limit], summary_row)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(db.err("listing the runs of"))?;
+    rows.into_iter().map(|row| db.with_status(row)).collect()
+}
+
+pub(crate) fn events(db: &Db<'_>, run: &str, from: u64) -> Result<Vec<StoredEvent>, StoreError> {
+    let summary = db.existing(run)?;
+    db.read_events(run, from, summary.next_seq)
+}
+
+pub(crate) fn commit(db: &Db<'_>, batch: Batch) -> Result<Committed, StoreError> {
+    let run = db.existing(&batch.run)?;
+    batch.check_numbering()?;
+    let next = run.next_seq;
+    if !batch.events.is_empty() && batch.first_seq < next {
+        let stored = db.read_events(&batch.run, batch.first_seq, batch.end_seq().min(next))?;
+        let first = batch.first_seq;
+        let at = |seq: u64| stored.get(usize::try_from(seq - first).unwrap_or(usize::MAX));
+        if let Some(done) = batch.replayed(next, at)? {
+            return Ok(done);
+        }
+    }
+    batch.check_lease(&run)?;
+    if run.status.is_finished() {
+        return Err(StoreError::Finished { run: batch.run });
+    }
+    if batch.first_seq != next {
+        return Err(batch.gap(next));
+    }
+    let last_seq = batch.end_seq().saturating_sub(1);
+    for id in &batch.consumed {
+        let taken = db
+            .conn
+            .prepare_cached(
+                "UPDATE signals SET consumed_seq = ?3 WHERE id = ?1 AND run = ?2 AND consumed_seq IS NULL",
+            )
+            .and_then(|mut stmt| stmt.execute(params![i(*id), batch.run, i(last_seq)]))
+            .map_err(db.err("consuming a signal in"))?;
+        if taken == 0 {
+            return Err(StoreError::SignalTaken {
+                run: batch.run,
+                signal: *id,
+            });
+        }
+    }
+    let now = now_ms();
+    db.insert_events(&batch.run, &batch.events, now)?;
+    for output in &batch.outputs {
+        db.conn
+            .prepare_cached(
+                "INSERT OR REPLACE INTO outputs (run, node, instance, type_name, bytes)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    batch.run,
+                    output.node,
+                    output.instance,
+                    output.type_name,
+                    output.bytes
+                ])
+            })
+            .map_err(db.err("writing outputs to"))?;
+    }
+    db.apply_timers(&batch.run, &batch.timers, now)?;
+    for change in &batch.waits {
+        match change {
+            WaitChange::Open {
+                node,
+                instance,
+                name,
+            } => db
+                .conn
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO waits (run, node, instance, name) VALUES (?1, ?2, ?3, ?4)",
+                )
+                .and_then(|mut stmt| stmt.execute(params![batch.run, node, instance, name])),
+            WaitChange::Close { node, instance } => db
+                .conn
+                .prepare_cached("DELETE FROM waits WHERE run = ?1 AND node = ?2 AND instance = ?3")
+                .and_then(|mut stmt| stmt.execute(params![batch.run, node, instance])),
+        }
+        .map_err(db.err("writing waits to"))?;
+    }
+    let status = batch.status.unwrap_or(run.status);
+    let end_seq = batch.end_seq();
+    let until = due_after(now, batch.lease);
+    match &batch.end {
+        None => db
+            .conn
+            .prepare_cached(
+                "UPDATE runs SET status = ?2, next_seq = ?3, lease_until = ?4, updated_ms = ?5 WHERE id = ?1",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![batch.run, status.as_str(), i(end_seq), i(until), i(now)])
+            }),
+        Some(end) => db
+            .conn
+            .prepare_cached(
+                "UPDATE runs SET status = ?2, next_seq = ?3, lease_until = ?4, updated_ms = ?5,
+                    ended = 1, result = ?6, error = ?7 WHERE id = ?1",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    batch.run,
+                    status.as_str(),
+                    i(end_seq),
+                    i(until),
+                    i(now),
+                    end.result,
+                    end.error
+                ])
+            }),
+    }
+    .map_err(db.err("updating a run in"))?;
+    db.set_wake(&batch.run)?;
+    Ok(Committed::Applied { next_seq: end_seq })
+}
+
+pub(crate) fn due_timers(
+    db: &Db<'_>,
+    horizon: Duration,
+    limit: u32,
+) -> Result<Vec<DueTimer>, StoreError> {
+    let until = due_after(now_ms(), horizon);
+    let rows = db
+        .conn
+        .prepare_cached(
+            "SELECT t.run, t.node, t.instance, t.kind, t.due_ms FROM timers t JOIN runs r ON r.id = t.run
+             WHERE t.due_ms <= ?1 AND r.status NOT IN ('succeeded', 'failed', 'cancelled')
+             ORDER BY t.due_ms, t.run, t.node, t.instance, t.kind LIMIT ?2",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_map(params![i(until), limit], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, String>(3)?,
+                    u(row.get(4)?),
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(db.err("reading the due timers of"))?;
+    rows.into_iter()
+        .map(|(run, node, instance, kind, due_ms)| {
+            Ok(DueTimer {
+                run,
+                key: timer_key(db, node, instance, &kind)?,
+                due_ms,
+            })
+        })
+        .collect()
+}
+
+pub(crate) fn send_signal(db: &Db<'_>, signal: NewSignal) -> Result<SignalSent, StoreError> {
+    let run = db.existing(&signal.run)?;
+    if run.status.is_finished() {
+        return Err(StoreError::Finished { run: signal.run });
+    }
+    if signal.mode == SignalMode::Transient {
+        let waited = db
+            .conn
+            .prepare_cached("SELECT 1 FROM waits WHERE run = ?1 AND name = ?2 LIMIT 1")
+            .and_then(|mut stmt| stmt.exists(params![signal.run, signal.name]))
+            .map_err(db.err("reading the waits of"))?;
+        if !waited {
+            return Ok(SignalSent::Dropped);
+        }
+    }
+    db.conn
+        .prepare_cached(
+            "INSERT INTO signals (run, name, payload, mode, sent_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                signal.run,
+                signal.name,
+                signal.payload,
+                signal.mode.as_str(),
+                i(now_ms())
+            ])
+        })
+        .map_err(db.err("storing a signal in"))?;
+    let id = u(db.conn.last_insert_rowid());
+    db.set_wake(&signal.run)?;
+    Ok(SignalSent::Stored { id })
+}
+
+pub(crate) fn signals(db: &Db<'_>, run: &str, after: u64) -> Result<Vec<StoredSignal>, StoreError> {
+    db.existing(run)?;
+    db.open_signals(run, after)
+}
+
+pub(crate) fn heartbeat(
+    db: &Db<'_>,
+    owner: &Owner,
+    held: &[Lease],
+    lease: Duration,
+) -> Result<Vec<Lease>, StoreError> {
+    let until = due_after(now_ms(), lease);
+    let mut lost = Vec::new();
+    for each in held {
+        let kept = db
+            .conn
+            .prepare_cached(
+                "UPDATE runs SET lease_until = ?4 WHERE id = ?1 AND owner = ?2 AND version = ?3",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![each.run, owner.as_str(), i(each.version), i(until)])
+            })
+            .map_err(db.err("extending leases in"))?;
+        if kept == 0 {
+            lost.push(each.clone());
+        }
+    }
+    Ok(lost)
+}
+
+pub(crate) fn release(db: &Db<'_>, owner: &Owner, held: &[Lease]) -> Result<(), StoreError> {
+    for each in held {
+        db.conn
+            .prepare_cached(
+                "UPDATE runs SET owner = NULL, lease_until = NULL
+                 WHERE id = ?1 AND owner = ?2 AND version = ?3",
+            )
+            .and_then(|mut stmt| stmt.execute(params![each.run, owner.as_str(), i(each.version)]))
+            .map_err(db.err("releasing leases in"))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,198 @@
+//! The file: how a store is told apart from other SQLite files, its schema and its settings.
+
+use std::path::Path;
+
+use flow_runtime::store::StoreError;
+use rusqlite::Connection;
+
+use crate::error::sql_error;
+use crate::{Durability, SqliteOptions};
+
+/// `PRAGMA application_id` of a flow store: "FLOW" in ASCII. A SQLite file with another id, or
+/// with none and tables of its own, is another application's.
+pub const APPLICATION_ID: i32 = 0x464C_4F57;
+
+/// The schema version this crate writes and reads (`PRAGMA user_version`). A newer file is
+/// refused ([`StoreError::SchemaVersion`]); older ones will be migrated in order.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Schema version 1. Integers that are `u64` in Rust (hashes, times) are stored as SQLite's
+/// signed 64-bit integers, bit for bit. A run-level timer has node -1; the workflow's own nodes
+/// have instance ''. The per-node state columns that distributed runs need (claims, joins) come
+/// with version 2.
+const SCHEMA: &str = "
+CREATE TABLE runs (
+  id TEXT PRIMARY KEY,
+  workflow TEXT NOT NULL,
+  graph_hash INTEGER NOT NULL,
+  input BLOB NOT NULL,
+  input_hash INTEGER NOT NULL,
+  options BLOB NOT NULL,
+  status TEXT NOT NULL CHECK (status IN ('running','waiting','compensating','succeeded','failed','cancelled','stuck')),
+  next_seq INTEGER NOT NULL,
+  version INTEGER NOT NULL,   -- bumped each time the run is loaded: the lease's fencing token
+  owner TEXT,
+  lease_until INTEGER,        -- ms since the epoch, the store's clock
+  wake_at INTEGER,            -- earliest timer, or when an unconsumed signal arrived
+  ended INTEGER NOT NULL DEFAULT 0,
+  result BLOB,
+  error TEXT,
+  created_ms INTEGER NOT NULL,
+  updated_ms INTEGER NOT NULL
+) STRICT;
+CREATE INDEX runs_created ON runs(created_ms, id);
+CREATE INDEX runs_wake ON runs(wake_at) WHERE wake_at IS NOT NULL;
+
+CREATE TABLE nodes (
+  run TEXT NOT NULL,
+  node INTEGER NOT NULL,
+  name TEXT NOT NULL,
+  label TEXT NOT NULL,
+  fingerprint INTEGER NOT NULL,
+  preds TEXT NOT NULL,        -- predecessors' indices, comma-separated
+  PRIMARY KEY (run, node)
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE events (
+  run TEXT NOT NULL,
+  seq INTEGER NOT NULL,
+  format INTEGER NOT NULL,
+  node INTEGER,
+  node_name TEXT,
+  path TEXT,                  -- the instance path as shown (`charge[3]/poll@2`)
+  attempt INTEGER NOT NULL,
+  kind TEXT NOT NULL,
+  data BLOB NOT NULL,
+  at_us INTEGER NOT NULL,
+  wall_ms INTEGER NOT NULL,
+  PRIMARY KEY (run, seq)
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE outputs (
+  run TEXT NOT NULL,
+  node INTEGER NOT NULL,
+  instance TEXT NOT NULL,
+  type_name TEXT NOT NULL,
+  codec TEXT NOT NULL DEFAULT 'json',
+  bytes BLOB NOT NULL,
+  PRIMARY KEY (run, node, instance)
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE timers (
+  run TEXT NOT NULL,
+  node INTEGER NOT NULL,
+  instance TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  due_ms INTEGER NOT NULL,
+  PRIMARY KEY (run, node, instance, kind)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX timers_due ON timers(due_ms);
+
+CREATE TABLE signals (
+  id INTEGER PRIMARY KEY,
+  run TEXT NOT NULL,
+  name TEXT NOT NULL,
+  payload BLOB NOT NULL,
+  mode TEXT NOT NULL CHECK (mode IN ('kept','transient')),
+  sent_ms INTEGER NOT NULL,
+  consumed_seq INTEGER
+) STRICT;
+CREATE INDEX signals_open ON signals(run, id) WHERE consumed_seq IS NULL;
+
+CREATE TABLE waits (
+  run TEXT NOT NULL,
+  node INTEGER NOT NULL,
+  instance TEXT NOT NULL,
+  name TEXT NOT NULL,
+  PRIMARY KEY (run, node, instance)
+) STRICT, WITHOUT ROWID;
+";
+
+/// Opens the connection: tells a store from a foreign or damaged file, creates the schema in a
+/// new one, and applies the settings. Writes nothing to a file it refuses.
+pub(crate) fn open(path: &Path, options: &SqliteOptions) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path).map_err(|e| sql_error(path, "opening", e))?;
+    conn.busy_timeout(options.busy_timeout)
+        .map_err(|e| sql_error(path, "setting the busy timeout", e))?;
+    // The first read of the header: a file that is not a database fails here.
+    let (app_id, version, objects) = conn
+        .query_row(
+            "SELECT (SELECT application_id FROM pragma_application_id),
+                    (SELECT user_version FROM pragma_user_version),
+                    (SELECT count(*) FROM sqlite_schema)",
+            [],
+            |row| {
+                Ok((
+                    row.get::<_, i32>(0)?,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, i64>(2)?,
+                ))
+            },
+        )
+        .map_err(|e| sql_error(path, "reading the header", e))?;
+    let version = u32::try_from(version).unwrap_or(u32::MAX);
+    match (app_id, objects) {
+        (APPLICATION_ID, _) if version > SCHEMA_VERSION => {
+            return Err(StoreError::SchemaVersion {
+                path: path.to_owned(),
+                found: version,
+                known: SCHEMA_VERSION,
+            });
+        }
+        (APPLICATION_ID, _) if version == SCHEMA_VERSION => {}
+        (0, 0) | (APPLICATION_ID, _) => create(&conn, path)?,
+        (0, n) => {
+            return Err(StoreError::Foreign {
+                path: path.to_owned(),
+                why: format!(
+                    "a SQLite database of another application ({n} tables and indexes, no flow application id)"
+                ),
+            });
+        }
+        (other, _) => {
+            return Err(StoreError::Foreign {
+                path: path.to_owned(),
+                why: format!(
+                    "a SQLite database with application id {other:#010x} (flow's is {APPLICATION_ID:#010x})"
+                ),
+            });
+        }
+    }
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+        .map_err(|e| sql_error(path, "turning WAL on", e))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Io {
+            context: format!("turning WAL on for `{}`", path.display()),
+            source: std::sync::Arc::new(std::io::Error::other(format!(
+                "the file stays in journal mode `{mode}`"
+            ))),
+        });
+    }
+    let synchronous = match options.durability {
+        Durability::Power => "FULL",
+        Durability::Process => "NORMAL",
+    };
+    conn.execute_batch(&format!("PRAGMA synchronous = {synchronous};"))
+        .map_err(|e| sql_error(path, "setting synchronous", e))?;
+    if let Some(pages) = options.max_pages {
+        conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |_| Ok(()))
+            .map_err(|e| sql_error(path, "setting the size limit", e))?;
+    }
+    Ok(conn)
+}
+
+/// Creates schema version 1 in an empty file, with the application id, in one transaction.
+fn create(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    conn.execute_batch(&format!(
+        "BEGIN IMMEDIATE;
+         {SCHEMA}
+         PRAGMA application_id = {APPLICATION_ID};
+         PRAGMA user_version = {SCHEMA_VERSION};
+         COMMIT;"
+    ))
+    .map_err(|e| {
+        let _ = conn.execute_batch("ROLLBACK");
+        sql_error(path, "creating the schema", e)
+    })
+}

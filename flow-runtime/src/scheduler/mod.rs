@@ -16,6 +16,7 @@ mod gate;
 #[cfg(feature = "durable")]
 mod journal;
 mod rules;
+mod saga;
 mod settle;
 
 use std::future::Future;
@@ -742,6 +743,7 @@ impl Scheduler {
             report: self.report,
             terminated: self.terminated,
             nests,
+            compensations: Vec::new(),
         }
     }
 }
@@ -811,7 +813,10 @@ where
     N: Nodes,
 {
     let mut table = Table::new(nodes.as_mut());
-    debug_assert_eq!(table.len(), graph.nodes.len());
+    debug_assert_eq!(
+        table.len(),
+        graph.nodes.len() + options.compensations.len()
+    );
     // Once the run has ended, or its future is dropped, signals are refused. Declared after
     // the table, so dropped before it: the steps' waits are dropped first.
     let _mailbox = options.signals.clone().map(FinishOnDrop);
@@ -870,11 +875,22 @@ where
         poll
     })
     .await;
+    // A failed run with compensations undoes its completed steps before it ends.
+    let compensations = if options.compensations.is_empty() {
+        Vec::new()
+    } else {
+        Box::pin(saga::compensate(
+            &mut scheduler,
+            &mut table,
+            options.compensations,
+        ))
+        .await
+    };
     #[cfg(feature = "durable")]
     if scheduler.journal.is_some() {
-        return journal::finish_journaled(scheduler).await;
+        return journal::finish_journaled(scheduler).await.compensated(compensations);
     }
-    scheduler.finish()
+    scheduler.finish().compensated(compensations)
 }
 
 /// Closes a run's mailbox when the run ends or its future is dropped.

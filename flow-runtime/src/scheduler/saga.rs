@@ -43,8 +43,15 @@ impl Scheduler {
     }
 }
 
+/// The idempotency key an attempt of a compensation of a durable run is polled with.
+#[cfg(feature = "durable")]
+type Ctx = crate::durable::AttemptCtx;
+#[cfg(not(feature = "durable"))]
+type Ctx = ();
+
 /// Runs the compensations of a failed run's completed steps (see the module's doc) and returns
-/// what each did, in the order they ran; nothing when the run did not fail.
+/// what each did, in the order they ran; nothing when the run did not fail. In a durable run
+/// whose journal breaks (a commit fails, the replay diverges), the phase stops there.
 pub(super) async fn compensate<N: Nodes>(
     scheduler: &mut Scheduler,
     table: &mut Table<'_, N>,
@@ -71,7 +78,9 @@ pub(super) async fn compensate<N: Nodes>(
             });
             continue;
         }
-        let record = compensate_one(scheduler, table, base + k, node).await;
+        let Some(record) = compensate_one(scheduler, table, base + k, node).await else {
+            break;
+        };
         stopped = !record.is_compensated();
         done.push(record);
     }
@@ -79,13 +88,14 @@ pub(super) async fn compensate<N: Nodes>(
 }
 
 /// Runs one compensation (leaf `leaf` of the table, for step `node`) until it succeeds or its
-/// step's policy has no retry left, emitting its events.
+/// step's policy has no retry left, emitting its events. `None`: a durable run's journal
+/// broke.
 async fn compensate_one<N: Nodes>(
     scheduler: &mut Scheduler,
     table: &mut Table<'_, N>,
     leaf: usize,
     node: u32,
-) -> Compensation {
+) -> Option<Compensation> {
     let policy = scheduler.node_policy(node);
     let backoff = policy.backoff.unwrap_or_default();
     let name = scheduler.graph.nodes[node as usize].name;
@@ -93,15 +103,16 @@ async fn compensate_one<N: Nodes>(
     loop {
         attempt += 1;
         scheduler.emit(Some(node), attempt, || EventKind::Compensating);
-        let result = attempt_once(table, leaf, policy.timeout()).await;
-        let error = match result {
+        let error = match run_attempt(scheduler, table, leaf, node, attempt, policy.timeout())
+            .await?
+        {
             Ok(()) => {
                 scheduler.emit(Some(node), attempt, || EventKind::Compensated);
-                return Compensation {
+                return Some(Compensation {
                     node: name,
                     attempts: attempt,
                     outcome: CompensationOutcome::Compensated,
-                };
+                });
             }
             Err(error) => render(&error),
         };
@@ -110,23 +121,77 @@ async fn compensate_one<N: Nodes>(
             scheduler.emit(Some(node), attempt, || EventKind::CompensationFailed {
                 error: shown,
             });
-            return Compensation {
+            return Some(Compensation {
                 node: name,
                 attempts: attempt,
                 outcome: CompensationOutcome::Failed { error },
-            };
+            });
         }
         let delay = backoff.delay(attempt);
         scheduler.emit(Some(node), attempt, || EventKind::CompensationRetrying {
             error,
             delay,
         });
+        // A replay that has the next attempt in its journal waited already.
         if !delay.is_zero()
+            && !replaying(scheduler)
             && let Ok(sleep) = timer(delay)
         {
             sleep.await;
         }
     }
+}
+
+/// Whether a durable run is replaying its journal.
+fn replaying(scheduler: &Scheduler) -> bool {
+    #[cfg(feature = "durable")]
+    if let Some(journal) = scheduler.journal.as_deref() {
+        return journal.replaying();
+    }
+    let _ = scheduler;
+    false
+}
+
+/// Attempt `attempt` of a compensation. In a durable run: the attempt's end, if the journal
+/// has it (replay: the compensation does not run again); else its `Compensating` is committed
+/// first, and the attempt runs with its idempotency key. `None`: the journal broke.
+async fn run_attempt<N: Nodes>(
+    scheduler: &mut Scheduler,
+    table: &mut Table<'_, N>,
+    leaf: usize,
+    node: u32,
+    attempt: u32,
+    timeout: Option<std::time::Duration>,
+) -> Option<Result<(), NodeError>> {
+    #[cfg(feature = "durable")]
+    if let Some(journal) = scheduler.journal.as_deref_mut() {
+        if journal.is_broken() {
+            return None;
+        }
+        if let Some(end) = journal.compensation_end(node, attempt) {
+            return Some(end.map_err(|text| NodeError::Failed(text.into())));
+        }
+        if !journal.flush().await {
+            return None;
+        }
+        let name = scheduler.graph.nodes[node as usize].name;
+        let ctx = journal.compensation_ctx(name, attempt);
+        return Some(attempt_once(table, leaf, timeout, Some(ctx)).await);
+    }
+    let _ = (scheduler, node, attempt);
+    Some(attempt_once(table, leaf, timeout, None).await)
+}
+
+/// Calls `f` with the attempt's context set (a durable run's idempotency key).
+fn within<R>(ctx: &mut Option<Ctx>, f: impl FnOnce() -> R) -> R {
+    #[cfg(feature = "durable")]
+    if let Some(given) = ctx.take() {
+        let (result, given) = crate::durable::with_attempt(given, f);
+        *ctx = Some(given);
+        return result;
+    }
+    let _ = ctx;
+    f()
 }
 
 /// One attempt of a compensation: starts its leaf and polls it to the end, with the step's
@@ -135,9 +200,12 @@ async fn attempt_once<N: Nodes>(
     table: &mut Table<'_, N>,
     leaf: usize,
     timeout: Option<std::time::Duration>,
+    mut ctx: Option<Ctx>,
 ) -> Result<(), NodeError> {
-    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| table.leaves()[leaf].as_mut().start()))
-    {
+    let started = within(&mut ctx, || {
+        catch_unwind(AssertUnwindSafe(|| table.leaves()[leaf].as_mut().start()))
+    });
+    if let Err(payload) = started {
         return Err(NodeError::Panicked(panic_message(payload)));
     }
     let mut limit = match timeout.map(timer).transpose() {
@@ -155,7 +223,10 @@ async fn attempt_once<N: Nodes>(
             let after = timeout.unwrap_or_default();
             return std::task::Poll::Ready(Err(NodeError::TimedOut(after)));
         }
-        match catch_unwind(AssertUnwindSafe(|| table.leaves()[leaf].as_mut().poll(cx))) {
+        let polled = within(&mut ctx, || {
+            catch_unwind(AssertUnwindSafe(|| table.leaves()[leaf].as_mut().poll(cx)))
+        });
+        match polled {
             Ok(polled) => polled,
             Err(payload) => {
                 table.leaves()[leaf].as_mut().stop();

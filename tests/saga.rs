@@ -282,3 +282,55 @@ async fn a_run_past_its_deadline_compensates() {
     assert!(outcome.result.is_err());
     assert_eq!(effects(6), ["reserve", "undo first"]);
 }
+
+async fn hold(order: u64, item: u64) -> Result<String, Refused> {
+    effect(order, format!("hold {item}"));
+    Ok(format!("held-{item}"))
+}
+
+async fn check(order: u64, item: u64) -> Result<(), Refused> {
+    match item {
+        1 => Err(Refused("item 1 is out of stock")),
+        _ => Ok(()),
+    }
+    .inspect(|()| effect(order, format!("checked {item}")))
+}
+
+async fn unhold(order: u64, held: &str) -> Result<(), Refused> {
+    effect(order, format!("undo {held}"));
+    Ok(())
+}
+
+workflow! {
+    Batch(order: u64) {
+        Sequential {
+            first = Operation(reserve(order), compensate = undo(order, "first")),
+            ForEach(item in 0..3u64, max_concurrency = 1) {
+                Sequential {
+                    held = Operation(hold(order, item), compensate = unhold(order, &held)),
+                    Operation(check(order, item)),
+                }
+            },
+        }
+    }
+}
+
+/// A `ForEach` instance is a run of its own: when it fails, it compensates its own completed
+/// steps; an instance that succeeded is not compensated. Then the parent, failed, compensates
+/// its own.
+#[tokio::test]
+async fn a_failed_instance_compensates_its_own_steps() {
+    let outcome = Batch::runner().execute(7).await;
+    assert!(outcome.result.is_err());
+    assert_eq!(
+        effects(7),
+        [
+            "reserve",
+            "hold 0",
+            "checked 0",
+            "hold 1",
+            "undo held-1",
+            "undo first",
+        ]
+    );
+}

@@ -209,9 +209,7 @@ async fn a_compensation_that_fails_for_good_stops_the_phase() {
     );
     let message = error.to_string();
     assert!(
-        message.contains(
-            "the compensation of `receipt` failed after 4 attempts: the bank is down"
-        ),
+        message.contains("the compensation of `receipt` failed after 4 attempts: the bank is down"),
         "{message}"
     );
 }

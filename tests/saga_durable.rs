@@ -356,7 +356,13 @@ async fn a_run_stopped_at_every_commit_resumes_its_compensation() {
             assert_eq!(event.seq, i as u64, "a journal without gaps");
         }
         let compensated = journal.iter().filter(|e| e.kind == "Compensated").count();
-        assert_eq!(compensated, 2, "stopped at {n}: each compensation ended once");
+        assert_eq!(
+            compensated, 2,
+            "stopped at {n}: each compensation ended once"
+        );
     }
-    assert!(stopped_in_phase >= 3, "{stopped_in_phase} stops in the phase");
+    assert!(
+        stopped_in_phase >= 3,
+        "{stopped_in_phase} stops in the phase"
+    );
 }

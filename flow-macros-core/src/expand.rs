@@ -264,14 +264,20 @@ pub(crate) fn compensations(
         let span = expr.span();
         let private = respan(&names.private, span);
         let rewritten = names.rewrite(expr, reads.iter().map(|u| &u.ident));
-        let inputs = reads.iter().map(|Use { ident, source, optional }| {
-            let slot = names.slot(*source);
-            if *optional {
-                quote!(let #ident = &#slot.get();)
-            } else {
-                quote!(let #ident = #private::input(#slot)?;)
-            }
-        });
+        let inputs = reads.iter().map(
+            |Use {
+                 ident,
+                 source,
+                 optional,
+             }| {
+                let slot = names.slot(*source);
+                if *optional {
+                    quote!(let #ident = &#slot.get();)
+                } else {
+                    quote!(let #ident = #private::input(#slot)?;)
+                }
+            },
+        );
         let finish = quote_spanned!(span=> #private::discard((#rewritten).await));
         let var = format_ident!("__flow_undo_{}", k, span = Span::mixed_site());
         statements.extend(quote! {

@@ -232,10 +232,10 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
             }
             if !is_ancestor(source, node) {
                 let at = at_line(dag.nodes[source].span());
-                let step = dag.nodes[node].name.as_ref().map_or_else(
-                    || "this step".to_string(),
-                    |name| format!("`{name}`"),
-                );
+                let step = dag.nodes[node]
+                    .name
+                    .as_ref()
+                    .map_or_else(|| "this step".to_string(), |name| format!("`{name}`"));
                 cx.error(
                     ident.span(),
                     format!(

@@ -168,7 +168,9 @@ impl WorkflowError {
 
     /// Whether every compensation the run started succeeded (`true` when there were none).
     pub fn compensated(&self) -> bool {
-        self.compensations.iter().all(crate::saga::Compensation::is_compensated)
+        self.compensations
+            .iter()
+            .all(crate::saga::Compensation::is_compensated)
     }
 
     /// Names the nest instance this error is the failure of.

@@ -108,7 +108,7 @@ pub mod __private {
     pub use crate::signal::{Environment, Mailbox, SignalKey, WaitSignal, signal, with_mailbox};
     pub use crate::slot::{Slot, TermCell};
     pub use crate::support::{
-        complete, compensated, discard, execute, execute_in_arena, execute_nodes, input, require,
+        compensated, complete, discard, execute, execute_in_arena, execute_nodes, input, require,
     };
     pub use crate::verdict::Finished;
     pub use std::{

@@ -813,10 +813,7 @@ where
     N: Nodes,
 {
     let mut table = Table::new(nodes.as_mut());
-    debug_assert_eq!(
-        table.len(),
-        graph.nodes.len() + options.compensations.len()
-    );
+    debug_assert_eq!(table.len(), graph.nodes.len() + options.compensations.len());
     // Once the run has ended, or its future is dropped, signals are refused. Declared after
     // the table, so dropped before it: the steps' waits are dropped first.
     let _mailbox = options.signals.clone().map(FinishOnDrop);
@@ -888,7 +885,9 @@ where
     };
     #[cfg(feature = "durable")]
     if scheduler.journal.is_some() {
-        return journal::finish_journaled(scheduler).await.compensated(compensations);
+        return journal::finish_journaled(scheduler)
+            .await
+            .compensated(compensations);
     }
     scheduler.finish().compensated(compensations)
 }

@@ -64,8 +64,7 @@ pub(super) async fn compensate<N: Nodes>(
     let mut done = Vec::new();
     let mut stopped = false;
     for (k, &node) in steps.iter().enumerate().rev() {
-        if scheduler.nodes[node as usize].status != NodeStatus::Completed
-            || base + k >= table.len()
+        if scheduler.nodes[node as usize].status != NodeStatus::Completed || base + k >= table.len()
         {
             continue;
         }
@@ -103,19 +102,18 @@ async fn compensate_one<N: Nodes>(
     loop {
         attempt += 1;
         scheduler.emit(Some(node), attempt, || EventKind::Compensating);
-        let error = match run_attempt(scheduler, table, leaf, node, attempt, policy.timeout())
-            .await?
-        {
-            Ok(()) => {
-                scheduler.emit(Some(node), attempt, || EventKind::Compensated);
-                return Some(Compensation {
-                    node: name,
-                    attempts: attempt,
-                    outcome: CompensationOutcome::Compensated,
-                });
-            }
-            Err(error) => render(&error),
-        };
+        let error =
+            match run_attempt(scheduler, table, leaf, node, attempt, policy.timeout()).await? {
+                Ok(()) => {
+                    scheduler.emit(Some(node), attempt, || EventKind::Compensated);
+                    return Some(Compensation {
+                        node: name,
+                        attempts: attempt,
+                        outcome: CompensationOutcome::Compensated,
+                    });
+                }
+                Err(error) => render(&error),
+            };
         if attempt > policy.retries() {
             let shown = Arc::clone(&error);
             scheduler.emit(Some(node), attempt, || EventKind::CompensationFailed {

@@ -316,6 +316,13 @@ async fn a_run_stopped_at_every_commit_resumes_its_compensation() {
         let journal = events_of(&store, &id);
         if journal.iter().any(|e| e.kind == "Compensating") {
             stopped_in_phase += 1;
+            // A run stopped in the phase is `Compensating` in the store: `resume_all` takes it.
+            let runs = store
+                .list_runs(&RunFilter::default())
+                .await
+                .expect("listed");
+            let run = runs.iter().find(|r| r.id == id).expect("stored");
+            assert_eq!(run.status, RunStatus::Compensating, "stopped at {n}");
         }
         // The compensation attempts whose end is durable.
         let ended: BTreeSet<(String, u32)> = journal
@@ -364,5 +371,66 @@ async fn a_run_stopped_at_every_commit_resumes_its_compensation() {
     assert!(
         stopped_in_phase >= 3,
         "{stopped_in_phase} stops in the phase"
+    );
+}
+
+async fn refund_never(receipt: &u32) -> Result<(), Refused> {
+    effect("refund", "receipt");
+    let _ = receipt;
+    Err(Refused("the bank is gone"))
+}
+
+workflow! {
+    #[flow(durable)]
+    Doomed(order: u64) {
+        Sequential {
+            stock = Operation(reserve(order), compensate = release(&stock)),
+            receipt = Operation(charge(&stock), retries = 1, backoff = "10ms", compensate = refund_never(&receipt)),
+            shipped = Operation(ship()),
+        }
+    }
+}
+
+/// A compensation that fails for good: the run fails with it listed, the compensations after
+/// it do not run, and the store says `Failed` (the run's end is committed).
+#[tokio::test(start_paused = true)]
+async fn a_compensation_that_fails_for_good_leaves_the_run_failed() {
+    let store = MemoryStore::new();
+    let outcome = Doomed::runner()
+        .durable(&Probe::new(&store, None), "doomed-1")
+        .execute(7)
+        .await
+        .expect("the store works");
+    let error = outcome.result.expect_err("shipping fails");
+    assert!(!error.compensated());
+    assert!(
+        error
+            .to_string()
+            .contains("the compensation of `receipt` failed after 2 attempts: the bank is gone"),
+        "{error}"
+    );
+    assert_eq!(
+        compensation_keys("doomed-1"),
+        ["ref/receipt:compensate/1", "ref/receipt:compensate/2"]
+    );
+    let runs = store
+        .list_runs(&RunFilter::default())
+        .await
+        .expect("listed");
+    let run = runs.iter().find(|r| r.id == "doomed-1").expect("stored");
+    assert_eq!(run.status, RunStatus::Failed);
+    let kinds: Vec<String> = events_of(&store, "doomed-1")
+        .into_iter()
+        .filter(|e| e.kind.starts_with("Compensat"))
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "Compensating",
+            "CompensationRetrying",
+            "Compensating",
+            "CompensationFailed"
+        ]
     );
 }

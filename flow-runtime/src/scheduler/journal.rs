@@ -256,6 +256,14 @@ impl Journal {
         !self.broken
     }
 
+    /// The compensation phase starts: the run's status becomes `Compensating` with the next
+    /// commit (live; a replayed run has it already).
+    pub(super) fn compensating(&mut self) {
+        if !self.replaying() {
+            self.pending.status = Some(RunStatus::Compensating);
+        }
+    }
+
     /// Whether a commit failed or the replay diverged.
     pub(super) fn is_broken(&self) -> bool {
         self.broken

@@ -60,6 +60,10 @@ pub(super) async fn compensate<N: Nodes>(
     if !scheduler.ended_failed() {
         return Vec::new();
     }
+    #[cfg(feature = "durable")]
+    if let Some(journal) = scheduler.journal.as_deref_mut() {
+        journal.compensating();
+    }
     let base = scheduler.len();
     let mut done = Vec::new();
     let mut stopped = false;

@@ -95,6 +95,7 @@ pub use flow_runtime::{
     Backoff, BoxError, CancelReason, CancelToken, Edge, EdgeKind, FailurePolicy, Graph,
     IntoNodeResult, NodeFailure, NodeInfo, NodeKind, NodePolicy, NodeReport, NodeStatus,
 };
+pub use flow_runtime::{Compensation, CompensationOutcome};
 pub use flow_runtime::{NestKind, NestReport, NodePath, PathStep};
 
 /// # Example

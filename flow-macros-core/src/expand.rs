@@ -221,12 +221,14 @@ fn generate(
         false => TokenStream::new(),
     };
 
+    let (undo, tree) = compensations(&names, quote!(#options), tree);
     let body = quote! {
         async move {
             #(let #param_names = &#param_names;)*
             #mailbox
             #term_cell
             #(#statements)*
+            #undo
             let __flow_finished = #private::#execute(
                 &<Self as #private::Workflow>::GRAPH, #options, #tree,
             ).await;
@@ -237,6 +239,63 @@ fn generate(
     let value = &input.pattern;
     let run = quote!(#private::Runner::<Self>::new().run(#value));
     interface(workflow, input, &names.private, graph, body, run, keys)
+}
+
+/// The compensations of a workflow (or nest body) with `compensate = ..` options: one leaf
+/// per compensable step, in execution order, after the forward nodes of the run's node set
+/// (`(tree, compensations)`), and the run's options naming each leaf's step. Returns the
+/// statements to put before the run and the node tree to run; nothing changes for a workflow
+/// without compensations.
+pub(crate) fn compensations(
+    names: &Names<'_>,
+    options: TokenStream,
+    tree: TokenStream,
+) -> (TokenStream, TokenStream) {
+    let checked = names.checked;
+    if checked.compensations.is_empty() {
+        return (TokenStream::new(), tree);
+    }
+    let mut undo: Vec<&(usize, syn::Expr, Vec<Use>)> = checked.compensations.iter().collect();
+    undo.sort_by_key(|(node, ..)| names.pos[*node]);
+    let mut statements = TokenStream::new();
+    let mut leaves = Vec::new();
+    let mut steps = Vec::new();
+    for (k, (node, expr, reads)) in undo.into_iter().enumerate() {
+        let span = expr.span();
+        let private = respan(&names.private, span);
+        let rewritten = names.rewrite(expr, reads.iter().map(|u| &u.ident));
+        let inputs = reads.iter().map(
+            |Use {
+                 ident,
+                 source,
+                 optional,
+             }| {
+                let slot = names.slot(*source);
+                if *optional {
+                    quote!(let #ident = &#slot.get();)
+                } else {
+                    quote!(let #ident = #private::input(#slot)?;)
+                }
+            },
+        );
+        let finish = quote_spanned!(span=> #private::discard((#rewritten).await));
+        let var = format_ident!("__flow_undo_{}", k, span = Span::mixed_site());
+        statements.extend(quote! {
+            let #var = (move || async move {
+                #(#inputs)*
+                #finish
+            },);
+        });
+        leaves.push(quote!(#var));
+        let step = names.pos[*node] as u32;
+        steps.push(quote!(#step));
+    }
+    let private = &names.private;
+    let undo_tree = balanced(&leaves);
+    statements.extend(quote! {
+        let #options = #private::compensated(#options, &[#(#steps),*]);
+    });
+    (statements, quote!((#tree, #undo_tree)))
 }
 
 /// The items every workflow has, around its graph and its run's body: the struct, its

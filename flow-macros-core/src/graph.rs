@@ -137,6 +137,8 @@ pub struct Dag {
     pub nests: Vec<crate::nest::NestDef>,
     /// The `Complete` nodes and the `ForEach` each names.
     pub completes: Vec<(usize, Ident)>,
+    /// The operations with `compensate = ..`, each with the call that undoes it, by node id.
+    pub compensations: Vec<(usize, Expr)>,
 }
 
 /// A labelled step or block: the nodes it holds are the ids `nodes` (a block's nodes are
@@ -174,6 +176,7 @@ pub fn build(workflow: &Workflow, cx: &mut Ctxt) -> Dag {
             gates: Vec::new(),
             nests: Vec::new(),
             completes: Vec::new(),
+            compensations: Vec::new(),
         },
         cx,
         branches: Vec::new(),
@@ -322,6 +325,9 @@ impl Builder<'_> {
             waits: None,
         });
         let id = self.dag.nodes.len() - 1;
+        if let Some(undo) = options.compensate {
+            self.dag.compensations.push((id, undo));
+        }
         self.enter_sections(id);
         self.close_section(opened);
         id

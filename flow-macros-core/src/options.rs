@@ -20,6 +20,8 @@ pub struct OpOptions {
     pub rule: Option<(Rule, Span)>,
     /// `exclusive = "group"`.
     pub exclusive: Option<LitStr>,
+    /// `compensate = refund(&charge)`: what undoes the step when the run fails.
+    pub compensate: Option<syn::Expr>,
 }
 
 /// Resilience settings, shared by `Operation(..)` and `#[operation(..)]`; unset fields fall
@@ -187,7 +189,20 @@ pub struct ParallelOptions {
     pub exclusive: Option<LitStr>,
 }
 
-const OPERATION_OPTIONS: &str = "`after = [name, ..]`, `when = all_done`, `exclusive = \"group\"`, `timeout = \"2s\"`, `retries = 3`, `backoff = \"100ms\"`, `jitter = true` or `deadline = \"30s\"`";
+const OPERATION_OPTIONS: &str = "`after = [name, ..]`, `when = all_done`, `exclusive = \"group\"`, `compensate = undo(..)`, `timeout = \"2s\"`, `retries = 3`, `backoff = \"100ms\"`, `jitter = true` or `deadline = \"30s\"`";
+
+/// Reports `compensate = ..` written on a step that is not an `Operation` (`step` names it),
+/// and returns whether it did.
+pub fn misplaced_compensate(key: &Ident, step: &str, cx: &mut Ctxt) -> bool {
+    if key != "compensate" {
+        return false;
+    }
+    cx.error(
+        key.span(),
+        format!("`compensate` goes on an `Operation`, not on {step}: put it on the step whose effect it undoes, as in `Operation(charge(&order), compensate = refund(&charge))`"),
+    );
+    true
+}
 
 fn check_duplicates(options: &[Opt], cx: &mut Ctxt) {
     for (i, opt) in options.iter().enumerate() {
@@ -225,9 +240,16 @@ pub fn operation(options: &[Opt], cx: &mut Ctxt) -> OpOptions {
             },
             "when" => out.rule = Some((rules::when(opt, cx), opt.key.span())),
             "exclusive" => out.exclusive = rules::exclusive(opt, cx),
+            "compensate" => match &opt.value {
+                OptValue::Other(expr) => out.compensate = Some((**expr).clone()),
+                other => cx.error(
+                    other.span(),
+                    "`compensate` takes the call that undoes the step, as in `compensate = refund(&charge)`",
+                ),
+            },
             _ if out.policy.option(opt, cx) => {}
             other => {
-                let keys = ["after", "when", "exclusive"]
+                let keys = ["after", "when", "exclusive", "compensate"]
                     .into_iter()
                     .chain(POLICY_KEYS);
                 let message = match did_you_mean(other, keys) {
@@ -255,6 +277,7 @@ pub fn parallel(options: &[Opt], cx: &mut Ctxt) -> ParallelOptions {
             ),
             "exclusive" => out.exclusive = rules::exclusive(opt, cx),
             "when" => rules::when_on_block(opt, "Parallel", cx),
+            _ if misplaced_compensate(&opt.key, "a `Parallel` block", cx) => {}
             other => {
                 let hint = did_you_mean(other, ["max_concurrency", "exclusive", "min", "rest"]);
                 cx.error(
@@ -383,6 +406,7 @@ pub fn gate(
             }
             "exclusive" => out.exclusive = rules::exclusive(opt, cx),
             "when" => rules::when_on_block(opt, &keyword.to_string(), cx),
+            _ if misplaced_compensate(&opt.key, &format!("a `{keyword}` block"), cx) => {}
             other => {
                 let known: &[&str] = if race {
                     &["max_concurrency", "exclusive"]
@@ -422,6 +446,7 @@ pub fn sequential(options: &[Opt], cx: &mut Ctxt) -> Option<LitStr> {
         match opt.key.to_string().as_str() {
             "exclusive" => exclusive = rules::exclusive(opt, cx),
             "when" => rules::when_on_block(opt, "Sequential", cx),
+            _ if misplaced_compensate(&opt.key, "a `Sequential` block", cx) => {}
             other => cx.error(
                 opt.key.span(),
                 format!(

@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use syn::Ident;
+use syn::{Expr, Ident};
 
 use crate::ctxt::Ctxt;
 use crate::graph::{Dag, Kind, edge};
@@ -42,6 +42,9 @@ pub struct Checked {
     pub cancels: Vec<(usize, Vec<usize>)>,
     /// The nest nodes, each with its checked body.
     pub nests: Vec<crate::nest::CheckedNest>,
+    /// The compensable operations in execution order: each with the call that undoes it and
+    /// the node names that call reads (its own output among them).
+    pub compensations: Vec<(usize, Expr, Vec<Use>)>,
 }
 
 pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked> {
@@ -210,6 +213,54 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
             });
         }
     }
+    // A compensation reads what its step could read, and the step's own output.
+    let mut compensations = Vec::new();
+    for (node, undo) in &dag.compensations {
+        let node = *node;
+        let mut reads = Vec::new();
+        for ident in names::uses(undo, &readable) {
+            let Some(&source) = names.get(&ident.to_string()) else {
+                continue;
+            };
+            if source == node {
+                reads.push(Use {
+                    ident,
+                    source,
+                    optional: false,
+                });
+                continue;
+            }
+            if !is_ancestor(source, node) {
+                let at = at_line(dag.nodes[source].span());
+                let step = dag.nodes[node]
+                    .name
+                    .as_ref()
+                    .map_or_else(|| "this step".to_string(), |name| format!("`{name}`"));
+                cx.error(
+                    ident.span(),
+                    format!(
+                        "the compensation of {step} reads `{ident}`{at}, which {step} itself cannot read (it does not run before it); a compensation reads the step's own output, the parameters and the steps that run before the step"
+                    ),
+                );
+                continue;
+            }
+            let inside = &dag.nodes[node].branches;
+            let optional = !arms_of[source].iter().all(|a| arms_of[node].contains(a))
+                || !dag.nodes[source]
+                    .branches
+                    .iter()
+                    .all(|b| inside.contains(b))
+                || withdrawn_apart(source, node)
+                || dag.nodes[node].rule != Rule::Default
+                || dag.nodes[source].rule == Rule::OneFailed;
+            reads.push(Use {
+                ident,
+                source,
+                optional,
+            });
+        }
+        compensations.push((node, undo.clone(), reads));
+    }
     for (node, reads) in uses.iter().enumerate() {
         for read in reads {
             let why = if read.optional {
@@ -311,6 +362,7 @@ pub fn check(workflow: &Workflow, mut dag: Dag, cx: &mut Ctxt) -> Option<Checked
         hints,
         cancels,
         nests,
+        compensations,
     })
 }
 

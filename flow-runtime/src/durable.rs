@@ -54,19 +54,35 @@ pub struct Attempt {
     run: Arc<str>,
     node: &'static str,
     attempt: u32,
+    /// An attempt of the node's compensation (`compensate = ..`), not of the node.
+    compensation: bool,
 }
 
 impl Attempt {
     /// `"{run}/{node}/{attempt}"`: the same for an attempt and for its re-execution after a
-    /// crash, different for each retry.
+    /// crash, different for each retry. For an attempt of a compensation,
+    /// `"{run}/{node}:compensate/{attempt}"`.
     pub fn key(&self) -> String {
-        format!("{}/{}/{}", self.run, self.node, self.attempt)
+        format!("{}/{}", self.node_key(), self.attempt)
     }
 
     /// `"{run}/{node}"`: the same for every attempt of the node (one key across retries, as
-    /// payment APIs want).
+    /// payment APIs want); `"{run}/{node}:compensate"` for its compensation.
     pub fn node_key(&self) -> String {
-        format!("{}/{}", self.run, self.node)
+        match self.compensation {
+            true => format!("{}/{}:compensate", self.run, self.node),
+            false => format!("{}/{}", self.run, self.node),
+        }
+    }
+
+    /// Whether this is an attempt of the node's compensation rather than of the node.
+    pub fn is_compensation(&self) -> bool {
+        self.compensation
+    }
+
+    /// Makes this an attempt of the node's compensation.
+    pub(crate) fn set_compensation(&mut self) {
+        self.compensation = true;
     }
 
     /// The attempt's number, 1 for the first.
@@ -137,6 +153,7 @@ fn unreachable_ctx() -> AttemptCtx {
             run: Arc::from(""),
             node: "",
             attempt: 0,
+            compensation: false,
         },
         restore: None,
         captured: None,
@@ -811,6 +828,7 @@ pub(crate) fn attempt_ctx(run: &Arc<str>, node: &'static str, attempt: u32) -> A
             run: Arc::clone(run),
             node,
             attempt,
+            compensation: false,
         },
         restore: None,
         captured: None,

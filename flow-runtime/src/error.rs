@@ -136,6 +136,8 @@ pub struct WorkflowError {
     cancelled: Option<CancelReason>,
     /// The nest instance that failed (`charge[3]`), for a run nested in another.
     path: Option<NodePath>,
+    /// What the run did to undo its completed steps (`compensate = ..`).
+    compensations: Vec<crate::saga::Compensation>,
 }
 
 impl WorkflowError {
@@ -149,7 +151,26 @@ impl WorkflowError {
             failures,
             cancelled,
             path: None,
+            compensations: Vec::new(),
         }
+    }
+
+    /// Records what the run's compensation phase did.
+    pub(crate) fn set_compensations(&mut self, compensations: Vec<crate::saga::Compensation>) {
+        self.compensations = compensations;
+    }
+
+    /// What the failed run did to undo its completed steps (`compensate = ..` options), in the
+    /// order it did it: empty when no completed step has a compensation.
+    pub fn compensations(&self) -> &[crate::saga::Compensation] {
+        &self.compensations
+    }
+
+    /// Whether every compensation the run started succeeded (`true` when there were none).
+    pub fn compensated(&self) -> bool {
+        self.compensations
+            .iter()
+            .all(crate::saga::Compensation::is_compensated)
     }
 
     /// Names the nest instance this error is the failure of.
@@ -275,6 +296,16 @@ impl fmt::Display for WorkflowError {
                 "nodes"
             };
             write!(f, "{cancelled_count} {noun} cancelled")?;
+        }
+        // A compensation that failed for good leaves an effect not undone: the reader must
+        // know which.
+        for compensation in self.compensations.iter().filter(|c| !c.is_compensated()) {
+            if matches!(
+                compensation.outcome(),
+                crate::saga::CompensationOutcome::Failed { .. }
+            ) {
+                write!(f, "; {compensation}")?;
+            }
         }
         Ok(())
     }

@@ -128,6 +128,24 @@ pub enum EventKind {
     },
     /// A `Delay` step's timer fired.
     TimerFired,
+    /// An attempt of a completed step's compensation started (the run failed; see
+    /// `docs/semantics.md`, "Compensation").
+    Compensating,
+    /// The step's compensation succeeded: its effect is undone.
+    Compensated,
+    /// An attempt of a compensation failed and it will try again after `delay`.
+    CompensationRetrying {
+        /// The failed attempt's error, rendered.
+        error: Arc<str>,
+        /// The wait before the next attempt.
+        delay: Duration,
+    },
+    /// The compensation's last attempt failed: the step's effect is not undone, and no
+    /// further compensation runs.
+    CompensationFailed {
+        /// The error, rendered.
+        error: Arc<str>,
+    },
     /// The run ended.
     RunFinished {
         /// Whether the run succeeded.
@@ -152,6 +170,10 @@ impl EventKind {
             EventKind::SignalReceived { .. } => "SignalReceived",
             EventKind::TimerSet { .. } => "TimerSet",
             EventKind::TimerFired => "TimerFired",
+            EventKind::Compensating => "Compensating",
+            EventKind::Compensated => "Compensated",
+            EventKind::CompensationRetrying { .. } => "CompensationRetrying",
+            EventKind::CompensationFailed { .. } => "CompensationFailed",
             EventKind::RunFinished { .. } => "RunFinished",
         }
     }

@@ -45,6 +45,7 @@ mod progress;
 mod report;
 mod run_state;
 mod runner;
+mod saga;
 mod scheduler;
 mod scope;
 mod signal;
@@ -76,6 +77,7 @@ pub mod features {
 }
 pub use report::{NodeReport, Outcome, Report, TraceColumn, TraceMatrix};
 pub use runner::{Runner, Workflow};
+pub use saga::{Compensation, CompensationOutcome};
 pub use signal::{SendError, SignalKey, Signals};
 pub use status::NodeStatus;
 
@@ -111,7 +113,7 @@ pub mod __private {
     pub use crate::signal::{Environment, Mailbox, SignalKey, WaitSignal, signal, with_mailbox};
     pub use crate::slot::{Slot, TermCell};
     pub use crate::support::{
-        complete, discard, execute, execute_in_arena, execute_nodes, input, require,
+        compensated, complete, discard, execute, execute_in_arena, execute_nodes, input, require,
     };
     pub use crate::verdict::Finished;
     pub use std::{

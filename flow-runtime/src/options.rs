@@ -37,6 +37,9 @@ pub struct RunOptions {
     /// A durable run's store, lease and journal to replay (`durable::drive`).
     #[cfg(feature = "durable")]
     pub(crate) journal: Option<Arc<crate::durable::JournalSetup>>,
+    /// The step of each compensation leaf of the node set, in leaf order (after the graph's
+    /// nodes): empty for a workflow without `compensate = ..` (`scheduler/saga.rs`).
+    pub(crate) compensations: &'static [u32],
 }
 
 impl Default for RunOptions {
@@ -56,6 +59,7 @@ impl Default for RunOptions {
             instance: false,
             #[cfg(feature = "durable")]
             journal: None,
+            compensations: &[],
         }
     }
 }

@@ -55,6 +55,7 @@ pub struct Report {
     elapsed: Option<Duration>,
     nodes: Vec<NodeReport>,
     nests: Vec<NestReport>,
+    compensations: Vec<crate::saga::Compensation>,
     log: EventLog,
     #[cfg_attr(feature = "serde", serde(skip))]
     graph: &'static Graph,
@@ -68,6 +69,7 @@ pub(crate) struct ReportParts {
     pub elapsed: Option<Duration>,
     pub nodes: Vec<NodeReport>,
     pub nests: Vec<NestReport>,
+    pub compensations: Vec<crate::saga::Compensation>,
     pub log: Option<EventLog>,
 }
 
@@ -107,6 +109,7 @@ impl Report {
             elapsed: parts.elapsed,
             nodes,
             nests: parts.nests,
+            compensations: parts.compensations,
             log,
             graph: parts.graph,
         }
@@ -140,6 +143,12 @@ impl Report {
     /// The report of the node called `name`.
     pub fn node(&self, name: &str) -> Option<&NodeReport> {
         self.nodes.iter().find(|n| n.name == name)
+    }
+
+    /// What the failed run did to undo its completed steps (`compensate = ..` options), in the
+    /// order it did it: empty for a run that succeeded or had nothing to compensate.
+    pub fn compensations(&self) -> &[crate::saga::Compensation] {
+        &self.compensations
     }
 
     /// What each nest node that started (a `ForEach`, a `Loop`, a sub-workflow step) did with

@@ -66,6 +66,14 @@ pub fn execute_nodes<N: Nodes>(
     }
 }
 
+/// The options of a run whose node set holds, after the graph's nodes, one compensation leaf
+/// per step named in `steps` (in that order, which is topological): the code `workflow!`
+/// generates for a workflow with `compensate = ..` options.
+pub fn compensated(mut options: RunOptions, steps: &'static [u32]) -> RunOptions {
+    options.compensations = steps;
+    options
+}
+
 /// Reads the output of a node that is sure to have completed in a successful run.
 pub fn require<'a, T>(slot: &'a Slot<T>, node: &'static str) -> Result<&'a T, NodeFailure> {
     slot.get().ok_or(NodeFailure {

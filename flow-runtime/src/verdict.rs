@@ -141,6 +141,8 @@ pub struct Finished {
     pub(crate) terminated: bool,
     /// What the nest nodes that started did, in node order.
     pub(crate) nests: Vec<NestReport>,
+    /// What a failed run did to undo its completed steps, in the order it did it.
+    pub(crate) compensations: Vec<crate::saga::Compensation>,
 }
 
 impl Finished {
@@ -149,6 +151,12 @@ impl Finished {
     /// skipped) and every failure was caught by a `Conditional`.
     pub fn succeeded(&self) -> bool {
         self.cancelled.is_none() && (self.terminated || self.verdict.succeeded)
+    }
+
+    /// The run, with what its compensation phase did.
+    pub(crate) fn compensated(mut self, compensations: Vec<crate::saga::Compensation>) -> Self {
+        self.compensations = compensations;
+        self
     }
 
     /// Finishes the run: on success evaluates `output` (the workflow's output expression), on
@@ -168,6 +176,7 @@ impl Finished {
             report: wants_report,
             terminated: _,
             nests,
+            compensations,
         } = self;
         let attempts = |id: usize, status: NodeStatus| attempts_of(&extras.attempts, id, status);
         let report = Report::new(ReportParts {
@@ -177,6 +186,7 @@ impl Finished {
             elapsed,
             log,
             nests,
+            compensations: compensations.clone(),
             nodes: graph
                 .nodes
                 .iter()
@@ -228,7 +238,9 @@ impl Finished {
                     })
                 })
                 .collect();
-            Err(WorkflowError::new(graph.name, failures, cancelled))
+            let mut error = WorkflowError::new(graph.name, failures, cancelled);
+            error.set_compensations(compensations);
+            Err(error)
         };
         Outcome { result, report }
     }

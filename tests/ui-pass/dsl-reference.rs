@@ -451,6 +451,24 @@ workflow! {
 }
 
 // ---- docs/dsl.md, block 25
+workflow! {
+    /// Reserves, charges, then scores the risk; when scoring fails, the charge is undone, then
+    /// the reservation (a notification stands for the refund and for the release here).
+    pub Undone(ctx: &AppCtx, order_id: u64) {
+        Sequential {
+            order = Operation(fetch_order(ctx, order_id)),
+            stock = Operation(reserve_stock(ctx, &order), compensate = notify(ctx, stock.order_id)),
+            receipt = Operation(
+                charge(&order, &stock),
+                retries = 3,
+                compensate = notify(ctx, receipt.order_id),
+            ),
+            Operation(score_risk(&order)),
+        }
+    }
+}
+
+// ---- docs/dsl.md, block 26
 pub struct Client;
 impl Client {
     pub async fn get(&self, id: u64) -> Result<u64, ShopError> { Ok(id) }
@@ -465,7 +483,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 26
+// ---- docs/dsl.md, block 27
 #[operation(name = "charge card", timeout = "2s")]
 pub async fn charge_card(order: &Order, stock: &Reservation) -> Result<Receipt, ShopError> {
     charge(order, stock).await
@@ -481,7 +499,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 27
+// ---- docs/dsl.md, block 28
 workflow! {
     /// Rejects orders whose risk is high or could not be scored in time.
     pub Screen(ctx: &AppCtx, order_id: u64) {
@@ -496,7 +514,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 28
+// ---- docs/dsl.md, block 29
 workflow! {
     /// Charges an order and returns the receipt, if the risk was low.
     pub Receipted(ctx: &AppCtx, order_id: u64) -> (u64, Option<Receipt>) {
@@ -513,7 +531,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 29
+// ---- docs/dsl.md, block 30
 use std::num::NonZeroUsize;
 use std::time::Duration;
 

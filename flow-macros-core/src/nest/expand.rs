@@ -299,8 +299,10 @@ fn instance(body: &crate::expand::Names<'_>) -> TokenStream {
         quote!(execute_in_arena)
     };
     let output = crate::expand::output(body);
+    let (undo, tree) = crate::expand::compensations(body, quote!(__flow_opts), tree);
     quote! {
         #(#statements)*
+        #undo
         let __flow_finished = #private::#execute(__flow_body, __flow_opts, #tree).await;
         __flow_finished.output(move || #output)
     }

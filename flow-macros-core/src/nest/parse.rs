@@ -273,6 +273,9 @@ fn choice(opt: &Opt, words: [&str; 2], meaning: &str, cx: &mut Ctxt) -> Option<b
 }
 
 fn unknown(opt: &Opt, step: &str, known: &[&str], expected: &str, cx: &mut Ctxt) {
+    if crate::options::misplaced_compensate(&opt.key, &format!("a `{step}` step"), cx) {
+        return;
+    }
     let other = opt.key.to_string();
     let message = match did_you_mean(&other, known.iter().copied()) {
         hint if hint.is_empty() => {

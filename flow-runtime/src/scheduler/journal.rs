@@ -247,6 +247,56 @@ impl Journal {
     }
 }
 
+/// What the compensation phase (`saga.rs`) needs of the journal.
+impl Journal {
+    /// Commits everything pending (after the commit in flight, if any). `false` when a commit
+    /// failed or the replay diverged: the run stops.
+    pub(super) async fn flush(&mut self) -> bool {
+        while !self.broken && std::future::poll_fn(|cx| self.pump(cx)).await {}
+        !self.broken
+    }
+
+    /// The compensation phase starts: the run's status becomes `Compensating` with the next
+    /// commit (live; a replayed run has it already).
+    pub(super) fn compensating(&mut self) {
+        if !self.replaying() {
+            self.pending.status = Some(RunStatus::Compensating);
+        }
+    }
+
+    /// Whether a commit failed or the replay diverged.
+    pub(super) fn is_broken(&self) -> bool {
+        self.broken
+    }
+
+    /// Replaying: the journal's next event, if it is an end of attempt `attempt` of `node`'s
+    /// compensation (`Compensated`, `CompensationRetrying`, `CompensationFailed`), with its
+    /// error text for a failure. `None`: the attempt has no recorded end (it runs now).
+    pub(super) fn compensation_end(&self, node: u32, attempt: u32) -> Option<Result<(), String>> {
+        let event = self.setup.events.get(self.cursor)?;
+        if event.node != Some(node) || event.attempt != attempt {
+            return None;
+        }
+        match event.kind.as_str() {
+            "Compensated" => Some(Ok(())),
+            "CompensationRetrying" | "CompensationFailed" => Some(Err(error_text(event))),
+            _ => None,
+        }
+    }
+
+    /// Whether the replay has journal events left.
+    pub(super) fn replaying(&self) -> bool {
+        !self.broken && self.cursor < self.setup.events.len()
+    }
+
+    /// The context of an attempt of `node`'s compensation (its idempotency key).
+    pub(super) fn compensation_ctx(&self, node: &'static str, attempt: u32) -> AttemptCtx {
+        let mut ctx = attempt_ctx(&self.run, node, attempt);
+        ctx.attempt.set_compensation();
+        ctx
+    }
+}
+
 /// The timer of `node`'s backoff.
 fn backoff_key(node: Option<u32>) -> TimerKey {
     timer_key(node, TimerKind::Backoff)

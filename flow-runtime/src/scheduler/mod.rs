@@ -16,6 +16,7 @@ mod gate;
 #[cfg(feature = "durable")]
 mod journal;
 mod rules;
+mod saga;
 mod settle;
 
 use std::future::Future;
@@ -887,6 +888,7 @@ impl Scheduler {
             report: self.report,
             terminated: self.terminated,
             nests,
+            compensations: Vec::new(),
         }
     }
 }
@@ -956,7 +958,7 @@ where
     N: Nodes,
 {
     let mut table = Table::new(nodes.as_mut());
-    debug_assert_eq!(table.len(), graph.nodes.len());
+    debug_assert_eq!(table.len(), graph.nodes.len() + options.compensations.len());
     // Once the run has ended, or its future is dropped, signals are refused. Declared after
     // the table, so dropped before it: the steps' waits are dropped first. Only the run at the
     // top closes it: a nest's instances share it with that run, which goes on after them.
@@ -1019,13 +1021,26 @@ where
         poll
     })
     .await;
+    // A failed run with compensations undoes its completed steps before it ends.
+    let compensations = if options.compensations.is_empty() {
+        Vec::new()
+    } else {
+        Box::pin(saga::compensate(
+            &mut scheduler,
+            &mut table,
+            options.compensations,
+        ))
+        .await
+    };
     #[cfg(feature = "durable")]
     if scheduler.journal.is_some() {
         // Boxed: inline, its state (a second scheduler, the last commit) would grow every
         // run's future, which tokio moves.
-        return Box::pin(journal::finish_journaled(scheduler)).await;
+        return Box::pin(journal::finish_journaled(scheduler))
+            .await
+            .compensated(compensations);
     }
-    scheduler.finish()
+    scheduler.finish().compensated(compensations)
 }
 
 /// Closes a run's mailbox when the run ends or its future is dropped.

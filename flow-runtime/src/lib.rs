@@ -24,6 +24,7 @@
 //   runner                              `Workflow` and `Runner`: the public entry points
 //   progress                            an observer (feature `progress`)
 //   store                               durable runs' storage (feature `durable`): uses events, nest
+//   worker                              resumes unfinished durable runs (feature `durable`): uses durable, store
 mod delay;
 mod drivers;
 #[cfg(feature = "durable")]
@@ -51,6 +52,8 @@ pub mod store;
 mod support;
 mod verdict;
 mod wake;
+#[cfg(feature = "durable")]
+pub mod worker;
 
 pub use error::{BoxError, IntoNodeResult, NodeError, NodeFailure, WorkflowError};
 pub use events::{

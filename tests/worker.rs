@@ -1,10 +1,12 @@
-//! `flow::Worker`: it resumes the unfinished runs of the workflows it knows (on `MemoryStore`
-//! and on `SqliteStore`), leaves alone the runs of others and the runs that ended, and its
-//! loop stops when told to, after the runs it drives have ended.
+//! Durable timers and `flow::Worker`: a `Delay` step's due time is stored with its run, a run
+//! stopped while it waits resumes waiting only what is left; the worker resumes the unfinished
+//! runs of the workflows it knows (on `MemoryStore` and on `SqliteStore`) once their timer is
+//! due, leaves alone the runs of others and the runs that ended, and its loop stops when told
+//! to, after the runs it drives have ended.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use flow::durable::DurableError;
 use flow::prelude::*;
@@ -16,12 +18,15 @@ use flow::store::{
 use flow::{Worker, WorkerReport};
 use flow_sqlite::SqliteStore;
 
-/// A store whose commit number `fail_at` (counted from 0) fails, as a crash would stop it.
+/// A store whose commit number `fail_at` (counted from 0) fails, as a crash would stop it;
+/// or whose leases are short, so that a run dropped as a killed process would be is free to
+/// resume soon.
 #[derive(Clone)]
 struct Failing<S> {
     inner: S,
     commits: Arc<AtomicUsize>,
     fail_at: usize,
+    lease: Option<Duration>,
 }
 
 impl<S: Store + Clone> Failing<S> {
@@ -30,12 +35,25 @@ impl<S: Store + Clone> Failing<S> {
             inner: inner.clone(),
             commits: Arc::new(AtomicUsize::new(0)),
             fail_at,
+            lease: None,
+        }
+    }
+
+    /// A store whose runs' leases last `LEASE`.
+    fn short_lease(inner: &S) -> Failing<S> {
+        Failing {
+            lease: Some(LEASE),
+            ..Failing::new(inner, usize::MAX)
         }
     }
 }
 
+/// The lease of a run on a `Failing::short_lease` store.
+const LEASE: Duration = Duration::from_millis(100);
+
 impl<S: Store + Clone> Store for Failing<S> {
-    fn create_run(&self, run: NewRun) -> StoreFuture<'_, Created> {
+    fn create_run(&self, mut run: NewRun) -> StoreFuture<'_, Created> {
+        run.lease = self.lease.unwrap_or(run.lease);
         self.inner.create_run(run)
     }
     fn load_run<'a>(
@@ -52,7 +70,8 @@ impl<S: Store + Clone> Store for Failing<S> {
     fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
         self.inner.events(run, from_seq)
     }
-    fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
+    fn commit(&self, mut batch: Batch) -> StoreFuture<'_, Committed> {
+        batch.lease = self.lease.unwrap_or(batch.lease);
         if self.commits.fetch_add(1, Ordering::SeqCst) == self.fail_at {
             return Box::pin(std::future::ready(Err(StoreError::Closed)));
         }
@@ -110,6 +129,21 @@ workflow! {
             item = Operation(fetch(order)),
             parcel = Operation(pack(&item)),
             sent = Operation(ship(&parcel)),
+        }
+        => sent.clone()
+    }
+}
+
+/// Waits between two steps: the timer is journaled.
+const WAIT: Duration = Duration::from_millis(300);
+
+workflow! {
+    #[flow(durable)]
+    Reminder(order: u64) -> String {
+        Sequential {
+            item = Operation(fetch(order)),
+            Delay("300ms"),
+            sent = Operation(ship(&item)),
         }
         => sent.clone()
     }
@@ -241,4 +275,120 @@ async fn the_worker_loop_on_sqlite_picks_up_runs_and_stops_on_shutdown() {
     assert!(polls >= 2, "{polls} polls");
     assert_eq!(status(&store, "early").await, RunStatus::Succeeded);
     assert_eq!(status(&store, "late").await, RunStatus::Succeeded);
+}
+
+fn kinds(events: &[StoredEvent], kind: &str) -> usize {
+    events.iter().filter(|e| e.kind == kind).count()
+}
+
+/// Starts a `Reminder` run and drops it (as a killed process would stop) 100 ms into its
+/// `Delay`, its `TimerSet` durable; returns when it started. Its lease lapses `LEASE` later.
+async fn stopped_while_waiting<S: Store + Clone>(store: &S, id: &str) -> Instant {
+    let started = Instant::now();
+    let run = Reminder::runner()
+        .durable(&Failing::short_lease(store), id)
+        .execute(5);
+    let stopped = tokio::time::timeout(Duration::from_millis(100), run).await;
+    assert!(stopped.is_err(), "the run is still waiting");
+    let events = store.events(id, 0).await.expect("reads the journal");
+    assert_eq!(kinds(&events, "TimerSet"), 1, "{events:#?}");
+    assert_eq!(kinds(&events, "TimerFired"), 0, "{events:#?}");
+    started
+}
+
+/// Every stop of a run with a `Delay`, resumed: the same result, one `TimerSet` and one
+/// `TimerFired` in the journal, and the whole run waited about its delay once.
+#[tokio::test]
+async fn a_delay_is_journaled_and_a_resumed_run_waits_only_what_is_left() {
+    let store = MemoryStore::new();
+    let reference = Reminder::runner()
+        .durable(&store, "remind-ref")
+        .execute(5)
+        .await
+        .expect("runs");
+    assert_eq!(reference.result.expect("succeeds"), "shipped item-5");
+    let events = store.events("remind-ref", 0).await.expect("reads");
+    assert_eq!(kinds(&events, "TimerSet"), 1);
+    assert_eq!(kinds(&events, "TimerFired"), 1);
+
+    let id = "remind-1".to_owned();
+    let stopped_at = stopped_while_waiting(&store, &id).await;
+    let due = store
+        .list_runs(&RunFilter::default())
+        .await
+        .expect("lists")
+        .into_iter()
+        .find(|run| run.id == id)
+        .and_then(|run| run.wake_at_ms)
+        .expect("a run waiting on a timer wakes when it is due");
+    let now = flow::store::now_ms();
+    assert!(due > now && due <= now + 300, "due {due}, now {now}");
+
+    // The worker leaves it alone until its timer is due.
+    let worker = Worker::new(store.clone()).register::<Reminder>();
+    assert!(worker.resume_due().await.expect("lists").is_empty());
+
+    tokio::time::sleep(LEASE).await;
+    let resumed_at = Instant::now();
+    let outcome = Reminder::resume(&store, &id).await.expect("resumes");
+    assert_eq!(outcome.result.expect("succeeds"), "shipped item-5");
+    let whole = stopped_at.elapsed();
+    assert!(whole >= WAIT - Duration::from_millis(20), "{whole:?}");
+    assert!(
+        resumed_at.elapsed() < WAIT,
+        "the resumed run waited {:?} again",
+        resumed_at.elapsed()
+    );
+    let events = store.events(&id, 0).await.expect("reads");
+    assert_eq!(kinds(&events, "TimerSet"), 1, "{events:#?}");
+    assert_eq!(kinds(&events, "TimerFired"), 1, "{events:#?}");
+}
+
+/// A run stopped while its `Delay` waits, in a SQLite file: the worker's loop picks it up
+/// once the stored timer is due, not before, and it ends with the uninterrupted result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_resumes_a_waiting_run_on_sqlite_when_its_timer_is_due() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("worker-timer");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a directory for the store");
+    let store = SqliteStore::open(dir.join("runs.db")).expect("opens");
+    let id = "remind-1".to_owned();
+    stopped_while_waiting(&store, &id).await;
+    let due = store
+        .list_runs(&RunFilter::default())
+        .await
+        .expect("lists")
+        .into_iter()
+        .find(|run| run.id == id)
+        .and_then(|run| run.wake_at_ms)
+        .expect("a wake-up time");
+
+    let worker = Worker::new(store.clone())
+        .register::<Reminder>()
+        .poll_interval(Duration::from_millis(20));
+    let shutdown = {
+        let store = store.clone();
+        let id = id.clone();
+        async move {
+            while status(&store, &id).await != RunStatus::Succeeded {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    let report = tokio::time::timeout(Duration::from_secs(10), worker.run(shutdown))
+        .await
+        .expect("the worker resumes the run within 10 s")
+        .expect("the store answers");
+    assert!(flow::store::now_ms() >= due);
+    let resumed: Vec<&str> = report.resumed.iter().map(|r| r.run.as_str()).collect();
+    assert_eq!(resumed, [id.as_str()]);
+    assert!(
+        report.polls >= 3,
+        "picked up after {} polls: before its timer was due?",
+        report.polls
+    );
+    let events = store.events(&id, 0).await.expect("reads");
+    assert_eq!(kinds(&events, "TimerSet"), 1);
+    assert_eq!(kinds(&events, "TimerFired"), 1);
+    assert_eq!(kinds(&events, "RunFinished"), 1);
 }

@@ -115,10 +115,7 @@ async fn go(store: &SqliteStore) -> Result<(), Box<dyn std::error::Error>> {
             println!("{RUN}: {}", outcome.result?);
         }
         Some(run) if run.status.is_finished() => {
-            println!(
-                "{RUN} has ended ({}); `-- --fresh` starts over",
-                run.status
-            );
+            println!("{RUN} has ended ({}); `-- --fresh` starts over", run.status);
         }
         Some(run) => {
             match run.wake_at_ms {
@@ -147,7 +144,11 @@ async fn go(store: &SqliteStore) -> Result<(), Box<dyn std::error::Error>> {
             };
             for resumed in worker.run(ended).await?.resumed {
                 let outcome = resumed.result?;
-                println!("{}: resumed, {:?}", resumed.run, outcome.result.map(|()| "succeeded"));
+                println!(
+                    "{}: resumed, {:?}",
+                    resumed.run,
+                    outcome.result.map(|()| "succeeded")
+                );
             }
         }
     }

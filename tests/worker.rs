@@ -166,8 +166,7 @@ async fn stopped_order<S: Store + Clone>(store: &S, id: &str, n: usize) {
         .durable(&Failing::new(store, n), id)
         .execute(7)
         .await
-        .err()
-        .expect("the failing commit stops the run");
+        .expect_err("the failing commit stops the run");
     assert!(
         matches!(err, DurableError::Store(StoreError::Closed)),
         "{err}"

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use flow::prelude::*;
-use flow::store::{
+use flow_runtime::store::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Owner, RunFilter,
     RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent, StoredSignal,
 };
@@ -99,6 +99,17 @@ impl Store for Failing {
     }
 }
 
+/// Held while a store is open in this process and while a child runs: a child forked while
+/// another test's store is open holds a copy of that store's lock until it execs, which would
+/// make a store dropped just then still look locked to the next child.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A fresh store file for test `name` with run `done` (succeeded) and run `stopped` (stopped
 /// at its second commit, unfinished); the store is closed when this returns.
 fn store(name: &str) -> PathBuf {
@@ -106,6 +117,7 @@ fn store(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a directory");
     let path = dir.join("runs.db");
+    let _serial = serial();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
@@ -133,6 +145,7 @@ fn store(name: &str) -> PathBuf {
 }
 
 fn flow(args: &[&str]) -> Output {
+    let _serial = serial();
     Command::new(env!("CARGO_BIN_EXE_flow"))
         .args(args)
         .output()
@@ -269,7 +282,10 @@ fn errors_name_the_problem_and_set_the_exit_code() {
     // A store held open by this process: the CLI is refused, names the lock, changes nothing.
     let held = SqliteStore::open(db).expect("opens");
     fails(&flow(&["runs", db]), 4, "is locked by");
-    drop(held);
+    {
+        let _serial = serial();
+        drop(held);
+    }
 
     let output = flow(&[]);
     assert_eq!(output.status.code(), Some(2));
@@ -293,14 +309,17 @@ fn resume_needs_the_workflow_and_runs_it_when_registered() {
     );
     let cli = flow_cli::Cli::new().register::<Order>();
     let mut out = Vec::new();
+    let serial = serial();
     cli.run_with(["flow", "resume", db, "stopped"], &mut out)
         .expect("resumes");
     assert_eq!(text(&out), "run `stopped` resumed: succeeded\n");
     let err = cli
         .run_with(["flow", "resume", db, "nope"], &mut Vec::new())
         .expect_err("no such run");
+    drop(serial);
     assert_eq!(err.exit_code(), 3);
     let output = flow(&["runs", db, "--json"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
     let runs: Value = serde_json::from_slice(&output.stdout).expect("JSON");
     assert!(
         runs.as_array()

@@ -391,3 +391,30 @@ async fn the_worker_resumes_a_waiting_run_on_sqlite_when_its_timer_is_due() {
     assert_eq!(kinds(&events, "TimerFired"), 1);
     assert_eq!(kinds(&events, "RunFinished"), 1);
 }
+
+/// A run the worker cannot resume for a reason that would not change (its graph is not the
+/// workflow's) is reported once, and the loop does not try it again at every look.
+#[tokio::test]
+async fn a_run_refused_for_good_is_reported_once() {
+    let store = MemoryStore::new();
+    let owner = Owner::new("gone");
+    let lease = Duration::from_secs(60);
+    let created = store
+        .create_run(NewRun::new("bad", "Order", 1, owner.clone(), lease))
+        .await
+        .expect("creates");
+    let held = created.lease().expect("a new run").clone();
+    store.release(&owner, &[held]).await.expect("releases");
+
+    let worker = Worker::new(store.clone())
+        .register::<Order>()
+        .poll_interval(Duration::from_millis(5));
+    let report = worker
+        .run(tokio::time::sleep(Duration::from_millis(100)))
+        .await
+        .expect("the store answers");
+    assert!(report.polls >= 5, "{} polls", report.polls);
+    assert_eq!(report.resumed.len(), 1, "{:?}", report.resumed);
+    let err = report.resumed[0].result.as_ref().expect_err("refused");
+    assert!(matches!(err, DurableError::GraphChanged { .. }), "{err}");
+}

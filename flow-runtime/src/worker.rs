@@ -185,6 +185,10 @@ impl<S: Store + Clone> Worker<S> {
     /// driving up to [`Worker::max_runs`] at once, until `shutdown` completes. Then it picks
     /// up nothing more and returns once the runs it drives have ended or stopped.
     ///
+    /// A run that could not be resumed because of the store ([`DurableError::Store`]) is
+    /// tried again at a later look; one refused for another reason (its graph changed, its
+    /// replay diverged, its input cannot be read) is reported once and left alone.
+    ///
     /// Dropping the future drops the runs it drives, which is safe: each is journaled and is
     /// picked up again once its lease expires.
     ///
@@ -200,10 +204,26 @@ impl<S: Store + Clone> Worker<S> {
         let mut report = WorkerReport::default();
         let mut stopping = false;
         let mut failed = None;
+        // Runs refused for a reason a new attempt would meet again (a changed graph, a
+        // diverged replay, an unreadable input): not picked up again by this loop.
+        let mut refused: Vec<String> = Vec::new();
+        let mut seen = 0;
         loop {
+            for resumed in &report.resumed[seen..] {
+                let for_good =
+                    matches!(&resumed.result, Err(e) if !matches!(e, DurableError::Store(_)));
+                if for_good && !refused.contains(&resumed.run) {
+                    refused.push(resumed.run.clone());
+                }
+            }
+            seen = report.resumed.len();
             if !stopping && flying.len() < self.max_runs {
                 report.polls += 1;
-                let skip: Vec<String> = flying.iter().map(|f| f.run.clone()).collect();
+                let skip: Vec<String> = flying
+                    .iter()
+                    .map(|f| f.run.clone())
+                    .chain(refused.iter().cloned())
+                    .collect();
                 match self.due(self.max_runs - flying.len(), &skip).await {
                     Ok(runs) => flying.extend(runs.iter().filter_map(|run| self.start(run))),
                     Err(error) => {

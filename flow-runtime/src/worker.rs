@@ -11,13 +11,19 @@
 //! tokio runtime beyond the timer.
 //!
 //! ```
-//! # #[cfg(any())] mod hidden {
-//! let worker = flow::Worker::new(store.clone())
-//!     .register::<Checkout>()
-//!     .poll_interval(std::time::Duration::from_millis(500));
-//! // Until Ctrl-C: the runs in flight are finished, nothing new is picked up.
-//! let report = worker.run(async { tokio::signal::ctrl_c().await.ok(); }).await?;
-//! # }
+//! use std::time::Duration;
+//! use flow_runtime::store::MemoryStore;
+//! use flow_runtime::worker::Worker;
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! let store = MemoryStore::new();
+//! // In an application: `.register::<Checkout>()` for each `#[flow(durable)]` workflow.
+//! let worker = Worker::new(store.clone()).poll_interval(Duration::from_millis(10));
+//! // Until the shutdown future completes (Ctrl-C in a service); then the runs in flight end.
+//! let report = worker.run(tokio::time::sleep(Duration::from_millis(50))).await?;
+//! assert!(report.polls >= 2);
+//! # Ok::<(), flow_runtime::durable::DurableError>(())
+//! # }).unwrap();
 //! ```
 
 use std::collections::HashMap;

@@ -386,6 +386,10 @@ pub use flow_runtime::store;
 #[cfg(feature = "durable")]
 pub use flow_runtime::durable::attempt;
 
+/// The worker that resumes the unfinished runs of a store (feature `durable`).
+#[cfg(feature = "durable")]
+pub use flow_runtime::worker::{Resumed, Worker, WorkerReport};
+
 #[doc(hidden)]
 pub mod __private {
     pub use flow_runtime::__private::*;

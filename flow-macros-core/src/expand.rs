@@ -91,7 +91,6 @@ fn durable_checks(workflow: &Workflow, checked: &Checked, cx: &mut Ctxt) {
     for node in &checked.dag.nodes {
         let what = match node.kind {
             Kind::Signal => "`Signal`",
-            Kind::Delay => "`Delay`",
             Kind::ForEach => "`ForEach`",
             Kind::Loop => "`Loop`",
             Kind::Workflow => "`Workflow`",

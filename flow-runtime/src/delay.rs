@@ -98,6 +98,14 @@ impl<F: Fn() -> Result<Duration, NodeError>> Leaf for Wait<F> {
             _ => None,
         }
     }
+
+    fn resume_timer(self: Pin<&mut Self>, left: Duration) {
+        let this = self.get_mut();
+        if let Some(Ok((after, _))) = &this.running {
+            let after = *after;
+            this.running = Some(timer(left).map(|sleep| (after, sleep)));
+        }
+    }
 }
 
 // The timer is pinned in its box; nothing else is structurally pinned.
@@ -146,6 +154,20 @@ mod tests {
             matches!(&polled, Poll::Ready(Err(NodeError::Panicked(m))) if m.contains("tokio runtime with time enabled")),
             "{polled:?}"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_resumed_timer_waits_what_is_left() {
+        let start = tokio::time::Instant::now();
+        let mut wait = pin!(Wait::new(|| Ok(Duration::from_secs(3600))));
+        wait.as_mut().start();
+        wait.as_mut().resume_timer(Duration::from_millis(40));
+        // The step's duration is still the one it was written with (for its `TimerSet`).
+        assert_eq!(wait.delay(), Some(Duration::from_secs(3600)));
+        std::future::poll_fn(|cx| wait.as_mut().poll(cx))
+            .await
+            .expect("the timer fires");
+        assert_eq!(start.elapsed(), Duration::from_millis(40));
     }
 
     #[tokio::test(start_paused = true)]

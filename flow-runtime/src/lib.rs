@@ -24,6 +24,7 @@
 //   runner                              `Workflow` and `Runner`: the public entry points
 //   progress                            an observer (feature `progress`)
 //   store                               durable runs' storage (feature `durable`): uses events, nest
+//   worker                              resumes unfinished durable runs (feature `durable`): uses durable, store
 //
 // Outside the layers: nest (nested graphs; its plain types `NestKind`, `NodePath` are read by
 // graph, events and error, and its context uses options, report and runner) and drivers
@@ -56,6 +57,8 @@ pub mod store;
 mod support;
 mod verdict;
 mod wake;
+#[cfg(feature = "durable")]
+pub mod worker;
 
 pub use error::{BoxError, IntoNodeResult, NodeError, NodeFailure, WorkflowError};
 pub use events::{

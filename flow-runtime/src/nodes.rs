@@ -45,6 +45,12 @@ pub trait Leaf {
         None
     }
 
+    /// A started `Delay` step of a resumed durable run waits `left` (what is left of its
+    /// stored timer) instead of its whole duration. No effect on any other node.
+    fn resume_timer(self: Pin<&mut Self>, left: std::time::Duration) {
+        let _ = left;
+    }
+
     /// Gives a nest node (`ForEach`, `Loop`, sub-workflow step) its context, before its first
     /// attempt starts. No effect on any other node.
     fn nest(self: Pin<&mut Self>, ctx: crate::nest::NestCtx) {

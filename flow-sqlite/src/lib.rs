@@ -43,7 +43,9 @@
 //! - **One process at a time**: opening takes an exclusive advisory lock on `<file>.lock` (and
 //!   writes who holds it there); a second store on the same file, in this process or another,
 //!   gets [`StoreError::Locked`] naming the holder. The operating system drops the lock when
-//!   the process dies, however it dies.
+//!   the process dies, however it dies. So when a store opens, every lease in its file was
+//!   left by a store that closed or died: opening frees them, and a restarted process resumes
+//!   its runs at once.
 
 mod error;
 mod ops;
@@ -155,6 +157,14 @@ impl SqliteStore {
         let path = path.as_ref().to_owned();
         let lock = lock(&path)?;
         let conn = schema::open(&path, &options)?;
+        // The file lock is ours: no other store of this file is alive, in this process or in
+        // another, so every lease in the file was left by a store that closed or died. Freeing
+        // them lets a restarted process resume its runs at once instead of after the leases
+        // expire. Best effort: if it fails (a full disk), the leases expire by themselves.
+        let _ = conn.execute(
+            "UPDATE runs SET owner = NULL, lease_until = NULL WHERE owner IS NOT NULL",
+            [],
+        );
         let (jobs, receiver) = mpsc::channel::<Job>();
         let counters = Arc::new(Counters::default());
         let writer = {

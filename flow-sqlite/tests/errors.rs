@@ -235,7 +235,7 @@ async fn a_full_disk_refuses_the_commit_and_loses_nothing() {
         let store = SqliteStore::open(&path).expect("a store");
         new_run(&store, "order-1").await;
     }
-    let lease = {
+    {
         // `max_pages` below the file's size: SQLite keeps the size it has and grows no more.
         let options = SqliteOptions {
             max_pages: Some(1),
@@ -262,10 +262,15 @@ async fn a_full_disk_refuses_the_commit_and_loses_nothing() {
         );
         // Nothing of the batch was written, and the store still answers.
         assert_eq!(store.events("order-1", 0).await.map(|e| e.len()), Ok(1));
-        lease
-    };
-    // With room again, the same batch commits.
+    }
+    // With room again, the same batch commits (under a new lease: opening the store freed the
+    // old one, since the store that gave it is closed).
     let store = SqliteStore::open(&path).expect("the store without a limit");
+    let lease = store
+        .load_run("order-1", &Owner::new("me"), LEASE)
+        .await
+        .expect("load")
+        .lease;
     assert_eq!(
         store.commit(big_output(&lease, 1, 256 * 1024)).await,
         Ok(Committed::Applied { next_seq: 2 })

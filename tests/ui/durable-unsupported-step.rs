@@ -1,7 +1,7 @@
 use flow::prelude::*;
 
-async fn remind(order: u64) -> Result<u64, std::io::Error> {
-    Ok(order)
+async fn remind(order: u64, approved: bool) -> Result<u64, std::io::Error> {
+    Ok(if approved { order } else { 0 })
 }
 
 workflow! {
@@ -9,7 +9,8 @@ workflow! {
     Reminder(order: u64) -> u64 {
         Sequential {
             Delay("1h"),
-            sent = Operation(remind(order)),
+            approved = Signal(approve: bool),
+            sent = Operation(remind(order, approved)),
         }
         => sent
     }

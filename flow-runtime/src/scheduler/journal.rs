@@ -58,6 +58,9 @@ pub(super) struct Journal {
     held: Vec<(u32, u64)>,
     /// Nodes whose attempt failed and that wait for their next one (replay only).
     backoff: Vec<u32>,
+    /// `Delay` steps whose `TimerSet` was replayed: when they start again they wait what is
+    /// left of their stored timer, and set no new one.
+    timer_set: Vec<u32>,
     /// The next journal event to replay; the replay ends at `setup.events.len()`.
     cursor: usize,
     /// The replay has ended: the run is live.
@@ -76,6 +79,7 @@ impl Journal {
             commit: None,
             held: Vec::new(),
             backoff: Vec::new(),
+            timer_set: Vec::new(),
             cursor: 0,
             live: setup.events.is_empty(),
             broken: false,
@@ -113,6 +117,13 @@ impl Journal {
                     key: backoff_key(event.node),
                 })
             }
+            EventKind::TimerSet { after } => self.pending.timers.push(TimerChange::Set {
+                key: delay_key(event.node),
+                after: *after,
+            }),
+            EventKind::TimerFired => self.pending.timers.push(TimerChange::Clear {
+                key: delay_key(event.node),
+            }),
             _ => {}
         }
         self.pending.events.push(stored);
@@ -310,6 +321,15 @@ fn timer_key(node: Option<u32>, kind: TimerKind) -> TimerKey {
     }
 }
 
+/// The timer of `node`, a `Delay` step.
+fn delay_key(node: Option<u32>) -> TimerKey {
+    TimerKey {
+        node,
+        instance: String::new(),
+        kind: TimerKind::Delay,
+    }
+}
+
 /// Whether the replay's event is the journal's: same kind, node and attempt, and for a
 /// `Completed` the same branch.
 fn same(journal: &StoredEvent, replay: &StoredEvent) -> bool {
@@ -447,6 +467,13 @@ impl Scheduler {
             Err(payload) => Err(NodeError::Panicked(panic_message(payload))),
             Ok(()) => self.node_policy(node).timeout().map(timer).transpose(),
         };
+        let timeout = match timeout {
+            Ok(timeout) if self.graph.nodes[node as usize].kind == NodeKind::Delay => {
+                self.start_delay(leaves, node);
+                Ok(timeout)
+            }
+            other => other,
+        };
         match timeout {
             Ok(timeout) => {
                 self.nodes[node as usize].fresh = true;
@@ -460,6 +487,31 @@ impl Scheduler {
                 self.record_attempts(node, attempts, 1);
                 self.fail(node, error);
             }
+        }
+    }
+
+    /// A started `Delay` step: a fresh one records its `TimerSet` (whose batch stores the
+    /// timer); one whose `TimerSet` the replay found waits what is left of the stored timer.
+    fn start_delay(&mut self, leaves: &mut Leaves<'_>, node: u32) {
+        let Some(journal) = self.journal.as_deref_mut() else {
+            return;
+        };
+        if let Some(i) = journal.timer_set.iter().position(|&n| n == node) {
+            journal.timer_set.swap_remove(i);
+            let setup = &journal.setup;
+            let left = setup
+                .timers
+                .iter()
+                .find(|t| t.key == delay_key(Some(node)))
+                .map_or(Duration::ZERO, |t| {
+                    Duration::from_millis(t.due_ms.saturating_sub(setup.now_ms))
+                });
+            leaves[node as usize].as_mut().resume_timer(left);
+            return;
+        }
+        if let Some(after) = leaves[node as usize].delay() {
+            let attempt = self.nodes[node as usize].attempt;
+            self.emit(Some(node), attempt, || EventKind::TimerSet { after });
         }
     }
 
@@ -522,6 +574,31 @@ impl Scheduler {
                     self.record_attempts(node, attempts, 1);
                     self.fail(node, NodeError::Failed(error_text(&event).into()));
                 }
+            }
+            "TimerSet" => {
+                let Some(journal) = self.journal_mut() else {
+                    return false;
+                };
+                if !running || !journal.held.iter().any(|&(n, _)| n == node) {
+                    return false;
+                }
+                journal.timer_set.push(node);
+                let after = duration_field(&event, "after");
+                self.emit(Some(node), event.attempt, || EventKind::TimerSet { after });
+            }
+            "TimerFired" => {
+                let Some(journal) = self.journal_mut() else {
+                    return false;
+                };
+                if !running || !journal.unhold(node) {
+                    return false;
+                }
+                journal.timer_set.retain(|&n| n != node);
+                let attempts = self.nodes[node as usize].attempt;
+                self.release(node);
+                self.record_attempts(node, attempts, 1);
+                // Emits the `TimerFired` and the `Completed` the journal holds.
+                self.settle(node, Settle::Completed);
             }
             "TimedOut" => {
                 let after = duration_field(&event, "after");

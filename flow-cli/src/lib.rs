@@ -1,0 +1,675 @@
+//! `flow`, the command line of durable runs: an operator looks inside a store without writing
+//! code.
+//!
+//! ```text
+//! flow runs   <db> [--json]                 # one line per run: id, workflow, status, events, times
+//! flow show   <db> <run> [--json]           # the run, its steps' statuses, its timeline, its signals
+//! flow signal <db> <run> <name> <json>      # stores a signal for the run (kept until a step takes it)
+//! flow resume <db> <run>                    # resumes the run here (needs its workflow: see below)
+//! ```
+//!
+//! `<db>` is the file of a [`SqliteStore`]. The generic binary `flow` (this crate's `main.rs`)
+//! runs every command but `resume`, which runs the user's code: a binary of the user's that
+//! registers its workflows runs them all:
+//!
+//! ```no_run
+//! # mod hidden { pub struct Order; }
+//! # #[cfg(any())]
+//! fn main() -> std::process::ExitCode {
+//!     flow_cli::Cli::new().register::<Order>().run()
+//! }
+//! # fn main() {}
+//! ```
+//!
+//! Exit codes: 0 ok; 2 usage (clap); 3 run not found; 4 store unusable (missing, foreign,
+//! corrupt, locked by another process, written by a newer flow); 5 signal refused (payload
+//! not JSON, run ended); 1 anything else (the run's workflow is not registered, the store
+//! failed).
+//!
+//! The store takes an exclusive lock on its file per process: while a process (a `Worker`, the
+//! application) holds the store open, the commands get [`StoreError::Locked`] naming the
+//! holder, exit code 4, and change nothing.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fmt;
+use std::future::Future;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::ExitCode;
+
+use clap::{Arg, ArgAction, ArgMatches, Command};
+use flow_runtime::Outcome;
+use flow_runtime::durable::{DurableError, DurableWorkflow, resume};
+use flow_runtime::store::{
+    NewSignal, RunFilter, RunSummary, SignalMode, SignalSent, Store, StoreError, StoredEvent,
+    StoredSignal,
+};
+use flow_sqlite::SqliteStore;
+use serde_json::{Value, json};
+
+mod table;
+
+use table::{Table, utc};
+
+/// How the CLI resumes a run of one registered workflow.
+type ResumeFn =
+    fn(&SqliteStore, &str) -> Pin<Box<dyn Future<Output = Result<Outcome<()>, DurableError>>>>;
+
+/// The command line, with the workflows this binary can resume: `Cli::new()` for the generic
+/// binary, `Cli::new().register::<Order>()` in a binary of the user's.
+#[derive(Default)]
+pub struct Cli {
+    workflows: BTreeMap<&'static str, ResumeFn>,
+}
+
+/// Why a command failed. [`CliError::exit_code`] is the process's exit code.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum CliError {
+    /// The arguments are wrong (or `--help` was asked): clap's message.
+    Usage(clap::Error),
+    /// There is no store at this path (the commands never create one).
+    NoStore {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// The store refused or failed the request.
+    Store(StoreError),
+    /// The store has no run of this id.
+    RunNotFound {
+        /// The id given.
+        run: String,
+        /// The store's file.
+        path: PathBuf,
+    },
+    /// The signal's payload is not JSON.
+    BadPayload {
+        /// The signal's name.
+        signal: String,
+        /// What the JSON parser said.
+        why: String,
+    },
+    /// The run has ended: no step will take a signal.
+    RunEnded {
+        /// The run.
+        run: String,
+        /// How it ended.
+        status: String,
+    },
+    /// This binary does not know the run's workflow, so it cannot resume it.
+    Unregistered {
+        /// The run.
+        run: String,
+        /// Its workflow.
+        workflow: String,
+        /// The workflows this binary knows.
+        known: Vec<&'static str>,
+    },
+    /// Resuming the run failed.
+    Resume(DurableError),
+    /// Writing the output failed.
+    Output(io::Error),
+}
+
+impl CliError {
+    /// The exit code for this error: 2 usage, 3 run not found, 4 store unusable, 5 signal
+    /// refused, 1 anything else (0 for `--help` and `--version`).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Usage(error) => u8::try_from(error.exit_code()).unwrap_or(2),
+            CliError::RunNotFound { .. } | CliError::Store(StoreError::NotFound { .. }) => 3,
+            CliError::NoStore { .. }
+            | CliError::Store(
+                StoreError::Foreign { .. }
+                | StoreError::Corrupt { .. }
+                | StoreError::Locked { .. }
+                | StoreError::SchemaVersion { .. },
+            ) => 4,
+            CliError::BadPayload { .. } | CliError::RunEnded { .. } => 5,
+            _ => 1,
+        }
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CliError::Usage(error) => write!(f, "{error}"),
+            CliError::NoStore { path } => write!(
+                f,
+                "no store at `{}`: the file does not exist (flow never creates one here)",
+                path.display()
+            ),
+            CliError::Store(error) => write!(f, "{error}"),
+            CliError::RunNotFound { run, path } => {
+                write!(
+                    f,
+                    "no run `{run}` in `{}` (`flow runs` lists them)",
+                    path.display()
+                )
+            }
+            CliError::BadPayload { signal, why } => {
+                write!(f, "the payload of signal `{signal}` is not JSON: {why}")
+            }
+            CliError::RunEnded { run, status } => write!(
+                f,
+                "run `{run}` has ended ({status}): no step will take the signal; nothing was stored"
+            ),
+            CliError::Unregistered {
+                run,
+                workflow,
+                known,
+            } => {
+                write!(
+                    f,
+                    "run `{run}` is a run of `{workflow}`, which this binary does not know"
+                )?;
+                if known.is_empty() {
+                    write!(f, " (it knows no workflow)")?;
+                } else {
+                    write!(f, " (it knows {})", known.join(", "))?;
+                }
+                write!(
+                    f,
+                    "; resume it from a binary that registers it: `flow_cli::Cli::new().register::<{workflow}>().run()`, or with a `flow::Worker`"
+                )
+            }
+            CliError::Resume(error) => write!(f, "{error}"),
+            CliError::Output(error) => write!(f, "cannot write the output: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for CliError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CliError::Usage(error) => Some(error),
+            CliError::Store(error) => Some(error),
+            CliError::Resume(error) => Some(error),
+            CliError::Output(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+impl From<StoreError> for CliError {
+    fn from(error: StoreError) -> CliError {
+        CliError::Store(error)
+    }
+}
+
+impl From<io::Error> for CliError {
+    fn from(error: io::Error) -> CliError {
+        CliError::Output(error)
+    }
+}
+
+impl Cli {
+    /// A command line that knows no workflow: every command but `resume`.
+    pub fn new() -> Cli {
+        Cli::default()
+    }
+
+    /// Registers `W`: `flow resume` resumes its runs in this process.
+    pub fn register<W: DurableWorkflow>(mut self) -> Cli {
+        self.workflows
+            .insert(W::GRAPH.name(), resume_erased::<W> as ResumeFn);
+        self
+    }
+
+    /// Runs the command of this process's arguments, prints its output to stdout and an
+    /// error to stderr; returns the exit code ([`CliError::exit_code`]).
+    pub fn run(self) -> ExitCode {
+        let mut out = io::stdout().lock();
+        match self.run_with(std::env::args_os(), &mut out) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(CliError::Usage(error)) => {
+                // clap prints help to stdout and errors to stderr, styled.
+                let _ = error.print();
+                ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(2))
+            }
+            Err(error) => {
+                let _ = out.flush();
+                eprintln!("error: {error}");
+                ExitCode::from(error.exit_code())
+            }
+        }
+    }
+
+    /// Runs the command of `args` (the first is the program's name), writing its output to
+    /// `out`.
+    ///
+    /// # Errors
+    ///
+    /// [`CliError`]: the arguments, the store, the run, the payload, or the output.
+    pub fn run_with<I, T>(&self, args: I, out: &mut dyn Write) -> Result<(), CliError>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        let matches = command()
+            .try_get_matches_from(args)
+            .map_err(CliError::Usage)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .map_err(|e| CliError::Store(StoreError::io("starting the async runtime", e)))?;
+        let (name, sub) = matches.subcommand().ok_or_else(|| {
+            CliError::Usage(command().error(
+                clap::error::ErrorKind::MissingSubcommand,
+                "a command is required",
+            ))
+        })?;
+        let path = PathBuf::from(string(sub, "db"));
+        let store = open(&path)?;
+        let json = sub.try_get_one::<bool>("json").ok().flatten() == Some(&true);
+        runtime.block_on(async {
+            match name {
+                "runs" => runs(&store, json, out).await,
+                "show" => show(&store, &path, &string(sub, "run"), json, out).await,
+                "signal" => {
+                    let (run, signal) = (string(sub, "run"), string(sub, "name"));
+                    send(&store, &path, &run, &signal, &string(sub, "payload"), out).await
+                }
+                _ => self.resume(&store, &path, &string(sub, "run"), out).await,
+            }
+        })
+    }
+
+    async fn resume(
+        &self,
+        store: &SqliteStore,
+        path: &Path,
+        id: &str,
+        out: &mut dyn Write,
+    ) -> Result<(), CliError> {
+        let run = find(store, path, id).await?;
+        let Some(resume) = self.workflows.get(run.workflow.as_str()) else {
+            return Err(CliError::Unregistered {
+                run: run.id,
+                workflow: run.workflow,
+                known: self.workflows.keys().copied().collect(),
+            });
+        };
+        let outcome = resume(store, id).await.map_err(CliError::Resume)?;
+        let run = find(store, path, id).await?;
+        match outcome.result {
+            Ok(()) => writeln!(out, "run `{id}` resumed: {}", run.status)?,
+            Err(error) => writeln!(out, "run `{id}` resumed: {}: {error}", run.status)?,
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Cli {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cli")
+            .field("workflows", &self.workflows.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// The commands and their arguments.
+fn command() -> Command {
+    let db = || {
+        Arg::new("db")
+            .required(true)
+            .value_name("DB")
+            .help("The store's SQLite file")
+    };
+    let run = || {
+        Arg::new("run")
+            .required(true)
+            .value_name("RUN")
+            .help("The run's id")
+    };
+    let json = || {
+        Arg::new("json")
+            .long("json")
+            .action(ArgAction::SetTrue)
+            .help("Print JSON, for scripts")
+    };
+    Command::new("flow")
+        .about("Look inside a store of durable flow runs")
+        .version(env!("CARGO_PKG_VERSION"))
+        .subcommand_required(true)
+        .arg_required_else_help(true)
+        .subcommand(
+            Command::new("runs")
+                .about("List the runs with their status")
+                .arg(db())
+                .arg(json()),
+        )
+        .subcommand(
+            Command::new("show")
+                .about("Show a run: its steps' statuses, its timeline, its unconsumed signals")
+                .arg(db())
+                .arg(run())
+                .arg(json()),
+        )
+        .subcommand(
+            Command::new("signal")
+                .about("Send a signal to a run: stored, kept until a step takes it")
+                .arg(db())
+                .arg(run())
+                .arg(
+                    Arg::new("name")
+                        .required(true)
+                        .value_name("NAME")
+                        .help("The signal's name, as the workflow declares it"),
+                )
+                .arg(
+                    Arg::new("payload")
+                        .required(true)
+                        .value_name("JSON")
+                        .help("The payload, as JSON (`true`, `{\"by\":\"ann\"}`)"),
+                ),
+        )
+        .subcommand(
+            Command::new("resume")
+                .about("Resume a run in this process (its workflow must be registered)")
+                .arg(db())
+                .arg(run()),
+        )
+}
+
+/// A required string argument (clap has checked it is there).
+fn string(matches: &ArgMatches, id: &str) -> String {
+    matches.get_one::<String>(id).cloned().unwrap_or_default()
+}
+
+/// Opens the store at `path`, which must exist.
+fn open(path: &Path) -> Result<SqliteStore, CliError> {
+    if !path.is_file() {
+        return Err(CliError::NoStore {
+            path: path.to_owned(),
+        });
+    }
+    Ok(SqliteStore::open(path)?)
+}
+
+/// Every run, oldest first.
+async fn all_runs(store: &SqliteStore) -> Result<Vec<RunSummary>, CliError> {
+    let mut runs = store.list_runs(&RunFilter::default()).await?;
+    runs.sort_by(|a, b| (a.created_ms, &a.id).cmp(&(b.created_ms, &b.id)));
+    Ok(runs)
+}
+
+/// The run `id`, or [`CliError::RunNotFound`].
+async fn find(store: &SqliteStore, path: &Path, id: &str) -> Result<RunSummary, CliError> {
+    all_runs(store)
+        .await?
+        .into_iter()
+        .find(|run| run.id == id)
+        .ok_or_else(|| CliError::RunNotFound {
+            run: id.to_owned(),
+            path: path.to_owned(),
+        })
+}
+
+fn opt_time(ms: Option<u64>) -> String {
+    ms.map_or_else(|| "-".to_owned(), utc)
+}
+
+async fn runs(store: &SqliteStore, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
+    let runs = all_runs(store).await?;
+    if json {
+        let list: Vec<Value> = runs.iter().map(run_json).collect();
+        writeln!(out, "{}", Value::Array(list))?;
+        return Ok(());
+    }
+    let mut table = Table::new([
+        "ID", "WORKFLOW", "STATUS", "EVENTS", "CREATED", "UPDATED", "WAKE",
+    ]);
+    for run in &runs {
+        table.row([
+            run.id.clone(),
+            run.workflow.clone(),
+            run.status.to_string(),
+            run.next_seq.to_string(),
+            utc(run.created_ms),
+            utc(run.updated_ms),
+            opt_time(run.wake_at_ms),
+        ]);
+    }
+    table.write(out)?;
+    Ok(())
+}
+
+fn run_json(run: &RunSummary) -> Value {
+    json!({
+        "id": run.id,
+        "workflow": run.workflow,
+        "status": run.status.as_str(),
+        "events": run.next_seq,
+        "owner": run.owner,
+        "lease_until_ms": run.lease_until_ms,
+        "wake_at_ms": run.wake_at_ms,
+        "created_ms": run.created_ms,
+        "updated_ms": run.updated_ms,
+    })
+}
+
+/// One step of a run as its journal shows it.
+struct Step {
+    name: String,
+    status: &'static str,
+    attempts: u32,
+    error: Option<String>,
+}
+
+/// The steps' statuses, projected from the journal, in the order they first appear.
+fn steps(events: &[StoredEvent]) -> Vec<Step> {
+    let mut steps: Vec<Step> = Vec::new();
+    for event in events {
+        let Some(name) = &event.node_name else {
+            continue;
+        };
+        let i = match steps.iter().position(|s| s.name == *name) {
+            Some(i) => i,
+            None => {
+                steps.push(Step {
+                    name: name.clone(),
+                    status: "requested",
+                    attempts: 0,
+                    error: None,
+                });
+                steps.len() - 1
+            }
+        };
+        let step = &mut steps[i];
+        step.attempts = step.attempts.max(event.attempt);
+        step.status = match event.kind.as_str() {
+            "Requested" => "running",
+            "TimerSet" => "waiting (timer)",
+            "TimerFired" => "running",
+            "Retrying" => "in backoff",
+            "TimedOut" => "timed out",
+            "Completed" => "completed",
+            "Failed" => "failed",
+            "Skipped" => "skipped",
+            "Aborted" => "aborted",
+            "Withdrawn" => "withdrawn",
+            "Won" => "won",
+            _ => step.status,
+        };
+        if matches!(event.kind.as_str(), "Failed" | "Retrying")
+            && let Some(error) = data(event).get("error").and_then(Value::as_str)
+        {
+            step.error = Some(error.to_owned());
+        }
+    }
+    steps
+}
+
+/// An event's fields, as JSON (`null` when it has none).
+fn data(event: &StoredEvent) -> Value {
+    serde_json::from_slice(&event.data).unwrap_or(Value::Null)
+}
+
+/// An event's fields, shown on one line.
+fn detail(event: &StoredEvent) -> String {
+    match data(event) {
+        Value::Null => String::new(),
+        Value::Object(map) => map
+            .iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| match v {
+                Value::String(s) => format!("{k}={s}"),
+                Value::Object(d) if d.contains_key("secs") => {
+                    let secs = d.get("secs").and_then(Value::as_u64).unwrap_or(0);
+                    let nanos = d.get("nanos").and_then(Value::as_u64).unwrap_or(0);
+                    format!("{k}={:?}", std::time::Duration::new(secs, nanos as u32))
+                }
+                other => format!("{k}={other}"),
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+        other => other.to_string(),
+    }
+}
+
+async fn show(
+    store: &SqliteStore,
+    path: &Path,
+    id: &str,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let run = find(store, path, id).await?;
+    let events = store.events(id, 0).await?;
+    let signals = store.signals(id, 0).await?;
+    let steps = steps(&events);
+    if json {
+        let value = json!({
+            "run": run_json(&run),
+            "steps": steps.iter().map(|s| json!({
+                "name": s.name, "status": s.status, "attempts": s.attempts, "error": s.error,
+            })).collect::<Vec<_>>(),
+            "events": events.iter().map(|e| json!({
+                "seq": e.seq, "at_us": e.at_us, "node": e.node_name, "attempt": e.attempt,
+                "kind": e.kind, "data": data(e),
+            })).collect::<Vec<_>>(),
+            "signals": signals.iter().map(signal_json).collect::<Vec<_>>(),
+        });
+        writeln!(out, "{value}")?;
+        return Ok(());
+    }
+    writeln!(out, "run       {}", run.id)?;
+    writeln!(out, "workflow  {}", run.workflow)?;
+    writeln!(out, "status    {}", run.status)?;
+    writeln!(out, "events    {}", run.next_seq)?;
+    writeln!(out, "created   {}", utc(run.created_ms))?;
+    writeln!(out, "updated   {}", utc(run.updated_ms))?;
+    writeln!(out, "wake      {}", opt_time(run.wake_at_ms))?;
+    match (&run.owner, run.lease_until_ms) {
+        (Some(owner), Some(until)) => {
+            writeln!(out, "owner     {owner} (lease until {})", utc(until))?;
+        }
+        _ => writeln!(out, "owner     -")?,
+    }
+    writeln!(out)?;
+    let mut table = Table::new(["STEP", "STATUS", "ATTEMPTS", "ERROR"]);
+    for step in &steps {
+        table.row([
+            step.name.clone(),
+            step.status.to_owned(),
+            step.attempts.to_string(),
+            step.error.clone().unwrap_or_default(),
+        ]);
+    }
+    table.write(out)?;
+    writeln!(out)?;
+    let mut table = Table::new(["SEQ", "AT", "STEP", "EVENT", "ATTEMPT", "DETAIL"]);
+    for event in &events {
+        table.row([
+            event.seq.to_string(),
+            format!("{:.3}ms", event.at_us as f64 / 1000.0),
+            event.node_name.clone().unwrap_or_else(|| "-".to_owned()),
+            event.kind.clone(),
+            if event.node.is_some() {
+                event.attempt.to_string()
+            } else {
+                String::new()
+            },
+            detail(event),
+        ]);
+    }
+    table.write(out)?;
+    if !signals.is_empty() {
+        writeln!(out)?;
+        let mut table = Table::new(["SIGNAL", "ID", "PAYLOAD", "SENT"]);
+        for signal in &signals {
+            table.row([
+                signal.name.clone(),
+                signal.id.to_string(),
+                String::from_utf8_lossy(&signal.payload).into_owned(),
+                utc(signal.sent_ms),
+            ]);
+        }
+        table.write(out)?;
+    }
+    Ok(())
+}
+
+fn signal_json(signal: &StoredSignal) -> Value {
+    json!({
+        "id": signal.id,
+        "name": signal.name,
+        "payload": serde_json::from_slice::<Value>(&signal.payload).unwrap_or(Value::Null),
+        "mode": signal.mode.as_str(),
+        "sent_ms": signal.sent_ms,
+    })
+}
+
+async fn send(
+    store: &SqliteStore,
+    path: &Path,
+    id: &str,
+    name: &str,
+    payload: &str,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let value: Value = serde_json::from_str(payload).map_err(|error| CliError::BadPayload {
+        signal: name.to_owned(),
+        why: error.to_string(),
+    })?;
+    let run = find(store, path, id).await?;
+    if run.status.is_finished() {
+        return Err(CliError::RunEnded {
+            run: run.id,
+            status: run.status.to_string(),
+        });
+    }
+    let sent = store
+        .send_signal(NewSignal {
+            run: id.to_owned(),
+            name: name.to_owned(),
+            payload: value.to_string().into_bytes(),
+            mode: SignalMode::Kept,
+        })
+        .await?;
+    match sent {
+        SignalSent::Stored { id: signal } => {
+            writeln!(out, "signal `{name}` stored for run `{id}` (id {signal})")?;
+        }
+        SignalSent::Dropped => writeln!(out, "signal `{name}` dropped: no step of `{id}` waits")?,
+    }
+    Ok(())
+}
+
+/// [`resume`] of `W`, its output dropped (it is in the store).
+fn resume_erased<W: DurableWorkflow>(
+    store: &SqliteStore,
+    id: &str,
+) -> Pin<Box<dyn Future<Output = Result<Outcome<()>, DurableError>>>> {
+    let run = resume::<W, SqliteStore>(store, id);
+    Box::pin(async move {
+        run.await.map(|outcome| Outcome {
+            result: outcome.result.map(|_| ()),
+            report: outcome.report,
+        })
+    })
+}

@@ -434,6 +434,14 @@ fn durable_items(
         .output_ty
         .as_ref()
         .map(|ty| quote_spanned!(ty.span()=> #private::assert_durable::<#ty>();));
+    // Spanned on the parameters' type, so that the bound `Stored: Durable` is reported there
+    // and not on the whole invocation.
+    let stored_span = workflow
+        .params
+        .first()
+        .map_or_else(|| name.span(), |p| p.ty.span());
+    let stored_item =
+        quote_spanned!(stored_span=> type Stored = <Self as #private::Workflow>::Input<'static>;);
     quote! {
         #[allow(unused_variables, clippy::all)]
         const _: fn() = || {
@@ -443,7 +451,7 @@ fn durable_items(
 
         #[allow(unused_variables, clippy::all)]
         impl #private::DurableWorkflow for #name {
-            type Stored = <Self as #private::Workflow>::Input<'static>;
+            #stored_item
 
             fn __input<#lifetime>(
                 stored: Self::Stored,

@@ -456,6 +456,8 @@ fn the_nested_graphs_section_names_tests_that_exist() {
         ("patterns", include_str!("patterns.rs")),
         ("nests_semantics", include_str!("nests_semantics.rs")),
         ("signals", include_str!("signals.rs")),
+        ("saga", include_str!("saga.rs")),
+        ("saga_durable", include_str!("saga_durable.rs")),
         (
             "model_nest",
             include_str!("../flow-runtime/tests/model_nest.rs"),

@@ -100,7 +100,9 @@ async fn main() -> ExitCode {
             Ok(order) => orders.push(order),
             Err(_) if arg == "--fresh" => fresh = true,
             Err(_) => {
-                eprintln!("error: `{arg}` is not an order number; usage: durable_order [--fresh] [ORDER]...");
+                eprintln!(
+                    "error: `{arg}` is not an order number; usage: durable_order [--fresh] [ORDER]..."
+                );
                 return ExitCode::from(2);
             }
         }

@@ -127,7 +127,7 @@ async fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error}");
+            eprintln!("error: {error}\n(`-- --fresh` deletes the store and starts over)");
             ExitCode::FAILURE
         }
     }
@@ -155,7 +155,7 @@ async fn go(store: &SqliteStore, orders: &[u64]) -> Result<(), Box<dyn std::erro
         }
     }
     match ended == orders.len() {
-        true => println!("(`-- --fresh` starts over)\n"),
+        true => println!("(`-- --fresh` starts over)"),
         false => println!(
             "pid {}: kill me during the 3 s wait (`kill -9 {0}`), then run me again\n",
             std::process::id()

@@ -1,18 +1,23 @@
-//! A durable order on a SQLite file: kill it midway, run it again, and it goes on where it
-//! stopped, without reserving or charging twice.
+//! A durable order saga on a SQLite file: reserve the stock, charge the card, wait, ship. When
+//! shipping fails, the run undoes what it did, in reverse order: it refunds the charge, then
+//! releases the stock. Kill it midway, run it again, and it goes on where it stopped, without
+//! reserving or charging twice.
 //!
 //! ```text
-//! cargo run --example durable_order            # starts order-42; kill it during its 3 s wait
-//!                                              # (Ctrl-C, or `kill -9` the pid it prints)
-//! cargo run --example durable_order            # resumes it: reserve and charge do not run again
-//! cargo run --example durable_order -- --fresh # deletes the store and starts over
-//! cargo run -p flow-cli -- show target/durable_order/orders.db order-42   # its journal
+//! cargo run --example durable_order -- --fresh   # starts orders 42 and 43; kill it during the 3 s
+//!                                                # wait (Ctrl-C, or `kill -9` the pid it prints)
+//! cargo run --example durable_order              # resumes them: reserve and charge do not run
+//!                                                # again, the wait ends when its stored timer is due
+//! cargo run --example durable_order -- 7 8       # other orders (odd ones cannot be shipped)
+//! cargo run -p flow-cli -- show target/durable_order/orders.db order-43   # a run's journal
 //! ```
 //!
-//! The store is `target/durable_order/orders.db`. A run killed while it waits is picked up by
-//! a `Worker` when its timer is due: the due time is in the store, so the wait does not start
-//! over. In your own crate the same items are `flow::Worker` and `flow::store` (feature
-//! `durable` of `flow`) and `flow_sqlite::SqliteStore`.
+//! The store is `target/durable_order/orders.db`. Running an order whose run has ended gives
+//! its result from the store and runs nothing; `--fresh` deletes the store first. Here the
+//! program resumes its own runs by running them again under the same ids; a long-lived service
+//! lets a `Worker` resume whatever a dead process left. In your own crate these items are
+//! `flow::attempt`, `flow::store` and `flow::Worker` (feature `durable` of `flow`) and
+//! `flow_sqlite::SqliteStore`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -20,153 +25,169 @@ use std::time::Duration;
 
 use flow::prelude::*;
 use flow_runtime::durable::attempt;
-use flow_runtime::store::{RunFilter, RunStatus, Store};
-use flow_runtime::worker::Worker;
+use flow_runtime::store::{RunFilter, Store};
 use flow_sqlite::SqliteStore;
 
 #[derive(Debug)]
-struct OutOfStock;
+struct Refused(&'static str);
 
-impl std::fmt::Display for OutOfStock {
+impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("out of stock")
+        f.write_str(self.0)
     }
 }
 
-impl std::error::Error for OutOfStock {}
+impl std::error::Error for Refused {}
 
-/// What an operation prints when it runs: its idempotency key, which a real one would send
-/// to the payment or warehouse API so that a retry after a crash is applied once.
+/// What every step prints when it runs. The idempotency key is the same when an attempt runs
+/// again after a crash: a real step sends it to the warehouse or payment API, which applies
+/// one request per key.
 fn effect(what: &str) {
-    let key = attempt().map_or_else(|| "-".to_owned(), |a| a.key());
-    println!("  {what:<8} runs, idempotency key {key}");
+    if let Some(attempt) = attempt() {
+        println!("  {:<9} {what:<13} key {}", attempt.run(), attempt.key());
+    }
 }
 
-async fn reserve(order: u64) -> Result<String, OutOfStock> {
+async fn reserve(order: u64) -> Result<String, Refused> {
     effect("reserve");
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    Ok(format!("reservation R-{order}"))
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    Ok(format!("R-{order}"))
 }
 
-async fn charge(order: u64, stock: &str) -> Result<String, OutOfStock> {
+async fn release(reservation: &str) -> Result<(), Refused> {
+    effect(&format!("release {reservation}"));
+    Ok(())
+}
+
+async fn charge(order: u64) -> Result<String, Refused> {
     effect("charge");
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    println!(
-        "  charged for {stock}; now a 3 s wait: kill me (Ctrl-C or `kill -9 {}`), then run me again",
-        std::process::id()
-    );
-    Ok(format!("receipt C-{order}"))
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    Ok(format!("C-{order}"))
 }
 
-async fn ship(order: u64, receipt: &str) -> Result<String, OutOfStock> {
+async fn refund(receipt: &str) -> Result<(), Refused> {
+    effect(&format!("refund {receipt}"));
+    Ok(())
+}
+
+async fn ship(order: u64, reservation: &str) -> Result<String, Refused> {
     effect("ship");
-    Ok(format!("order {order} shipped against {receipt}"))
+    match order % 2 {
+        0 => Ok(format!("parcel P-{order} from {reservation}")),
+        _ => Err(Refused("the courier refuses the address")),
+    }
 }
 
 workflow! {
     #[flow(durable)]
     Order(order: u64) -> String {
         Sequential {
-            stock = Operation(reserve(order)),
-            receipt = Operation(charge(order, &stock)),
+            stock = Operation(reserve(order), compensate = release(&stock)),
+            receipt = Operation(charge(order), compensate = refund(&receipt)),
             Delay("3s"),
-            parcel = Operation(ship(order, &receipt)),
+            parcel = Operation(ship(order, &stock)),
         }
         => parcel.clone()
     }
 }
 
-const RUN: &str = "order-42";
-
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
+    let mut orders = Vec::new();
+    let mut fresh = false;
+    for arg in std::env::args().skip(1) {
+        match arg.parse::<u64>() {
+            Ok(order) => orders.push(order),
+            Err(_) if arg == "--fresh" => fresh = true,
+            Err(_) => {
+                eprintln!(
+                    "error: `{arg}` is not an order number; usage: durable_order [--fresh] [ORDER]..."
+                );
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if orders.is_empty() {
+        orders = vec![42, 43];
+    }
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/durable_order");
-    if std::env::args().any(|a| a == "--fresh") {
+    if fresh {
         let _ = std::fs::remove_dir_all(&dir);
     }
-    if let Err(error) = std::fs::create_dir_all(&dir) {
-        eprintln!("error: cannot make `{}`: {error}", dir.display());
-        return ExitCode::FAILURE;
-    }
-    let path = dir.join("orders.db");
-    // Opening frees the lease a killed process left on the run (the file lock proves it died).
-    let store = match SqliteStore::open(&path) {
-        Ok(store) => store,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return ExitCode::FAILURE;
-        }
+    // Opening the store frees the leases a killed process left on its runs (the file lock
+    // proves it died), so they resume at once.
+    let store = match std::fs::create_dir_all(&dir).map_err(|e| e.to_string()) {
+        Ok(()) => SqliteStore::open(dir.join("orders.db")).map_err(|e| e.to_string()),
+        Err(error) => Err(format!("cannot make `{}`: {error}", dir.display())),
     };
-    match go(&store).await {
+    let result = match store {
+        Ok(store) => go(&store, &orders).await,
+        Err(error) => Err(error.into()),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error}");
+            eprintln!("error: {error}\n(`-- --fresh` deletes the store and starts over)");
             ExitCode::FAILURE
         }
     }
 }
 
-async fn go(store: &SqliteStore) -> Result<(), Box<dyn std::error::Error>> {
-    let runs = store.list_runs(&RunFilter::default()).await?;
-    match runs.iter().find(|run| run.id == RUN) {
-        None => {
-            println!("starting {RUN} in {}", store.path().display());
-            let outcome = Order::runner().durable(store, RUN).execute(42).await?;
-            println!("{RUN}: {}", outcome.result?);
-        }
-        Some(run) if run.status.is_finished() => {
-            println!("{RUN} has ended ({}); `-- --fresh` starts over", run.status);
-        }
-        Some(run) => {
-            match run.wake_at_ms {
-                Some(due) if due > flow_runtime::store::now_ms() => println!(
-                    "{RUN} was stopped while it waited; its timer is due in {} ms, the worker resumes it then",
-                    due - flow_runtime::store::now_ms()
-                ),
-                _ => println!("{RUN} was stopped at event {}; resuming it", run.next_seq),
-            }
-            let worker = Worker::new(store.clone())
-                .register::<Order>()
-                .poll_interval(Duration::from_millis(100));
-            let ended = async {
-                loop {
-                    let runs = store.list_runs(&RunFilter::default()).await;
-                    let finished = runs.map_or(true, |runs| {
-                        runs.iter()
-                            .find(|r| r.id == RUN)
-                            .is_none_or(|r| r.status.is_finished())
-                    });
-                    if finished {
-                        return;
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            };
-            for resumed in worker.run(ended).await?.resumed {
-                let outcome = resumed.result?;
+async fn go(store: &SqliteStore, orders: &[u64]) -> Result<(), Box<dyn std::error::Error>> {
+    let known = store.list_runs(&RunFilter::default()).await?;
+    let mut ended = 0;
+    for &order in orders {
+        let id = format!("order-{order}");
+        match known.iter().find(|run| run.id == id) {
+            None => println!("{id}: starting"),
+            Some(run) if run.status.is_finished() => {
+                ended += 1;
                 println!(
-                    "{}: resumed, {:?}",
-                    resumed.run,
-                    outcome.result.map(|()| "succeeded")
+                    "{id}: has ended ({}); its result comes from the store, nothing runs again",
+                    run.status
                 );
             }
+            Some(run) => println!(
+                "{id}: resuming after event #{} (it was {})",
+                run.next_seq.saturating_sub(1),
+                run.status
+            ),
         }
     }
-    println!("\nits journal:");
-    for event in store.events(RUN, 0).await? {
+    match ended == orders.len() {
+        true => println!("(`-- --fresh` starts over)"),
+        false => println!(
+            "pid {}: kill me during the 3 s wait (`kill -9 {0}`), then run me again\n",
+            std::process::id()
+        ),
+    }
+    // A run of an id that exists is resumed: nothing that completed runs again.
+    let runs = orders.iter().map(|&order| {
+        Order::runner()
+            .durable(store, format!("order-{order}"))
+            .execute(order)
+    });
+    let outcomes = futures::future::join_all(runs).await;
+    for (order, outcome) in orders.iter().zip(outcomes) {
+        let outcome = outcome?;
+        match &outcome.result {
+            Ok(parcel) => println!("\norder-{order}: shipped: {parcel}"),
+            Err(error) => {
+                let undone: Vec<String> = error
+                    .compensations()
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect();
+                println!("\norder-{order}: {error}; {}", undone.join(", "));
+            }
+        }
+        print!("{}", outcome.report);
+    }
+    if let Some(last) = orders.last() {
         println!(
-            "  #{:<3} {:<12} {}",
-            event.seq,
-            event.kind,
-            event.node_name.unwrap_or_default()
+            "\na run's journal: `cargo run -p flow-cli -- show {} order-{last}`",
+            store.path().display()
         );
     }
-    let status = store
-        .list_runs(&RunFilter::default())
-        .await?
-        .into_iter()
-        .find(|run| run.id == RUN)
-        .map_or(RunStatus::Running, |run| run.status);
-    println!("status: {status}");
     Ok(())
 }

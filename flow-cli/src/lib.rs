@@ -2,8 +2,10 @@
 //! code.
 //!
 //! ```text
-//! flow runs   <db> [--json]                 # one line per run: id, workflow, status, events, times
-//! flow show   <db> <run> [--json]           # the run, its steps' statuses, its timeline, its signals
+//! flow runs   <db> [--status S,..] [--workflow W] [--limit N] [--json]
+//!                                           # one line per run: id, workflow, status, events, times
+//! flow show   <db> <run> [--json]           # the run, its error, its steps' statuses, its
+//!                                           # compensations, its timeline, its signals
 //! flow signal <db> <run> <name> <json>      # stores a signal for the run (kept until a step takes it)
 //! flow resume <db> <run>                    # resumes the run here (needs its workflow: see below)
 //! ```
@@ -43,8 +45,8 @@ use clap::{Arg, ArgAction, ArgMatches, Command};
 use flow_runtime::Outcome;
 use flow_runtime::durable::{DurableError, DurableWorkflow, resume};
 use flow_runtime::store::{
-    NewSignal, RunFilter, RunSummary, SignalMode, SignalSent, Store, StoreError, StoredEvent,
-    StoredSignal,
+    NewSignal, RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, Store, StoreError,
+    StoredEvent, StoredSignal,
 };
 use flow_sqlite::SqliteStore;
 use serde_json::{Value, json};
@@ -267,7 +269,7 @@ impl Cli {
         let json = sub.try_get_one::<bool>("json").ok().flatten() == Some(&true);
         runtime.block_on(async {
             match name {
-                "runs" => runs(&store, json, out).await,
+                "runs" => runs(&store, &filter(sub), json, out).await,
                 "show" => show(&store, &path, &string(sub, "run"), json, out).await,
                 "signal" => {
                     let (run, signal) = (string(sub, "run"), string(sub, "name"));
@@ -338,8 +340,30 @@ fn command() -> Command {
         .arg_required_else_help(true)
         .subcommand(
             Command::new("runs")
-                .about("List the runs with their status")
+                .about("List the runs with their status, oldest first")
                 .arg(db())
+                .arg(
+                    Arg::new("status")
+                        .long("status")
+                        .value_name("STATUS")
+                        .value_parser(RunStatus::ALL.map(RunStatus::as_str))
+                        .value_delimiter(',')
+                        .action(ArgAction::Append)
+                        .help("Only runs in one of these statuses (repeat it or separate with commas)"),
+                )
+                .arg(
+                    Arg::new("workflow")
+                        .long("workflow")
+                        .value_name("NAME")
+                        .help("Only runs of this workflow"),
+                )
+                .arg(
+                    Arg::new("limit")
+                        .long("limit")
+                        .value_name("N")
+                        .value_parser(clap::value_parser!(u32))
+                        .help("At most N runs (the oldest)"),
+                )
                 .arg(json()),
         )
         .subcommand(
@@ -380,6 +404,20 @@ fn string(matches: &ArgMatches, id: &str) -> String {
     matches.get_one::<String>(id).cloned().unwrap_or_default()
 }
 
+/// The filter of `flow runs`' options (clap has checked each status's name).
+fn filter(matches: &ArgMatches) -> RunFilter {
+    RunFilter {
+        workflow: matches.get_one::<String>("workflow").cloned(),
+        statuses: matches
+            .get_many::<String>("status")
+            .into_iter()
+            .flatten()
+            .filter_map(|name| name.parse().ok())
+            .collect(),
+        limit: matches.get_one::<u32>("limit").copied(),
+    }
+}
+
 /// Opens the store at `path`, which must exist.
 fn open(path: &Path) -> Result<SqliteStore, CliError> {
     if !path.is_file() {
@@ -390,16 +428,16 @@ fn open(path: &Path) -> Result<SqliteStore, CliError> {
     Ok(SqliteStore::open(path)?)
 }
 
-/// Every run, oldest first.
-async fn all_runs(store: &SqliteStore) -> Result<Vec<RunSummary>, CliError> {
-    let mut runs = store.list_runs(&RunFilter::default()).await?;
+/// The runs that pass `filter`, oldest first.
+async fn list(store: &SqliteStore, filter: &RunFilter) -> Result<Vec<RunSummary>, CliError> {
+    let mut runs = store.list_runs(filter).await?;
     runs.sort_by(|a, b| (a.created_ms, &a.id).cmp(&(b.created_ms, &b.id)));
     Ok(runs)
 }
 
 /// The run `id`, or [`CliError::RunNotFound`].
 async fn find(store: &SqliteStore, path: &Path, id: &str) -> Result<RunSummary, CliError> {
-    all_runs(store)
+    list(store, &RunFilter::default())
         .await?
         .into_iter()
         .find(|run| run.id == id)
@@ -413,8 +451,13 @@ fn opt_time(ms: Option<u64>) -> String {
     ms.map_or_else(|| "-".to_owned(), utc)
 }
 
-async fn runs(store: &SqliteStore, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
-    let runs = all_runs(store).await?;
+async fn runs(
+    store: &SqliteStore,
+    filter: &RunFilter,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let runs = list(store, filter).await?;
     if json {
         let list: Vec<Value> = runs.iter().map(run_json).collect();
         writeln!(out, "{}", Value::Array(list))?;
@@ -460,6 +503,28 @@ struct Step {
     error: Option<String>,
 }
 
+/// Whether `kind` is an event of the compensation phase (`Compensating`, `Compensated`,
+/// `CompensationRetrying`, `CompensationFailed`): its attempt is the compensation's.
+fn is_compensation(kind: &str) -> bool {
+    kind.starts_with("Compensat")
+}
+
+/// The index of the entry named `name` in `list`, added by `new` when there is none.
+fn entry<T>(
+    list: &mut Vec<T>,
+    name: &str,
+    key: impl Fn(&T) -> &str,
+    new: impl FnOnce() -> T,
+) -> usize {
+    match list.iter().position(|item| key(item) == name) {
+        Some(i) => i,
+        None => {
+            list.push(new());
+            list.len() - 1
+        }
+    }
+}
+
 /// The steps' statuses, projected from the journal, in the order they first appear.
 fn steps(events: &[StoredEvent]) -> Vec<Step> {
     let mut steps: Vec<Step> = Vec::new();
@@ -467,18 +532,20 @@ fn steps(events: &[StoredEvent]) -> Vec<Step> {
         let Some(name) = &event.node_name else {
             continue;
         };
-        let i = match steps.iter().position(|s| s.name == *name) {
-            Some(i) => i,
-            None => {
-                steps.push(Step {
-                    name: name.clone(),
-                    status: "requested",
-                    attempts: 0,
-                    error: None,
-                });
-                steps.len() - 1
-            }
-        };
+        if is_compensation(&event.kind) {
+            continue;
+        }
+        let i = entry(
+            &mut steps,
+            name,
+            |s| &s.name,
+            || Step {
+                name: name.clone(),
+                status: "requested",
+                attempts: 0,
+                error: None,
+            },
+        );
         let step = &mut steps[i];
         step.attempts = step.attempts.max(event.attempt);
         step.status = match event.kind.as_str() {
@@ -502,6 +569,76 @@ fn steps(events: &[StoredEvent]) -> Vec<Step> {
         }
     }
     steps
+}
+
+/// The compensation of one step (`compensate = ..`) as the journal shows it.
+struct Undo {
+    step: String,
+    status: &'static str,
+    attempts: u32,
+    error: Option<String>,
+}
+
+/// The compensations a failed run started, in the order it started them (the reverse order
+/// of the graph): each with its status, its attempts and its last error.
+fn compensations(events: &[StoredEvent]) -> Vec<Undo> {
+    let mut undo: Vec<Undo> = Vec::new();
+    for event in events.iter().filter(|e| is_compensation(&e.kind)) {
+        let Some(name) = &event.node_name else {
+            continue;
+        };
+        let i = entry(
+            &mut undo,
+            name,
+            |u| &u.step,
+            || Undo {
+                step: name.clone(),
+                status: "running",
+                attempts: 0,
+                error: None,
+            },
+        );
+        let this = &mut undo[i];
+        this.attempts = this.attempts.max(event.attempt);
+        this.status = match event.kind.as_str() {
+            "Compensated" => "compensated",
+            "CompensationRetrying" => "in backoff",
+            "CompensationFailed" => "failed",
+            _ => "running",
+        };
+        if let Some(error) = data(event).get("error").and_then(Value::as_str) {
+            this.error = Some(error.to_owned());
+        }
+    }
+    undo
+}
+
+/// Why the run failed, read from its journal: the steps that failed for good and the
+/// compensations that failed; `None` when neither did (for a cancelled run, its status says
+/// it).
+fn run_error(steps: &[Step], undo: &[Undo]) -> Option<String> {
+    let mut why: Vec<String> = steps
+        .iter()
+        .filter(|s| matches!(s.status, "failed" | "timed out"))
+        .map(|s| match &s.error {
+            Some(error) => format!("step `{}` failed: {error}", s.name),
+            None => format!("step `{}` {}", s.name, s.status),
+        })
+        .collect();
+    why.extend(undo.iter().filter(|u| u.status == "failed").map(|u| {
+        let noun = if u.attempts == 1 {
+            "attempt"
+        } else {
+            "attempts"
+        };
+        format!(
+            "the compensation of `{}` failed after {} {noun}: {}",
+            u.step,
+            u.attempts,
+            u.error.as_deref().unwrap_or("no error recorded")
+        )
+    }));
+    (!why.is_empty()).then(|| why.join("; "))
 }
 
 /// An event's fields, as JSON (`null` when it has none).
@@ -542,11 +679,17 @@ async fn show(
     let events = store.events(id, 0).await?;
     let signals = store.signals(id, 0).await?;
     let steps = steps(&events);
+    let undo = compensations(&events);
+    let error = run_error(&steps, &undo);
     if json {
         let value = json!({
             "run": run_json(&run),
+            "error": error,
             "steps": steps.iter().map(|s| json!({
                 "name": s.name, "status": s.status, "attempts": s.attempts, "error": s.error,
+            })).collect::<Vec<_>>(),
+            "compensations": undo.iter().map(|u| json!({
+                "step": u.step, "status": u.status, "attempts": u.attempts, "error": u.error,
             })).collect::<Vec<_>>(),
             "events": events.iter().map(|e| json!({
                 "seq": e.seq, "at_us": e.at_us, "node": e.node_name, "attempt": e.attempt,
@@ -560,6 +703,9 @@ async fn show(
     writeln!(out, "run       {}", run.id)?;
     writeln!(out, "workflow  {}", run.workflow)?;
     writeln!(out, "status    {}", run.status)?;
+    if let Some(error) = &error {
+        writeln!(out, "error     {error}")?;
+    }
     writeln!(out, "events    {}", run.next_seq)?;
     writeln!(out, "created   {}", utc(run.created_ms))?;
     writeln!(out, "updated   {}", utc(run.updated_ms))?;
@@ -581,6 +727,19 @@ async fn show(
         ]);
     }
     table.write(out)?;
+    if !undo.is_empty() {
+        writeln!(out)?;
+        let mut table = Table::new(["COMPENSATION", "STATUS", "ATTEMPTS", "ERROR"]);
+        for u in &undo {
+            table.row([
+                u.step.clone(),
+                u.status.to_owned(),
+                u.attempts.to_string(),
+                u.error.clone().unwrap_or_default(),
+            ]);
+        }
+        table.write(out)?;
+    }
     writeln!(out)?;
     let mut table = Table::new(["SEQ", "AT", "STEP", "EVENT", "ATTEMPT", "DETAIL"]);
     for event in &events {

@@ -45,6 +45,59 @@ workflow! {
     }
 }
 
+#[derive(Debug)]
+struct Refused(&'static str);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+async fn reserve(order: u64) -> Result<u64, Refused> {
+    Ok(order)
+}
+
+async fn release(_stock: &u64) -> Result<(), Refused> {
+    Ok(())
+}
+
+async fn charge(order: u64) -> Result<u64, Refused> {
+    Ok(order * 10)
+}
+
+/// Order 1: the first attempt fails, the second refunds. Order 2: every attempt fails.
+async fn refund(order: u64) -> Result<(), Refused> {
+    let attempt = flow_runtime::durable::attempt().map_or(1, |a| a.attempt());
+    match (order, attempt) {
+        (1, 2) => Ok(()),
+        _ => Err(Refused("the bank is down")),
+    }
+}
+
+async fn dispatch() -> Result<(), Refused> {
+    Err(Refused("no courier"))
+}
+
+workflow! {
+    #[flow(durable)]
+    Saga(order: u64) -> u64 {
+        Sequential {
+            stock = Operation(reserve(order), compensate = release(&stock)),
+            receipt = Operation(
+                charge(order),
+                retries = 1,
+                backoff = "1ms",
+                compensate = refund(order),
+            ),
+            shipped = Operation(dispatch()),
+        }
+        => receipt
+    }
+}
+
 /// A store whose commit number `fail_at` fails: the run stops there, as after a crash.
 #[derive(Clone)]
 struct Failing {
@@ -140,6 +193,30 @@ fn store(name: &str) -> PathBuf {
             .execute(2)
             .await;
         assert!(stopped.is_err());
+    });
+    path
+}
+
+/// `store(name)` with two runs of `Saga` whose shipping failed: `refunded` (its refund
+/// succeeds at its second attempt, then the stock is released) and `unrefunded` (its refund
+/// fails for good).
+fn saga_store(name: &str) -> PathBuf {
+    let path = store(name);
+    let _serial = serial();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let store = SqliteStore::open(&path).expect("opens");
+        for (id, order) in [("refunded", 1), ("unrefunded", 2)] {
+            let outcome = Saga::runner()
+                .durable(&store, id)
+                .execute(order)
+                .await
+                .expect("the store works");
+            assert!(outcome.result.is_err(), "{id} fails");
+        }
     });
     path
 }
@@ -259,40 +336,167 @@ fn signal_stores_a_json_payload_and_refuses_bad_ones() {
     assert_eq!(shown["signals"].as_array().map(Vec::len), Some(1));
 }
 
-#[test]
-fn errors_name_the_problem_and_set_the_exit_code() {
-    let db = store("errors");
-    let dir = db.parent().expect("a directory");
-    let db = db.to_str().expect("utf-8");
-    fails(&flow(&["show", db, "nope"]), 3, "no run `nope` in");
+/// Asserts that every command (`runs`, `show`, `signal`, `resume`) on `db` fails with `code`
+/// and an error that contains `message`, and that the file is as it was (or still absent).
+fn every_command_fails(db: &Path, code: i32, message: &str) {
+    let before = std::fs::read(db).ok();
+    let path = db.to_str().expect("utf-8");
+    for args in [
+        vec!["runs", path],
+        vec!["show", path, "done"],
+        vec!["signal", path, "done", "approve", "true"],
+        vec!["resume", path, "done"],
+    ] {
+        let output = flow(&args);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+        assert!(
+            output.stdout.is_empty(),
+            "{args:?}: {}",
+            text(&output.stdout)
+        );
+    }
+    assert_eq!(std::fs::read(db).ok(), before, "the file changed");
+}
 
+#[test]
+fn a_missing_file_is_refused_and_not_created() {
+    let db = store("missing");
+    let dir = db.parent().expect("a directory");
     let missing = dir.join("missing.db");
-    fails(
-        &flow(&["runs", missing.to_str().expect("utf-8")]),
+    every_command_fails(
+        &missing,
         4,
-        "no store at",
+        &format!(
+            "no store at `{}`: the file does not exist",
+            missing.display()
+        ),
     );
     assert!(!missing.exists(), "the CLI created a store");
+    let nowhere = dir.join("no-such-dir").join("runs.db");
+    every_command_fails(&nowhere, 4, "no store at");
+    assert!(
+        !dir.join("no-such-dir").exists(),
+        "the CLI made a directory"
+    );
+}
 
-    let foreign = dir.join("notes.txt");
-    std::fs::write(&foreign, "not a database, only some words that fill a page").expect("writes");
-    let output = flow(&["runs", foreign.to_str().expect("utf-8")]);
-    assert_eq!(output.status.code(), Some(4), "{}", text(&output.stderr));
+#[test]
+fn a_file_that_is_not_a_database_is_refused_and_left_as_it_was() {
+    let db = store("not-a-database");
+    let notes = db.with_file_name("notes.txt");
+    let words = "not a database, only some words that fill a page. ".repeat(100);
+    std::fs::write(&notes, &words).expect("writes");
+    every_command_fails(
+        &notes,
+        4,
+        &format!(
+            "the store `{}` is damaged: file is not a database",
+            notes.display()
+        ),
+    );
+}
 
-    // A store held open by this process: the CLI is refused, names the lock, changes nothing.
-    let held = SqliteStore::open(db).expect("opens");
-    fails(&flow(&["runs", db]), 4, "is locked by");
+#[test]
+fn a_damaged_store_is_refused_and_left_as_it_was() {
+    let db = store("damaged");
+    // Every page after the first (the header and the schema) overwritten with garbage.
+    let mut bytes = std::fs::read(&db).expect("reads");
+    let page = usize::from(u16::from_be_bytes([bytes[16], bytes[17]]));
+    assert!(bytes.len() > page, "the store has more than one page");
+    for (i, byte) in bytes.iter_mut().enumerate().skip(page) {
+        *byte = (i.wrapping_mul(131) % 251) as u8;
+    }
+    std::fs::write(&db, &bytes).expect("writes");
+    every_command_fails(
+        &db,
+        4,
+        &format!("the store `{}` is damaged: ", db.display()),
+    );
+}
+
+#[test]
+fn a_sqlite_database_of_another_application_is_refused_and_left_as_it_was() {
+    let db = store("foreign");
+    let photos = db.with_file_name("photos.db");
+    {
+        let conn = rusqlite::Connection::open(&photos).expect("sqlite");
+        conn.execute_batch(
+            "CREATE TABLE photos (id INTEGER PRIMARY KEY, file TEXT);
+             INSERT INTO photos (file) VALUES ('cat.jpg');",
+        )
+        .expect("a foreign database");
+    }
+    every_command_fails(
+        &photos,
+        4,
+        &format!(
+            "`{}` is not a store of flow: a SQLite database of another application",
+            photos.display()
+        ),
+    );
+}
+
+#[test]
+fn a_store_held_by_another_process_is_refused_naming_the_holder() {
+    let db = store("locked");
+    // Held open by this process: for the `flow` child, another process holds it.
+    let held = SqliteStore::open(&db).expect("opens");
+    every_command_fails(
+        &db,
+        4,
+        &format!("the store `{}` is locked by `", db.display()),
+    );
+    let output = flow(&["runs", db.to_str().expect("utf-8")]);
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains(&format!(":{}:", std::process::id())),
+        "the holder is this process: {stderr}"
+    );
     {
         let _serial = serial();
         drop(held);
     }
+    let output = flow(&["runs", db.to_str().expect("utf-8")]);
+    assert!(
+        output.status.success(),
+        "free again: {}",
+        text(&output.stderr)
+    );
+}
 
+#[test]
+fn a_run_that_does_not_exist_is_exit_code_3() {
+    let db = store("no-run");
+    let db = db.to_str().expect("utf-8");
+    let message = format!("no run `nope` in `{db}` (`flow runs` lists them)");
+    fails(&flow(&["show", db, "nope"]), 3, &message);
+    fails(&flow(&["show", db, "nope", "--json"]), 3, &message);
+    fails(
+        &flow(&["signal", db, "nope", "approve", "true"]),
+        3,
+        &message,
+    );
+    fails(&flow(&["resume", db, "nope"]), 3, &message);
+}
+
+#[test]
+fn bad_arguments_are_usage_errors() {
     let output = flow(&[]);
     assert_eq!(output.status.code(), Some(2));
     let output = flow(&["runs"]);
     assert_eq!(output.status.code(), Some(2));
     assert!(
         text(&output.stderr).contains("<DB>"),
+        "{}",
+        text(&output.stderr)
+    );
+    let output = flow(&["purge", "x.db"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        text(&output.stderr).contains("unrecognized subcommand 'purge'"),
         "{}",
         text(&output.stderr)
     );
@@ -326,5 +530,156 @@ fn resume_needs_the_workflow_and_runs_it_when_registered() {
             .expect("runs")
             .iter()
             .all(|r| r["status"] == "succeeded")
+    );
+}
+
+/// The ids of `flow runs <db> ARGS --json`.
+fn listed(db: &str, args: &[&str]) -> Vec<String> {
+    let mut all = vec!["runs", db];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let output = flow(&all);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let runs: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    runs.as_array()
+        .expect("an array")
+        .iter()
+        .map(|run| run["id"].as_str().expect("an id").to_owned())
+        .collect()
+}
+
+#[test]
+fn runs_filters_by_status_workflow_and_limit() {
+    let db = saga_store("filters");
+    let db = db.to_str().expect("utf-8");
+    let all = ["done", "stopped", "refunded", "unrefunded"];
+    assert_eq!(listed(db, &[]), all);
+    assert_eq!(listed(db, &["--status", "succeeded"]), ["done"]);
+    assert_eq!(
+        listed(db, &["--status", "running,failed"]),
+        ["stopped", "refunded", "unrefunded"]
+    );
+    assert_eq!(
+        listed(db, &["--status", "running", "--status", "succeeded"]),
+        ["done", "stopped"]
+    );
+    assert_eq!(
+        listed(db, &["--workflow", "Saga"]),
+        ["refunded", "unrefunded"]
+    );
+    assert_eq!(listed(db, &["--workflow", "Nope"]), Vec::<String>::new());
+    assert_eq!(listed(db, &["--limit", "2"]), ["done", "stopped"]);
+    assert_eq!(
+        listed(
+            db,
+            &["--workflow", "Saga", "--status", "failed", "--limit", "1"]
+        ),
+        ["refunded"]
+    );
+
+    // The table too: a header and one line per run that passes.
+    let output = flow(&["runs", db, "--status", "failed"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    let ids: Vec<&str> = stdout
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(ids, ["refunded", "unrefunded"], "{stdout}");
+
+    let output = flow(&["runs", db, "--status", "done"]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("invalid value 'done' for '--status <STATUS>'")
+            && stderr
+                .contains("running, waiting, compensating, succeeded, failed, cancelled, stuck"),
+        "{stderr}"
+    );
+    let output = flow(&["runs", db, "--limit", "many"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        text(&output.stderr).contains("invalid value 'many' for '--limit <N>'"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+#[test]
+fn show_prints_the_compensations_in_their_order_and_the_run_error() {
+    let db = saga_store("compensations");
+    let db = db.to_str().expect("utf-8");
+    let output = flow(&["show", db, "refunded"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    assert!(stdout.contains("status    failed\n"), "{stdout}");
+    assert!(
+        stdout.contains("error     step `shipped` failed: no courier\n"),
+        "{stdout}"
+    );
+    // The steps' attempts are their own, not their compensations'.
+    let receipt = stdout
+        .lines()
+        .find(|l| l.starts_with("receipt "))
+        .expect("the step `receipt`");
+    assert_eq!(
+        receipt.split_whitespace().collect::<Vec<_>>(),
+        ["receipt", "completed", "1"]
+    );
+    // The compensations, in the order they ran: the refund (after a failed attempt), then the
+    // release.
+    let table: Vec<Vec<&str>> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("COMPENSATION"))
+        .take_while(|l| !l.is_empty())
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        table,
+        [
+            vec!["COMPENSATION", "STATUS", "ATTEMPTS", "ERROR"],
+            vec!["receipt", "compensated", "2", "the", "bank", "is", "down"],
+            vec!["stock", "compensated", "1"],
+        ],
+        "{stdout}"
+    );
+    for kind in ["Compensating", "CompensationRetrying", "Compensated"] {
+        assert!(stdout.contains(kind), "{kind} in {stdout}");
+    }
+
+    let output = flow(&["show", db, "unrefunded", "--json"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let shown: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(shown["run"]["status"], "failed");
+    assert_eq!(
+        shown["error"],
+        "step `shipped` failed: no courier; the compensation of `receipt` failed after 2 attempts: the bank is down"
+    );
+    // The phase stops at the compensation that failed: the stock is not released.
+    let undone = shown["compensations"].as_array().expect("compensations");
+    assert_eq!(undone.len(), 1, "{undone:?}");
+    assert_eq!(undone[0]["step"], "receipt");
+    assert_eq!(undone[0]["status"], "failed");
+    assert_eq!(undone[0]["attempts"], 2);
+    assert_eq!(undone[0]["error"], "the bank is down");
+    let events = shown["events"].as_array().expect("events");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["kind"] == "CompensationFailed" && e["node"] == "receipt"),
+        "{events:?}"
+    );
+
+    // A run that succeeded has no error and no compensation.
+    let shown = flow(&["show", db, "done", "--json"]);
+    let shown: Value = serde_json::from_slice(&shown.stdout).expect("JSON");
+    assert_eq!(shown["error"], Value::Null);
+    assert_eq!(shown["compensations"], Value::Array(Vec::new()));
+    let output = flow(&["show", db, "done"]);
+    let stdout = text(&output.stdout);
+    assert!(
+        !stdout.contains("error ") && !stdout.contains("COMPENSATION"),
+        "{stdout}"
     );
 }

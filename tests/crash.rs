@@ -12,6 +12,7 @@
 mod crash_flow;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::convert::Infallible;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -20,8 +21,9 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crash_flow::{CrashOrder, CrashStore, RUN, Stop, When, configure, open_world};
+use crash_flow::{Confirm, CrashOrder, CrashStore, RUN, Stop, When, configure, open_world};
 use flow::Worker;
+use flow::durable::send_signal;
 use flow::store::{Owner, RunEnd, RunFilter, Store, StoredEvent};
 use flow_sqlite::{Durability, SqliteOptions, SqliteStore};
 use serde_json::{Value, json};
@@ -73,42 +75,70 @@ fn crash_child() {
             .list_runs(&RunFilter::default())
             .await
             .expect("lists the runs");
-        let outcome = match runs.iter().any(|run| run.id == RUN) {
-            false => {
-                CrashOrder::runner()
-                    .durable(&store, RUN)
-                    .execute((ORDER, ship_fails))
-                    .await
-            }
-            true if by_worker => {
-                let worker = Worker::new(store.clone())
-                    .register::<CrashOrder>()
-                    .poll_interval(Duration::from_millis(5));
-                let ended = async {
-                    loop {
-                        let runs = store.list_runs(&RunFilter::default()).await;
-                        let ended = runs.map_or(true, |runs| {
-                            runs.iter()
-                                .any(|run| run.id == RUN && run.status.is_finished())
-                        });
-                        if ended {
-                            return;
-                        }
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                    }
-                };
-                let report = worker.run(ended).await.expect("the worker runs");
-                for resumed in report.resumed {
-                    let _ = resumed.result.expect("the worker resumes the run");
+        let run = async {
+            match runs.iter().any(|run| run.id == RUN) {
+                false => {
+                    CrashOrder::runner()
+                        .durable(&store, RUN)
+                        .signal_poll(Duration::from_millis(5))
+                        .execute((ORDER, ship_fails))
+                        .await
                 }
-                // The run has ended: resuming it replays its journal and runs nothing.
-                CrashOrder::resume(&store, RUN).await
+                true if by_worker => {
+                    let worker = Worker::new(store.clone())
+                        .register::<CrashOrder>()
+                        .poll_interval(Duration::from_millis(5));
+                    let ended = async {
+                        loop {
+                            let runs = store.list_runs(&RunFilter::default()).await;
+                            let ended = runs.map_or(true, |runs| {
+                                runs.iter()
+                                    .any(|run| run.id == RUN && run.status.is_finished())
+                            });
+                            if ended {
+                                return;
+                            }
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
+                    };
+                    let report = worker.run(ended).await.expect("the worker runs");
+                    for resumed in report.resumed {
+                        let _ = resumed.result.expect("the worker resumes the run");
+                    }
+                    // The run has ended: resuming it replays its journal and runs nothing.
+                    CrashOrder::resume(&store, RUN).await
+                }
+                true => CrashOrder::resume(&store, RUN).await,
             }
-            true => CrashOrder::resume(&store, RUN).await,
+        };
+        let outcome = tokio::select! {
+            outcome = run => outcome,
+            never = confirm_when_waiting(&store) => match never {},
         };
         summary(&outcome.expect("the run ends"))
     });
     println!("RESULT {summary}");
+}
+
+/// Sends the signal `confirm` through the store once a step of the run waits for it, unless it
+/// was sent already (by a killed process: it is kept until taken) or taken. Never returns.
+async fn confirm_when_waiting<S: Store>(store: &S) -> Infallible {
+    while !crash_flow::waiting() {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let events = store.events(RUN, 0).await.expect("reads the journal");
+    let taken = events.iter().any(|e| e.kind == "SignalReceived");
+    let signals = store.signals(RUN, 0).await.expect("reads the signals");
+    let sent = signals.iter().any(|s| s.name == "confirm");
+    if !taken && !sent {
+        let confirm = Confirm {
+            by: "the customer".to_owned(),
+        };
+        send_signal(store, RUN, CrashOrder::CONFIRM, confirm)
+            .await
+            .expect("the signal is stored");
+    }
+    std::future::pending().await
 }
 
 /// What the parent compares with the uninterrupted run: the result (or the error and the
@@ -307,6 +337,8 @@ struct Outcome {
     events: Vec<StoredEvent>,
     /// How the store says it ended.
     end: Option<RunEnd>,
+    /// The stored outputs of its steps: node -> JSON.
+    outputs: BTreeMap<u32, Vec<u8>>,
     /// Its timers and signal waits still open.
     open: usize,
     /// Whether the store says it has ended.
@@ -326,23 +358,20 @@ fn base() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("crash")
 }
 
-/// Runs one scenario in `dir` (made afresh): a child per plan, then children until one
-/// finishes (at most 3 after the plans).
+/// Runs one scenario in `dir` (made afresh): a child per plan, then one that must finish the
+/// run (a child of a plan may finish it already: its stop point lay past the run's end).
 fn scenario(dir: &Path, input: Input, plans: &[Plan], by_worker: bool) -> Result<Outcome, String> {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     open_world(&dir.join("effects.db")).map_err(|e| e.to_string())?;
     let mut killed = BTreeSet::new();
-    let mut children = 0;
     let mut summary = None;
-    let finish = [Plan::Finish; 3];
-    for plan in plans.iter().chain(&finish) {
+    for (i, plan) in plans.iter().chain([&Plan::Finish]).enumerate() {
         let stop = match plan {
             Plan::Stop(stop) => Some(*stop),
             _ => None,
         };
-        let mut child = Child::spawn(dir, input, stop, by_worker && children > 0);
-        children += 1;
+        let mut child = Child::spawn(dir, input, stop, by_worker && i > 0);
         match child.drive(*plan)? {
             Ended::Killed => {
                 killed.insert(child.process.id());
@@ -394,6 +423,11 @@ fn scenario(dir: &Path, input: Input, plans: &[Plan], by_worker: bool) -> Result
         summary,
         events,
         end: loaded.end,
+        outputs: loaded
+            .outputs
+            .into_iter()
+            .map(|output| (output.node, output.bytes))
+            .collect(),
         open: loaded.timers.len() + loaded.waits.len(),
         finished: loaded.run.status.is_finished(),
         effects,
@@ -555,6 +589,18 @@ fn consistent(run: &Outcome) -> Result<(), String> {
     if !order.is_empty() && order != ["receipt", "stock"] {
         return Err(format!("compensations in the order {order:?}"));
     }
+    // An output is stored for a step that completed only.
+    for node in run.outputs.keys() {
+        let completed = run
+            .events
+            .iter()
+            .any(|e| e.node == Some(*node) && e.kind == "Completed");
+        if !completed {
+            return Err(format!(
+                "an output is stored for node {node}, which did not complete"
+            ));
+        }
+    }
     // Every effect under a key the journal started; every step and compensation that ended
     // well has its effect under the key of its last attempt.
     let started: BTreeSet<String> = run.events.iter().filter_map(key_of).collect();
@@ -608,6 +654,13 @@ fn same_as_reference(run: &Outcome, reference: &Reference) -> Result<(), String>
         return Err(format!(
             "the stored end differs: {:?}, reference {:?}",
             run.end, reference.outcome.end
+        ));
+    }
+    if run.outputs != reference.outcome.outputs {
+        return Err(format!(
+            "the stored outputs differ from the uninterrupted run's: nodes {:?}, reference {:?}",
+            run.outputs.keys(),
+            reference.outcome.outputs.keys()
         ));
     }
     let events = unordered(&run.events);

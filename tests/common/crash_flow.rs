@@ -1,7 +1,8 @@
 //! The crash test's workflow, its "outside world" and its store wrapper (`tests/crash.rs`).
 //!
 //! - [`CrashOrder`]: a durable order with a join, a `Conditional`, a retry with backoff, a
-//!   durable `Delay` and a compensation; the last step fails for an input that says so.
+//!   durable `Delay`, a `Signal` and a compensation; the last step fails for an input that
+//!   says so.
 //! - The world: every operation and compensation records its side effect in a SQLite file of
 //!   its own (`effects.db`, not the store), keyed by its `flow::attempt()` key with
 //!   `INSERT OR IGNORE` (an idempotent effect), and every execution in `calls`. What it finds
@@ -102,13 +103,23 @@ async fn refund(receipt: &str) -> Result<(), Refused> {
 }
 
 /// Fails when the input says so: the completed steps are then compensated.
-async fn ship(receipt: &str, ship_fails: bool) -> Result<String, Refused> {
+async fn ship(receipt: &str, confirmation: &Confirm, ship_fails: bool) -> Result<String, Refused> {
     effect();
     tokio::time::sleep(WORK).await;
     match ship_fails {
         true => Err(Refused("no courier".to_owned())),
-        false => Ok(format!("shipped against {receipt}")),
+        false => Ok(format!(
+            "shipped against {receipt}, confirmed by {}",
+            confirmation.by
+        )),
     }
+}
+
+/// The payload of the signal `confirm`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Confirm {
+    /// Who confirmed.
+    pub by: String,
 }
 
 workflow! {
@@ -133,7 +144,8 @@ workflow! {
                 compensate = refund(&receipt),
             ),
             Delay("30ms"),
-            shipped = Operation(ship(&receipt, ship_fails)),
+            confirmation = Signal(confirm: Confirm),
+            shipped = Operation(ship(&receipt, &confirmation, ship_fails)),
         }
         => format!("{} at {}", shipped, quote)
     }
@@ -190,6 +202,14 @@ struct Config {
 }
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
+/// Set once a step of the run waits for a signal (a batch opened the wait, or the loaded run
+/// had one open).
+static WAITING: AtomicBool = AtomicBool::new(false);
+
+/// Whether a step of the run waits (or waited) for a signal in this process.
+pub fn waiting() -> bool {
+    WAITING.load(Ordering::SeqCst)
+}
 /// Set once the process stopped (it parks; this keeps a second thread from printing twice).
 static STOPPED: AtomicBool = AtomicBool::new(false);
 
@@ -260,6 +280,8 @@ pub const WORLD_SCHEMA: &str = "
 pub fn open_world(path: &std::path::Path) -> rusqlite::Result<Connection> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(Duration::from_secs(10))?;
+    // What a process crash cannot lose (the OS has every write); no wait for the disk.
+    conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;")?;
     conn.execute_batch(WORLD_SCHEMA)?;
     Ok(conn)
 }
@@ -327,7 +349,7 @@ fn effect() -> u32 {
 // --- The store ---------------------------------------------------------------------------------
 
 /// A `Store` that passes every call to `inner`, keeps the events this process committed or
-/// loaded, prints `WAITING` when a step starts waiting for a signal, and stops the process at
+/// loaded, notes (and prints `WAITING`) when a step waits for a signal, and stops the process at
 /// the configured event ([`configure`]). No hook in the runtime: only the store is wrapped.
 #[derive(Clone)]
 pub struct CrashStore<S> {
@@ -376,6 +398,9 @@ impl<S: Store + Clone> Store for CrashStore<S> {
         Box::pin(async move {
             let loaded = self.inner.load_run(run, owner, lease).await?;
             remember(&loaded.events);
+            if !loaded.waits.is_empty() {
+                WAITING.store(true, Ordering::SeqCst);
+            }
             Ok(loaded)
         })
     }
@@ -399,6 +424,7 @@ impl<S: Store + Clone> Store for CrashStore<S> {
             let committed = self.inner.commit(batch).await?;
             remember(&events);
             if waits {
+                WAITING.store(true, Ordering::SeqCst);
                 println!("WAITING");
             }
             if let Some(at) = Self::reaches(end, When::After) {

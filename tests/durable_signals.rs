@@ -632,3 +632,54 @@ async fn a_stopped_run_is_resumed_by_the_worker_once_its_signal_is_sent() {
     assert_eq!(kinds(&events, "RunFinished"), 1);
     assert_eq!(shipped(id), 1);
 }
+
+workflow! {
+    #[flow(durable)]
+    Deadline(order: u64) -> bool {
+        Sequential {
+            Race {
+                nudge = Signal(nudge: u8, transient),
+                Delay("100ms"),
+            },
+            Operation(hold()),
+        }
+        => nudge.is_some()
+    }
+}
+
+/// A `Signal` step withdrawn by a race it lost stops waiting: its wait is closed in the
+/// store, so a transient signal sent afterwards is dropped.
+#[tokio::test]
+async fn a_withdrawn_signal_step_closes_its_wait() {
+    let store = MemoryStore::new();
+    let counting = Counting::new(&store);
+    let id = "d-1";
+    set_held(id, true);
+    let run = Deadline::runner()
+        .durable(&counting, id)
+        .signal_poll(Duration::from_millis(10))
+        .execute(11);
+    let stopped = tokio::time::timeout(Duration::from_millis(300), run).await;
+    assert!(stopped.is_err(), "`hold` holds the run");
+    let events = store.events(id, 0).await.expect("reads");
+    let nudge: Vec<&str> = events
+        .iter()
+        .filter(|e| e.node_name.as_deref() == Some("nudge"))
+        .map(|e| e.kind.as_str())
+        .collect();
+    assert_eq!(nudge, ["Requested", "Withdrawn"]);
+    let waits: Vec<WaitChange> = counting
+        .batches()
+        .into_iter()
+        .flat_map(|b| b.waits)
+        .collect();
+    assert!(
+        matches!(&waits[..], [WaitChange::Open { node, .. }, WaitChange::Close { node: closed, .. }] if node == closed),
+        "{waits:?}"
+    );
+    let sent = send_signal(&store, id, Deadline::NUDGE, 1)
+        .await
+        .expect("answered");
+    assert_eq!(sent, SignalSent::Dropped, "no step waits any more");
+    set_held(id, false);
+}

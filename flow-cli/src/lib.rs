@@ -265,7 +265,11 @@ impl Cli {
         })?;
         let path = PathBuf::from(string(sub, "db"));
         // `signal` opens the store as a client: it works while a worker owns the store.
-        let store = open(&path, name == "signal")?;
+        let store = if name == "signal" {
+            open_client(&path)?
+        } else {
+            open(&path)?
+        };
         let json = sub.try_get_one::<bool>("json").ok().flatten() == Some(&true);
         runtime.block_on(async {
             match name {
@@ -382,18 +386,14 @@ fn string(matches: &ArgMatches, id: &str) -> String {
     matches.get_one::<String>(id).cloned().unwrap_or_default()
 }
 
-/// Opens the store at `path`, which must exist: as its owner, or as a client (no file lock;
-/// reads and signals only).
-fn open(path: &Path, client: bool) -> Result<SqliteStore, CliError> {
+/// Opens the store at `path`, which must exist.
+fn open(path: &Path) -> Result<SqliteStore, CliError> {
     if !path.is_file() {
         return Err(CliError::NoStore {
             path: path.to_owned(),
         });
     }
-    Ok(match client {
-        true => SqliteStore::open_client(path)?,
-        false => SqliteStore::open(path)?,
-    })
+    Ok(SqliteStore::open(path)?)
 }
 
 /// Every run, oldest first.
@@ -628,6 +628,17 @@ fn signal_json(signal: &StoredSignal) -> Value {
         "mode": signal.mode.as_str(),
         "sent_ms": signal.sent_ms,
     })
+}
+
+/// Opens the store at `path`, which must exist, as a client: no file lock (it works while
+/// another process owns the store), reads and signals only.
+fn open_client(path: &Path) -> Result<SqliteStore, CliError> {
+    if !path.is_file() {
+        return Err(CliError::NoStore {
+            path: path.to_owned(),
+        });
+    }
+    Ok(SqliteStore::open_client(path)?)
 }
 
 async fn send(

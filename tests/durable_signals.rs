@@ -537,3 +537,149 @@ async fn a_durable_signal_step_runs_without_a_store() {
     let outcome = runner.execute(8).await;
     assert_eq!(outcome.result.expect("succeeds"), "order 8 approved by ann");
 }
+
+/// A fresh SQLite file for the test `name`.
+fn sqlite_path(name: &str) -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("durable-signals")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a directory for the store");
+    dir.join("runs.db")
+}
+
+/// A run waiting on a `Signal` in a SQLite store receives a signal sent through a client of
+/// the same file (`open_client`: no file lock, as another process would send it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_on_sqlite_receives_a_signal_sent_through_a_client() {
+    let path = sqlite_path("client");
+    let owner = flow_sqlite::SqliteStore::open(&path).expect("the owner opens the store");
+    let run = Approve::runner()
+        .durable(&owner, "s-1")
+        .signal_poll(Duration::from_millis(20))
+        .execute(9);
+    let send = async {
+        tokio::time::sleep(SETTLE).await;
+        let client = flow_sqlite::SqliteStore::open_client(&path).expect("a client opens it");
+        send_signal(&client, "s-1", Approve::APPROVE, ann())
+            .await
+            .expect("sent through the client")
+    };
+    let (outcome, sent) = tokio::join!(run, send);
+    assert!(matches!(sent, SignalSent::Stored { .. }), "{sent:?}");
+    assert_eq!(
+        outcome.expect("runs").result.expect("succeeds"),
+        "order 9 approved by ann"
+    );
+    let events = owner.events("s-1", 0).await.expect("reads");
+    assert_eq!(kinds(&events, "SignalReceived"), 1);
+    assert!(owner.signals("s-1", 0).await.expect("reads").is_empty());
+}
+
+/// A run stopped while its `Signal` step waits (its process gone), then a signal sent
+/// through a client: the signal makes the run due, and a `Worker` of a new owner resumes it
+/// to the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_run_is_resumed_by_the_worker_once_its_signal_is_sent() {
+    let path = sqlite_path("worker");
+    let id = "w-1";
+    {
+        let first = flow_sqlite::SqliteStore::open(&path).expect("opens");
+        let run = Approve::runner().durable(&first, id).execute(10);
+        let stopped = tokio::time::timeout(SETTLE, run).await;
+        assert!(stopped.is_err(), "the step waits");
+        let events = first.events(id, 0).await.expect("reads");
+        assert_eq!(kinds(&events, "SignalReceived"), 0);
+        // The process ends: its store is closed, the run's lease stays in the file.
+    }
+    let client = flow_sqlite::SqliteStore::open_client(&path).expect("a client");
+    let before = flow::store::now_ms();
+    send_signal(&client, id, Approve::APPROVE, ann())
+        .await
+        .expect("sent");
+    let summary = client
+        .list_runs(&RunFilter::default())
+        .await
+        .expect("lists")
+        .into_iter()
+        .find(|run| run.id == id)
+        .expect("the run");
+    assert!(
+        summary.wake_at_ms.is_some_and(|at| at >= before),
+        "the signal makes the run due: {summary:?}"
+    );
+
+    let store = flow_sqlite::SqliteStore::open(&path).expect("a new owner");
+    let worker = flow::Worker::new(store.clone())
+        .register::<Approve>()
+        .poll_interval(Duration::from_millis(20));
+    let shutdown = {
+        let store = store.clone();
+        async move {
+            while status(&store, id).await != RunStatus::Succeeded {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    let report = tokio::time::timeout(Duration::from_secs(10), worker.run(shutdown))
+        .await
+        .expect("the worker resumes the run within 10 s")
+        .expect("the store answers");
+    let resumed: Vec<&str> = report.resumed.iter().map(|r| r.run.as_str()).collect();
+    assert_eq!(resumed, [id]);
+    let events = store.events(id, 0).await.expect("reads");
+    assert_eq!(kinds(&events, "SignalReceived"), 1, "{events:#?}");
+    assert_eq!(kinds(&events, "RunFinished"), 1);
+    assert_eq!(shipped(id), 1);
+}
+
+workflow! {
+    #[flow(durable)]
+    Deadline(order: u64) -> bool {
+        Sequential {
+            Race {
+                nudge = Signal(nudge: u8, transient),
+                Delay("100ms"),
+            },
+            Operation(hold()),
+        }
+        => nudge.is_some()
+    }
+}
+
+/// A `Signal` step withdrawn by a race it lost stops waiting: its wait is closed in the
+/// store, so a transient signal sent afterwards is dropped.
+#[tokio::test]
+async fn a_withdrawn_signal_step_closes_its_wait() {
+    let store = MemoryStore::new();
+    let counting = Counting::new(&store);
+    let id = "d-1";
+    set_held(id, true);
+    let run = Deadline::runner()
+        .durable(&counting, id)
+        .signal_poll(Duration::from_millis(10))
+        .execute(11);
+    let stopped = tokio::time::timeout(Duration::from_millis(300), run).await;
+    assert!(stopped.is_err(), "`hold` holds the run");
+    let events = store.events(id, 0).await.expect("reads");
+    let nudge: Vec<&str> = events
+        .iter()
+        .filter(|e| e.node_name.as_deref() == Some("nudge"))
+        .map(|e| e.kind.as_str())
+        .collect();
+    assert_eq!(nudge, ["Requested", "Withdrawn"]);
+    let waits: Vec<WaitChange> = counting
+        .batches()
+        .into_iter()
+        .flat_map(|b| b.waits)
+        .collect();
+    assert!(
+        matches!(&waits[..], [WaitChange::Open { node, .. }, WaitChange::Close { node: closed, .. }] if node == closed),
+        "{waits:?}"
+    );
+    let sent = send_signal(&store, id, Deadline::NUDGE, 1)
+        .await
+        .expect("answered");
+    assert_eq!(sent, SignalSent::Dropped, "no step waits any more");
+    set_held(id, false);
+}

@@ -119,6 +119,21 @@ impl Scheduler {
             .map(|s| s.name)
     }
 
+    /// Whether `node` is a `Signal` step that waits with nothing handed to it: it can wait
+    /// as long as it takes, and a run whose every running step is idle may be unloaded (its
+    /// wait stays open in the store, and a signal sent makes the run due).
+    #[allow(
+        dead_code,
+        reason = "the unloading of waiting runs asks it (`Leaf::idle` does not see a step's future)"
+    )]
+    pub(super) fn signal_idle(&self, node: u32) -> bool {
+        self.journal
+            .as_deref()
+            .and_then(|j| j.inbox.as_deref())
+            .and_then(|inbox| inbox.waiters.iter().find(|w| w.node == node))
+            .is_some_and(|w| w.delivery.is_none())
+    }
+
     /// `Signal` step `node` is requested: it waits from now on, and (live) its wait is
     /// opened in the batch of its `Requested`.
     pub(super) fn signal_requested(&mut self, node: u32) {

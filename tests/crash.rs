@@ -12,7 +12,6 @@
 mod crash_flow;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::convert::Infallible;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -39,7 +38,9 @@ const TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Not a test of its own: the child process of the crash tests (`FLOW_CRASH_CHILD` set), which
 /// runs or resumes the run in the scenario's directory and prints `RESULT {json}`, or stops
-/// where it is told to and waits to be killed. Without `FLOW_CRASH_CHILD` it returns at once.
+/// where it is told to and waits to be killed; it prints `WAITING` when a step of the run waits
+/// for the signal `confirm`, which the parent then sends through the store. Without
+/// `FLOW_CRASH_CHILD` it returns at once.
 #[test]
 fn crash_child() {
     let Ok(dir) = std::env::var("FLOW_CRASH_CHILD") else {
@@ -111,34 +112,9 @@ fn crash_child() {
                 true => CrashOrder::resume(&store, RUN).await,
             }
         };
-        let outcome = tokio::select! {
-            outcome = run => outcome,
-            never = confirm_when_waiting(&store) => match never {},
-        };
-        summary(&outcome.expect("the run ends"))
+        summary(&run.await.expect("the run ends"))
     });
     println!("RESULT {summary}");
-}
-
-/// Sends the signal `confirm` through the store once a step of the run waits for it, unless it
-/// was sent already (by a killed process: it is kept until taken) or taken. Never returns.
-async fn confirm_when_waiting<S: Store>(store: &S) -> Infallible {
-    while !crash_flow::waiting() {
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    let events = store.events(RUN, 0).await.expect("reads the journal");
-    let taken = events.iter().any(|e| e.kind == "SignalReceived");
-    let signals = store.signals(RUN, 0).await.expect("reads the signals");
-    let sent = signals.iter().any(|s| s.name == "confirm");
-    if !taken && !sent {
-        let confirm = Confirm {
-            by: "the customer".to_owned(),
-        };
-        send_signal(store, RUN, CrashOrder::CONFIRM, confirm)
-            .await
-            .expect("the signal is stored");
-    }
-    std::future::pending().await
 }
 
 /// What the parent compares with the uninterrupted run: the result (or the error and the
@@ -269,8 +245,9 @@ impl Child {
             .unwrap_or_default()
     }
 
-    /// Runs the child according to `plan`.
-    fn drive(&mut self, plan: Plan) -> Result<Ended, String> {
+    /// Runs the child according to `plan`. When it says a step waits for `confirm`, sends the
+    /// signal through the store from this process (once per scenario: `sent`).
+    fn drive(&mut self, plan: Plan, dir: &Path, sent: &mut bool) -> Result<Ended, String> {
         let started = Instant::now();
         let mut result = None;
         loop {
@@ -292,6 +269,9 @@ impl Child {
                                 self.stderr()
                             )),
                         };
+                    } else if line.ends_with("WAITING") && !*sent {
+                        confirm(dir)?;
+                        *sent = true;
                     } else if let Some(json) = after("RESULT ") {
                         let value = serde_json::from_str(&json)
                             .map_err(|e| format!("the child's result `{json}`: {e}"))?;
@@ -300,6 +280,16 @@ impl Child {
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     self.kill();
+                    // What it printed before it died: a step that began to wait (a worker
+                    // resumes a run waiting for a signal only once the signal is sent).
+                    let mut waits = false;
+                    while let Ok(line) = self.lines.recv_timeout(TIMEOUT) {
+                        waits |= line.ends_with("WAITING");
+                    }
+                    if waits && !*sent {
+                        confirm(dir)?;
+                        *sent = true;
+                    }
                     return match plan {
                         Plan::KillAfter(_) => Ok(Ended::Killed),
                         _ => Err(format!(
@@ -321,6 +311,18 @@ impl Child {
             }
         }
     }
+}
+
+/// Sends the signal `confirm` to the run in `dir` from this process, through a client of the
+/// store (the child holds the store itself).
+fn confirm(dir: &Path) -> Result<(), String> {
+    let client = SqliteStore::open_client(dir.join("runs.db")).map_err(|e| e.to_string())?;
+    let confirm = Confirm {
+        by: "the customer".to_owned(),
+    };
+    futures::executor::block_on(send_signal(&client, RUN, CrashOrder::CONFIRM, confirm))
+        .map_err(|e| format!("sending `confirm`: {e}"))?;
+    Ok(())
 }
 
 impl Drop for Child {
@@ -366,13 +368,14 @@ fn scenario(dir: &Path, input: Input, plans: &[Plan], by_worker: bool) -> Result
     open_world(&dir.join("effects.db")).map_err(|e| e.to_string())?;
     let mut killed = BTreeSet::new();
     let mut summary = None;
+    let mut sent = false;
     for (i, plan) in plans.iter().chain([&Plan::Finish]).enumerate() {
         let stop = match plan {
             Plan::Stop(stop) => Some(*stop),
             _ => None,
         };
         let mut child = Child::spawn(dir, input, stop, by_worker && i > 0);
-        match child.drive(*plan)? {
+        match child.drive(*plan, dir, &mut sent)? {
             Ended::Killed => {
                 killed.insert(child.process.id());
             }

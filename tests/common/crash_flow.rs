@@ -202,14 +202,7 @@ struct Config {
 }
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
-/// Set once a step of the run waits for a signal (a batch opened the wait, or the loaded run
-/// had one open).
-static WAITING: AtomicBool = AtomicBool::new(false);
 
-/// Whether a step of the run waits (or waited) for a signal in this process.
-pub fn waiting() -> bool {
-    WAITING.load(Ordering::SeqCst)
-}
 /// Set once the process stopped (it parks; this keeps a second thread from printing twice).
 static STOPPED: AtomicBool = AtomicBool::new(false);
 
@@ -349,7 +342,8 @@ fn effect() -> u32 {
 // --- The store ---------------------------------------------------------------------------------
 
 /// A `Store` that passes every call to `inner`, keeps the events this process committed or
-/// loaded, notes (and prints `WAITING`) when a step waits for a signal, and stops the process at
+/// loaded, prints `WAITING` when a step waits for a signal (its wait committed, or loaded open),
+/// and stops the process at
 /// the configured event ([`configure`]). No hook in the runtime: only the store is wrapped.
 #[derive(Clone)]
 pub struct CrashStore<S> {
@@ -399,7 +393,9 @@ impl<S: Store + Clone> Store for CrashStore<S> {
             let loaded = self.inner.load_run(run, owner, lease).await?;
             remember(&loaded.events);
             if !loaded.waits.is_empty() {
-                WAITING.store(true, Ordering::SeqCst);
+                // The step waited in a process that was killed: say it again, in case the
+                // parent did not read it from that one.
+                println!("WAITING");
             }
             Ok(loaded)
         })
@@ -424,7 +420,6 @@ impl<S: Store + Clone> Store for CrashStore<S> {
             let committed = self.inner.commit(batch).await?;
             remember(&events);
             if waits {
-                WAITING.store(true, Ordering::SeqCst);
                 println!("WAITING");
             }
             if let Some(at) = Self::reaches(end, When::After) {

@@ -41,6 +41,9 @@ impl std::error::Error for Refused {}
 /// A short wait inside each operation, so that a kill at a random time can land in one.
 const WORK: Duration = Duration::from_millis(3);
 
+/// How long [`CrashStore`] holds each commit before passing it on.
+const COMMIT: Duration = Duration::from_millis(2);
+
 async fn fetch(order: u64) -> Result<String, Refused> {
     effect();
     tokio::time::sleep(WORK).await;
@@ -417,6 +420,9 @@ impl<S: Store + Clone> Store for CrashStore<S> {
             .any(|w| matches!(w, WaitChange::Open { .. }));
         let events = batch.events.clone();
         Box::pin(async move {
+            // A slow disk: events of the steps still running meanwhile pile up in the next
+            // batch, and a step whose `Requested` is in it must wait for that batch.
+            tokio::time::sleep(COMMIT).await;
             let committed = self.inner.commit(batch).await?;
             remember(&events);
             if waits {

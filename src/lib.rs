@@ -374,7 +374,7 @@ pub mod prelude {
 pub mod durable {
     pub use flow_runtime::durable::{
         Attempt, Durable, DurableError, DurableRunner, DurableWorkflow, GraphChange, attempt,
-        graph_changes, graph_rows, resume, resume_all,
+        graph_changes, graph_rows, resume, resume_all, send_signal,
     };
 }
 

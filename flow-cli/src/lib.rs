@@ -30,7 +30,8 @@
 //!
 //! The store takes an exclusive lock on its file per process: while a process (a `Worker`, the
 //! application) holds the store open, the commands get [`StoreError::Locked`] naming the
-//! holder, exit code 4, and change nothing.
+//! holder, exit code 4, and change nothing; but for `flow signal`, which opens the store as a
+//! client ([`SqliteStore::open_client`]: no lock) and so sends while the store's owner runs.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -265,7 +266,12 @@ impl Cli {
             ))
         })?;
         let path = PathBuf::from(string(sub, "db"));
-        let store = open(&path)?;
+        // `signal` opens the store as a client: it works while a worker owns the store.
+        let store = if name == "signal" {
+            open_client(&path)?
+        } else {
+            open(&path)?
+        };
         let json = sub.try_get_one::<bool>("json").ok().flatten() == Some(&true);
         runtime.block_on(async {
             match name {
@@ -375,7 +381,7 @@ fn command() -> Command {
         )
         .subcommand(
             Command::new("signal")
-                .about("Send a signal to a run: stored, kept until a step takes it")
+                .about("Send a signal to a run: stored, kept until a step takes it (works while a worker owns the store)")
                 .arg(db())
                 .arg(run())
                 .arg(
@@ -781,6 +787,17 @@ fn signal_json(signal: &StoredSignal) -> Value {
         "mode": signal.mode.as_str(),
         "sent_ms": signal.sent_ms,
     })
+}
+
+/// Opens the store at `path`, which must exist, as a client: no file lock (it works while
+/// another process owns the store), reads and signals only.
+fn open_client(path: &Path) -> Result<SqliteStore, CliError> {
+    if !path.is_file() {
+        return Err(CliError::NoStore {
+            path: path.to_owned(),
+        });
+    }
+    Ok(SqliteStore::open_client(path)?)
 }
 
 async fn send(

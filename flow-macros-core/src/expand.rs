@@ -90,7 +90,6 @@ fn durable_checks(workflow: &Workflow, checked: &Checked, cx: &mut Ctxt) {
     }
     for node in &checked.dag.nodes {
         let what = match node.kind {
-            Kind::Signal => "`Signal`",
             Kind::ForEach => "`ForEach`",
             Kind::Loop => "`Loop`",
             Kind::Workflow => "`Workflow`",
@@ -660,7 +659,12 @@ pub(crate) fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
             let text = signal.to_string();
             let mailbox = signals::mailbox_ident();
             let span = ty.span();
-            let wait = quote_spanned!(span=> #private::signal::<#ty>);
+            // A durable workflow's step reads its signals from the run's store (when it has
+            // one): the payload must be `Durable`, checked on the user's type.
+            let wait = match names.workflow.durable {
+                Some(_) => quote_spanned!(span=> #private::durable_signal::<#ty>),
+                None => quote_spanned!(span=> #private::signal::<#ty>),
+            };
             if node.name.is_some() {
                 let slot = names.slot(id);
                 quote! {

@@ -252,17 +252,21 @@ pub fn keys(
     vis: &syn::Visibility,
     private: &TokenStream,
 ) -> TokenStream {
-    let consts = declared.iter().map(|(signal, ty, _)| {
+    let consts = declared.iter().map(|(signal, ty, transient)| {
         let key = Ident::new(&key_name(signal), signal.span());
         let text = signal.to_string();
         let doc = format!(
-            "The key of the signal `{text}`: send it to a run with `Signals::send` (from the runner's `signals()`)."
+            "The key of the signal `{text}`: send it to a run with `Signals::send` (from the runner's `signals()`), or to a durable run with `flow::durable::send_signal`."
         );
         let span = ty.span();
         let key_ty = quote_spanned!(span=> #private::SignalKey<#ty>);
+        let value = match transient {
+            true => quote!(#private::SignalKey::__new(#text).__transient()),
+            false => quote!(#private::SignalKey::__new(#text)),
+        };
         quote! {
             #[doc = #doc]
-            #vis const #key: #key_ty = #private::SignalKey::__new(#text);
+            #vis const #key: #key_ty = #value;
         }
     });
     quote!(#(#consts)*)

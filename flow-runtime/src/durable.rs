@@ -28,8 +28,15 @@ use crate::runner::{Runner, Workflow};
 use crate::slot::Slot;
 use crate::store::{
     Created, Lease, Loaded, NewRun, NodeRow, Owner, RunFilter, RunStatus, Store, StoreError,
-    StoredEvent, StoredTimer, fnv1a,
+    StoredEvent, StoredSignal, StoredTimer, fnv1a,
 };
+
+mod signals;
+
+pub use signals::send_signal;
+#[doc(hidden)]
+pub use signals::{DurableSignal, durable_signal};
+pub(crate) use signals::{SignalCtx, Taken};
 
 /// The version of the journal's meaning (which events exist and when the scheduler emits
 /// them): part of every graph hash, so a run journaled by another format is refused.
@@ -109,6 +116,8 @@ pub(crate) struct AttemptCtx {
     pub(crate) restore: Option<Vec<u8>>,
     /// The output the node stored: (its type, its JSON).
     pub(crate) captured: Option<(&'static str, Vec<u8>)>,
+    /// A `Signal` step's exchange with the scheduler (`None` for every other node).
+    pub(crate) signal: Option<SignalCtx>,
 }
 
 thread_local! {
@@ -157,6 +166,7 @@ fn unreachable_ctx() -> AttemptCtx {
         },
         restore: None,
         captured: None,
+        signal: None,
     }
 }
 
@@ -485,6 +495,10 @@ pub(crate) struct JournalSetup {
     /// Open timers, and the store's clock when they were loaded.
     pub(crate) timers: Vec<StoredTimer>,
     pub(crate) now_ms: u64,
+    /// The run's unconsumed signals when it was loaded, oldest first.
+    pub(crate) signals: Vec<StoredSignal>,
+    /// How often a run whose `Signal` step waits asks the store for new signals.
+    pub(crate) signal_poll: Duration,
     /// The error that stopped the run, if one did.
     pub(crate) error: Mutex<Option<DurableError>>,
 }
@@ -529,6 +543,9 @@ pub trait DurableWorkflow: Workflow + 'static {
 /// How long a lease is given and extended by each commit.
 const LEASE: Duration = Duration::from_secs(60);
 
+/// The default of [`DurableRunner::signal_poll`].
+const SIGNAL_POLL: Duration = Duration::from_millis(100);
+
 /// A durable run of `W` under a store and an id: `W::runner().durable(&store, "order-42")`.
 #[must_use = "a durable runner does nothing until `execute` is awaited"]
 pub struct DurableRunner<W> {
@@ -536,6 +553,7 @@ pub struct DurableRunner<W> {
     store: Arc<dyn Store>,
     id: String,
     owner: Owner,
+    signal_poll: Duration,
     workflow: PhantomData<fn() -> W>,
 }
 
@@ -549,12 +567,22 @@ impl<W: DurableWorkflow> Runner<W> {
             store,
             id: id.into(),
             owner: Owner::process(),
+            signal_poll: SIGNAL_POLL,
             workflow: PhantomData,
         }
     }
 }
 
 impl<W: DurableWorkflow> DurableRunner<W> {
+    /// How often the run asks its store for new signals while one of its `Signal` steps
+    /// waits (100 ms by default; at least 1 ms): a signal sent by another process, or through
+    /// another handle of the store, reaches the step within this time. A run asks nothing
+    /// while no `Signal` step waits.
+    pub fn signal_poll(mut self, every: Duration) -> Self {
+        self.signal_poll = every.max(Duration::from_millis(1));
+        self
+    }
+
     /// Runs the workflow with `input`, journaling every event before acting on it. A run of
     /// this id that exists with the same workflow, graph and input is resumed instead (a
     /// finished one gives its result again without running anything).
@@ -601,6 +629,8 @@ impl<W: DurableWorkflow> DurableRunner<W> {
                     outputs: HashMap::new(),
                     timers: Vec::new(),
                     now_ms: 0,
+                    signals: Vec::new(),
+                    signal_poll: self.signal_poll,
                     error: Mutex::new(None),
                 };
                 debug_assert_eq!(next_seq, 0);
@@ -619,7 +649,10 @@ impl<W: DurableWorkflow> DurableRunner<W> {
                         why: "it was started with another input".to_owned(),
                     });
                 }
-                prepare_resume::<W>(self.options, &self.store, &self.id, &self.owner).await
+                let mut prepared =
+                    prepare_resume::<W>(self.options, &self.store, &self.id, &self.owner).await?;
+                prepared.1.signal_poll = self.signal_poll;
+                Ok(prepared)
             }
         }
     }
@@ -727,6 +760,8 @@ async fn prepare_resume<W: DurableWorkflow>(
             .collect(),
         timers: loaded.timers,
         now_ms: loaded.now_ms,
+        signals: loaded.signals,
+        signal_poll: SIGNAL_POLL,
         error: Mutex::new(None),
     };
     Ok((options, setup, input))
@@ -832,5 +867,6 @@ pub(crate) fn attempt_ctx(run: &Arc<str>, node: &'static str, attempt: u32) -> A
         },
         restore: None,
         captured: None,
+        signal: None,
     }
 }

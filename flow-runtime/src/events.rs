@@ -121,6 +121,14 @@ pub enum EventKind {
         /// The signal's name.
         signal: &'static str,
     },
+    /// A `Signal` step of a durable run was sent a payload that does not deserialize into
+    /// its type: the signal is consumed (it is not tried again) and the step keeps waiting.
+    SignalRejected {
+        /// The signal's name.
+        name: &'static str,
+        /// Why the payload was refused (the deserializer's message).
+        error: Arc<str>,
+    },
     /// A `Delay` step set its timer.
     TimerSet {
         /// How long it waits.
@@ -168,6 +176,7 @@ impl EventKind {
             EventKind::Withdrawn { .. } => "Withdrawn",
             EventKind::Won { .. } => "Won",
             EventKind::SignalReceived { .. } => "SignalReceived",
+            EventKind::SignalRejected { .. } => "SignalRejected",
             EventKind::TimerSet { .. } => "TimerSet",
             EventKind::TimerFired => "TimerFired",
             EventKind::Compensating => "Compensating",
@@ -204,6 +213,9 @@ impl fmt::Display for Event {
             EventKind::Withdrawn { cause } => write!(f, "Withdrawn by `{cause}`"),
             EventKind::Won { arms } => write!(f, "Won by arms {arms:?}"),
             EventKind::SignalReceived { signal } => write!(f, "SignalReceived `{signal}`"),
+            EventKind::SignalRejected { name, error } => {
+                write!(f, "SignalRejected `{name}`: {error}")
+            }
             EventKind::TimerSet { after } => write!(f, "TimerSet for {after:?}"),
             EventKind::RunFinished { succeeded } => write!(f, "RunFinished succeeded={succeeded}"),
             other => f.write_str(other.name()),

@@ -126,8 +126,8 @@ pub mod __private {
 
     #[cfg(feature = "durable")]
     pub use crate::durable::{
-        Durable, DurableError, DurableWorkflow, assert_durable, complete_durable, restore_output,
-        restoring, resume, resume_all,
+        Durable, DurableError, DurableWorkflow, assert_durable, complete_durable, durable_signal,
+        restore_output, restoring, resume, resume_all,
     };
     #[cfg(feature = "durable")]
     pub use crate::store::Store;

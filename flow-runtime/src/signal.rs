@@ -41,6 +41,7 @@ type Payload = Box<dyn Any + Send>;
 /// [`Signals::send`] takes it, so a payload of the wrong type does not compile.
 pub struct SignalKey<T> {
     name: &'static str,
+    transient: bool,
     payload: PhantomData<fn() -> T>,
 }
 
@@ -50,13 +51,29 @@ impl<T> SignalKey<T> {
     pub const fn __new(name: &'static str) -> Self {
         SignalKey {
             name,
+            transient: false,
             payload: PhantomData,
+        }
+    }
+
+    /// The key of a `transient` signal. For the code `workflow!` generates: not a public API.
+    #[doc(hidden)]
+    pub const fn __transient(self) -> Self {
+        SignalKey {
+            transient: true,
+            ..self
         }
     }
 
     /// The signal's name, as written in the workflow (`"approve"`).
     pub const fn name(&self) -> &'static str {
         self.name
+    }
+
+    /// Whether the signal is `transient` (`Signal(ping: u8, transient)`): dropped when no
+    /// step waits for it, instead of kept until one does.
+    pub const fn is_transient(&self) -> bool {
+        self.transient
     }
 }
 

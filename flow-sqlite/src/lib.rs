@@ -46,6 +46,11 @@
 //!   the process dies, however it dies. So when a store opens, every lease in its file was
 //!   left by a store that closed or died: opening frees them, and a restarted process resumes
 //!   its runs at once.
+//! - **Clients**: [`SqliteStore::open_client`] opens an existing store without the lock, in
+//!   any process, while its owner runs: it reads (`list_runs`, `events`, `signals`) and sends
+//!   signals, which the owner's runs find at their next look; it refuses everything an owner
+//!   does (creating, loading, committing runs, leases, timers). The command line's
+//!   `flow signal` goes through it.
 
 mod error;
 mod ops;
@@ -129,8 +134,9 @@ struct Inner {
     jobs: Option<Sender<Job>>,
     writer: Option<JoinHandle<()>>,
     counters: Arc<Counters>,
-    /// Held for the store's life: the advisory lock on `<file>.lock`.
-    _lock: File,
+    /// Held for the store's life: the advisory lock on `<file>.lock`; `None` for a client
+    /// ([`SqliteStore::open_client`]), which takes no lock.
+    _lock: Option<File>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -156,7 +162,7 @@ impl SqliteStore {
     ) -> Result<SqliteStore, StoreError> {
         let path = path.as_ref().to_owned();
         let lock = lock(&path)?;
-        let conn = schema::open(&path, &options)?;
+        let conn = schema::open(&path, &options, true)?;
         // The file lock is ours: no other store of this file is alive, in this process or in
         // another, so every lease in the file was left by a store that closed or died. Freeing
         // them lets a restarted process resume its runs at once instead of after the leases
@@ -165,6 +171,78 @@ impl SqliteStore {
             "UPDATE runs SET owner = NULL, lease_until = NULL WHERE owner IS NOT NULL",
             [],
         );
+        SqliteStore::start(path, conn, &options, Some(lock))
+    }
+
+    /// Opens the existing store in the file `path` as a *client*: without the file's lock, so
+    /// while another process (a `Worker`, the application) owns the store, and without freeing
+    /// any lease. A client reads ([`Store::list_runs`], [`Store::events`], [`Store::signals`])
+    /// and sends signals ([`Store::send_signal`]: a live run of the owner finds the signal at
+    /// its next poll of the store, and the run's wake-up time becomes now, so a `Worker`
+    /// resumes a run that no process holds). Everything an owner does ([`Store::create_run`],
+    /// [`Store::load_run`], [`Store::commit`], [`Store::heartbeat`], [`Store::release`],
+    /// [`Store::due_timers`]) is refused with [`StoreError::Invalid`] naming the client mode.
+    ///
+    /// Blocks while it checks the file, like [`SqliteStore::open`].
+    ///
+    /// ```
+    /// use flow_runtime::store::{NewRun, NewSignal, Owner, SignalMode, SignalSent, Store};
+    /// use flow_sqlite::SqliteStore;
+    /// # let dir = std::env::temp_dir().join(format!("flow-sqlite-client-doc-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir);
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// # let lease = std::time::Duration::from_secs(30);
+    /// let owner = SqliteStore::open(dir.join("runs.db"))?; // the application's, holding the lock
+    /// # owner.create_run(NewRun::new("order-42", "Order", 1, Owner::process(), lease)).await?;
+    /// let client = SqliteStore::open_client(dir.join("runs.db"))?; // another process's
+    /// let signal = NewSignal {
+    ///     run: "order-42".into(),
+    ///     name: "approve".into(),
+    ///     payload: b"true".to_vec(),
+    ///     mode: SignalMode::Kept,
+    /// };
+    /// assert!(matches!(client.send_signal(signal).await?, SignalSent::Stored { .. }));
+    /// assert_eq!(owner.signals("order-42", 0).await?.len(), 1);
+    /// # Ok::<(), flow_runtime::store::StoreError>(())
+    /// # }).unwrap();
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// A missing file ([`StoreError::Io`]: a client never creates a store), and the errors of
+    /// [`SqliteStore::open`] for a file that is not a store of flow ([`StoreError::Foreign`],
+    /// an empty database included), a damaged one ([`StoreError::Corrupt`]) or one of a newer
+    /// flow ([`StoreError::SchemaVersion`]). Nothing is written to a refused file.
+    pub fn open_client(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        let path = path.as_ref().to_owned();
+        if !path.is_file() {
+            return Err(StoreError::io(
+                format!(
+                    "opening `{}` as a client (a client never creates a store)",
+                    path.display()
+                ),
+                std::io::Error::from(std::io::ErrorKind::NotFound),
+            ));
+        }
+        let options = SqliteOptions::default();
+        let conn = schema::open(&path, &options, false)?;
+        SqliteStore::start(path, conn, &options, None)
+    }
+
+    /// Whether this store was opened as a client ([`SqliteStore::open_client`]).
+    pub fn is_client(&self) -> bool {
+        self.inner._lock.is_none()
+    }
+
+    /// Starts the writer thread on `conn`.
+    fn start(
+        path: PathBuf,
+        conn: rusqlite::Connection,
+        options: &SqliteOptions,
+        lock: Option<File>,
+    ) -> Result<SqliteStore, StoreError> {
         let (jobs, receiver) = mpsc::channel::<Job>();
         let counters = Arc::new(Counters::default());
         let writer = {
@@ -185,6 +263,20 @@ impl SqliteStore {
                 _lock: lock,
             }),
         })
+    }
+
+    /// The refusal of an owner's method `method` by a client.
+    fn client_refuses<T: Send + 'static>(&self, method: &str) -> Option<StoreFuture<'static, T>> {
+        if !self.is_client() {
+            return None;
+        }
+        let error = StoreError::Invalid {
+            why: format!(
+                "`{method}` is refused: `{}` was opened in client mode (`SqliteStore::open_client`), which only reads and sends signals; the process that runs the workflows opens it with `SqliteStore::open`",
+                self.inner.path.display()
+            ),
+        };
+        Some(Box::pin(std::future::ready(Err(error))))
     }
 
     /// The store's file.
@@ -302,6 +394,9 @@ where
 
 impl Store for SqliteStore {
     fn create_run(&self, run: NewRun) -> StoreFuture<'_, Created> {
+        if let Some(refused) = self.client_refuses("create_run") {
+            return refused;
+        }
         self.call(move |db| ops::create_run(db, run))
     }
 
@@ -311,6 +406,9 @@ impl Store for SqliteStore {
         owner: &'a Owner,
         lease: Duration,
     ) -> StoreFuture<'a, Loaded> {
+        if let Some(refused) = self.client_refuses("load_run") {
+            return refused;
+        }
         let (run, owner) = (run.to_owned(), owner.clone());
         self.call(move |db| ops::load_run(db, &run, &owner, lease))
     }
@@ -326,10 +424,16 @@ impl Store for SqliteStore {
     }
 
     fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
+        if let Some(refused) = self.client_refuses("commit") {
+            return refused;
+        }
         self.call(move |db| ops::commit(db, batch))
     }
 
     fn due_timers(&self, horizon: Duration, limit: u32) -> StoreFuture<'_, Vec<DueTimer>> {
+        if let Some(refused) = self.client_refuses("due_timers") {
+            return refused;
+        }
         self.call(move |db| ops::due_timers(db, horizon, limit))
     }
 
@@ -348,11 +452,17 @@ impl Store for SqliteStore {
         held: &'a [Lease],
         lease: Duration,
     ) -> StoreFuture<'a, Vec<Lease>> {
+        if let Some(refused) = self.client_refuses("heartbeat") {
+            return refused;
+        }
         let (owner, held) = (owner.clone(), held.to_vec());
         self.call(move |db| ops::heartbeat(db, &owner, &held, lease))
     }
 
     fn release<'a>(&'a self, owner: &'a Owner, held: &'a [Lease]) -> StoreFuture<'a, ()> {
+        if let Some(refused) = self.client_refuses("release") {
+            return refused;
+        }
         let (owner, held) = (owner.clone(), held.to_vec());
         self.call(move |db| ops::release(db, &owner, &held))
     }

@@ -109,8 +109,13 @@ CREATE TABLE waits (
 ";
 
 /// Opens the connection: tells a store from a foreign or damaged file, creates the schema in a
-/// new one, and applies the settings. Writes nothing to a file it refuses.
-pub(crate) fn open(path: &Path, options: &SqliteOptions) -> Result<Connection, StoreError> {
+/// new one (when `create`; a client refuses an empty file), and applies the settings. Writes
+/// nothing to a file it refuses.
+pub(crate) fn open(
+    path: &Path,
+    options: &SqliteOptions,
+    create: bool,
+) -> Result<Connection, StoreError> {
     let conn = Connection::open(path).map_err(|e| sql_error(path, "opening", e))?;
     conn.busy_timeout(options.busy_timeout)
         .map_err(|e| sql_error(path, "setting the busy timeout", e))?;
@@ -140,7 +145,13 @@ pub(crate) fn open(path: &Path, options: &SqliteOptions) -> Result<Connection, S
             });
         }
         (APPLICATION_ID, _) if version == SCHEMA_VERSION => {}
-        (0, 0) | (APPLICATION_ID, _) => create(&conn, path)?,
+        (0, 0) | (APPLICATION_ID, _) if !create => {
+            return Err(StoreError::Foreign {
+                path: path.to_owned(),
+                why: "an empty database: no store of flow was created in it (a client never creates one)".to_owned(),
+            });
+        }
+        (0, 0) | (APPLICATION_ID, _) => self::create(&conn, path)?,
         (0, n) => {
             return Err(StoreError::Foreign {
                 path: path.to_owned(),

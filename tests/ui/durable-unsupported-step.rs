@@ -1,18 +1,18 @@
 use flow::prelude::*;
 
-async fn remind(order: u64, approved: bool) -> Result<u64, std::io::Error> {
-    Ok(if approved { order } else { 0 })
+async fn remind(order: u64) -> Result<u64, std::io::Error> {
+    Ok(order)
 }
 
 workflow! {
     #[flow(durable)]
-    Reminder(order: u64) -> u64 {
+    Reminder(order: u64) {
         Sequential {
             Delay("1h"),
-            approved = Signal(approve: bool),
-            sent = Operation(remind(order, approved)),
+            ForEach(i in 0..order) {
+                Operation(remind(i)),
+            },
         }
-        => sent
     }
 }
 

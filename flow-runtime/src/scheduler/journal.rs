@@ -44,6 +44,8 @@ use crate::store::{
 use crate::verdict::Finished;
 use crate::wake::WakeSet;
 
+mod inbox;
+
 /// A durable run's journal: what is pending, what is committing, what waits for a commit.
 pub(super) struct Journal {
     setup: Arc<JournalSetup>,
@@ -67,6 +69,9 @@ pub(super) struct Journal {
     live: bool,
     /// A commit failed or the replay diverged: nothing more is written or started.
     broken: bool,
+    /// The run's signals and its waiting `Signal` steps (`inbox.rs`), made when the first
+    /// `Signal` step is requested.
+    inbox: Option<Box<inbox::Inbox>>,
 }
 
 impl Journal {
@@ -83,6 +88,7 @@ impl Journal {
             cursor: 0,
             live: setup.events.is_empty(),
             broken: false,
+            inbox: None,
             setup: Arc::clone(setup),
         })
     }
@@ -200,6 +206,8 @@ impl Journal {
             if self.pending.events.is_empty()
                 && self.pending.outputs.is_empty()
                 && self.pending.timers.is_empty()
+                && self.pending.waits.is_empty()
+                && self.pending.consumed.is_empty()
             {
                 return Poll::Ready(false);
             }
@@ -435,6 +443,9 @@ impl Scheduler {
         if let Some(journal) = self.journal_mut() {
             journal.held.push((node, seq));
         }
+        if self.graph.nodes[node as usize].kind == NodeKind::Signal {
+            self.signal_requested(node);
+        }
     }
 
     /// Starts the held attempts whose `Requested` is durable.
@@ -531,8 +542,15 @@ impl Scheduler {
         let Some(journal) = self.journal.as_deref() else {
             return self.poll_attempt(leaves, node, cx, given);
         };
-        let ctx = journal.ctx(name, attempt);
-        let (polled, ctx) = with_attempt(ctx, || self.poll_attempt(leaves, node, cx, given));
+        let mut ctx = journal.ctx(name, attempt);
+        let signal = self.graph.nodes[node as usize].kind == NodeKind::Signal;
+        if signal {
+            ctx.signal = Some(self.signal_ctx(node));
+        }
+        let (polled, mut ctx) = with_attempt(ctx, || self.poll_attempt(leaves, node, cx, given));
+        if signal {
+            self.signal_polled(node, &mut ctx);
+        }
         if let (Poll::Ready(Ok(())), Some(journal)) = (&polled, self.journal.as_deref_mut()) {
             journal.capture(node, ctx);
         }
@@ -599,6 +617,24 @@ impl Scheduler {
                 self.record_attempts(node, attempts, 1);
                 // Emits the `TimerFired` and the `Completed` the journal holds.
                 self.settle(node, Settle::Completed);
+            }
+            "SignalReceived" => {
+                let Some(journal) = self.journal_mut() else {
+                    return false;
+                };
+                if !running || !journal.unhold(node) {
+                    return false;
+                }
+                self.signal_replayed(node);
+                // Restores the payload stored as the step's output, and emits the
+                // `SignalReceived` and the `Completed` the journal holds.
+                self.restore(leaves, node);
+            }
+            "SignalRejected" => {
+                if !running {
+                    return false;
+                }
+                self.emit_rejected(node, &event);
             }
             "TimedOut" => {
                 let after = duration_field(&event, "after");
@@ -786,6 +822,14 @@ impl Scheduler {
             if poll.is_ready() {
                 return poll;
             }
+            if journal.inbox.is_some() && self.poll_signals(cx) {
+                // A waiting `Signal` step was handed a signal: poll it now.
+                poll = self.poll(leaves, wakes, cx);
+                continue;
+            }
+            let Some(journal) = self.journal.as_deref_mut() else {
+                return poll;
+            };
             match journal.pump(cx) {
                 Poll::Ready(true) => {
                     self.release_durable(leaves);

@@ -3,7 +3,8 @@
 //! resumes after a crash from that journal.
 //!
 //! This module holds the user-facing side: [`DurableWorkflow`] (implemented by the macro),
-//! [`DurableRunner`], [`resume`], [`resume_all`], [`DurableError`], the idempotency key
+//! [`DurableRunner`], [`resume`], [`resume_all`], unloading a waiting run ([`Unloading`],
+//! [`resume_or_unload`], [`Ended`]), [`DurableError`], the idempotency key
 //! ([`attempt`], [`Attempt`]) and graph fingerprints ([`graph_rows`], [`GraphChange`]). The
 //! write-ahead gate and the replay live in the scheduler (`scheduler/journal.rs`).
 
@@ -12,6 +13,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
+use std::num::NonZeroUsize;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
@@ -23,12 +25,13 @@ use serde::de::DeserializeOwned;
 use crate::error::{IntoNodeResult, NodeError};
 use crate::graph::Graph;
 use crate::options::RunOptions;
+use crate::policy::FailurePolicy;
 use crate::report::Outcome;
 use crate::runner::{Runner, Workflow};
 use crate::slot::Slot;
 use crate::store::{
     Created, Lease, Loaded, NewRun, NodeRow, Owner, RunFilter, RunStatus, Store, StoreError,
-    StoredEvent, StoredTimer, fnv1a,
+    StoredEvent, StoredTimer, TimerChange, TimerKey, TimerKind, fnv1a,
 };
 
 /// The version of the journal's meaning (which events exist and when the scheduler emits
@@ -487,6 +490,13 @@ pub(crate) struct JournalSetup {
     pub(crate) now_ms: u64,
     /// The error that stopped the run, if one did.
     pub(crate) error: Mutex<Option<DurableError>>,
+    /// Unload the run when all its running nodes wait longer than this
+    /// ([`DurableRunner::unload_when_waiting`]).
+    pub(crate) unload: Option<Duration>,
+    /// The run was loaded from the status `Waiting`: its first commit sets it `Running` again.
+    pub(crate) waiting: bool,
+    /// The run was unloaded, with its wake-up time (`Ended::Unloaded`).
+    pub(crate) unloaded: Mutex<Option<Option<u64>>>,
 }
 
 impl JournalSetup {
@@ -499,6 +509,18 @@ impl JournalSetup {
 
     fn take_error(&self) -> Option<DurableError> {
         self.error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
+    /// The run was unloaded and its status `Waiting` is committed.
+    pub(crate) fn set_unloaded(&self, wake_at_ms: Option<u64>) {
+        *self.unloaded.lock().unwrap_or_else(PoisonError::into_inner) = Some(wake_at_ms);
+    }
+
+    fn take_unloaded(&self) -> Option<Option<u64>> {
+        self.unloaded
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take()
@@ -542,6 +564,11 @@ pub struct DurableRunner<W> {
 impl<W: DurableWorkflow> Runner<W> {
     /// Makes this run durable: journaled in `store` under `id`.
     /// Stores are cheap to clone (their clones share the runs): the runner keeps a clone.
+    ///
+    /// The runner's options that change what the run does (its [`deadline`](Runner::deadline),
+    /// [`failure_policy`](Runner::failure_policy) and
+    /// [`max_concurrency`](Runner::max_concurrency)) are stored with the run and hold again
+    /// when it is resumed; its deadline counts from the run's start, not from a resume.
     pub fn durable<S: Store + Clone>(self, store: &S, id: impl Into<String>) -> DurableRunner<W> {
         let store: Arc<dyn Store> = Arc::new(store.clone());
         DurableRunner {
@@ -557,7 +584,8 @@ impl<W: DurableWorkflow> Runner<W> {
 impl<W: DurableWorkflow> DurableRunner<W> {
     /// Runs the workflow with `input`, journaling every event before acting on it. A run of
     /// this id that exists with the same workflow, graph and input is resumed instead (a
-    /// finished one gives its result again without running anything).
+    /// finished one gives its result again without running anything); the options stored
+    /// with it hold, not this runner's.
     ///
     /// # Errors
     ///
@@ -568,13 +596,39 @@ impl<W: DurableWorkflow> DurableRunner<W> {
         input: W::Stored,
     ) -> impl Future<Output = Result<Outcome<W::Output>, DurableError>> {
         Then::First {
-            first: self.prepare(input),
-            next: Some(drive::<W>),
+            first: self.prepare(input, None),
+            next: Some(drive::<W, Outcome<W::Output>>),
+        }
+    }
+
+    /// Lets the run be unloaded while it waits: once every running step of the run waits
+    /// for a `Delay` due more than `after` from now (or for a signal), the run commits its
+    /// state with the status `Waiting` and its wake-up time (its earliest timer), gives up
+    /// its lease, drops everything it holds, and its future returns
+    /// [`Ended::Unloaded`]. A [`Worker`](crate::worker::Worker) (or [`resume`]) continues it
+    /// once its timer is due.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # fn f<W: flow_runtime::durable::DurableWorkflow>(runner: flow_runtime::durable::DurableRunner<W>) {
+    /// // Runs waiting a minute or more hold no memory.
+    /// let unloading = runner.unload_when_waiting(Duration::from_secs(60));
+    /// # let _ = unloading;
+    /// # }
+    /// ```
+    pub fn unload_when_waiting(self, after: Duration) -> Unloading<W> {
+        Unloading {
+            runner: self,
+            after,
         }
     }
 
     /// Creates the run, or loads it to resume it.
-    async fn prepare(self, input: W::Stored) -> Result<Prepared<W>, DurableError> {
+    async fn prepare(
+        self,
+        input: W::Stored,
+        unload: Option<Duration>,
+    ) -> Result<Prepared<W>, DurableError> {
         let (graph_hash, nodes) = graph_rows(&W::GRAPH);
         let bytes = serde_json::to_vec(&input).map_err(|error| DurableError::Input {
             run: self.id.clone(),
@@ -591,6 +645,13 @@ impl<W: DurableWorkflow> DurableRunner<W> {
         run.nodes = nodes;
         run.input = bytes;
         run.input_hash = input_hash;
+        run.options = StoredOptions::of(&self.options).to_bytes();
+        if let Some(after) = self.options.deadline {
+            run.timers.push(TimerChange::Set {
+                key: run_deadline_key(),
+                after,
+            });
+        }
         match self.store.create_run(run).await? {
             Created::New { lease, next_seq } => {
                 let setup = JournalSetup {
@@ -602,6 +663,9 @@ impl<W: DurableWorkflow> DurableRunner<W> {
                     timers: Vec::new(),
                     now_ms: 0,
                     error: Mutex::new(None),
+                    unload,
+                    waiting: false,
+                    unloaded: Mutex::new(None),
                 };
                 debug_assert_eq!(next_seq, 0);
                 Ok((self.options, setup, input))
@@ -619,7 +683,8 @@ impl<W: DurableWorkflow> DurableRunner<W> {
                         why: "it was started with another input".to_owned(),
                     });
                 }
-                prepare_resume::<W>(self.options, &self.store, &self.id, &self.owner).await
+                prepare_resume::<W>(self.options, &self.store, &self.id, &self.owner, unload)
+                    .await
             }
         }
     }
@@ -635,8 +700,160 @@ impl<W: DurableWorkflow> fmt::Debug for DurableRunner<W> {
     }
 }
 
+/// A durable run that is unloaded while it waits:
+/// [`DurableRunner::unload_when_waiting`] makes one.
+#[must_use = "a durable runner does nothing until `execute` is awaited"]
+pub struct Unloading<W> {
+    runner: DurableRunner<W>,
+    after: Duration,
+}
+
+impl<W: DurableWorkflow> Unloading<W> {
+    /// Runs the workflow with `input` as [`DurableRunner::execute`] does, until it ends
+    /// ([`Ended::Finished`]) or is unloaded while it waits ([`Ended::Unloaded`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`DurableRunner::execute`].
+    pub fn execute(
+        self,
+        input: W::Stored,
+    ) -> impl Future<Output = Result<Ended<W::Output>, DurableError>> {
+        Then::First {
+            first: self.runner.prepare(input, Some(self.after)),
+            next: Some(drive::<W, Ended<W::Output>>),
+        }
+    }
+}
+
+impl<W: DurableWorkflow> fmt::Debug for Unloading<W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Unloading")
+            .field("runner", &self.runner)
+            .field("after", &self.after)
+            .finish()
+    }
+}
+
+/// How the future of a run that may be unloaded ended: [`Unloading::execute`],
+/// [`resume_or_unload`].
+#[derive(Debug)]
+pub enum Ended<T> {
+    /// The run ended: its result and report.
+    Finished(Outcome<T>),
+    /// The run waits and was unloaded: its state is in the store with the status `Waiting`,
+    /// no process holds it, and a [`Worker`](crate::worker::Worker) (or [`resume`]) continues
+    /// it once it is due.
+    Unloaded {
+        /// When its earliest timer is due, in ms since the Unix epoch by this process's clock
+        /// (the store keeps its own in [`RunSummary::wake_at_ms`](crate::store::RunSummary));
+        /// `None` when it waits only for signals.
+        wake_at_ms: Option<u64>,
+    },
+}
+
+impl<T> Ended<T> {
+    /// The outcome of a run that ended; `None` for one that was unloaded.
+    pub fn finished(self) -> Option<Outcome<T>> {
+        match self {
+            Ended::Finished(outcome) => Some(outcome),
+            Ended::Unloaded { .. } => None,
+        }
+    }
+
+    /// Whether the run was unloaded.
+    pub fn is_unloaded(&self) -> bool {
+        matches!(self, Ended::Unloaded { .. })
+    }
+}
+
+/// What a durable run's future gives when the run's own future ends: its outcome, or
+/// ([`Ended`]) that it was unloaded.
+pub(crate) trait Shape<T>: Sized {
+    /// The run's outcome, or `unloaded` (`Some`) when it was unloaded.
+    fn shape(outcome: Outcome<T>, unloaded: Option<Option<u64>>) -> Self;
+}
+
+impl<T> Shape<T> for Outcome<T> {
+    /// A run that cannot be unloaded (no `unload_when_waiting`): its outcome.
+    fn shape(outcome: Outcome<T>, _: Option<Option<u64>>) -> Self {
+        outcome
+    }
+}
+
+impl<T> Shape<T> for Ended<T> {
+    fn shape(outcome: Outcome<T>, unloaded: Option<Option<u64>>) -> Self {
+        match unloaded {
+            Some(wake_at_ms) => Ended::Unloaded { wake_at_ms },
+            None => Ended::Finished(outcome),
+        }
+    }
+}
+
+/// The runner options stored with a durable run: those that change what the run does.
+#[derive(Debug, Default, PartialEq, Serialize, serde::Deserialize)]
+struct StoredOptions {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    deadline_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fail_fast: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_concurrency: Option<usize>,
+}
+
+impl StoredOptions {
+    fn of(options: &RunOptions) -> StoredOptions {
+        StoredOptions {
+            deadline_ms: options
+                .deadline
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            fail_fast: options.failure.map(|f| f == FailurePolicy::FailFast),
+            max_concurrency: options.max_concurrency.map(NonZeroUsize::get),
+        }
+    }
+
+    fn to_bytes(&self) -> Vec<u8> {
+        match self == &StoredOptions::default() {
+            true => Vec::new(),
+            // Serializing this struct of numbers and flags cannot fail.
+            false => serde_json::to_vec(self).unwrap_or_default(),
+        }
+    }
+
+    /// The options stored as `bytes` (none when empty).
+    fn from_bytes(run: &str, bytes: &[u8]) -> Result<StoredOptions, DurableError> {
+        if bytes.is_empty() {
+            return Ok(StoredOptions::default());
+        }
+        serde_json::from_slice(bytes).map_err(|error| DurableError::Input {
+            run: run.to_owned(),
+            why: format!("its stored runner options: {error}"),
+        })
+    }
+
+    /// Puts the stored options in `options`, in place of the caller's.
+    fn apply(self, options: &mut RunOptions) {
+        options.deadline = self.deadline_ms.map(Duration::from_millis);
+        options.failure = self.fail_fast.map(|fail_fast| match fail_fast {
+            true => FailurePolicy::FailFast,
+            false => FailurePolicy::ContinueIndependent,
+        });
+        options.max_concurrency = self.max_concurrency.and_then(NonZeroUsize::new);
+    }
+}
+
+/// The timer of a run's deadline.
+pub(crate) fn run_deadline_key() -> TimerKey {
+    TimerKey {
+        node: None,
+        instance: String::new(),
+        kind: TimerKind::RunDeadline,
+    }
+}
+
 /// Resumes run `id` of `W` from `store`: replays its journal (nothing that completed runs
-/// again; attempts in flight run again with the same [`Attempt`] key) and goes on live.
+/// again; attempts in flight run again with the same [`Attempt`] key) and goes on live, with
+/// the runner options stored with it.
 ///
 /// # Errors
 ///
@@ -647,14 +864,37 @@ pub fn resume<W: DurableWorkflow, S: Store + Clone>(
     store: &S,
     id: &str,
 ) -> impl Future<Output = Result<Outcome<W::Output>, DurableError>> + use<W, S> {
+    resume_shaped::<W, S, Outcome<W::Output>>(store, id, None)
+}
+
+/// Resumes run `id` of `W` as [`resume`] does, and unloads it again when every running step
+/// waits longer than `after` ([`DurableRunner::unload_when_waiting`]).
+///
+/// # Errors
+///
+/// As [`resume`].
+pub fn resume_or_unload<W: DurableWorkflow, S: Store + Clone>(
+    store: &S,
+    id: &str,
+    after: Duration,
+) -> impl Future<Output = Result<Ended<W::Output>, DurableError>> + use<W, S> {
+    resume_shaped::<W, S, Ended<W::Output>>(store, id, Some(after))
+}
+
+/// [`resume`] or [`resume_or_unload`], as `R` says; never unloaded without `unload`.
+pub(crate) fn resume_shaped<W: DurableWorkflow, S: Store + Clone, R: Shape<W::Output>>(
+    store: &S,
+    id: &str,
+    unload: Option<Duration>,
+) -> impl Future<Output = Result<R, DurableError>> + use<W, S, R> {
     let store: Arc<dyn Store> = Arc::new(store.clone());
     let id = id.to_owned();
     let first = async move {
-        prepare_resume::<W>(RunOptions::default(), &store, &id, &Owner::process()).await
+        prepare_resume::<W>(RunOptions::default(), &store, &id, &Owner::process(), unload).await
     };
     Then::First {
         first,
-        next: Some(drive::<W>),
+        next: Some(drive::<W, R>),
     }
 }
 
@@ -689,10 +929,11 @@ pub async fn resume_all<W: DurableWorkflow, S: Store + Clone>(
 type Prepared<W> = (RunOptions, JournalSetup, <W as DurableWorkflow>::Stored);
 
 async fn prepare_resume<W: DurableWorkflow>(
-    options: RunOptions,
+    mut options: RunOptions,
     store: &Arc<dyn Store>,
     id: &str,
     owner: &Owner,
+    unload: Option<Duration>,
 ) -> Result<Prepared<W>, DurableError> {
     let loaded: Loaded = store.load_run(id, owner, LEASE).await?;
     if loaded.run.workflow != W::GRAPH.name() {
@@ -714,6 +955,7 @@ async fn prepare_resume<W: DurableWorkflow>(
             run: id.to_owned(),
             why: error.to_string(),
         })?;
+    StoredOptions::from_bytes(id, &loaded.options)?.apply(&mut options);
     let setup = JournalSetup {
         store: Arc::clone(store),
         lease: loaded.lease,
@@ -728,14 +970,17 @@ async fn prepare_resume<W: DurableWorkflow>(
         timers: loaded.timers,
         now_ms: loaded.now_ms,
         error: Mutex::new(None),
+        unload,
+        waiting: loaded.run.status == RunStatus::Waiting,
+        unloaded: Mutex::new(None),
     };
     Ok((options, setup, input))
 }
 
 /// Runs a prepared durable run: the workflow's own run, with the journal in its options.
-fn drive<W: DurableWorkflow>(
+fn drive<W: DurableWorkflow, R: Shape<W::Output>>(
     (mut options, setup, input): Prepared<W>,
-) -> Drive<impl Future<Output = Outcome<W::Output>>> {
+) -> Drive<impl Future<Output = Outcome<W::Output>>, R> {
     let setup = Arc::new(setup);
     options.record = true;
     options.report = true;
@@ -743,30 +988,33 @@ fn drive<W: DurableWorkflow>(
     Drive {
         run: W::__execute::<'static>(options, W::__input::<'static>(input)),
         setup,
+        shape: PhantomData,
     }
 }
 
 pin_project_lite::pin_project! {
     /// The future of a durable run: the workflow's run, whose result is replaced by the error
-    /// that stopped it, if one did. Written by hand (not an `async` block) so that the run's
-    /// future can be spawned: an `async` block generic over the workflow trips rustc's
-    /// higher-ranked `Send` check (rust-lang/rust#100013).
-    struct Drive<F> {
+    /// that stopped it, if one did (or, shaped as [`Ended`], by its unloading). Written by
+    /// hand (not an `async` block) so that the run's future can be spawned: an `async` block
+    /// generic over the workflow trips rustc's higher-ranked `Send` check
+    /// (rust-lang/rust#100013).
+    struct Drive<F, R> {
         #[pin]
         run: F,
         setup: Arc<JournalSetup>,
+        shape: PhantomData<fn() -> R>,
     }
 }
 
-impl<F: Future<Output = Outcome<T>>, T> Future for Drive<F> {
-    type Output = Result<Outcome<T>, DurableError>;
+impl<F: Future<Output = Outcome<T>>, T, R: Shape<T>> Future for Drive<F, R> {
+    type Output = Result<R, DurableError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let outcome = std::task::ready!(this.run.poll(cx));
         Poll::Ready(match this.setup.take_error() {
             Some(error) => Err(error),
-            None => Ok(outcome),
+            None => Ok(R::shape(outcome, this.setup.take_unloaded())),
         })
     }
 }

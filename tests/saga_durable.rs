@@ -434,3 +434,83 @@ async fn a_compensation_that_fails_for_good_leaves_the_run_failed() {
         ]
     );
 }
+
+mod undone_otherwise {
+    use super::*;
+
+    workflow! {
+        #[flow(durable)]
+        pub Order(order: u64) -> u32 {
+            Sequential {
+                stock = Operation(reserve(order), compensate = release(&stock)),
+                receipt = Operation(
+                    charge(&stock),
+                    retries = 2,
+                    backoff = "100ms",
+                    compensate = refund_never(&receipt),
+                ),
+                shipped = Operation(ship()),
+            }
+            => receipt
+        }
+    }
+}
+
+mod not_undone {
+    use super::*;
+
+    workflow! {
+        #[flow(durable)]
+        pub Order(order: u64) -> u32 {
+            Sequential {
+                stock = Operation(reserve(order), compensate = release(&stock)),
+                receipt = Operation(charge(&stock), retries = 2, backoff = "100ms"),
+                shipped = Operation(ship()),
+            }
+            => receipt
+        }
+    }
+}
+
+/// The call that undoes a step is part of its fingerprint: another call, or none, changes
+/// the graph's hash, `graph_changes` names it (and nothing else), and a run started with the
+/// old one is refused.
+#[tokio::test(start_paused = true)]
+async fn a_changed_compensation_changes_the_graph_and_is_named() {
+    use flow::durable::{GraphChange, graph_changes, graph_rows};
+    let (hash, rows) = graph_rows(&Order::GRAPH);
+    let receipt = rows.iter().find(|r| r.name == "receipt").expect("a row");
+    assert_eq!(receipt.compensate, "refund(&receipt)");
+    for (graph, now) in [
+        (&undone_otherwise::Order::GRAPH, Some("refund_never(&receipt)")),
+        (&not_undone::Order::GRAPH, None),
+    ] {
+        let (other, other_rows) = graph_rows(graph);
+        assert_ne!(hash, other, "{now:?}");
+        assert_eq!(
+            graph_changes(&rows, &other_rows),
+            [GraphChange::CompensationChanged {
+                node: "receipt".to_owned(),
+                was: Some("refund(&receipt)".to_owned()),
+                now: now.map(str::to_owned),
+            }]
+        );
+    }
+
+    let store = MemoryStore::new();
+    let stopped = Order::runner()
+        .durable(&Probe::new(&store, Some(1)), "changed-undo")
+        .execute(7)
+        .await;
+    assert!(stopped.is_err());
+    let err = undone_otherwise::Order::resume(&store, "changed-undo")
+        .await
+        .expect_err("refused");
+    assert!(matches!(err, DurableError::GraphChanged { .. }), "{err}");
+    assert!(
+        err.to_string().contains(
+            "step `receipt` is now undone by `refund_never(&receipt)` (was `refund(&receipt)`)"
+        ),
+        "{err}"
+    );
+}

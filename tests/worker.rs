@@ -533,3 +533,63 @@ async fn the_worker_unloads_a_waiting_run_and_finishes_it_when_due() {
     assert_eq!(kinds(&events, "TimerFired"), 1, "{events:#?}");
     assert_eq!(kinds(&events, "RunFinished"), 1, "{events:#?}");
 }
+
+workflow! {
+    #[flow(durable)]
+    LateReminder(order: u64) -> String {
+        Sequential {
+            item = Operation(fetch(order)),
+            Delay("500ms"),
+            sent = Operation(ship(&item)),
+        }
+        => sent.clone()
+    }
+}
+
+/// A run started with `.deadline(300ms)` and stopped 100 ms in, while its 500 ms `Delay`
+/// waits, is resumed (with no options given) after its deadline has passed: the deadline is
+/// stored with the run and counts from its start, so the resumed run is cancelled at once,
+/// before its `Delay` is due. Counted from the resume, it would end later than the `Delay`
+/// and the run would succeed.
+#[tokio::test]
+async fn a_resumed_run_keeps_its_deadline_counted_from_its_start() {
+    let store = MemoryStore::new();
+    let id = "deadline-1";
+    let deadline = Duration::from_millis(300);
+    let run = LateReminder::runner()
+        .deadline(deadline)
+        .durable(&Failing::short_lease(&store), id)
+        .execute(5);
+    let stopped = tokio::time::timeout(Duration::from_millis(100), run).await;
+    assert!(stopped.is_err(), "the run is still waiting");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+
+    let outcome = LateReminder::resume(&store, id).await.expect("resumes");
+    let err = outcome.result.expect_err("the deadline passed");
+    assert_eq!(
+        err.cancel_reason(),
+        Some(flow::CancelReason::Deadline(deadline)),
+        "{err}"
+    );
+    let events = store.events(id, 0).await.expect("reads");
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.kind == "Completed" && e.node_name.as_deref() == Some("sent")),
+        "{events:#?}"
+    );
+    assert_eq!(status(&store, id).await, RunStatus::Cancelled);
+    // The run's deadline timer ends with it.
+    let loaded = store
+        .load_run(id, &Owner::new("reader"), Duration::from_secs(1))
+        .await
+        .expect("loads");
+    assert!(
+        loaded
+            .timers
+            .iter()
+            .all(|t| t.key.kind != flow::store::TimerKind::RunDeadline),
+        "{:?}",
+        loaded.timers
+    );
+}

@@ -348,6 +348,16 @@ pub enum GraphChange {
         /// Its predecessors now.
         now: Vec<String>,
     },
+    /// A step is undone by another call (`compensate = ..`), or gained or lost its
+    /// compensation.
+    CompensationChanged {
+        /// The step.
+        node: String,
+        /// The call that undid it when the run started, if any.
+        was: Option<String>,
+        /// The call that undoes it now, if any.
+        now: Option<String>,
+    },
     /// The steps are the same but in another order (another topological order).
     Reordered,
 }
@@ -369,15 +379,24 @@ impl fmt::Display for GraphChange {
                 now.join(", "),
                 was.join(", ")
             ),
+            GraphChange::CompensationChanged { node, was, now } => match (was, now) {
+                (Some(was), Some(now)) => {
+                    write!(f, "step `{node}` is now undone by `{now}` (was `{was}`)")
+                }
+                (None, Some(now)) => write!(f, "step `{node}` is now undone by `{now}` (was not undone)"),
+                (Some(was), None) => write!(f, "step `{node}` is no longer undone (was by `{was}`)"),
+                (None, None) => write!(f, "step `{node}` changed its compensation"),
+            },
             GraphChange::Reordered => f.write_str("its steps are in another order"),
         }
     }
 }
 
-/// The node rows of `graph` (name, label, fingerprint, predecessors) and its hash: what a
-/// durable run stores to refuse a changed graph. A node's fingerprint covers its name, kind,
-/// label with whitespace removed, policy and predecessors' names; not its line or column, so
-/// moving code is not a change.
+/// The node rows of `graph` (name, label, fingerprint, predecessors, compensation) and its
+/// hash: what a durable run stores to refuse a changed graph. A node's fingerprint covers its
+/// name, kind, label with whitespace removed, policy, predecessors' names and the call that
+/// undoes it (`compensate = ..`, whitespace removed); not its line or column, so moving code
+/// is not a change.
 pub fn graph_rows(graph: &Graph) -> (u64, Vec<NodeRow>) {
     let mut preds: Vec<Vec<u32>> = vec![Vec::new(); graph.nodes.len()];
     for edge in graph.edges {
@@ -399,7 +418,10 @@ pub fn graph_rows(graph: &Graph) -> (u64, Vec<NodeRow>) {
             pred_names.sort_unstable();
             let label: String = info.label.split_whitespace().collect();
             let policy = format!("{:?}", graph.plan.policy(i));
-            let fingerprint = fnv1a(&[
+            let compensate = graph.compensation(i).unwrap_or("");
+            let undo: String = compensate.split_whitespace().collect();
+            let preds_text = pred_names.join(",");
+            let mut parts: Vec<&[u8]> = vec![
                 info.name.as_bytes(),
                 b"\0",
                 info.kind.as_str().as_bytes(),
@@ -408,8 +430,13 @@ pub fn graph_rows(graph: &Graph) -> (u64, Vec<NodeRow>) {
                 b"\0",
                 policy.as_bytes(),
                 b"\0",
-                pred_names.join(",").as_bytes(),
-            ]);
+                preds_text.as_bytes(),
+            ];
+            // A step without compensation keeps the fingerprint it had before they existed.
+            if !undo.is_empty() {
+                parts.extend([&b"\0undo\0"[..], undo.as_bytes()]);
+            }
+            let fingerprint = fnv1a(&parts);
             let mut node_preds = preds[i].clone();
             node_preds.sort_unstable();
             NodeRow {
@@ -418,6 +445,7 @@ pub fn graph_rows(graph: &Graph) -> (u64, Vec<NodeRow>) {
                 label: info.label.to_owned(),
                 fingerprint,
                 preds: node_preds,
+                compensate: compensate.to_owned(),
             }
         })
         .collect();
@@ -452,13 +480,24 @@ pub fn graph_changes(stored: &[NodeRow], now: &[NodeRow]) -> Vec<GraphChange> {
                     });
                 }
                 let label = |l: &str| l.split_whitespace().collect::<String>();
-                if (edges && label(&old.label) != label(&row.label))
-                    || (!edges && old.fingerprint != row.fingerprint)
+                // The fingerprint covers the compensation too: a step whose compensation
+                // changed is `Changed` only if its label did.
+                let undo = label(&old.compensate) != label(&row.compensate);
+                if label(&old.label) != label(&row.label)
+                    || (!edges && !undo && old.fingerprint != row.fingerprint)
                 {
                     changes.push(GraphChange::Changed {
                         node: row.name.clone(),
                         was: old.label.clone(),
                         now: row.label.clone(),
+                    });
+                }
+                if undo {
+                    let call = |c: &str| (!c.is_empty()).then(|| c.to_owned());
+                    changes.push(GraphChange::CompensationChanged {
+                        node: row.name.clone(),
+                        was: call(&old.compensate),
+                        now: call(&row.compensate),
                     });
                 }
             }

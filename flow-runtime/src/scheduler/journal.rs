@@ -131,6 +131,19 @@ impl Journal {
             EventKind::TimerFired => self.pending.timers.push(TimerChange::Clear {
                 key: delay_key(event.node),
             }),
+            // A compensation's backoff is the step's backoff timer: the step has completed, so
+            // its own retries' timer is free.
+            EventKind::CompensationRetrying { delay, .. } => {
+                self.pending.timers.push(TimerChange::Set {
+                    key: backoff_key(event.node),
+                    after: *delay,
+                })
+            }
+            EventKind::Compensating if event.attempt > 1 => {
+                self.pending.timers.push(TimerChange::Clear {
+                    key: backoff_key(event.node),
+                })
+            }
             _ => {}
         }
         self.pending.events.push(stored);
@@ -347,6 +360,19 @@ impl Journal {
     /// Whether the replay has journal events left.
     pub(super) fn replaying(&self) -> bool {
         !self.broken && self.cursor < self.setup.events.len()
+    }
+
+    /// What is left of the backoff of `node`'s compensation by its stored timer (the replay
+    /// ended in that backoff); zero when no timer is stored.
+    pub(super) fn compensation_backoff_left(&self, node: u32) -> Duration {
+        let setup = &self.setup;
+        setup
+            .timers
+            .iter()
+            .find(|t| t.key == backoff_key(Some(node)))
+            .map_or(Duration::ZERO, |t| {
+                Duration::from_millis(t.due_ms.saturating_sub(setup.now_ms))
+            })
     }
 
     /// The context of an attempt of `node`'s compensation (its idempotency key).

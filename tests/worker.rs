@@ -579,6 +579,21 @@ async fn a_resumed_run_keeps_its_deadline_counted_from_its_start() {
         "{events:#?}"
     );
     assert_eq!(status(&store, id).await, RunStatus::Cancelled);
+    // Executed again, the cancelled run replays its cancellation: the same result, nothing
+    // run or written again.
+    let journal = store.events(id, 0).await.expect("reads").len();
+    let again = LateReminder::runner()
+        .durable(&store, id)
+        .execute(5)
+        .await
+        .expect("replays");
+    let err = again.result.expect_err("still cancelled");
+    assert_eq!(
+        err.cancel_reason(),
+        Some(flow::CancelReason::Deadline(deadline)),
+        "{err}"
+    );
+    assert_eq!(store.events(id, 0).await.expect("reads").len(), journal);
     // The run's deadline timer ends with it.
     let loaded = store
         .load_run(id, &Owner::new("reader"), Duration::from_secs(1))

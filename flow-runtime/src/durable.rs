@@ -1121,3 +1121,40 @@ pub(crate) fn attempt_ctx(run: &Arc<str>, node: &'static str, attempt: u32) -> A
         captured: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The runner options a durable run stores come back as they were, in place of the
+    /// resuming caller's; a run without any stores nothing.
+    #[test]
+    fn stored_runner_options_round_trip() {
+        let mut options = RunOptions {
+            deadline: Some(Duration::from_millis(1_500)),
+            failure: Some(FailurePolicy::FailFast),
+            max_concurrency: NonZeroUsize::new(3),
+            ..RunOptions::default()
+        };
+        let bytes = StoredOptions::of(&options).to_bytes();
+        let mut resumed = RunOptions {
+            deadline: Some(Duration::from_secs(9)),
+            ..RunOptions::default()
+        };
+        StoredOptions::from_bytes("r", &bytes)
+            .expect("reads")
+            .apply(&mut resumed);
+        assert_eq!(resumed.deadline, options.deadline);
+        assert_eq!(resumed.failure, options.failure);
+        assert_eq!(resumed.max_concurrency, options.max_concurrency);
+
+        options = RunOptions::default();
+        assert!(StoredOptions::of(&options).to_bytes().is_empty());
+        StoredOptions::from_bytes("r", &[])
+            .expect("none stored")
+            .apply(&mut resumed);
+        assert_eq!(resumed.deadline, None);
+        let err = StoredOptions::from_bytes("r", b"{not json").expect_err("corrupt");
+        assert!(err.to_string().contains("stored runner options"), "{err}");
+    }
+}

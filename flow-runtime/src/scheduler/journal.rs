@@ -67,8 +67,9 @@ pub(super) struct Journal {
     live: bool,
     /// A commit failed or the replay diverged: nothing more is written or started.
     broken: bool,
-    /// When the run's deadline passes, if it has one (`run_nodes` sets it).
-    pub(super) deadline: Option<tokio::time::Instant>,
+    /// When the run's deadline passes, and the deadline, if it has one (`run_nodes` sets
+    /// it).
+    pub(super) deadline: Option<(tokio::time::Instant, Duration)>,
     /// The run is being unloaded, with its wake-up time: nothing more is written but its
     /// status `Waiting` (`broken` is set too).
     unloading: Option<Option<u64>>,
@@ -438,6 +439,13 @@ fn error_text(event: &StoredEvent) -> String {
         .ok()
         .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
         .unwrap_or_else(|| "failed (no message stored)".to_owned())
+}
+
+/// The `cause` field of a stored `Aborted` event: `None` for a cancellation.
+fn cause_field(event: &StoredEvent) -> Option<String> {
+    serde_json::from_slice::<serde_json::Value>(&event.data)
+        .ok()
+        .and_then(|v| v.get("cause").and_then(|c| c.as_str()).map(str::to_owned))
 }
 
 /// A duration field (`{"secs":..,"nanos":..}`) of a stored event; zero when absent.
@@ -837,6 +845,9 @@ impl Scheduler {
             }
             if !journal.live {
                 if journal.cursor < journal.setup.events.len() {
+                    if self.replay_cancel(leaves) {
+                        return Poll::Ready(());
+                    }
                     if self.apply_journal(leaves) {
                         poll = self.poll(leaves, wakes, cx);
                         continue;
@@ -881,6 +892,28 @@ impl Scheduler {
 }
 
 impl Scheduler {
+    /// Replaying: when the journal's next event is an `Aborted` without a cause, the run was
+    /// cancelled there (its deadline passed, or its token): cancels it again, which emits the
+    /// journal's `Aborted` events, and returns `true`.
+    fn replay_cancel(&mut self, leaves: &mut Leaves<'_>) -> bool {
+        let Some(journal) = self.journal.as_deref() else {
+            return false;
+        };
+        let Some(event) = journal.setup.events.get(journal.cursor) else {
+            return false;
+        };
+        if event.kind != "Aborted" || cause_field(event).is_some() {
+            return false;
+        }
+        let reason = match journal.deadline {
+            Some((_, after)) => CancelReason::Deadline(after),
+            None => CancelReason::Token,
+        };
+        self.set_halt(Halt::Cancelled(reason));
+        self.stop_all(leaves);
+        true
+    }
+
     /// With nothing to commit: when every running node waits (for a timer due later than the
     /// run's `unload` threshold from now, or for a signal), stops the run to unload it (its
     /// nodes are dropped, nothing more is journaled; `finish_journaled` commits the status
@@ -905,7 +938,7 @@ impl Scheduler {
         let Some(horizon) = now.checked_add(after) else {
             return false;
         };
-        let mut wake = journal.deadline;
+        let mut wake = journal.deadline.map(|(at, _)| at);
         let mut running = false;
         for node in 0..self.len() as u32 {
             if self.nodes[node as usize].status != NodeStatus::Running {

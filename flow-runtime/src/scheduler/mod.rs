@@ -1012,8 +1012,12 @@ where
     let mut cancelled = std::pin::pin!(cancelled);
     let watched = token.is_some() || deadline.is_some();
     #[cfg(feature = "durable")]
-    if let (Some(journal), Some(deadline)) = (scheduler.journal.as_deref_mut(), &deadline) {
-        journal.deadline = Some(deadline.deadline());
+    if let (Some(journal), Some(deadline), Some(after)) = (
+        scheduler.journal.as_deref_mut(),
+        &deadline,
+        options.deadline,
+    ) {
+        journal.deadline = Some((deadline.deadline(), after));
     }
     let drains = scheduler
         .recording

@@ -428,7 +428,14 @@ async fn a_run_refused_for_good_is_reported_once() {
 async fn a_run_waiting_longer_than_the_threshold_is_unloaded_and_continues_when_due() {
     let store = MemoryStore::new();
     let id = "unload-1";
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let sink = Arc::clone(&seen);
     let ended = Reminder::runner()
+        .observer(move |event: &flow::Event| {
+            sink.lock()
+                .expect("not poisoned")
+                .push(event.kind.name().to_owned())
+        })
         .durable(&store, id)
         .unload_when_waiting(Duration::from_millis(100))
         .execute(5)
@@ -447,6 +454,9 @@ async fn a_run_waiting_longer_than_the_threshold_is_unloaded_and_continues_when_
     assert_eq!(kinds(&events, "TimerSet"), 1, "{events:#?}");
     assert_eq!(kinds(&events, "TimerFired"), 0, "{events:#?}");
     assert_eq!(kinds(&events, "RunFinished"), 0, "{events:#?}");
+    // Observers see the run stop as a process that exits: no step aborted, no end.
+    let seen = seen.lock().expect("not poisoned").clone();
+    assert_eq!(seen.last().map(String::as_str), Some("TimerSet"), "{seen:?}");
 
     // Resumed before it is due, it waits long again: unloaded again, nothing written.
     let again = flow::durable::resume_or_unload::<Reminder, _>(&store, id, WAIT / 3)

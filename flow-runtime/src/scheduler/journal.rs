@@ -972,6 +972,8 @@ impl Scheduler {
             journal.unloading = Some(wake_at_ms);
             journal.broken = true;
         }
+        // The run stops as a process that exits would: observers see no event of it.
+        self.recording = None;
         self.set_halt(Halt::Cancelled(CancelReason::Token));
         self.stop_all(leaves);
         true

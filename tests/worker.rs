@@ -449,21 +449,31 @@ async fn a_run_waiting_longer_than_the_threshold_is_unloaded_and_continues_when_
     assert_eq!(run.status, RunStatus::Waiting);
     assert_eq!(run.owner, None, "its lease is given up");
     let stored_wake = run.wake_at_ms.expect("the store knows when it is due");
-    assert!(stored_wake.abs_diff(wake_at_ms) <= 50, "{stored_wake} {wake_at_ms}");
+    assert!(
+        stored_wake.abs_diff(wake_at_ms) <= 50,
+        "{stored_wake} {wake_at_ms}"
+    );
     let events = store.events(id, 0).await.expect("reads");
     assert_eq!(kinds(&events, "TimerSet"), 1, "{events:#?}");
     assert_eq!(kinds(&events, "TimerFired"), 0, "{events:#?}");
     assert_eq!(kinds(&events, "RunFinished"), 0, "{events:#?}");
     // Observers see the run stop as a process that exits: no step aborted, no end.
     let seen = seen.lock().expect("not poisoned").clone();
-    assert_eq!(seen.last().map(String::as_str), Some("TimerSet"), "{seen:?}");
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("TimerSet"),
+        "{seen:?}"
+    );
 
     // Resumed before it is due, it waits long again: unloaded again, nothing written.
     let again = flow::durable::resume_or_unload::<Reminder, _>(&store, id, WAIT / 3)
         .await
         .expect("resumes");
     assert!(again.is_unloaded(), "{again:?}");
-    assert_eq!(store.events(id, 0).await.expect("reads").len(), events.len());
+    assert_eq!(
+        store.events(id, 0).await.expect("reads").len(),
+        events.len()
+    );
 
     tokio::time::sleep(WAIT).await;
     let done = flow::durable::resume_or_unload::<Reminder, _>(&store, id, WAIT / 3)
@@ -532,7 +542,10 @@ async fn the_worker_unloads_a_waiting_run_and_finishes_it_when_due() {
         .expect("the store answers");
     assert_eq!(report.unloaded.len(), 1, "{:?}", report.unloaded);
     let unloaded = &report.unloaded[0];
-    assert_eq!((unloaded.run.as_str(), unloaded.workflow.as_str()), (id, "Reminder"));
+    assert_eq!(
+        (unloaded.run.as_str(), unloaded.workflow.as_str()),
+        (id, "Reminder")
+    );
     assert!(unloaded.wake_at_ms.is_some());
     let resumed: Vec<&str> = report.resumed.iter().map(|r| r.run.as_str()).collect();
     assert_eq!(resumed, [id]);

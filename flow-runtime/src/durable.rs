@@ -383,8 +383,12 @@ impl fmt::Display for GraphChange {
                 (Some(was), Some(now)) => {
                     write!(f, "step `{node}` is now undone by `{now}` (was `{was}`)")
                 }
-                (None, Some(now)) => write!(f, "step `{node}` is now undone by `{now}` (was not undone)"),
-                (Some(was), None) => write!(f, "step `{node}` is no longer undone (was by `{was}`)"),
+                (None, Some(now)) => {
+                    write!(f, "step `{node}` is now undone by `{now}` (was not undone)")
+                }
+                (Some(was), None) => {
+                    write!(f, "step `{node}` is no longer undone (was by `{was}`)")
+                }
                 (None, None) => write!(f, "step `{node}` changed its compensation"),
             },
             GraphChange::Reordered => f.write_str("its steps are in another order"),
@@ -722,8 +726,7 @@ impl<W: DurableWorkflow> DurableRunner<W> {
                         why: "it was started with another input".to_owned(),
                     });
                 }
-                prepare_resume::<W>(self.options, &self.store, &self.id, &self.owner, unload)
-                    .await
+                prepare_resume::<W>(self.options, &self.store, &self.id, &self.owner, unload).await
             }
         }
     }
@@ -776,6 +779,9 @@ impl<W: DurableWorkflow> fmt::Debug for Unloading<W> {
 
 /// How the future of a run that may be unloaded ended: [`Unloading::execute`],
 /// [`resume_or_unload`].
+// Returned once per run, and mostly `Finished`: boxing the outcome would only add an
+// allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Ended<T> {
     /// The run ended: its result and report.
@@ -929,7 +935,14 @@ pub(crate) fn resume_shaped<W: DurableWorkflow, S: Store + Clone, R: Shape<W::Ou
     let store: Arc<dyn Store> = Arc::new(store.clone());
     let id = id.to_owned();
     let first = async move {
-        prepare_resume::<W>(RunOptions::default(), &store, &id, &Owner::process(), unload).await
+        prepare_resume::<W>(
+            RunOptions::default(),
+            &store,
+            &id,
+            &Owner::process(),
+            unload,
+        )
+        .await
     };
     Then::First {
         first,

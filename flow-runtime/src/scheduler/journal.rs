@@ -882,7 +882,9 @@ impl Scheduler {
                     poll = self.poll(leaves, wakes, cx);
                 }
                 Poll::Ready(false) if journal.broken => {}
-                Poll::Ready(false) if journal.setup.unload.is_some() && self.unload_idle(leaves) => {
+                Poll::Ready(false)
+                    if journal.setup.unload.is_some() && self.unload_idle(leaves) =>
+                {
                     return Poll::Ready(());
                 }
                 Poll::Ready(false) | Poll::Pending => return Poll::Pending,

@@ -2,7 +2,8 @@
 //! unfinished runs of a store that no live process holds, in a poll loop.
 //!
 //! A run is picked up when it is unfinished (`running`, `waiting` or `compensating`), its
-//! workflow is registered, its wake-up time (its earliest timer) has come, and no live owner
+//! workflow is registered, its wake-up time (its earliest timer, or the arrival of a signal)
+//! has come (a `waiting` run without one waits for a signal), and no live owner
 //! holds its lease: a run whose process died is picked up once its lease has expired, a run
 //! stopped by a failed commit at once (it released its lease).
 //!
@@ -311,10 +312,14 @@ impl<S> fmt::Debug for Worker<S> {
     }
 }
 
-/// Whether the worker may pick `run` up at `now`: its wake-up time has come and no owner
-/// holds a lease on it that has not expired.
+/// Whether the worker may pick `run` up at `now`: its wake-up time has come (a `waiting` run
+/// without one waits for a signal, which sets it) and no owner holds a lease on it that has
+/// not expired.
 fn is_due(run: &RunSummary, now: u64) -> bool {
-    let awake = run.wake_at_ms.is_none_or(|at| at <= now);
+    let awake = match run.wake_at_ms {
+        Some(at) => at <= now,
+        None => run.status != RunStatus::Waiting,
+    };
     let free = run.owner.is_none() || run.lease_until_ms.is_none_or(|until| until <= now);
     awake && free
 }
@@ -408,5 +413,12 @@ mod tests {
         assert!(!is_due(&summary(Some("p"), Some(101), None), 100));
         assert!(is_due(&summary(None, None, Some(100)), 100));
         assert!(!is_due(&summary(None, None, Some(101)), 100));
+        // An unloaded run that waits only for a signal is due once one arrives.
+        let waiting = |wake| RunSummary {
+            status: RunStatus::Waiting,
+            ..summary(None, None, wake)
+        };
+        assert!(!is_due(&waiting(None), 100));
+        assert!(is_due(&waiting(Some(100)), 100));
     }
 }

@@ -142,6 +142,7 @@ async fn compensate_one<N: Nodes>(
         let wait = match (replayed, replaying(scheduler)) {
             (_, true) => Duration::ZERO,
             (true, false) => backoff_left(scheduler, node),
+            (false, false) if delay.is_zero() => delay,
             (false, false) => match flush(scheduler).await {
                 true => delay,
                 false => return None,

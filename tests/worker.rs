@@ -631,3 +631,42 @@ async fn a_resumed_run_keeps_its_deadline_counted_from_its_start() {
         loaded.timers
     );
 }
+
+/// An unloaded run with a deadline wakes at its deadline when it comes before its timer: the
+/// run's earliest timer is its stored deadline, and the run resumed then is cancelled by it.
+#[tokio::test]
+async fn an_unloaded_run_wakes_at_its_deadline() {
+    let store = MemoryStore::new();
+    let id = "unload-deadline";
+    let deadline = Duration::from_millis(250);
+    let ended = LateReminder::runner()
+        .deadline(deadline)
+        .durable(&store, id)
+        .unload_when_waiting(Duration::from_millis(100))
+        .execute(5)
+        .await
+        .expect("runs");
+    let flow::durable::Ended::Unloaded { wake_at_ms } = ended else {
+        panic!("the run waits longer than 100 ms: it is unloaded");
+    };
+    let wake_at_ms = wake_at_ms.expect("it waits for timers");
+    let run = summary(&store, id).await;
+    let stored = run.wake_at_ms.expect("a wake-up time");
+    // Its deadline (250 ms), not its `Delay` (500 ms).
+    assert!(stored.abs_diff(wake_at_ms) <= 50, "{stored} {wake_at_ms}");
+    assert!(stored < run.created_ms + 400, "{stored} {}", run.created_ms);
+
+    tokio::time::sleep(deadline).await;
+    let outcome = flow::durable::resume_or_unload::<LateReminder, _>(&store, id, deadline)
+        .await
+        .expect("resumes")
+        .finished()
+        .expect("its deadline passed: it ends");
+    let err = outcome.result.expect_err("cancelled");
+    assert_eq!(
+        err.cancel_reason(),
+        Some(flow::CancelReason::Deadline(deadline)),
+        "{err}"
+    );
+    assert_eq!(status(&store, id).await, RunStatus::Cancelled);
+}

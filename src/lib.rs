@@ -376,6 +376,7 @@ pub mod durable {
         Attempt, Durable, DurableError, DurableRunner, DurableWorkflow, GraphChange, attempt,
         graph_changes, graph_rows, resume, resume_all, send_signal,
     };
+    pub use flow_runtime::durable::{Ended, Unloading, resume_or_unload};
 }
 
 /// Storage for durable runs (feature `durable`): the `Store` trait and `MemoryStore`.
@@ -388,7 +389,7 @@ pub use flow_runtime::durable::attempt;
 
 /// The worker that resumes the unfinished runs of a store (feature `durable`).
 #[cfg(feature = "durable")]
-pub use flow_runtime::worker::{Resumed, Worker, WorkerReport};
+pub use flow_runtime::worker::{Resumed, Unloaded, Worker, WorkerReport};
 
 #[doc(hidden)]
 pub mod __private {

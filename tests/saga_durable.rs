@@ -17,8 +17,11 @@ use flow::store::{
     StoredSignal,
 };
 
-/// Every event committed: (run, kind, node name, attempt).
-static COMMITTED: Mutex<Vec<(String, String, Option<String>, u32)>> = Mutex::new(Vec::new());
+/// An event committed: (run, kind, node name, attempt).
+type CommittedEvent = (String, String, Option<String>, u32);
+
+/// Every event committed.
+static COMMITTED: Mutex<Vec<CommittedEvent>> = Mutex::new(Vec::new());
 /// Every attempt executed: (run, what, key), in order.
 static EXECUTED: Mutex<Vec<(String, String, String)>> = Mutex::new(Vec::new());
 
@@ -28,6 +31,8 @@ struct Probe {
     inner: MemoryStore,
     commits: Arc<AtomicUsize>,
     fail_at: Option<usize>,
+    /// The lease of its runs, when not the runtime's.
+    lease: Option<Duration>,
 }
 
 impl Probe {
@@ -36,12 +41,23 @@ impl Probe {
             inner: inner.clone(),
             commits: Arc::new(AtomicUsize::new(0)),
             fail_at,
+            lease: None,
+        }
+    }
+
+    /// A probe whose runs' leases last `lease`: a run dropped as a killed process would be
+    /// is free to resume soon.
+    fn short_lease(inner: &MemoryStore, lease: Duration) -> Probe {
+        Probe {
+            lease: Some(lease),
+            ..Probe::new(inner, None)
         }
     }
 }
 
 impl Store for Probe {
-    fn create_run(&self, run: NewRun) -> StoreFuture<'_, Created> {
+    fn create_run(&self, mut run: NewRun) -> StoreFuture<'_, Created> {
+        run.lease = self.lease.unwrap_or(run.lease);
         self.inner.create_run(run)
     }
     fn load_run<'a>(
@@ -58,7 +74,8 @@ impl Store for Probe {
     fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
         self.inner.events(run, from_seq)
     }
-    fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
+    fn commit(&self, mut batch: Batch) -> StoreFuture<'_, Committed> {
+        batch.lease = self.lease.unwrap_or(batch.lease);
         let n = self.commits.fetch_add(1, Ordering::SeqCst);
         if self.fail_at == Some(n) {
             return Box::pin(std::future::ready(Err(StoreError::Closed)));
@@ -308,7 +325,7 @@ async fn a_run_stopped_at_every_commit_resumes_its_compensation() {
             .durable(&Probe::new(&store, Some(n)), id.as_str())
             .execute(7)
             .await;
-        let err = stopped.err().expect("the failing commit stops the run");
+        let err = stopped.expect_err("the failing commit stops the run");
         assert!(
             matches!(err, DurableError::Store(StoreError::Closed)),
             "{err}"
@@ -432,5 +449,164 @@ async fn a_compensation_that_fails_for_good_leaves_the_run_failed() {
             "Compensating",
             "CompensationFailed"
         ]
+    );
+}
+
+mod undone_otherwise {
+    use super::*;
+
+    workflow! {
+        #[flow(durable)]
+        pub Order(order: u64) -> u32 {
+            Sequential {
+                stock = Operation(reserve(order), compensate = release(&stock)),
+                receipt = Operation(
+                    charge(&stock),
+                    retries = 2,
+                    backoff = "100ms",
+                    compensate = refund_never(&receipt),
+                ),
+                shipped = Operation(ship()),
+            }
+            => receipt
+        }
+    }
+}
+
+mod not_undone {
+    use super::*;
+
+    workflow! {
+        #[flow(durable)]
+        pub Order(order: u64) -> u32 {
+            Sequential {
+                stock = Operation(reserve(order), compensate = release(&stock)),
+                receipt = Operation(charge(&stock), retries = 2, backoff = "100ms"),
+                shipped = Operation(ship()),
+            }
+            => receipt
+        }
+    }
+}
+
+/// The call that undoes a step is part of its fingerprint: another call, or none, changes
+/// the graph's hash, `graph_changes` names it (and nothing else), and a run started with the
+/// old one is refused.
+#[tokio::test(start_paused = true)]
+async fn a_changed_compensation_changes_the_graph_and_is_named() {
+    use flow::durable::{GraphChange, graph_changes, graph_rows};
+    let (hash, rows) = graph_rows(&Order::GRAPH);
+    let receipt = rows.iter().find(|r| r.name == "receipt").expect("a row");
+    assert_eq!(receipt.compensate, "refund(&receipt)");
+    for (graph, now) in [
+        (
+            &undone_otherwise::Order::GRAPH,
+            Some("refund_never(&receipt)"),
+        ),
+        (&not_undone::Order::GRAPH, None),
+    ] {
+        let (other, other_rows) = graph_rows(graph);
+        assert_ne!(hash, other, "{now:?}");
+        assert_eq!(
+            graph_changes(&rows, &other_rows),
+            [GraphChange::CompensationChanged {
+                node: "receipt".to_owned(),
+                was: Some("refund(&receipt)".to_owned()),
+                now: now.map(str::to_owned),
+            }]
+        );
+    }
+
+    let store = MemoryStore::new();
+    let stopped = Order::runner()
+        .durable(&Probe::new(&store, Some(1)), "changed-undo")
+        .execute(7)
+        .await;
+    assert!(stopped.is_err());
+    let err = undone_otherwise::Order::resume(&store, "changed-undo")
+        .await
+        .expect_err("refused");
+    assert!(matches!(err, DurableError::GraphChanged { .. }), "{err}");
+    assert!(
+        err.to_string().contains(
+            "step `receipt` is now undone by `refund_never(&receipt)` (was `refund(&receipt)`)"
+        ),
+        "{err}"
+    );
+}
+
+/// The backoff before a compensation's second attempt.
+const UNDO_BACKOFF: Duration = Duration::from_millis(400);
+
+workflow! {
+    #[flow(durable)]
+    SlowRefund(order: u64) -> u32 {
+        Sequential {
+            stock = Operation(reserve(order)),
+            receipt = Operation(
+                charge(&stock),
+                retries = 1,
+                backoff = "400ms",
+                compensate = refund(&receipt),
+            ),
+            shipped = Operation(ship()),
+        }
+        => receipt
+    }
+}
+
+/// A compensation attempt that failed and waits for its backoff when the run is stopped: its
+/// `CompensationRetrying` and its backoff's due time are durable before the wait, and the
+/// resumed run waits only what is left of it (as a step's retry backoff does), then runs the
+/// second attempt, once, and not the first again.
+#[tokio::test]
+async fn a_resumed_compensation_waits_only_what_is_left_of_its_backoff() {
+    let store = MemoryStore::new();
+    let id = "undo-backoff";
+    let lease = Duration::from_millis(100);
+    let started = std::time::Instant::now();
+    let run = SlowRefund::runner()
+        .durable(&Probe::short_lease(&store, lease), id)
+        .execute(7);
+    let stopped = tokio::time::timeout(Duration::from_millis(150), run).await;
+    assert!(stopped.is_err(), "the compensation is still in its backoff");
+    let journal = events_of(&store, id);
+    assert!(
+        journal
+            .iter()
+            .any(|e| e.kind == "CompensationRetrying" && e.attempt == 1),
+        "the failed attempt's end is durable before the wait: {journal:#?}"
+    );
+    let runs = store
+        .list_runs(&RunFilter::default())
+        .await
+        .expect("listed");
+    let run = runs.iter().find(|r| r.id == id).expect("stored");
+    assert_eq!(run.status, RunStatus::Compensating);
+    assert!(run.wake_at_ms.is_some(), "the backoff's due time is stored");
+
+    tokio::time::sleep(lease).await;
+    let resumed_at = std::time::Instant::now();
+    let outcome = SlowRefund::resume(&Probe::new(&store, None), id)
+        .await
+        .expect("resumes");
+    let error = outcome.result.expect_err("shipping fails");
+    let undone: Vec<(&str, u32, bool)> = error
+        .compensations()
+        .iter()
+        .map(|c| (c.node(), c.attempts(), c.is_compensated()))
+        .collect();
+    assert_eq!(undone, [("receipt", 2, true)]);
+    let whole = started.elapsed();
+    assert!(whole >= UNDO_BACKOFF, "{whole:?}");
+    assert!(
+        resumed_at.elapsed() < UNDO_BACKOFF,
+        "the resumed run waited {:?}, the whole backoff again",
+        resumed_at.elapsed()
+    );
+    assert_eq!(
+        compensation_keys(id),
+        ["ref/receipt:compensate/1", "ref/receipt:compensate/2"],
+        "each attempt ran once"
     );
 }

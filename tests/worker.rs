@@ -267,7 +267,7 @@ async fn the_worker_loop_on_sqlite_picks_up_runs_and_stops_on_shutdown() {
         }),
         late
     );
-    let WorkerReport { resumed, polls } = report.expect("the store answers");
+    let WorkerReport { resumed, polls, .. } = report.expect("the store answers");
     let mut ids: Vec<&str> = resumed.iter().map(|r| r.run.as_str()).collect();
     ids.sort_unstable();
     assert_eq!(ids, ["early", "late"]);
@@ -417,4 +417,256 @@ async fn a_run_refused_for_good_is_reported_once() {
     assert_eq!(report.resumed.len(), 1, "{:?}", report.resumed);
     let err = report.resumed[0].result.as_ref().expect_err("refused");
     assert!(matches!(err, DurableError::GraphChanged { .. }), "{err}");
+}
+
+/// A run with a `Delay` longer than the threshold: `.unload_when_waiting(..)` unloads it once
+/// its timer is durable (the run is `waiting` in the store, its lease given up, nothing of it
+/// held), a resume before it is due unloads it again, and one after it is due finishes it
+/// with the uninterrupted result, its timer journaled once. A `Delay` shorter than the
+/// threshold keeps the run loaded.
+#[tokio::test]
+async fn a_run_waiting_longer_than_the_threshold_is_unloaded_and_continues_when_due() {
+    let store = MemoryStore::new();
+    let id = "unload-1";
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let sink = Arc::clone(&seen);
+    let ended = Reminder::runner()
+        .observer(move |event: &flow::Event| {
+            sink.lock()
+                .expect("not poisoned")
+                .push(event.kind.name().to_owned())
+        })
+        .durable(&store, id)
+        .unload_when_waiting(Duration::from_millis(100))
+        .execute(5)
+        .await
+        .expect("runs");
+    let flow::durable::Ended::Unloaded { wake_at_ms } = ended else {
+        panic!("the run waits 300 ms, more than 100 ms: it is unloaded");
+    };
+    let wake_at_ms = wake_at_ms.expect("it waits for a timer");
+    let run = summary(&store, id).await;
+    assert_eq!(run.status, RunStatus::Waiting);
+    assert_eq!(run.owner, None, "its lease is given up");
+    let stored_wake = run.wake_at_ms.expect("the store knows when it is due");
+    assert!(
+        stored_wake.abs_diff(wake_at_ms) <= 50,
+        "{stored_wake} {wake_at_ms}"
+    );
+    let events = store.events(id, 0).await.expect("reads");
+    assert_eq!(kinds(&events, "TimerSet"), 1, "{events:#?}");
+    assert_eq!(kinds(&events, "TimerFired"), 0, "{events:#?}");
+    assert_eq!(kinds(&events, "RunFinished"), 0, "{events:#?}");
+    // Observers see the run stop as a process that exits: no step aborted, no end.
+    let seen = seen.lock().expect("not poisoned").clone();
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("TimerSet"),
+        "{seen:?}"
+    );
+
+    // Resumed before it is due, it waits long again: unloaded again, nothing written.
+    let again = flow::durable::resume_or_unload::<Reminder, _>(&store, id, WAIT / 3)
+        .await
+        .expect("resumes");
+    assert!(again.is_unloaded(), "{again:?}");
+    assert_eq!(
+        store.events(id, 0).await.expect("reads").len(),
+        events.len()
+    );
+
+    tokio::time::sleep(WAIT).await;
+    let done = flow::durable::resume_or_unload::<Reminder, _>(&store, id, WAIT / 3)
+        .await
+        .expect("resumes")
+        .finished()
+        .expect("its timer is due: it runs to the end");
+    assert_eq!(done.result.expect("succeeds"), "shipped item-5");
+    assert_eq!(status(&store, id).await, RunStatus::Succeeded);
+    let events = store.events(id, 0).await.expect("reads");
+    assert_eq!(kinds(&events, "TimerSet"), 1, "{events:#?}");
+    assert_eq!(kinds(&events, "TimerFired"), 1, "{events:#?}");
+
+    // A wait shorter than the threshold does not unload the run.
+    let kept = Reminder::runner()
+        .durable(&store, "unload-2")
+        .unload_when_waiting(Duration::from_secs(60))
+        .execute(5)
+        .await
+        .expect("runs")
+        .finished()
+        .expect("the run is not unloaded");
+    assert_eq!(kept.result.expect("succeeds"), "shipped item-5");
+}
+
+async fn summary<S: Store>(store: &S, id: &str) -> RunSummary {
+    let runs = store.list_runs(&RunFilter::default()).await.expect("lists");
+    runs.into_iter()
+        .find(|run| run.id == id)
+        .expect("the run exists")
+}
+
+/// The worker with `unload_after`, on a SQLite file: it picks up a stopped run, unloads it
+/// when it comes to wait on its `Delay`, and picks it up again when the timer is due, which
+/// finishes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_unloads_a_waiting_run_and_finishes_it_when_due() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("worker-unload");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a directory for the store");
+    let store = SqliteStore::open(dir.join("runs.db")).expect("opens");
+    let id = "remind-unload";
+    // Stopped before its `Delay` started: the worker picks it up at once.
+    let err = Reminder::runner()
+        .durable(&Failing::new(&store, 1), id)
+        .execute(5)
+        .await
+        .expect_err("the failing commit stops the run");
+    assert!(matches!(err, DurableError::Store(_)), "{err}");
+
+    let worker = Worker::new(store.clone())
+        .register::<Reminder>()
+        .poll_interval(Duration::from_millis(10))
+        .unload_after(WAIT / 3);
+    let shutdown = {
+        let store = store.clone();
+        async move {
+            while status(&store, id).await != RunStatus::Succeeded {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    let report = tokio::time::timeout(Duration::from_secs(10), worker.run(shutdown))
+        .await
+        .expect("the worker finishes the run within 10 s")
+        .expect("the store answers");
+    assert_eq!(report.unloaded.len(), 1, "{:?}", report.unloaded);
+    let unloaded = &report.unloaded[0];
+    assert_eq!(
+        (unloaded.run.as_str(), unloaded.workflow.as_str()),
+        (id, "Reminder")
+    );
+    assert!(unloaded.wake_at_ms.is_some());
+    let resumed: Vec<&str> = report.resumed.iter().map(|r| r.run.as_str()).collect();
+    assert_eq!(resumed, [id]);
+    let outcome = report.resumed[0].result.as_ref().expect("finishes");
+    assert!(outcome.result.is_ok(), "{:?}", outcome.result);
+    let events = store.events(id, 0).await.expect("reads");
+    assert_eq!(kinds(&events, "TimerSet"), 1, "{events:#?}");
+    assert_eq!(kinds(&events, "TimerFired"), 1, "{events:#?}");
+    assert_eq!(kinds(&events, "RunFinished"), 1, "{events:#?}");
+}
+
+workflow! {
+    #[flow(durable)]
+    LateReminder(order: u64) -> String {
+        Sequential {
+            item = Operation(fetch(order)),
+            Delay("500ms"),
+            sent = Operation(ship(&item)),
+        }
+        => sent.clone()
+    }
+}
+
+/// A run started with `.deadline(300ms)` and stopped 100 ms in, while its 500 ms `Delay`
+/// waits, is resumed (with no options given) after its deadline has passed: the deadline is
+/// stored with the run and counts from its start, so the resumed run is cancelled at once,
+/// before its `Delay` is due. Counted from the resume, it would end later than the `Delay`
+/// and the run would succeed.
+#[tokio::test]
+async fn a_resumed_run_keeps_its_deadline_counted_from_its_start() {
+    let store = MemoryStore::new();
+    let id = "deadline-1";
+    let deadline = Duration::from_millis(300);
+    let run = LateReminder::runner()
+        .deadline(deadline)
+        .durable(&Failing::short_lease(&store), id)
+        .execute(5);
+    let stopped = tokio::time::timeout(Duration::from_millis(100), run).await;
+    assert!(stopped.is_err(), "the run is still waiting");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+
+    let outcome = LateReminder::resume(&store, id).await.expect("resumes");
+    let err = outcome.result.expect_err("the deadline passed");
+    assert_eq!(
+        err.cancel_reason(),
+        Some(flow::CancelReason::Deadline(deadline)),
+        "{err}"
+    );
+    let events = store.events(id, 0).await.expect("reads");
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.kind == "Completed" && e.node_name.as_deref() == Some("sent")),
+        "{events:#?}"
+    );
+    assert_eq!(status(&store, id).await, RunStatus::Cancelled);
+    // Executed again, the cancelled run replays its cancellation: the same result, nothing
+    // run or written again.
+    let journal = store.events(id, 0).await.expect("reads").len();
+    let again = LateReminder::runner()
+        .durable(&store, id)
+        .execute(5)
+        .await
+        .expect("replays");
+    let err = again.result.expect_err("still cancelled");
+    assert_eq!(
+        err.cancel_reason(),
+        Some(flow::CancelReason::Deadline(deadline)),
+        "{err}"
+    );
+    assert_eq!(store.events(id, 0).await.expect("reads").len(), journal);
+    // The run's deadline timer ends with it.
+    let loaded = store
+        .load_run(id, &Owner::new("reader"), Duration::from_secs(1))
+        .await
+        .expect("loads");
+    assert!(
+        loaded
+            .timers
+            .iter()
+            .all(|t| t.key.kind != flow::store::TimerKind::RunDeadline),
+        "{:?}",
+        loaded.timers
+    );
+}
+
+/// An unloaded run with a deadline wakes at its deadline when it comes before its timer: the
+/// run's earliest timer is its stored deadline, and the run resumed then is cancelled by it.
+#[tokio::test]
+async fn an_unloaded_run_wakes_at_its_deadline() {
+    let store = MemoryStore::new();
+    let id = "unload-deadline";
+    let deadline = Duration::from_millis(250);
+    let ended = LateReminder::runner()
+        .deadline(deadline)
+        .durable(&store, id)
+        .unload_when_waiting(Duration::from_millis(100))
+        .execute(5)
+        .await
+        .expect("runs");
+    let flow::durable::Ended::Unloaded { wake_at_ms } = ended else {
+        panic!("the run waits longer than 100 ms: it is unloaded");
+    };
+    let wake_at_ms = wake_at_ms.expect("it waits for timers");
+    let run = summary(&store, id).await;
+    let stored = run.wake_at_ms.expect("a wake-up time");
+    // Its deadline (250 ms), not its `Delay` (500 ms).
+    assert!(stored.abs_diff(wake_at_ms) <= 50, "{stored} {wake_at_ms}");
+    assert!(stored < run.created_ms + 400, "{stored} {}", run.created_ms);
+
+    tokio::time::sleep(deadline).await;
+    let outcome = flow::durable::resume_or_unload::<LateReminder, _>(&store, id, deadline)
+        .await
+        .expect("resumes")
+        .finished()
+        .expect("its deadline passed: it ends");
+    let err = outcome.result.expect_err("cancelled");
+    assert_eq!(
+        err.cancel_reason(),
+        Some(flow::CancelReason::Deadline(deadline)),
+        "{err}"
+    );
+    assert_eq!(status(&store, id).await, RunStatus::Cancelled);
 }

@@ -1027,6 +1027,20 @@ pub(crate) fn graph_const(names: &Names<'_>) -> TokenStream {
         quote!(&[#(#policies),*])
     };
     let control = crate::control::tables(names).tokens(private);
+    // The calls that undo steps, for a durable run's graph fingerprint: none in most graphs.
+    let compensations = match checked.compensations.is_empty() {
+        true => quote!(),
+        false => {
+            let mut undo: Vec<(u32, String)> = checked
+                .compensations
+                .iter()
+                .map(|(id, expr, _)| (pos[*id] as u32, graph::source_text(expr)))
+                .collect();
+            undo.sort_unstable();
+            let rows = undo.iter().map(|(node, call)| quote!((#node, #call)));
+            quote!(.__with_compensations(&[#(#rows),*]))
+        }
+    };
     let failure = match names.workflow.fail_fast {
         true => quote!(#private::FailurePolicy::FailFast),
         false => quote!(#private::FailurePolicy::ContinueIndependent),
@@ -1056,7 +1070,7 @@ pub(crate) fn graph_const(names: &Names<'_>) -> TokenStream {
                 #policies,
                 #failure,
             )#control,
-        )
+        )#compensations
     }}
 }
 

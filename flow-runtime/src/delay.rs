@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Sleep;
 
 use crate::error::NodeError;
-use crate::nodes::{IntoNodes, Leaf, Nodes};
+use crate::nodes::{Idle, IntoNodes, Leaf, Nodes};
 use crate::panic::timer;
 use crate::run_state::RunState;
 
@@ -95,6 +95,13 @@ impl<F: Fn() -> Result<Duration, NodeError>> Leaf for Wait<F> {
     fn delay(&self) -> Option<Duration> {
         match &self.running {
             Some(Ok((after, _))) => Some(*after),
+            _ => None,
+        }
+    }
+
+    fn idle(&self) -> Option<Idle> {
+        match &self.running {
+            Some(Ok((_, sleep))) => Some(Idle::Until(sleep.deadline())),
             _ => None,
         }
     }

@@ -3,7 +3,8 @@
 //! resumes after a crash from that journal.
 //!
 //! This module holds the user-facing side: [`DurableWorkflow`] (implemented by the macro),
-//! [`DurableRunner`], [`resume`], [`resume_all`], [`DurableError`], the idempotency key
+//! [`DurableRunner`], [`resume`], [`resume_all`], unloading a waiting run ([`Unloading`],
+//! [`resume_or_unload`], [`Ended`]), [`DurableError`], the idempotency key
 //! ([`attempt`], [`Attempt`]) and graph fingerprints ([`graph_rows`], [`GraphChange`]). The
 //! write-ahead gate and the replay live in the scheduler (`scheduler/journal.rs`).
 
@@ -12,6 +13,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
+use std::num::NonZeroUsize;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
@@ -23,12 +25,13 @@ use serde::de::DeserializeOwned;
 use crate::error::{IntoNodeResult, NodeError};
 use crate::graph::Graph;
 use crate::options::RunOptions;
+use crate::policy::FailurePolicy;
 use crate::report::Outcome;
 use crate::runner::{Runner, Workflow};
 use crate::slot::Slot;
 use crate::store::{
     Created, Lease, Loaded, NewRun, NodeRow, Owner, RunFilter, RunStatus, Store, StoreError,
-    StoredEvent, StoredSignal, StoredTimer, fnv1a,
+    StoredEvent, StoredSignal, StoredTimer, TimerChange, TimerKey, TimerKind, fnv1a,
 };
 
 mod signals;
@@ -355,6 +358,16 @@ pub enum GraphChange {
         /// Its predecessors now.
         now: Vec<String>,
     },
+    /// A step is undone by another call (`compensate = ..`), or gained or lost its
+    /// compensation.
+    CompensationChanged {
+        /// The step.
+        node: String,
+        /// The call that undid it when the run started, if any.
+        was: Option<String>,
+        /// The call that undoes it now, if any.
+        now: Option<String>,
+    },
     /// The steps are the same but in another order (another topological order).
     Reordered,
 }
@@ -376,15 +389,28 @@ impl fmt::Display for GraphChange {
                 now.join(", "),
                 was.join(", ")
             ),
+            GraphChange::CompensationChanged { node, was, now } => match (was, now) {
+                (Some(was), Some(now)) => {
+                    write!(f, "step `{node}` is now undone by `{now}` (was `{was}`)")
+                }
+                (None, Some(now)) => {
+                    write!(f, "step `{node}` is now undone by `{now}` (was not undone)")
+                }
+                (Some(was), None) => {
+                    write!(f, "step `{node}` is no longer undone (was by `{was}`)")
+                }
+                (None, None) => write!(f, "step `{node}` changed its compensation"),
+            },
             GraphChange::Reordered => f.write_str("its steps are in another order"),
         }
     }
 }
 
-/// The node rows of `graph` (name, label, fingerprint, predecessors) and its hash: what a
-/// durable run stores to refuse a changed graph. A node's fingerprint covers its name, kind,
-/// label with whitespace removed, policy and predecessors' names; not its line or column, so
-/// moving code is not a change.
+/// The node rows of `graph` (name, label, fingerprint, predecessors, compensation) and its
+/// hash: what a durable run stores to refuse a changed graph. A node's fingerprint covers its
+/// name, kind, label with whitespace removed, policy, predecessors' names and the call that
+/// undoes it (`compensate = ..`, whitespace removed); not its line or column, so moving code
+/// is not a change.
 pub fn graph_rows(graph: &Graph) -> (u64, Vec<NodeRow>) {
     let mut preds: Vec<Vec<u32>> = vec![Vec::new(); graph.nodes.len()];
     for edge in graph.edges {
@@ -406,7 +432,10 @@ pub fn graph_rows(graph: &Graph) -> (u64, Vec<NodeRow>) {
             pred_names.sort_unstable();
             let label: String = info.label.split_whitespace().collect();
             let policy = format!("{:?}", graph.plan.policy(i));
-            let fingerprint = fnv1a(&[
+            let compensate = graph.compensation(i).unwrap_or("");
+            let undo: String = compensate.split_whitespace().collect();
+            let preds_text = pred_names.join(",");
+            let mut parts: Vec<&[u8]> = vec![
                 info.name.as_bytes(),
                 b"\0",
                 info.kind.as_str().as_bytes(),
@@ -415,8 +444,13 @@ pub fn graph_rows(graph: &Graph) -> (u64, Vec<NodeRow>) {
                 b"\0",
                 policy.as_bytes(),
                 b"\0",
-                pred_names.join(",").as_bytes(),
-            ]);
+                preds_text.as_bytes(),
+            ];
+            // A step without compensation keeps the fingerprint it had before they existed.
+            if !undo.is_empty() {
+                parts.extend([&b"\0undo\0"[..], undo.as_bytes()]);
+            }
+            let fingerprint = fnv1a(&parts);
             let mut node_preds = preds[i].clone();
             node_preds.sort_unstable();
             NodeRow {
@@ -425,6 +459,7 @@ pub fn graph_rows(graph: &Graph) -> (u64, Vec<NodeRow>) {
                 label: info.label.to_owned(),
                 fingerprint,
                 preds: node_preds,
+                compensate: compensate.to_owned(),
             }
         })
         .collect();
@@ -459,13 +494,24 @@ pub fn graph_changes(stored: &[NodeRow], now: &[NodeRow]) -> Vec<GraphChange> {
                     });
                 }
                 let label = |l: &str| l.split_whitespace().collect::<String>();
-                if (edges && label(&old.label) != label(&row.label))
-                    || (!edges && old.fingerprint != row.fingerprint)
+                // The fingerprint covers the compensation too: a step whose compensation
+                // changed is `Changed` only if its label did.
+                let undo = label(&old.compensate) != label(&row.compensate);
+                if label(&old.label) != label(&row.label)
+                    || (!edges && !undo && old.fingerprint != row.fingerprint)
                 {
                     changes.push(GraphChange::Changed {
                         node: row.name.clone(),
                         was: old.label.clone(),
                         now: row.label.clone(),
+                    });
+                }
+                if undo {
+                    let call = |c: &str| (!c.is_empty()).then(|| c.to_owned());
+                    changes.push(GraphChange::CompensationChanged {
+                        node: row.name.clone(),
+                        was: call(&old.compensate),
+                        now: call(&row.compensate),
                     });
                 }
             }
@@ -501,6 +547,13 @@ pub(crate) struct JournalSetup {
     pub(crate) signal_poll: Duration,
     /// The error that stopped the run, if one did.
     pub(crate) error: Mutex<Option<DurableError>>,
+    /// Unload the run when all its running nodes wait longer than this
+    /// ([`DurableRunner::unload_when_waiting`]).
+    pub(crate) unload: Option<Duration>,
+    /// The run was loaded from the status `Waiting`: its first commit sets it `Running` again.
+    pub(crate) waiting: bool,
+    /// The run was unloaded, with its wake-up time (`Ended::Unloaded`).
+    pub(crate) unloaded: Mutex<Option<Option<u64>>>,
 }
 
 impl JournalSetup {
@@ -513,6 +566,18 @@ impl JournalSetup {
 
     fn take_error(&self) -> Option<DurableError> {
         self.error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
+    /// The run was unloaded and its status `Waiting` is committed.
+    pub(crate) fn set_unloaded(&self, wake_at_ms: Option<u64>) {
+        *self.unloaded.lock().unwrap_or_else(PoisonError::into_inner) = Some(wake_at_ms);
+    }
+
+    fn take_unloaded(&self) -> Option<Option<u64>> {
+        self.unloaded
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take()
@@ -560,6 +625,11 @@ pub struct DurableRunner<W> {
 impl<W: DurableWorkflow> Runner<W> {
     /// Makes this run durable: journaled in `store` under `id`.
     /// Stores are cheap to clone (their clones share the runs): the runner keeps a clone.
+    ///
+    /// The runner's options that change what the run does (its [`deadline`](Runner::deadline),
+    /// [`failure_policy`](Runner::failure_policy) and
+    /// [`max_concurrency`](Runner::max_concurrency)) are stored with the run and hold again
+    /// when it is resumed; its deadline counts from the run's start, not from a resume.
     pub fn durable<S: Store + Clone>(self, store: &S, id: impl Into<String>) -> DurableRunner<W> {
         let store: Arc<dyn Store> = Arc::new(store.clone());
         DurableRunner {
@@ -585,7 +655,8 @@ impl<W: DurableWorkflow> DurableRunner<W> {
 
     /// Runs the workflow with `input`, journaling every event before acting on it. A run of
     /// this id that exists with the same workflow, graph and input is resumed instead (a
-    /// finished one gives its result again without running anything).
+    /// finished one gives its result again without running anything); the options stored
+    /// with it hold, not this runner's.
     ///
     /// # Errors
     ///
@@ -596,13 +667,39 @@ impl<W: DurableWorkflow> DurableRunner<W> {
         input: W::Stored,
     ) -> impl Future<Output = Result<Outcome<W::Output>, DurableError>> {
         Then::First {
-            first: self.prepare(input),
-            next: Some(drive::<W>),
+            first: self.prepare(input, None),
+            next: Some(drive::<W, Outcome<W::Output>>),
+        }
+    }
+
+    /// Lets the run be unloaded while it waits: once every running step of the run waits
+    /// for a `Delay` due more than `after` from now (or for a signal), the run commits its
+    /// state with the status `Waiting` and its wake-up time (its earliest timer), gives up
+    /// its lease, drops everything it holds, and its future returns
+    /// [`Ended::Unloaded`]. A [`Worker`](crate::worker::Worker) (or [`resume`]) continues it
+    /// once its timer is due.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # fn f<W: flow_runtime::durable::DurableWorkflow>(runner: flow_runtime::durable::DurableRunner<W>) {
+    /// // Runs waiting a minute or more hold no memory.
+    /// let unloading = runner.unload_when_waiting(Duration::from_secs(60));
+    /// # let _ = unloading;
+    /// # }
+    /// ```
+    pub fn unload_when_waiting(self, after: Duration) -> Unloading<W> {
+        Unloading {
+            runner: self,
+            after,
         }
     }
 
     /// Creates the run, or loads it to resume it.
-    async fn prepare(self, input: W::Stored) -> Result<Prepared<W>, DurableError> {
+    async fn prepare(
+        self,
+        input: W::Stored,
+        unload: Option<Duration>,
+    ) -> Result<Prepared<W>, DurableError> {
         let (graph_hash, nodes) = graph_rows(&W::GRAPH);
         let bytes = serde_json::to_vec(&input).map_err(|error| DurableError::Input {
             run: self.id.clone(),
@@ -619,6 +716,13 @@ impl<W: DurableWorkflow> DurableRunner<W> {
         run.nodes = nodes;
         run.input = bytes;
         run.input_hash = input_hash;
+        run.options = StoredOptions::of(&self.options).to_bytes();
+        if let Some(after) = self.options.deadline {
+            run.timers.push(TimerChange::Set {
+                key: run_deadline_key(),
+                after,
+            });
+        }
         match self.store.create_run(run).await? {
             Created::New { lease, next_seq } => {
                 let setup = JournalSetup {
@@ -632,6 +736,9 @@ impl<W: DurableWorkflow> DurableRunner<W> {
                     signals: Vec::new(),
                     signal_poll: self.signal_poll,
                     error: Mutex::new(None),
+                    unload,
+                    waiting: false,
+                    unloaded: Mutex::new(None),
                 };
                 debug_assert_eq!(next_seq, 0);
                 Ok((self.options, setup, input))
@@ -650,7 +757,14 @@ impl<W: DurableWorkflow> DurableRunner<W> {
                     });
                 }
                 let mut prepared =
-                    prepare_resume::<W>(self.options, &self.store, &self.id, &self.owner).await?;
+                    prepare_resume::<W>(
+                    self.options,
+                    &self.store,
+                    &self.id,
+                    &self.owner,
+                    unload,
+                )
+                .await?;
                 prepared.1.signal_poll = self.signal_poll;
                 Ok(prepared)
             }
@@ -668,8 +782,163 @@ impl<W: DurableWorkflow> fmt::Debug for DurableRunner<W> {
     }
 }
 
+/// A durable run that is unloaded while it waits:
+/// [`DurableRunner::unload_when_waiting`] makes one.
+#[must_use = "a durable runner does nothing until `execute` is awaited"]
+pub struct Unloading<W> {
+    runner: DurableRunner<W>,
+    after: Duration,
+}
+
+impl<W: DurableWorkflow> Unloading<W> {
+    /// Runs the workflow with `input` as [`DurableRunner::execute`] does, until it ends
+    /// ([`Ended::Finished`]) or is unloaded while it waits ([`Ended::Unloaded`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`DurableRunner::execute`].
+    pub fn execute(
+        self,
+        input: W::Stored,
+    ) -> impl Future<Output = Result<Ended<W::Output>, DurableError>> {
+        Then::First {
+            first: self.runner.prepare(input, Some(self.after)),
+            next: Some(drive::<W, Ended<W::Output>>),
+        }
+    }
+}
+
+impl<W: DurableWorkflow> fmt::Debug for Unloading<W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Unloading")
+            .field("runner", &self.runner)
+            .field("after", &self.after)
+            .finish()
+    }
+}
+
+/// How the future of a run that may be unloaded ended: [`Unloading::execute`],
+/// [`resume_or_unload`].
+// Returned once per run, and mostly `Finished`: boxing the outcome would only add an
+// allocation.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Ended<T> {
+    /// The run ended: its result and report.
+    Finished(Outcome<T>),
+    /// The run waits and was unloaded: its state is in the store with the status `Waiting`,
+    /// no process holds it, and a [`Worker`](crate::worker::Worker) (or [`resume`]) continues
+    /// it once it is due.
+    Unloaded {
+        /// When its earliest timer is due, in ms since the Unix epoch by this process's clock
+        /// (the store keeps its own in [`RunSummary::wake_at_ms`](crate::store::RunSummary));
+        /// `None` when it waits only for signals.
+        wake_at_ms: Option<u64>,
+    },
+}
+
+impl<T> Ended<T> {
+    /// The outcome of a run that ended; `None` for one that was unloaded.
+    pub fn finished(self) -> Option<Outcome<T>> {
+        match self {
+            Ended::Finished(outcome) => Some(outcome),
+            Ended::Unloaded { .. } => None,
+        }
+    }
+
+    /// Whether the run was unloaded.
+    pub fn is_unloaded(&self) -> bool {
+        matches!(self, Ended::Unloaded { .. })
+    }
+}
+
+/// What a durable run's future gives when the run's own future ends: its outcome, or
+/// ([`Ended`]) that it was unloaded.
+pub(crate) trait Shape<T>: Sized {
+    /// The run's outcome, or `unloaded` (`Some`) when it was unloaded.
+    fn shape(outcome: Outcome<T>, unloaded: Option<Option<u64>>) -> Self;
+}
+
+impl<T> Shape<T> for Outcome<T> {
+    /// A run that cannot be unloaded (no `unload_when_waiting`): its outcome.
+    fn shape(outcome: Outcome<T>, _: Option<Option<u64>>) -> Self {
+        outcome
+    }
+}
+
+impl<T> Shape<T> for Ended<T> {
+    fn shape(outcome: Outcome<T>, unloaded: Option<Option<u64>>) -> Self {
+        match unloaded {
+            Some(wake_at_ms) => Ended::Unloaded { wake_at_ms },
+            None => Ended::Finished(outcome),
+        }
+    }
+}
+
+/// The runner options stored with a durable run: those that change what the run does.
+#[derive(Debug, Default, PartialEq, Serialize, serde::Deserialize)]
+struct StoredOptions {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    deadline_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fail_fast: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_concurrency: Option<usize>,
+}
+
+impl StoredOptions {
+    fn of(options: &RunOptions) -> StoredOptions {
+        StoredOptions {
+            deadline_ms: options
+                .deadline
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            fail_fast: options.failure.map(|f| f == FailurePolicy::FailFast),
+            max_concurrency: options.max_concurrency.map(NonZeroUsize::get),
+        }
+    }
+
+    fn to_bytes(&self) -> Vec<u8> {
+        match self == &StoredOptions::default() {
+            true => Vec::new(),
+            // Serializing this struct of numbers and flags cannot fail.
+            false => serde_json::to_vec(self).unwrap_or_default(),
+        }
+    }
+
+    /// The options stored as `bytes` (none when empty).
+    fn from_bytes(run: &str, bytes: &[u8]) -> Result<StoredOptions, DurableError> {
+        if bytes.is_empty() {
+            return Ok(StoredOptions::default());
+        }
+        serde_json::from_slice(bytes).map_err(|error| DurableError::Input {
+            run: run.to_owned(),
+            why: format!("its stored runner options: {error}"),
+        })
+    }
+
+    /// Puts the stored options in `options`, in place of the caller's.
+    fn apply(self, options: &mut RunOptions) {
+        options.deadline = self.deadline_ms.map(Duration::from_millis);
+        options.failure = self.fail_fast.map(|fail_fast| match fail_fast {
+            true => FailurePolicy::FailFast,
+            false => FailurePolicy::ContinueIndependent,
+        });
+        options.max_concurrency = self.max_concurrency.and_then(NonZeroUsize::new);
+    }
+}
+
+/// The timer of a run's deadline.
+pub(crate) fn run_deadline_key() -> TimerKey {
+    TimerKey {
+        node: None,
+        instance: String::new(),
+        kind: TimerKind::RunDeadline,
+    }
+}
+
 /// Resumes run `id` of `W` from `store`: replays its journal (nothing that completed runs
-/// again; attempts in flight run again with the same [`Attempt`] key) and goes on live.
+/// again; attempts in flight run again with the same [`Attempt`] key) and goes on live, with
+/// the runner options stored with it.
 ///
 /// # Errors
 ///
@@ -680,14 +949,44 @@ pub fn resume<W: DurableWorkflow, S: Store + Clone>(
     store: &S,
     id: &str,
 ) -> impl Future<Output = Result<Outcome<W::Output>, DurableError>> + use<W, S> {
+    resume_shaped::<W, S, Outcome<W::Output>>(store, id, None)
+}
+
+/// Resumes run `id` of `W` as [`resume`] does, and unloads it again when every running step
+/// waits longer than `after` ([`DurableRunner::unload_when_waiting`]).
+///
+/// # Errors
+///
+/// As [`resume`].
+pub fn resume_or_unload<W: DurableWorkflow, S: Store + Clone>(
+    store: &S,
+    id: &str,
+    after: Duration,
+) -> impl Future<Output = Result<Ended<W::Output>, DurableError>> + use<W, S> {
+    resume_shaped::<W, S, Ended<W::Output>>(store, id, Some(after))
+}
+
+/// [`resume`] or [`resume_or_unload`], as `R` says; never unloaded without `unload`.
+pub(crate) fn resume_shaped<W: DurableWorkflow, S: Store + Clone, R: Shape<W::Output>>(
+    store: &S,
+    id: &str,
+    unload: Option<Duration>,
+) -> impl Future<Output = Result<R, DurableError>> + use<W, S, R> {
     let store: Arc<dyn Store> = Arc::new(store.clone());
     let id = id.to_owned();
     let first = async move {
-        prepare_resume::<W>(RunOptions::default(), &store, &id, &Owner::process()).await
+        prepare_resume::<W>(
+            RunOptions::default(),
+            &store,
+            &id,
+            &Owner::process(),
+            unload,
+        )
+        .await
     };
     Then::First {
         first,
-        next: Some(drive::<W>),
+        next: Some(drive::<W, R>),
     }
 }
 
@@ -722,10 +1021,11 @@ pub async fn resume_all<W: DurableWorkflow, S: Store + Clone>(
 type Prepared<W> = (RunOptions, JournalSetup, <W as DurableWorkflow>::Stored);
 
 async fn prepare_resume<W: DurableWorkflow>(
-    options: RunOptions,
+    mut options: RunOptions,
     store: &Arc<dyn Store>,
     id: &str,
     owner: &Owner,
+    unload: Option<Duration>,
 ) -> Result<Prepared<W>, DurableError> {
     let loaded: Loaded = store.load_run(id, owner, LEASE).await?;
     if loaded.run.workflow != W::GRAPH.name() {
@@ -747,6 +1047,7 @@ async fn prepare_resume<W: DurableWorkflow>(
             run: id.to_owned(),
             why: error.to_string(),
         })?;
+    StoredOptions::from_bytes(id, &loaded.options)?.apply(&mut options);
     let setup = JournalSetup {
         store: Arc::clone(store),
         lease: loaded.lease,
@@ -763,14 +1064,17 @@ async fn prepare_resume<W: DurableWorkflow>(
         signals: loaded.signals,
         signal_poll: SIGNAL_POLL,
         error: Mutex::new(None),
+        unload,
+        waiting: loaded.run.status == RunStatus::Waiting,
+        unloaded: Mutex::new(None),
     };
     Ok((options, setup, input))
 }
 
 /// Runs a prepared durable run: the workflow's own run, with the journal in its options.
-fn drive<W: DurableWorkflow>(
+fn drive<W: DurableWorkflow, R: Shape<W::Output>>(
     (mut options, setup, input): Prepared<W>,
-) -> Drive<impl Future<Output = Outcome<W::Output>>> {
+) -> Drive<impl Future<Output = Outcome<W::Output>>, R> {
     let setup = Arc::new(setup);
     options.record = true;
     options.report = true;
@@ -778,30 +1082,33 @@ fn drive<W: DurableWorkflow>(
     Drive {
         run: W::__execute::<'static>(options, W::__input::<'static>(input)),
         setup,
+        shape: PhantomData,
     }
 }
 
 pin_project_lite::pin_project! {
     /// The future of a durable run: the workflow's run, whose result is replaced by the error
-    /// that stopped it, if one did. Written by hand (not an `async` block) so that the run's
-    /// future can be spawned: an `async` block generic over the workflow trips rustc's
-    /// higher-ranked `Send` check (rust-lang/rust#100013).
-    struct Drive<F> {
+    /// that stopped it, if one did (or, shaped as [`Ended`], by its unloading). Written by
+    /// hand (not an `async` block) so that the run's future can be spawned: an `async` block
+    /// generic over the workflow trips rustc's higher-ranked `Send` check
+    /// (rust-lang/rust#100013).
+    struct Drive<F, R> {
         #[pin]
         run: F,
         setup: Arc<JournalSetup>,
+        shape: PhantomData<fn() -> R>,
     }
 }
 
-impl<F: Future<Output = Outcome<T>>, T> Future for Drive<F> {
-    type Output = Result<Outcome<T>, DurableError>;
+impl<F: Future<Output = Outcome<T>>, T, R: Shape<T>> Future for Drive<F, R> {
+    type Output = Result<R, DurableError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let outcome = std::task::ready!(this.run.poll(cx));
         Poll::Ready(match this.setup.take_error() {
             Some(error) => Err(error),
-            None => Ok(outcome),
+            None => Ok(R::shape(outcome, this.setup.take_unloaded())),
         })
     }
 }
@@ -868,5 +1175,42 @@ pub(crate) fn attempt_ctx(run: &Arc<str>, node: &'static str, attempt: u32) -> A
         restore: None,
         captured: None,
         signal: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The runner options a durable run stores come back as they were, in place of the
+    /// resuming caller's; a run without any stores nothing.
+    #[test]
+    fn stored_runner_options_round_trip() {
+        let mut options = RunOptions {
+            deadline: Some(Duration::from_millis(1_500)),
+            failure: Some(FailurePolicy::FailFast),
+            max_concurrency: NonZeroUsize::new(3),
+            ..RunOptions::default()
+        };
+        let bytes = StoredOptions::of(&options).to_bytes();
+        let mut resumed = RunOptions {
+            deadline: Some(Duration::from_secs(9)),
+            ..RunOptions::default()
+        };
+        StoredOptions::from_bytes("r", &bytes)
+            .expect("reads")
+            .apply(&mut resumed);
+        assert_eq!(resumed.deadline, options.deadline);
+        assert_eq!(resumed.failure, options.failure);
+        assert_eq!(resumed.max_concurrency, options.max_concurrency);
+
+        options = RunOptions::default();
+        assert!(StoredOptions::of(&options).to_bytes().is_empty());
+        StoredOptions::from_bytes("r", &[])
+            .expect("none stored")
+            .apply(&mut resumed);
+        assert_eq!(resumed.deadline, None);
+        let err = StoredOptions::from_bytes("r", b"{not json").expect_err("corrupt");
+        assert!(err.to_string().contains("stored runner options"), "{err}");
     }
 }

@@ -32,6 +32,8 @@ pub struct Graph {
     pub(crate) nodes: &'static [NodeInfo],
     pub(crate) edges: &'static [Edge],
     pub(crate) plan: Plan,
+    /// The steps with `compensate = ..`: (node, the call that undoes it, as written), by node.
+    pub(crate) compensations: &'static [(u32, &'static str)],
 }
 
 /// One node of a [`Graph`].
@@ -552,7 +554,27 @@ impl Graph {
             nodes,
             edges,
             plan,
+            compensations: &[],
         }
+    }
+
+    /// Adds the calls of the steps' `compensate = ..` options: (node, the call as written).
+    /// For the code `workflow!` generates: not a public API.
+    #[doc(hidden)]
+    pub const fn __with_compensations(self, compensations: &'static [(u32, &'static str)]) -> Self {
+        Graph {
+            compensations,
+            ..self
+        }
+    }
+
+    /// The call that undoes node `node` (`compensate = refund(&charge)`, as written), if it
+    /// has one.
+    pub fn compensation(&self, node: usize) -> Option<&'static str> {
+        self.compensations
+            .iter()
+            .find(|&&(n, _)| n as usize == node)
+            .map(|&(_, call)| call)
     }
 
     /// The workflow's name, as written in `workflow!`.

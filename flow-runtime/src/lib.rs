@@ -106,7 +106,7 @@ pub mod __private {
         Rest, Rule, Section, SignalInfo,
     };
     pub use crate::nest::{ChildRun, Nest, NestCtx, NestKind, NestOp, child};
-    pub use crate::nodes::{ArenaOp, Decide, Decision, IntoNodes, Leaf, Nodes, Op, Pair};
+    pub use crate::nodes::{ArenaOp, Decide, Decision, Idle, IntoNodes, Leaf, Nodes, Op, Pair};
     pub use crate::options::RunOptions;
     pub use crate::policy::{Backoff, CancelToken, FailurePolicy, NodePolicy};
     pub use crate::report::Outcome;

@@ -45,6 +45,13 @@ pub trait Leaf {
         None
     }
 
+    /// What the node does when all it does is wait: a `Delay` step waits for its timer, a
+    /// `Signal` step for a signal. `None` (the default) for a node that works. A durable run
+    /// whose running nodes all wait may be unloaded (`DurableRunner::unload_when_waiting`).
+    fn idle(&self) -> Option<Idle> {
+        None
+    }
+
     /// A started `Delay` step of a resumed durable run waits `left` (what is left of its
     /// stored timer) instead of its whole duration. No effect on any other node.
     fn resume_timer(self: Pin<&mut Self>, left: std::time::Duration) {
@@ -64,6 +71,15 @@ pub trait Leaf {
         let _ = cx;
         Poll::Ready(())
     }
+}
+
+/// What a node that only waits waits for: [`Leaf::idle`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Idle {
+    /// A timer due at this instant (a `Delay` step).
+    Until(tokio::time::Instant),
+    /// A signal, with no due time (a `Signal` step).
+    Signal,
 }
 
 /// A set of nodes: generated code builds one value holding every node, the scheduler pins it

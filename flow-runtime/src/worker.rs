@@ -2,9 +2,14 @@
 //! unfinished runs of a store that no live process holds, in a poll loop.
 //!
 //! A run is picked up when it is unfinished (`running`, `waiting` or `compensating`), its
-//! workflow is registered, its wake-up time (its earliest timer) has come, and no live owner
+//! workflow is registered, its wake-up time (its earliest timer, or the arrival of a signal)
+//! has come (a `waiting` run without one waits for a signal), and no live owner
 //! holds its lease: a run whose process died is picked up once its lease has expired, a run
 //! stopped by a failed commit at once (it released its lease).
+//!
+//! With [`Worker::unload_after`], a run it drives that comes to wait long (every running step
+//! waits for a `Delay` due later than the threshold, or for a signal) is unloaded: its state
+//! stays in the store, the worker holds nothing of it, and picks it up again when it is due.
 //!
 //! The worker drives the runs it resumes on its own task, concurrently, up to
 //! [`Worker::max_runs`] at a time: it spawns nothing, so it needs no `Send` workflow and no
@@ -33,15 +38,16 @@ use std::pin::{Pin, pin};
 use std::task::Poll;
 use std::time::Duration;
 
-use crate::durable::{DurableError, DurableWorkflow, resume};
+use crate::durable::{DurableError, DurableWorkflow, Ended, resume_shaped};
 use crate::report::Outcome;
 use crate::store::{RunFilter, RunStatus, RunSummary, Store, now_ms};
 
-/// How a worker resumes a run of one registered workflow.
-type ResumeFn<S> = fn(&S, &str) -> Pin<Box<dyn Future<Output = ResumeResult>>>;
+/// How a worker resumes a run of one registered workflow (unloading it again when it waits
+/// longer than the duration, if one is given).
+type ResumeFn<S> = fn(&S, &str, Option<Duration>) -> Pin<Box<dyn Future<Output = ResumeResult>>>;
 
 /// A resumed run's result with its output dropped (it is in the store).
-type ResumeResult = Result<Outcome<()>, DurableError>;
+type ResumeResult = Result<Ended<()>, DurableError>;
 
 /// The default time between two looks at the store.
 const POLL_INTERVAL: Duration = Duration::from_millis(500);
@@ -58,6 +64,7 @@ pub struct Worker<S> {
     workflows: HashMap<&'static str, ResumeFn<S>>,
     interval: Duration,
     max_runs: usize,
+    unload: Option<Duration>,
 }
 
 /// A run the worker resumed, and how it ended.
@@ -72,11 +79,26 @@ pub struct Resumed {
     pub result: Result<Outcome<()>, DurableError>,
 }
 
+/// A run the worker unloaded while it waits ([`Worker::unload_after`]): it is in the store
+/// with the status `waiting`, and is picked up again when it is due.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unloaded {
+    /// The run's id.
+    pub run: String,
+    /// Its workflow's name.
+    pub workflow: String,
+    /// When its earliest timer is due, in ms since the Unix epoch; `None` when it waits
+    /// only for signals.
+    pub wake_at_ms: Option<u64>,
+}
+
 /// What [`Worker::run`] did before it was shut down.
 #[derive(Debug, Default)]
 pub struct WorkerReport {
-    /// Every run it resumed, in the order they ended.
+    /// Every run it resumed that ended or stopped, in the order they did.
     pub resumed: Vec<Resumed>,
+    /// Every run it unloaded while it waits, in the order it did ([`Worker::unload_after`]).
+    pub unloaded: Vec<Unloaded>,
     /// How many times it looked at the store.
     pub polls: u64,
 }
@@ -89,6 +111,7 @@ impl<S: Store + Clone> Worker<S> {
             workflows: HashMap::new(),
             interval: POLL_INTERVAL,
             max_runs: MAX_RUNS,
+            unload: None,
         }
     }
 
@@ -110,6 +133,16 @@ impl<S: Store + Clone> Worker<S> {
     /// The most runs the worker drives at once (64 by default; at least 1).
     pub fn max_runs(mut self, max: usize) -> Worker<S> {
         self.max_runs = max.max(1);
+        self
+    }
+
+    /// Unloads the runs the worker drives once they wait longer than `after` (every running
+    /// step waits for a `Delay` due later than `after` from now, or for a signal): their state
+    /// is committed with the status `waiting`, the worker drops them and picks them up again
+    /// when they are due ([`DurableRunner::unload_when_waiting`](crate::durable::DurableRunner::unload_when_waiting)).
+    /// Off by default: a run stays with the worker until it ends.
+    pub fn unload_after(mut self, after: Duration) -> Worker<S> {
+        self.unload = Some(after);
         self
     }
 
@@ -149,13 +182,14 @@ impl<S: Store + Clone> Worker<S> {
         Some(InFlight {
             run: run.id.clone(),
             workflow: run.workflow.clone(),
-            future: resume(&self.store, &run.id),
+            future: resume(&self.store, &run.id, self.unload),
         })
     }
 
     /// Looks once for the runs to pick up and resumes them all (up to
-    /// [`Worker::max_runs`] at a time), until each has ended or stopped; returns them in
-    /// the order they ended.
+    /// [`Worker::max_runs`] at a time), until each has ended, stopped or been unloaded;
+    /// returns those that ended or stopped, in the order they did (a run it unloaded is
+    /// not in the list: it waits in the store).
     ///
     /// # Errors
     ///
@@ -174,10 +208,11 @@ impl<S: Store + Clone> Worker<S> {
             if flying.is_empty() {
                 return Ok(done);
             }
+            let mut unloaded = Vec::new();
             poll_fn(|cx| {
-                let before = done.len();
-                poll_all(&mut flying, &mut done, cx);
-                if done.len() > before {
+                let before = done.len() + unloaded.len();
+                poll_all(&mut flying, &mut done, &mut unloaded, cx);
+                if done.len() + unloaded.len() > before {
                     Poll::Ready(())
                 } else {
                     Poll::Pending
@@ -240,7 +275,7 @@ impl<S: Store + Clone> Worker<S> {
             }
             let mut tick = pin!(tokio::time::sleep(self.interval));
             let ended = poll_fn(|cx| {
-                poll_all(&mut flying, &mut report.resumed, cx);
+                poll_all(&mut flying, &mut report.resumed, &mut report.unloaded, cx);
                 if !stopping && shutdown.as_mut().poll(cx).is_ready() {
                     stopping = true;
                 }
@@ -272,14 +307,19 @@ impl<S> fmt::Debug for Worker<S> {
             .field("workflows", &names)
             .field("interval", &self.interval)
             .field("max_runs", &self.max_runs)
+            .field("unload", &self.unload)
             .finish_non_exhaustive()
     }
 }
 
-/// Whether the worker may pick `run` up at `now`: its wake-up time has come and no owner
-/// holds a lease on it that has not expired.
+/// Whether the worker may pick `run` up at `now`: its wake-up time has come (a `waiting` run
+/// without one waits for a signal, which sets it) and no owner holds a lease on it that has
+/// not expired.
 fn is_due(run: &RunSummary, now: u64) -> bool {
-    let awake = run.wake_at_ms.is_none_or(|at| at <= now);
+    let awake = match run.wake_at_ms {
+        Some(at) => at <= now,
+        None => run.status != RunStatus::Waiting,
+    };
     let free = run.owner.is_none() || run.lease_until_ms.is_none_or(|until| until <= now);
     awake && free
 }
@@ -291,12 +331,30 @@ struct InFlight {
     future: Pin<Box<dyn Future<Output = ResumeResult>>>,
 }
 
-/// Polls every run in flight once; moves those that ended to `done`.
-fn poll_all(flying: &mut Vec<InFlight>, done: &mut Vec<Resumed>, cx: &mut std::task::Context<'_>) {
+/// Polls every run in flight once; moves those that ended to `done`, those that were
+/// unloaded to `unloaded`.
+fn poll_all(
+    flying: &mut Vec<InFlight>,
+    done: &mut Vec<Resumed>,
+    unloaded: &mut Vec<Unloaded>,
+    cx: &mut std::task::Context<'_>,
+) {
     let mut i = 0;
     while i < flying.len() {
         if let Poll::Ready(result) = flying[i].future.as_mut().poll(cx) {
             let ended = flying.swap_remove(i);
+            let result = match result {
+                Ok(Ended::Finished(outcome)) => Ok(outcome),
+                Ok(Ended::Unloaded { wake_at_ms }) => {
+                    unloaded.push(Unloaded {
+                        run: ended.run,
+                        workflow: ended.workflow,
+                        wake_at_ms,
+                    });
+                    continue;
+                }
+                Err(error) => Err(error),
+            };
             done.push(Resumed {
                 run: ended.run,
                 workflow: ended.workflow,
@@ -308,16 +366,21 @@ fn poll_all(flying: &mut Vec<InFlight>, done: &mut Vec<Resumed>, cx: &mut std::t
     }
 }
 
-/// [`resume`] of `W`, its output dropped.
+/// [`resume`](crate::durable::resume) of `W` (unloaded again once it waits longer than
+/// `unload`, if given), its output dropped.
 fn resume_erased<W: DurableWorkflow, S: Store + Clone>(
     store: &S,
     id: &str,
+    unload: Option<Duration>,
 ) -> Pin<Box<dyn Future<Output = ResumeResult>>> {
-    let run = resume::<W, S>(store, id);
+    let run = resume_shaped::<W, S, Ended<W::Output>>(store, id, unload);
     Box::pin(async move {
-        run.await.map(|outcome| Outcome {
-            result: outcome.result.map(|_| ()),
-            report: outcome.report,
+        run.await.map(|ended| match ended {
+            Ended::Finished(outcome) => Ended::Finished(Outcome {
+                result: outcome.result.map(|_| ()),
+                report: outcome.report,
+            }),
+            Ended::Unloaded { wake_at_ms } => Ended::Unloaded { wake_at_ms },
         })
     })
 }
@@ -350,5 +413,12 @@ mod tests {
         assert!(!is_due(&summary(Some("p"), Some(101), None), 100));
         assert!(is_due(&summary(None, None, Some(100)), 100));
         assert!(!is_due(&summary(None, None, Some(101)), 100));
+        // An unloaded run that waits only for a signal is due once one arrives.
+        let waiting = |wake| RunSummary {
+            status: RunStatus::Waiting,
+            ..summary(None, None, wake)
+        };
+        assert!(!is_due(&waiting(None), 100));
+        assert!(is_due(&waiting(Some(100)), 100));
     }
 }

@@ -288,8 +288,8 @@ pub(crate) fn create_run(db: &Db<'_>, run: NewRun) -> Result<Created, StoreError
             .join(",");
         db.conn
             .prepare_cached(
-                "INSERT INTO nodes (run, node, name, label, fingerprint, preds)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                "INSERT INTO nodes (run, node, name, label, fingerprint, preds, compensate)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )
             .and_then(|mut stmt| {
                 stmt.execute(params![
@@ -298,7 +298,8 @@ pub(crate) fn create_run(db: &Db<'_>, run: NewRun) -> Result<Created, StoreError
                     node.name,
                     node.label,
                     i(node.fingerprint),
-                    preds
+                    preds,
+                    node.compensate
                 ])
             })
             .map_err(db.err("creating a run in"))?;
@@ -361,7 +362,7 @@ pub(crate) fn load_run(
     let nodes = db
         .conn
         .prepare_cached(
-            "SELECT node, name, label, fingerprint, preds FROM nodes WHERE run = ?1 ORDER BY node",
+            "SELECT node, name, label, fingerprint, preds, compensate FROM nodes WHERE run = ?1 ORDER BY node",
         )
         .and_then(|mut stmt| {
             stmt.query_map([id], |row| {
@@ -372,6 +373,7 @@ pub(crate) fn load_run(
                         label: row.get(2)?,
                         fingerprint: u(row.get(3)?),
                         preds: Vec::new(),
+                        compensate: row.get(5)?,
                     },
                     row.get::<_, String>(4)?,
                 ))

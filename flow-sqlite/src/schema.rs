@@ -50,6 +50,7 @@ CREATE TABLE nodes (
   label TEXT NOT NULL,
   fingerprint INTEGER NOT NULL,
   preds TEXT NOT NULL,        -- predecessors' indices, comma-separated
+  compensate TEXT NOT NULL,   -- the call that undoes the step, as written; empty for none
   PRIMARY KEY (run, node)
 ) STRICT, WITHOUT ROWID;
 

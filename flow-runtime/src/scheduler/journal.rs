@@ -33,7 +33,7 @@ use crate::durable::{AttemptCtx, DurableError, JournalSetup, attempt_ctx, with_a
 use crate::error::NodeError;
 use crate::events::{Event, EventKind};
 use crate::graph::NodeKind;
-use crate::nodes::Leaves;
+use crate::nodes::{Idle, Leaves};
 use crate::panic::{panic_message, timer};
 use crate::policy::CancelReason;
 use crate::status::NodeStatus;
@@ -72,6 +72,12 @@ pub(super) struct Journal {
     /// The run's signals and its waiting `Signal` steps (`inbox.rs`), made when the first
     /// `Signal` step is requested.
     inbox: Option<Box<inbox::Inbox>>,
+    /// When the run's deadline passes, and the deadline, if it has one (`run_nodes` sets
+    /// it).
+    pub(super) deadline: Option<(tokio::time::Instant, Duration)>,
+    /// The run is being unloaded, with its wake-up time: nothing more is written but its
+    /// status `Waiting` (`broken` is set too).
+    unloading: Option<Option<u64>>,
 }
 
 impl Journal {
@@ -89,6 +95,8 @@ impl Journal {
             live: setup.events.is_empty(),
             broken: false,
             inbox: None,
+            deadline: None,
+            unloading: None,
             setup: Arc::clone(setup),
         })
     }
@@ -130,6 +138,19 @@ impl Journal {
             EventKind::TimerFired => self.pending.timers.push(TimerChange::Clear {
                 key: delay_key(event.node),
             }),
+            // A compensation's backoff is the step's backoff timer: the step has completed, so
+            // its own retries' timer is free.
+            EventKind::CompensationRetrying { delay, .. } => {
+                self.pending.timers.push(TimerChange::Set {
+                    key: backoff_key(event.node),
+                    after: *delay,
+                })
+            }
+            EventKind::Compensating if event.attempt > 1 => {
+                self.pending.timers.push(TimerChange::Clear {
+                    key: backoff_key(event.node),
+                })
+            }
             _ => {}
         }
         self.pending.events.push(stored);
@@ -225,7 +246,10 @@ impl Journal {
     /// run stopped by a failed commit can be resumed at once). Called once, after
     /// `RunFinished`.
     async fn finish(&mut self, status: RunStatus) {
-        self.commit_end(status).await;
+        match self.unloading {
+            Some(wake_at_ms) => self.commit_unload(wake_at_ms).await,
+            None => self.commit_end(status).await,
+        }
         let lease = &self.setup.lease;
         // Best effort: a lease that is not released expires by itself.
         let _ = self
@@ -259,10 +283,49 @@ impl Journal {
             result: None,
             error: None,
         });
+        if self.deadline.is_some() {
+            batch.timers.push(TimerChange::Clear {
+                key: crate::durable::run_deadline_key(),
+            });
+        }
         match self.setup.store.commit(batch).await {
             Ok(_) => self.durable_seq = end,
             Err(error) => self.fail(DurableError::Store(error)),
         }
+    }
+}
+
+/// Unloading a run that waits (`DurableRunner::unload_when_waiting`).
+impl Journal {
+    /// Commits the status `Waiting` (everything else is durable already: the run unloads
+    /// only with nothing pending and no commit in flight); on success the run's future
+    /// returns `Ended::Unloaded`.
+    async fn commit_unload(&mut self, wake_at_ms: Option<u64>) {
+        let mut batch = Batch::new(&self.setup.lease, self.durable_seq, Duration::ZERO);
+        batch.status = Some(RunStatus::Waiting);
+        match self.setup.store.commit(batch).await {
+            Ok(_) => self.setup.set_unloaded(wake_at_ms),
+            Err(error) => self.setup.fail(DurableError::Store(error)),
+        }
+    }
+
+    /// Whether the journal is live (the replay has ended); `true` for a run that has no
+    /// journal to replay.
+    pub(super) fn is_live(&self) -> bool {
+        self.live
+    }
+
+    /// What is left of the run's deadline `full` by its stored timer (a resumed run's
+    /// deadline counts from the run's start); `full` for a new run.
+    pub(super) fn deadline_left(&self, full: Duration) -> Duration {
+        let setup = &self.setup;
+        setup
+            .timers
+            .iter()
+            .find(|t| t.key == crate::durable::run_deadline_key())
+            .map_or(full, |t| {
+                Duration::from_millis(t.due_ms.saturating_sub(setup.now_ms))
+            })
     }
 }
 
@@ -306,6 +369,19 @@ impl Journal {
     /// Whether the replay has journal events left.
     pub(super) fn replaying(&self) -> bool {
         !self.broken && self.cursor < self.setup.events.len()
+    }
+
+    /// What is left of the backoff of `node`'s compensation by its stored timer (the replay
+    /// ended in that backoff); zero when no timer is stored.
+    pub(super) fn compensation_backoff_left(&self, node: u32) -> Duration {
+        let setup = &self.setup;
+        setup
+            .timers
+            .iter()
+            .find(|t| t.key == backoff_key(Some(node)))
+            .map_or(Duration::ZERO, |t| {
+                Duration::from_millis(t.due_ms.saturating_sub(setup.now_ms))
+            })
     }
 
     /// The context of an attempt of `node`'s compensation (its idempotency key).
@@ -371,6 +447,13 @@ fn error_text(event: &StoredEvent) -> String {
         .ok()
         .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
         .unwrap_or_else(|| "failed (no message stored)".to_owned())
+}
+
+/// The `cause` field of a stored `Aborted` event: `None` for a cancellation.
+fn cause_field(event: &StoredEvent) -> Option<String> {
+    serde_json::from_slice::<serde_json::Value>(&event.data)
+        .ok()
+        .and_then(|v| v.get("cause").and_then(|c| c.as_str()).map(str::to_owned))
 }
 
 /// A duration field (`{"secs":..,"nanos":..}`) of a stored event; zero when absent.
@@ -719,6 +802,10 @@ impl Scheduler {
             return;
         };
         journal.live = true;
+        if journal.setup.waiting {
+            // An unloaded run runs again.
+            journal.pending.status = Some(RunStatus::Running);
+        }
         let backoff = std::mem::take(&mut journal.backoff);
         let setup = Arc::clone(&journal.setup);
         // Deadlines keep their due time by the store's clock.
@@ -794,6 +881,9 @@ impl Scheduler {
             }
             if !journal.live {
                 if journal.cursor < journal.setup.events.len() {
+                    if self.replay_cancel(leaves) {
+                        return Poll::Ready(());
+                    }
                     if self.apply_journal(leaves) {
                         poll = self.poll(leaves, wakes, cx);
                         continue;
@@ -836,9 +926,103 @@ impl Scheduler {
                     poll = self.poll(leaves, wakes, cx);
                 }
                 Poll::Ready(false) if journal.broken => {}
+                Poll::Ready(false)
+                    if journal.setup.unload.is_some() && self.unload_idle(leaves) =>
+                {
+                    return Poll::Ready(());
+                }
                 Poll::Ready(false) | Poll::Pending => return Poll::Pending,
             }
         }
+    }
+}
+
+impl Scheduler {
+    /// Replaying: when the journal's next event is an `Aborted` without a cause, the run was
+    /// cancelled there (its deadline passed, or its token): cancels it again, which emits the
+    /// journal's `Aborted` events, and returns `true`.
+    fn replay_cancel(&mut self, leaves: &mut Leaves<'_>) -> bool {
+        let Some(journal) = self.journal.as_deref() else {
+            return false;
+        };
+        let Some(event) = journal.setup.events.get(journal.cursor) else {
+            return false;
+        };
+        if event.kind != "Aborted" || cause_field(event).is_some() {
+            return false;
+        }
+        let reason = match journal.deadline {
+            Some((_, after)) => CancelReason::Deadline(after),
+            None => CancelReason::Token,
+        };
+        self.set_halt(Halt::Cancelled(reason));
+        self.stop_all(leaves);
+        true
+    }
+
+    /// With nothing to commit: when every running node waits (for a timer due later than the
+    /// run's `unload` threshold from now, or for a signal), stops the run to unload it (its
+    /// nodes are dropped, nothing more is journaled; `finish_journaled` commits the status
+    /// `Waiting`) and returns `true`.
+    #[cold]
+    #[inline(never)]
+    fn unload_idle(&mut self, leaves: &mut Leaves<'_>) -> bool {
+        let Some(journal) = self.journal.as_deref() else {
+            return false;
+        };
+        let (Some(after), None) = (journal.setup.unload, journal.commit.as_ref()) else {
+            return false;
+        };
+        if self
+            .nest_home
+            .as_deref()
+            .is_some_and(|home| !home.lingering.is_empty())
+        {
+            return false;
+        }
+        let now = tokio::time::Instant::now();
+        let Some(horizon) = now.checked_add(after) else {
+            return false;
+        };
+        let mut wake = journal.deadline.map(|(at, _)| at);
+        let mut running = false;
+        for node in 0..self.len() as u32 {
+            if self.nodes[node as usize].status != NodeStatus::Running {
+                continue;
+            }
+            running = true;
+            match leaves[node as usize].idle() {
+                Some(Idle::Until(at)) => wake = Some(wake.map_or(at, |w| w.min(at))),
+                Some(Idle::Signal) => {}
+                None => return false,
+            }
+            // The node's own timers (an attempt's timeout, its deadline) count as well.
+            if let Some(watch) = self.watch_of(node) {
+                for sleep in [&watch.timeout, &watch.deadline, &watch.backoff]
+                    .into_iter()
+                    .flatten()
+                {
+                    let at = sleep.deadline();
+                    wake = Some(wake.map_or(at, |w| w.min(at)));
+                }
+            }
+        }
+        if !running || wake.is_some_and(|at| at <= horizon) {
+            return false;
+        }
+        let wake_at_ms = wake.map(|at| {
+            let left = at.saturating_duration_since(now);
+            crate::store::due_after(crate::store::now_ms(), left)
+        });
+        if let Some(journal) = self.journal.as_deref_mut() {
+            journal.unloading = Some(wake_at_ms);
+            journal.broken = true;
+        }
+        // The run stops as a process that exits would: observers see no event of it.
+        self.recording = None;
+        self.set_halt(Halt::Cancelled(CancelReason::Token));
+        self.stop_all(leaves);
+        true
     }
 }
 

@@ -820,6 +820,26 @@ impl Scheduler {
         true
     }
 
+    /// Whether the run has no journal, or its journal's replay has ended.
+    #[inline]
+    fn journal_live(&self) -> bool {
+        #[cfg(feature = "durable")]
+        if let Some(journal) = &self.journal {
+            return journal.is_live();
+        }
+        true
+    }
+
+    /// What is left of the run's deadline `full`: a resumed durable run's counts from the
+    /// run's start (its stored timer).
+    fn deadline_left(&self, full: std::time::Duration) -> std::time::Duration {
+        #[cfg(feature = "durable")]
+        if let Some(journal) = &self.journal {
+            return journal.deadline_left(full);
+        }
+        full
+    }
+
     /// Ends the run early: the halt is applied before anything else is started or polled.
     pub(super) fn set_halt(&mut self, halt: Halt) {
         self.halt = Some(halt);
@@ -969,7 +989,12 @@ where
     let mut scheduler = Scheduler::new(graph, &options);
     // The nodes' own wakers, made when the first node needs one.
     let mut wakes = None;
-    let mut deadline = match options.deadline.map(deadline_timer).transpose() {
+    let mut deadline = match options
+        .deadline
+        .map(|after| scheduler.deadline_left(after))
+        .map(deadline_timer)
+        .transpose()
+    {
         Ok(deadline) => deadline,
         Err(reason) => {
             scheduler.set_halt(Halt::Cancelled(reason));
@@ -986,28 +1011,40 @@ where
     };
     let mut cancelled = std::pin::pin!(cancelled);
     let watched = token.is_some() || deadline.is_some();
+    #[cfg(feature = "durable")]
+    if let (Some(journal), Some(deadline), Some(after)) = (
+        scheduler.journal.as_deref_mut(),
+        &deadline,
+        options.deadline,
+    ) {
+        journal.deadline = Some((deadline.deadline(), after));
+    }
     let drains = scheduler
         .recording
         .as_ref()
         .is_some_and(|r| r.sink.is_some());
+    let mut halted = |cx: &mut Context<'_>| {
+        if cancelled.as_mut().poll(cx).is_ready() {
+            Some(CancelReason::Token)
+        } else if deadline
+            .as_mut()
+            .is_some_and(|d| d.as_mut().poll(cx).is_ready())
+        {
+            options.deadline.map(CancelReason::Deadline)
+        } else {
+            None
+        }
+    };
     std::future::poll_fn(|cx| {
         let leaves = table.leaves();
-        if watched {
-            let reason = if cancelled.as_mut().poll(cx).is_ready() {
-                Some(CancelReason::Token)
-            } else if deadline
-                .as_mut()
-                .is_some_and(|d| d.as_mut().poll(cx).is_ready())
-            {
-                options.deadline.map(CancelReason::Deadline)
-            } else {
-                None
-            };
-            if let Some(reason) = reason {
-                scheduler.set_halt(Halt::Cancelled(reason));
-                scheduler.stop_all(leaves);
-                return Poll::Ready(());
-            }
+        // A durable run's deadline and token count once its replay has ended.
+        if watched
+            && scheduler.journal_live()
+            && let Some(reason) = halted(cx)
+        {
+            scheduler.set_halt(Halt::Cancelled(reason));
+            scheduler.stop_all(leaves);
+            return Poll::Ready(());
         }
         let poll = scheduler.poll(leaves, &mut wakes, cx);
         if drains {
@@ -1016,7 +1053,18 @@ where
         }
         #[cfg(feature = "durable")]
         if scheduler.journal.is_some() {
-            return scheduler.journal_poll(leaves, &mut wakes, cx, poll);
+            let poll = scheduler.journal_poll(leaves, &mut wakes, cx, poll);
+            // A deadline that passed while the run was stopped ends it once it is live.
+            if poll.is_pending()
+                && watched
+                && scheduler.journal_live()
+                && let Some(reason) = halted(cx)
+            {
+                scheduler.set_halt(Halt::Cancelled(reason));
+                scheduler.stop_all(leaves);
+                return Poll::Ready(());
+            }
+            return poll;
         }
         poll
     })

@@ -18,6 +18,7 @@
 use std::future::poll_fn;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::{Halt, Scheduler};
 use crate::error::{NodeError, render};
@@ -130,18 +131,51 @@ async fn compensate_one<N: Nodes>(
             });
         }
         let delay = backoff.delay(attempt);
+        let replayed = replaying(scheduler);
         scheduler.emit(Some(node), attempt, || EventKind::CompensationRetrying {
             error,
             delay,
         });
-        // A replay that has the next attempt in its journal waited already.
-        if !delay.is_zero()
-            && !replaying(scheduler)
-            && let Ok(sleep) = timer(delay)
+        // A replay that has the next attempt in its journal waited already; one that ends in
+        // this backoff waits what is left of it; live, the backoff (its timer) is durable
+        // before the wait.
+        let wait = match (replayed, replaying(scheduler)) {
+            (_, true) => Duration::ZERO,
+            (true, false) => backoff_left(scheduler, node),
+            (false, false) if delay.is_zero() => delay,
+            (false, false) => match flush(scheduler).await {
+                true => delay,
+                false => return None,
+            },
+        };
+        if !wait.is_zero()
+            && let Ok(sleep) = timer(wait)
         {
             sleep.await;
         }
     }
+}
+
+/// What is left of the backoff of `node`'s compensation in a durable run whose replay ended in
+/// it.
+fn backoff_left(scheduler: &Scheduler, node: u32) -> Duration {
+    #[cfg(feature = "durable")]
+    if let Some(journal) = scheduler.journal.as_deref() {
+        return journal.compensation_backoff_left(node);
+    }
+    let _ = (scheduler, node);
+    Duration::ZERO
+}
+
+/// Commits what a durable run has pending; `false` when its journal broke. `true` at once
+/// for any other run.
+async fn flush(scheduler: &mut Scheduler) -> bool {
+    #[cfg(feature = "durable")]
+    if let Some(journal) = scheduler.journal.as_deref_mut() {
+        return journal.flush().await;
+    }
+    let _ = scheduler;
+    true
 }
 
 /// Whether a durable run is replaying its journal.

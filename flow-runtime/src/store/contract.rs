@@ -57,6 +57,7 @@ fn new_run(id: &str, workflow: &str, owner: &Owner, lease: Duration) -> NewRun {
             label: "fetch(id)".into(),
             fingerprint: 11,
             preds: vec![],
+            compensate: String::new(),
         },
         NodeRow {
             node: 1,
@@ -64,6 +65,7 @@ fn new_run(id: &str, workflow: &str, owner: &Owner, lease: Duration) -> NewRun {
             label: "charge(&fetch)".into(),
             fingerprint: 22,
             preds: vec![0],
+            compensate: "refund(&charge)".into(),
         },
     ];
     run.input = br#"{"id":42}"#.to_vec();

@@ -214,10 +214,14 @@ pub struct NodeRow {
     pub name: String,
     /// Its label (the call as written).
     pub label: String,
-    /// A stable hash of what defines it (name, kind, label, policy, predecessors).
+    /// A stable hash of what defines it (name, kind, label, policy, predecessors, the call
+    /// that undoes it).
     pub fingerprint: u64,
     /// Its predecessors, by index.
     pub preds: Vec<u32>,
+    /// The call that undoes it (`compensate = refund(&charge)`, as written); empty when it
+    /// has none.
+    pub compensate: String,
 }
 
 /// A run to create: [`Store::create_run`].

@@ -27,6 +27,8 @@ struct Counting {
     inner: MemoryStore,
     polls: Arc<AtomicUsize>,
     batches: Arc<std::sync::Mutex<Vec<Batch>>>,
+    /// Signals the next request for signals answers too (as if they were the run's).
+    injected: Arc<std::sync::Mutex<Vec<StoredSignal>>>,
 }
 
 /// The lease of runs on a [`Counting`] store.
@@ -38,6 +40,7 @@ impl Counting {
             inner: inner.clone(),
             polls: Arc::new(AtomicUsize::new(0)),
             batches: Arc::default(),
+            injected: Arc::default(),
         }
     }
 
@@ -89,7 +92,14 @@ impl Store for Counting {
     }
     fn signals<'a>(&'a self, run: &'a str, after: u64) -> StoreFuture<'a, Vec<StoredSignal>> {
         self.polls.fetch_add(1, Ordering::SeqCst);
-        self.inner.signals(run, after)
+        let injected =
+            std::mem::take(&mut *self.injected.lock().unwrap_or_else(|e| e.into_inner()));
+        let signals = self.inner.signals(run, after);
+        Box::pin(async move {
+            let mut signals = signals.await?;
+            signals.extend(injected);
+            Ok(signals)
+        })
     }
     fn heartbeat<'a>(
         &'a self,
@@ -682,4 +692,60 @@ async fn a_withdrawn_signal_step_closes_its_wait() {
         .expect("answered");
     assert_eq!(sent, SignalSent::Dropped, "no step waits any more");
     set_held(id, false);
+}
+
+/// The store consumes a signal once: a batch that consumes a signal that is not the run's
+/// open one (taken by another batch, or another run's) is refused with `SignalTaken`, which
+/// stops the run with nothing of that batch written; resumed, the run takes a signal of its own.
+#[tokio::test]
+async fn a_signal_taken_elsewhere_is_refused_and_the_run_stops() {
+    let store = MemoryStore::new();
+    let counting = Counting::new(&store);
+    // A run that holds its `hold` step keeps a signal of its own, unconsumed.
+    let other = "x-other";
+    set_held(other, true);
+    let parked =
+        tokio::time::timeout(SETTLE, Later::runner().durable(&store, other).execute(12)).await;
+    assert!(parked.is_err(), "`hold` holds the other run");
+    send_signal(&store, other, Later::APPROVE, ann())
+        .await
+        .expect("kept for the other run");
+    let foreign = store.signals(other, 0).await.expect("reads").remove(0);
+
+    // The run is handed the other run's signal by its poll, and its commit is refused.
+    let id = "x-1";
+    counting
+        .injected
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(foreign.clone());
+    let err = Approve::runner()
+        .durable(&counting, id)
+        .signal_poll(Duration::from_millis(10))
+        .execute(12)
+        .await
+        .expect_err("the batch that consumes it is refused");
+    assert!(
+        matches!(err, DurableError::Store(StoreError::SignalTaken { signal, .. }) if signal == foreign.id),
+        "{err}"
+    );
+    let events = store.events(id, 0).await.expect("reads");
+    assert_eq!(kinds(&events, "SignalReceived"), 0, "{events:#?}");
+    assert_eq!(
+        store.signals(other, 0).await.expect("reads"),
+        [foreign],
+        "the other run's signal is still open"
+    );
+
+    // Resumed, the run waits for a signal of its own.
+    tokio::time::sleep(LEASE * 2).await;
+    send_signal(&store, id, Approve::APPROVE, ann())
+        .await
+        .expect("sent");
+    let outcome = Approve::resume(&counting, id).await.expect("resumes");
+    assert_eq!(
+        outcome.result.expect("succeeds"),
+        "order 12 approved by ann"
+    );
+    set_held(other, false);
 }

@@ -749,3 +749,30 @@ async fn a_signal_taken_elsewhere_is_refused_and_the_run_stops() {
     );
     set_held(other, false);
 }
+
+/// A durable run with a `Signal` step, and its resume, can be spawned on a multi-threaded
+/// runtime: their futures are `Send`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durable_runs_with_signals_can_be_spawned() {
+    let store = MemoryStore::new();
+    let run = tokio::spawn(
+        Approve::runner()
+            .durable(&store, "sp-1")
+            .signal_poll(Duration::from_millis(10))
+            .execute(13),
+    );
+    tokio::time::sleep(SETTLE).await;
+    send_signal(&store, "sp-1", Approve::APPROVE, ann())
+        .await
+        .expect("sent");
+    let outcome = run.await.expect("joins").expect("runs");
+    assert_eq!(
+        outcome.result.expect("succeeds"),
+        "order 13 approved by ann"
+    );
+    let again = tokio::spawn(Approve::resume(&store, "sp-1"))
+        .await
+        .expect("joins")
+        .expect("replays");
+    assert_eq!(again.result.expect("succeeds"), "order 13 approved by ann");
+}

@@ -28,10 +28,12 @@ use crate::runner::{Runner, Workflow};
 use crate::slot::Slot;
 use crate::store::{
     Created, Lease, Loaded, NewRun, NodeRow, Owner, RunFilter, RunStatus, Store, StoreError,
-    StoredEvent, StoredSignal, StoredTimer, fnv1a,
+    StoredEvent, StoredTimer, fnv1a,
 };
 
 mod signals;
+
+use crate::store::StoredSignal;
 
 pub use signals::send_signal;
 #[doc(hidden)]

@@ -63,15 +63,15 @@ pub(super) struct Journal {
     /// `Delay` steps whose `TimerSet` was replayed: when they start again they wait what is
     /// left of their stored timer, and set no new one.
     timer_set: Vec<u32>,
+    /// The run's signals and its waiting `Signal` steps (`inbox.rs`), made when the first
+    /// `Signal` step is requested.
+    inbox: Option<Box<inbox::Inbox>>,
     /// The next journal event to replay; the replay ends at `setup.events.len()`.
     cursor: usize,
     /// The replay has ended: the run is live.
     live: bool,
     /// A commit failed or the replay diverged: nothing more is written or started.
     broken: bool,
-    /// The run's signals and its waiting `Signal` steps (`inbox.rs`), made when the first
-    /// `Signal` step is requested.
-    inbox: Option<Box<inbox::Inbox>>,
 }
 
 impl Journal {
@@ -85,10 +85,10 @@ impl Journal {
             held: Vec::new(),
             backoff: Vec::new(),
             timer_set: Vec::new(),
+            inbox: None,
             cursor: 0,
             live: setup.events.is_empty(),
             broken: false,
-            inbox: None,
             setup: Arc::clone(setup),
         })
     }

@@ -303,8 +303,10 @@ async fn a_signal_sent_through_the_store_reaches_the_waiting_step() {
         store.signals("a-1", 0).await.expect("reads").is_empty(),
         "the signal is consumed"
     );
-    // Sending to a finished run is refused, and nothing is stored.
-    let err = send_signal(&store, "a-1", Approve::APPROVE, ann())
+    // Sending to a finished run is refused, and nothing is stored (here through a
+    // `dyn Store`, as an application that picks its store at run time holds it).
+    let any: &dyn Store = &store;
+    let err = send_signal(any, "a-1", Approve::APPROVE, ann())
         .await
         .expect_err("the run has ended");
     assert!(

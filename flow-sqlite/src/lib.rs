@@ -143,6 +143,7 @@ impl std::fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqliteStore")
             .field("path", &self.inner.path)
+            .field("client", &self.is_client())
             .finish_non_exhaustive()
     }
 }

@@ -242,7 +242,7 @@ impl<T> fmt::Debug for DurableSignal<'_, T> {
 /// [`DurableError::Store`]: [`StoreError::NotFound`] for a run that does not exist,
 /// [`StoreError::Finished`] for a run that has ended (nothing is stored), the store's own
 /// failures; [`DurableError::Input`] when `value` cannot be serialized.
-pub fn send_signal<'s, S: Store, T: Durable>(
+pub fn send_signal<'s, S: Store + ?Sized, T: Durable>(
     store: &'s S,
     run: &str,
     key: SignalKey<T>,

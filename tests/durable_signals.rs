@@ -778,3 +778,97 @@ async fn durable_runs_with_signals_can_be_spawned() {
         .expect("replays");
     assert_eq!(again.result.expect("succeeds"), "order 13 approved by ann");
 }
+
+/// Not a test of its own: the child process of `a_killed_run_resumes_once_its_signal_is_sent`,
+/// which runs this test binary with `FLOW_SIGNAL_CHILD` set to a store's path. Without it, it
+/// returns. It starts a run whose `Signal` step waits, says so once the wait is committed, and
+/// waits until it is killed.
+#[test]
+fn child_waiting_for_a_signal() {
+    let Ok(path) = std::env::var("FLOW_SIGNAL_CHILD") else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let store = flow_sqlite::SqliteStore::open(&path).expect("the child opens the store");
+        let run = Approve::runner().durable(&store, "kill-1").execute(14);
+        let announce = async {
+            loop {
+                let events = store.events("kill-1", 0).await.unwrap_or_default();
+                if events
+                    .iter()
+                    .any(|e| e.kind == "Requested" && e.node_name.as_deref() == Some("approval"))
+                {
+                    println!("WAITING {}", std::process::id());
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            std::future::pending::<()>().await;
+        };
+        tokio::select! {
+            _ = run => panic!("the run cannot end without its signal"),
+            () = announce => {}
+        }
+    });
+}
+
+/// A process whose run waits for a signal is killed (SIGKILL); the signal is sent through a
+/// client of the file; a `Worker` of a new owner resumes the run, which takes the signal and
+/// completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_run_resumes_once_its_signal_is_sent() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    let path = sqlite_path("killed");
+    let mut child = Command::new(std::env::current_exe().expect("the test binary"))
+        .args(["--exact", "child_waiting_for_a_signal", "--nocapture"])
+        .env("FLOW_SIGNAL_CHILD", &path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn the child");
+    let stdout = child.stdout.take().expect("piped");
+    let waiting = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find(|line| line.starts_with("WAITING"));
+    assert_eq!(
+        waiting,
+        Some(format!("WAITING {}", child.id())),
+        "the child's run waits"
+    );
+    // The owner is alive: a client sends all the same.
+    let client = flow_sqlite::SqliteStore::open_client(&path).expect("a client");
+    child.kill().expect("SIGKILL the child");
+    child.wait().expect("reap the child");
+    send_signal(&client, "kill-1", Approve::APPROVE, ann())
+        .await
+        .expect("sent");
+
+    let store = flow_sqlite::SqliteStore::open(&path).expect("a new owner");
+    let worker = flow::Worker::new(store.clone())
+        .register::<Approve>()
+        .poll_interval(Duration::from_millis(20));
+    let shutdown = {
+        let store = store.clone();
+        async move {
+            while status(&store, "kill-1").await != RunStatus::Succeeded {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    let report = tokio::time::timeout(Duration::from_secs(10), worker.run(shutdown))
+        .await
+        .expect("the worker resumes the run within 10 s")
+        .expect("the store answers");
+    let result = report.resumed[0].result.as_ref().expect("resumed");
+    assert!(result.result.is_ok(), "{result:?}");
+    let events = store.events("kill-1", 0).await.expect("reads");
+    assert_eq!(kinds(&events, "SignalReceived"), 1, "{events:#?}");
+    assert!(store.signals("kill-1", 0).await.expect("reads").is_empty());
+}

@@ -111,6 +111,33 @@ workflow! {
 }
 
 // ---- docs/dsl.md, block 5
+pub async fn hold(sku: String) -> Result<String, ShopError> {
+    Ok(format!("hold-{sku}"))
+}
+
+pub async fn unhold(_hold: &str) -> Result<(), ShopError> {
+    Ok(())
+}
+
+pub async fn bill(sku: &str, hold: &str) -> Result<u64, ShopError> {
+    Ok((sku.len() + hold.len()) as u64)
+}
+
+workflow! {
+    /// Holds an item, then bills it; a failed bill releases the hold. Its parameter, its
+    /// steps' outputs and its output are stored with the run: each is `Serialize +
+    /// DeserializeOwned` and owned (`String`, not `&str`).
+    #[flow(durable)]
+    pub HoldItem(sku: String) -> u64 {
+        Sequential {
+            held = Operation(hold(sku.clone()), compensate = unhold(&held)),
+            billed = Operation(bill(&sku, &held), retries = 2),
+        }
+        => billed
+    }
+}
+
+// ---- docs/dsl.md, block 6
 workflow! {
     /// Notifies three times, at most two at a time.
     pub NotifyAll(ctx: &AppCtx) {
@@ -122,7 +149,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 6
+// ---- docs/dsl.md, block 7
 workflow! {
     /// Notifies on each channel the customer chose, then once more when those are done.
     pub NotifyChosen(ctx: &AppCtx, email: bool, sms: bool) {
@@ -136,7 +163,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 7
+// ---- docs/dsl.md, block 8
 workflow! {
     /// Scores the order with whichever of two scorers answers first.
     pub FastestRisk(ctx: &AppCtx, order_id: u64) -> (usize, Option<Risk>) {
@@ -161,7 +188,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 8
+// ---- docs/dsl.md, block 9
 workflow! {
     /// Notifies the customer about large orders only, then reserves stock.
     pub MaybeNotify(ctx: &AppCtx, order_id: u64) {
@@ -173,7 +200,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 9
+// ---- docs/dsl.md, block 10
 #[derive(Debug, Clone)]
 pub struct Approval { pub by: String }
 
@@ -203,7 +230,7 @@ pub async fn approve_and_run(ctx: &AppCtx) -> Result<String, WorkflowError> {
     runner.run((ctx, 7)).await
 }
 
-// ---- docs/dsl.md, block 10
+// ---- docs/dsl.md, block 11
 pub async fn expire_order(order: &Order) -> Result<u64, ShopError> {
     Ok(order.id)
 }
@@ -223,7 +250,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 11
+// ---- docs/dsl.md, block 12
 workflow! {
     /// Reserves stock for an order, unless the order is called off first.
     pub Reserve(ctx: &AppCtx, order_id: u64, abort: bool) -> Option<u64> {
@@ -242,7 +269,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 12
+// ---- docs/dsl.md, block 13
 workflow! {
     /// Quotes a large order at its total, without scoring its risk.
     pub Quote(ctx: &AppCtx, order_id: u64) -> u64 {
@@ -255,7 +282,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 13
+// ---- docs/dsl.md, block 14
 workflow! {
     /// Charges every order of a batch, at most four at a time.
     pub ChargeAll(ctx: &AppCtx, ids: &[u64]) -> Vec<u64> {
@@ -269,7 +296,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 14
+// ---- docs/dsl.md, block 15
 workflow! {
     /// Prices orders for 50 ms, then goes on with the prices it has.
     pub QuickQuote(ctx: &AppCtx, ids: &[u64]) -> usize {
@@ -283,7 +310,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 15
+// ---- docs/dsl.md, block 16
 /// How far a parcel got: `ready` once it left.
 #[derive(Debug, Clone)]
 pub struct Shipping { pub ready: bool, pub tries: u32 }
@@ -305,7 +332,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 16
+// ---- docs/dsl.md, block 17
 /// The id after the last order read, or 0.
 pub fn next_id(last: Option<&Order>) -> u64 {
     last.map_or(0, |o| o.id + 1)
@@ -322,7 +349,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 17
+// ---- docs/dsl.md, block 18
 workflow! {
     /// Checks out an order as one step, then notifies.
     pub CheckoutAndNotify(ctx: &AppCtx, order_id: u64) -> Option<u64> {
@@ -332,7 +359,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 18
+// ---- docs/dsl.md, block 19
 pub async fn archive(order: Order) -> Result<u64, ShopError> {
     Ok(order.id)
 }
@@ -349,7 +376,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 19
+// ---- docs/dsl.md, block 20
 pub async fn pay_by_card(order: &Order) -> Result<Receipt, ShopError> {
     Ok(Receipt { order_id: order.id, amount: order.total })
 }
@@ -376,7 +403,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 20
+// ---- docs/dsl.md, block 21
 pub async fn step(n: u64) -> Result<u64, Infallible> { Ok(n) }
 pub async fn add(a: &u64, b: &u64) -> Result<u64, Infallible> { Ok(a + b) }
 
@@ -392,7 +419,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 21
+// ---- docs/dsl.md, block 22
 workflow! {
     /// Scores an order with a flaky service: 2 retries, 50 ms then 100 ms apart, 1 s in all.
     pub Resilient(ctx: &AppCtx, order_id: u64) -> f64 {
@@ -409,7 +436,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 22
+// ---- docs/dsl.md, block 23
 workflow! {
     /// Notifies twice; stops everything at the first uncaught failure.
     #[flow(failure = FailFast)]
@@ -421,7 +448,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 23
+// ---- docs/dsl.md, block 24
 workflow! {
     /// Releases the reservation whether or not the charge went through; reports a failure.
     pub ChargeOnce(ctx: &AppCtx, order_id: u64) {
@@ -435,7 +462,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 24
+// ---- docs/dsl.md, block 25
 workflow! {
     /// Two postings that must not interleave, beside an independent notification.
     pub Postings(ctx: &AppCtx) {
@@ -450,7 +477,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 25
+// ---- docs/dsl.md, block 26
 workflow! {
     /// Reserves, charges, then scores the risk; when scoring fails, the charge is undone, then
     /// the reservation (a notification stands for the refund and for the release here).
@@ -468,7 +495,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 26
+// ---- docs/dsl.md, block 27
 pub struct Client;
 impl Client {
     pub async fn get(&self, id: u64) -> Result<u64, ShopError> { Ok(id) }
@@ -483,7 +510,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 27
+// ---- docs/dsl.md, block 28
 #[operation(name = "charge card", timeout = "2s")]
 pub async fn charge_card(order: &Order, stock: &Reservation) -> Result<Receipt, ShopError> {
     charge(order, stock).await
@@ -499,7 +526,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 28
+// ---- docs/dsl.md, block 29
 workflow! {
     /// Rejects orders whose risk is high or could not be scored in time.
     pub Screen(ctx: &AppCtx, order_id: u64) {
@@ -514,7 +541,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 29
+// ---- docs/dsl.md, block 30
 workflow! {
     /// Charges an order and returns the receipt, if the risk was low.
     pub Receipted(ctx: &AppCtx, order_id: u64) -> (u64, Option<Receipt>) {
@@ -531,7 +558,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 30
+// ---- docs/dsl.md, block 31
 use std::num::NonZeroUsize;
 use std::time::Duration;
 

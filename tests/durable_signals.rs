@@ -27,6 +27,8 @@ struct Counting {
     inner: MemoryStore,
     polls: Arc<AtomicUsize>,
     batches: Arc<std::sync::Mutex<Vec<Batch>>>,
+    /// Signals the next request for signals answers too (as if they were the run's).
+    injected: Arc<std::sync::Mutex<Vec<StoredSignal>>>,
 }
 
 /// The lease of runs on a [`Counting`] store.
@@ -38,6 +40,7 @@ impl Counting {
             inner: inner.clone(),
             polls: Arc::new(AtomicUsize::new(0)),
             batches: Arc::default(),
+            injected: Arc::default(),
         }
     }
 
@@ -89,7 +92,14 @@ impl Store for Counting {
     }
     fn signals<'a>(&'a self, run: &'a str, after: u64) -> StoreFuture<'a, Vec<StoredSignal>> {
         self.polls.fetch_add(1, Ordering::SeqCst);
-        self.inner.signals(run, after)
+        let injected =
+            std::mem::take(&mut *self.injected.lock().unwrap_or_else(|e| e.into_inner()));
+        let signals = self.inner.signals(run, after);
+        Box::pin(async move {
+            let mut signals = signals.await?;
+            signals.extend(injected);
+            Ok(signals)
+        })
     }
     fn heartbeat<'a>(
         &'a self,
@@ -293,8 +303,10 @@ async fn a_signal_sent_through_the_store_reaches_the_waiting_step() {
         store.signals("a-1", 0).await.expect("reads").is_empty(),
         "the signal is consumed"
     );
-    // Sending to a finished run is refused, and nothing is stored.
-    let err = send_signal(&store, "a-1", Approve::APPROVE, ann())
+    // Sending to a finished run is refused, and nothing is stored (here through a
+    // `dyn Store`, as an application that picks its store at run time holds it).
+    let any: &dyn Store = &store;
+    let err = send_signal(any, "a-1", Approve::APPROVE, ann())
         .await
         .expect_err("the run has ended");
     assert!(
@@ -682,4 +694,181 @@ async fn a_withdrawn_signal_step_closes_its_wait() {
         .expect("answered");
     assert_eq!(sent, SignalSent::Dropped, "no step waits any more");
     set_held(id, false);
+}
+
+/// The store consumes a signal once: a batch that consumes a signal that is not the run's
+/// open one (taken by another batch, or another run's) is refused with `SignalTaken`, which
+/// stops the run with nothing of that batch written; resumed, the run takes a signal of its own.
+#[tokio::test]
+async fn a_signal_taken_elsewhere_is_refused_and_the_run_stops() {
+    let store = MemoryStore::new();
+    let counting = Counting::new(&store);
+    // A run that holds its `hold` step keeps a signal of its own, unconsumed.
+    let other = "x-other";
+    set_held(other, true);
+    let parked =
+        tokio::time::timeout(SETTLE, Later::runner().durable(&store, other).execute(12)).await;
+    assert!(parked.is_err(), "`hold` holds the other run");
+    send_signal(&store, other, Later::APPROVE, ann())
+        .await
+        .expect("kept for the other run");
+    let foreign = store.signals(other, 0).await.expect("reads").remove(0);
+
+    // The run is handed the other run's signal by its poll, and its commit is refused.
+    let id = "x-1";
+    counting
+        .injected
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(foreign.clone());
+    let err = Approve::runner()
+        .durable(&counting, id)
+        .signal_poll(Duration::from_millis(10))
+        .execute(12)
+        .await
+        .expect_err("the batch that consumes it is refused");
+    assert!(
+        matches!(err, DurableError::Store(StoreError::SignalTaken { signal, .. }) if signal == foreign.id),
+        "{err}"
+    );
+    let events = store.events(id, 0).await.expect("reads");
+    assert_eq!(kinds(&events, "SignalReceived"), 0, "{events:#?}");
+    assert_eq!(
+        store.signals(other, 0).await.expect("reads"),
+        [foreign],
+        "the other run's signal is still open"
+    );
+
+    // Resumed, the run waits for a signal of its own.
+    tokio::time::sleep(LEASE * 2).await;
+    send_signal(&store, id, Approve::APPROVE, ann())
+        .await
+        .expect("sent");
+    let outcome = Approve::resume(&counting, id).await.expect("resumes");
+    assert_eq!(
+        outcome.result.expect("succeeds"),
+        "order 12 approved by ann"
+    );
+    set_held(other, false);
+}
+
+/// A durable run with a `Signal` step, and its resume, can be spawned on a multi-threaded
+/// runtime: their futures are `Send`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durable_runs_with_signals_can_be_spawned() {
+    let store = MemoryStore::new();
+    let run = tokio::spawn(
+        Approve::runner()
+            .durable(&store, "sp-1")
+            .signal_poll(Duration::from_millis(10))
+            .execute(13),
+    );
+    tokio::time::sleep(SETTLE).await;
+    send_signal(&store, "sp-1", Approve::APPROVE, ann())
+        .await
+        .expect("sent");
+    let outcome = run.await.expect("joins").expect("runs");
+    assert_eq!(
+        outcome.result.expect("succeeds"),
+        "order 13 approved by ann"
+    );
+    let again = tokio::spawn(Approve::resume(&store, "sp-1"))
+        .await
+        .expect("joins")
+        .expect("replays");
+    assert_eq!(again.result.expect("succeeds"), "order 13 approved by ann");
+}
+
+/// Not a test of its own: the child process of `a_killed_run_resumes_once_its_signal_is_sent`,
+/// which runs this test binary with `FLOW_SIGNAL_CHILD` set to a store's path. Without it, it
+/// returns. It starts a run whose `Signal` step waits, says so once the wait is committed, and
+/// waits until it is killed.
+#[test]
+fn child_waiting_for_a_signal() {
+    let Ok(path) = std::env::var("FLOW_SIGNAL_CHILD") else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let store = flow_sqlite::SqliteStore::open(&path).expect("the child opens the store");
+        let run = Approve::runner().durable(&store, "kill-1").execute(14);
+        let announce = async {
+            loop {
+                let events = store.events("kill-1", 0).await.unwrap_or_default();
+                if events
+                    .iter()
+                    .any(|e| e.kind == "Requested" && e.node_name.as_deref() == Some("approval"))
+                {
+                    println!("WAITING {}", std::process::id());
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            std::future::pending::<()>().await;
+        };
+        tokio::select! {
+            _ = run => panic!("the run cannot end without its signal"),
+            () = announce => {}
+        }
+    });
+}
+
+/// A process whose run waits for a signal is killed (SIGKILL); the signal is sent through a
+/// client of the file; a `Worker` of a new owner resumes the run, which takes the signal and
+/// completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_run_resumes_once_its_signal_is_sent() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    let path = sqlite_path("killed");
+    let mut child = Command::new(std::env::current_exe().expect("the test binary"))
+        .args(["--exact", "child_waiting_for_a_signal", "--nocapture"])
+        .env("FLOW_SIGNAL_CHILD", &path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn the child");
+    let stdout = child.stdout.take().expect("piped");
+    let waiting = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find(|line| line.starts_with("WAITING"));
+    assert_eq!(
+        waiting,
+        Some(format!("WAITING {}", child.id())),
+        "the child's run waits"
+    );
+    // The owner is alive: a client sends all the same.
+    let client = flow_sqlite::SqliteStore::open_client(&path).expect("a client");
+    child.kill().expect("SIGKILL the child");
+    child.wait().expect("reap the child");
+    send_signal(&client, "kill-1", Approve::APPROVE, ann())
+        .await
+        .expect("sent");
+
+    let store = flow_sqlite::SqliteStore::open(&path).expect("a new owner");
+    let worker = flow::Worker::new(store.clone())
+        .register::<Approve>()
+        .poll_interval(Duration::from_millis(20));
+    let shutdown = {
+        let store = store.clone();
+        async move {
+            while status(&store, "kill-1").await != RunStatus::Succeeded {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    let report = tokio::time::timeout(Duration::from_secs(10), worker.run(shutdown))
+        .await
+        .expect("the worker resumes the run within 10 s")
+        .expect("the store answers");
+    let result = report.resumed[0].result.as_ref().expect("resumed");
+    assert!(result.result.is_ok(), "{result:?}");
+    let events = store.events("kill-1", 0).await.expect("reads");
+    assert_eq!(kinds(&events, "SignalReceived"), 1, "{events:#?}");
+    assert!(store.signals("kill-1", 0).await.expect("reads").is_empty());
 }

@@ -36,6 +36,8 @@ use crate::store::{
 
 mod signals;
 
+use crate::store::StoredSignal;
+
 pub use signals::send_signal;
 #[doc(hidden)]
 pub use signals::{DurableSignal, durable_signal};

@@ -143,6 +143,7 @@ impl std::fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqliteStore")
             .field("path", &self.inner.path)
+            .field("client", &self.is_client())
             .finish_non_exhaustive()
     }
 }
@@ -178,8 +179,8 @@ impl SqliteStore {
     /// while another process (a `Worker`, the application) owns the store, and without freeing
     /// any lease. A client reads ([`Store::list_runs`], [`Store::events`], [`Store::signals`])
     /// and sends signals ([`Store::send_signal`]: a live run of the owner finds the signal at
-    /// its next poll of the store, and the run's wake-up time becomes now, so a `Worker`
-    /// resumes a run that no process holds). Everything an owner does ([`Store::create_run`],
+    /// its next poll of the store, and a signal that a step waits for makes the run due, so a
+    /// `Worker` resumes a run that no process holds). Everything an owner does ([`Store::create_run`],
     /// [`Store::load_run`], [`Store::commit`], [`Store::heartbeat`], [`Store::release`],
     /// [`Store::due_timers`]) is refused with [`StoreError::Invalid`] naming the client mode.
     ///

@@ -193,14 +193,16 @@ impl Db<'_> {
     }
 
     /// Recomputes the run's wake time: its earliest timer, or the arrival of its first
-    /// unconsumed signal.
+    /// unconsumed signal that a step of the run waits for.
     fn set_wake(&self, run: &str) -> Result<(), StoreError> {
         self.conn
             .prepare_cached(
                 "UPDATE runs SET wake_at = (SELECT min(at) FROM (
                     SELECT min(due_ms) AS at FROM timers WHERE run = ?1
                     UNION ALL
-                    SELECT min(sent_ms) FROM signals WHERE run = ?1 AND consumed_seq IS NULL))
+                    SELECT min(s.sent_ms) FROM signals s WHERE s.run = ?1
+                        AND s.consumed_seq IS NULL
+                        AND EXISTS (SELECT 1 FROM waits w WHERE w.run = ?1 AND w.name = s.name)))
                  WHERE id = ?1",
             )
             .and_then(|mut stmt| stmt.execute([run]))

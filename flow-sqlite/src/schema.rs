@@ -33,7 +33,7 @@ CREATE TABLE runs (
   version INTEGER NOT NULL,   -- bumped each time the run is loaded: the lease's fencing token
   owner TEXT,
   lease_until INTEGER,        -- ms since the epoch, the store's clock
-  wake_at INTEGER,            -- earliest timer, or when an unconsumed signal arrived
+  wake_at INTEGER,            -- earliest timer, or when an unconsumed signal a step waits for arrived
   ended INTEGER NOT NULL DEFAULT 0,
   result BLOB,
   error TEXT,

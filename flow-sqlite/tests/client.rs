@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use flow_runtime::store::{
     Batch, Created, NewRun, NewSignal, Owner, RunFilter, SignalMode, SignalSent, Store, StoreError,
-    StoredEvent,
+    StoredEvent, WaitChange,
 };
 use flow_sqlite::{SCHEMA_VERSION, SqliteStore};
 use rusqlite::Connection;
@@ -41,6 +41,17 @@ async fn a_client_reads_and_sends_signals_while_the_owner_holds_the_store() {
     let Created::New { lease, .. } = owner.create_run(run).await.expect("creates") else {
         panic!("a new run")
     };
+    // A step of the run waits for `approve`.
+    let mut wait = Batch::new(&lease, 1, LEASE);
+    let mut requested = StoredEvent::new(1, "Requested");
+    requested.node = Some(1);
+    wait.events = vec![requested];
+    wait.waits = vec![WaitChange::Open {
+        node: 1,
+        instance: String::new(),
+        name: "approve".into(),
+    }];
+    owner.commit(wait).await.expect("commits");
 
     // The owner holds the file's lock: a second owner is refused, a client is not.
     assert!(matches!(
@@ -58,7 +69,7 @@ async fn a_client_reads_and_sends_signals_while_the_owner_holds_the_store() {
     assert_eq!(runs.len(), 1);
     assert_eq!(runs[0].owner.as_deref(), Some("owner"));
     assert_eq!(runs[0].wake_at_ms, None);
-    assert_eq!(client.events("order-1", 0).await.expect("reads").len(), 1);
+    assert_eq!(client.events("order-1", 0).await.expect("reads").len(), 2);
 
     // It sends: the owner sees the signal, and the run is due now.
     let before = flow_runtime::store::now_ms();
@@ -91,8 +102,8 @@ async fn a_client_reads_and_sends_signals_while_the_owner_holds_the_store() {
         .await
         .expect_err("refused");
     assert!(client_mode(&err, "load_run"), "{err}");
-    let mut batch = Batch::new(&lease, 1, LEASE);
-    batch.events = vec![StoredEvent::new(1, "RunFinished")];
+    let mut batch = Batch::new(&lease, 2, LEASE);
+    batch.events = vec![StoredEvent::new(2, "RunFinished")];
     let err = client.commit(batch).await.expect_err("refused");
     assert!(client_mode(&err, "commit"), "{err}");
     let err = client
@@ -115,7 +126,7 @@ async fn a_client_reads_and_sends_signals_while_the_owner_holds_the_store() {
     assert_eq!(runs.len(), 1);
     assert_eq!(
         (runs[0].next_seq, runs[0].owner.as_deref()),
-        (1, Some("owner"))
+        (2, Some("owner"))
     );
 
     // A signal to a run that does not exist, or that has ended, is refused as by the owner.

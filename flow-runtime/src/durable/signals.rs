@@ -211,9 +211,10 @@ impl<T> fmt::Debug for DurableSignal<'_, T> {
 
 /// Sends `value` as the signal `key` to the durable run `run` of `store`: serialized to JSON
 /// and stored, kept until a `Signal` step of the run takes it (or, for a `transient` signal,
-/// stored only while a step waits for it: [`SignalSent::Dropped`] otherwise). The run's
-/// wake-up time becomes now, so a [`Worker`](crate::worker::Worker) resumes a run that no
-/// process holds at its next look; a live run finds the signal at its next poll of the store
+/// stored only while a step waits for it: [`SignalSent::Dropped`] otherwise). When a step of
+/// the run waits for it, the run's wake-up time becomes now, so a
+/// [`Worker`](crate::worker::Worker) resumes a run that no process holds at its next look; a
+/// live run finds the signal at its next poll of the store
 /// ([`DurableRunner::signal_poll`](super::DurableRunner::signal_poll)).
 ///
 /// The signal is consumed exactly once: by the batch that records the step's
@@ -241,7 +242,7 @@ impl<T> fmt::Debug for DurableSignal<'_, T> {
 /// [`DurableError::Store`]: [`StoreError::NotFound`] for a run that does not exist,
 /// [`StoreError::Finished`] for a run that has ended (nothing is stored), the store's own
 /// failures; [`DurableError::Input`] when `value` cannot be serialized.
-pub fn send_signal<'s, S: Store, T: Durable>(
+pub fn send_signal<'s, S: Store + ?Sized, T: Durable>(
     store: &'s S,
     run: &str,
     key: SignalKey<T>,

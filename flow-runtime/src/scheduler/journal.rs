@@ -63,15 +63,15 @@ pub(super) struct Journal {
     /// `Delay` steps whose `TimerSet` was replayed: when they start again they wait what is
     /// left of their stored timer, and set no new one.
     timer_set: Vec<u32>,
+    /// The run's signals and its waiting `Signal` steps (`inbox.rs`), made when the first
+    /// `Signal` step is requested.
+    inbox: Option<Box<inbox::Inbox>>,
     /// The next journal event to replay; the replay ends at `setup.events.len()`.
     cursor: usize,
     /// The replay has ended: the run is live.
     live: bool,
     /// A commit failed or the replay diverged: nothing more is written or started.
     broken: bool,
-    /// The run's signals and its waiting `Signal` steps (`inbox.rs`), made when the first
-    /// `Signal` step is requested.
-    inbox: Option<Box<inbox::Inbox>>,
     /// When the run's deadline passes, and the deadline, if it has one (`run_nodes` sets
     /// it).
     pub(super) deadline: Option<(tokio::time::Instant, Duration)>,
@@ -91,10 +91,10 @@ impl Journal {
             held: Vec::new(),
             backoff: Vec::new(),
             timer_set: Vec::new(),
+            inbox: None,
             cursor: 0,
             live: setup.events.is_empty(),
             broken: false,
-            inbox: None,
             deadline: None,
             unloading: None,
             setup: Arc::clone(setup),
@@ -991,7 +991,12 @@ impl Scheduler {
                 continue;
             }
             running = true;
-            match leaves[node as usize].idle() {
+            // `Leaf::idle` does not see a step's future: a `Signal` step's wait is the
+            // journal's (its inbox).
+            let idle = leaves[node as usize]
+                .idle()
+                .or_else(|| self.signal_idle(node).then_some(Idle::Signal));
+            match idle {
                 Some(Idle::Until(at)) => wake = Some(wake.map_or(at, |w| w.min(at))),
                 Some(Idle::Signal) => {}
                 None => return false,

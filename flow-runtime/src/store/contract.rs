@@ -596,6 +596,16 @@ pub async fn signals_kept_and_refused(store: &dyn Store) {
         Ok(SignalSent::Dropped),
         "signals: a transient signal nobody waits for"
     );
+    let wake = |runs: Vec<super::RunSummary>| runs.into_iter().find(|r| r.id == "r1")?.wake_at_ms;
+    let runs = store
+        .list_runs(&RunFilter::default())
+        .await
+        .unwrap_or_else(|e| panic!("signals: list_runs: {e}"));
+    assert_eq!(
+        wake(runs),
+        None,
+        "signals: a kept signal no step waits for does not make the run due"
+    );
     let mut wait = Batch::new(&lease, 2, LONG);
     wait.waits = vec![WaitChange::Open {
         node: 1,

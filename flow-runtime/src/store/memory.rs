@@ -84,11 +84,16 @@ impl State {
             .collect()
     }
 
-    /// The run's wake time: its earliest timer, or the first open signal's arrival.
+    /// The run's wake time: its earliest timer, or the arrival of its first open signal that a
+    /// step waits for.
     fn wake_at(&self, run: &str) -> Option<u64> {
         let row = self.runs.get(run)?;
         let timer = row.timers.values().min().copied();
-        let signal = self.open_signals(run, 0).first().map(|s| s.sent_ms);
+        let signal = self
+            .open_signals(run, 0)
+            .into_iter()
+            .find(|s| row.waits.values().any(|name| *name == s.name))
+            .map(|s| s.sent_ms);
         match (timer, signal) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

@@ -124,8 +124,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Sends a signal to a run. [`SignalMode::Kept`] signals are stored until a batch consumes
     /// them; [`SignalMode::Transient`] ones only when a step of the run waits for that name,
-    /// else they are dropped ([`SignalSent::Dropped`]). A stored signal makes the run due
-    /// (`wake_at_ms` = now). Errors: [`StoreError::NotFound`], [`StoreError::Finished`].
+    /// else they are dropped ([`SignalSent::Dropped`]). A stored signal that a step of the run
+    /// waits for makes the run due (`wake_at_ms` = when it was sent); one that no step waits
+    /// for yet makes it due once a step opens a wait for its name. Errors:
+    /// [`StoreError::NotFound`], [`StoreError::Finished`].
     fn send_signal(&self, signal: NewSignal) -> StoreFuture<'_, SignalSent>;
 
     /// The unconsumed signals of `run` with an id above `after`, in the order they were sent.
@@ -396,7 +398,8 @@ pub struct RunSummary {
     pub owner: Option<String>,
     /// Until when, in ms since the Unix epoch.
     pub lease_until_ms: Option<u64>,
-    /// When it wants to run again: its earliest timer, or now when a signal arrived.
+    /// When it wants to run again: its earliest timer, or when a signal arrived that one of
+    /// its steps waits for.
     pub wake_at_ms: Option<u64>,
     /// When it was created, in ms since the Unix epoch.
     pub created_ms: u64,

@@ -122,10 +122,6 @@ impl Scheduler {
     /// Whether `node` is a `Signal` step that waits with nothing handed to it: it can wait
     /// as long as it takes, and a run whose every running step is idle may be unloaded (its
     /// wait stays open in the store, and a signal sent makes the run due).
-    #[allow(
-        dead_code,
-        reason = "the unloading of waiting runs asks it (`Leaf::idle` does not see a step's future)"
-    )]
     pub(super) fn signal_idle(&self, node: u32) -> bool {
         self.journal
             .as_deref()

@@ -26,8 +26,7 @@ use std::time::{Duration, Instant};
 
 use flow_runtime::store::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner,
-    RunFilter, RunSummary, SignalSent, Store, StoreFuture, StoredEvent, StoredOutput,
-    StoredSignal,
+    RunFilter, RunSummary, SignalSent, Store, StoreFuture, StoredEvent, StoredOutput, StoredSignal,
 };
 use flow_sqlite::{Durability, SqliteOptions, SqliteStore};
 use rusqlite::{Connection, params};
@@ -73,15 +72,30 @@ impl Shape {
 /// One durable run of `shape` in `store` under `id`.
 async fn run_one<S: Store + Clone>(shape: Shape, store: &S, id: String) {
     let outcome = match shape {
-        Shape::Chain20 => wf::DurableChain20::runner().durable(store, id).execute(0).await,
+        Shape::Chain20 => {
+            wf::DurableChain20::runner()
+                .durable(store, id)
+                .execute(0)
+                .await
+        }
         Shape::Chain100 => {
             wf::DurableChain100::runner()
                 .durable(store, id)
                 .execute(0)
                 .await
         }
-        Shape::Fan20 => wf::DurableFan20::runner().durable(store, id).execute(0).await,
-        Shape::Fan100 => wf::DurableFan100::runner().durable(store, id).execute(0).await,
+        Shape::Fan20 => {
+            wf::DurableFan20::runner()
+                .durable(store, id)
+                .execute(0)
+                .await
+        }
+        Shape::Fan100 => {
+            wf::DurableFan100::runner()
+                .durable(store, id)
+                .execute(0)
+                .await
+        }
     };
     let output = outcome
         .expect("the store works")
@@ -218,8 +232,7 @@ fn record(rt: &Runtime, dir: &Path, shape: Shape, at_once: usize) -> Vec<Write> 
         writes: Arc::new(Mutex::new(Vec::new())),
     };
     rt.block_on(run_all(shape, &recorder, &ids, at_once));
-    let writes = recorder.writes.lock().expect("not poisoned").clone();
-    writes
+    recorder.writes.lock().expect("not poisoned").clone()
 }
 
 // --- The raw side: the same rows through rusqlite ---------------------------------------------
@@ -370,9 +383,9 @@ fn raw_round(
         .flat_map(|(group, _)| {
             writes.iter().map(move |w| {
                 let run = match w {
-                    Write::Create { run, .. } | Write::Commit { run, .. } | Write::Release { run } => {
-                        *run
-                    }
+                    Write::Create { run, .. }
+                    | Write::Commit { run, .. }
+                    | Write::Release { run } => *run,
                 };
                 (w, group * at_once + run)
             })
@@ -566,7 +579,10 @@ fn main() {
                 if cpu_s.is_empty() {
                     "n/a".to_owned()
                 } else {
-                    format!("{:.1}", median(cpu_s.iter().map(pick).collect()) / nodes * 1e6)
+                    format!(
+                        "{:.1}",
+                        median(cpu_s.iter().map(pick).collect()) / nodes * 1e6
+                    )
                 }
             };
             println!(

@@ -15,10 +15,7 @@ use flow_sqlite::SqliteStore;
 const LEASE: Duration = Duration::from_secs(600);
 
 async fn wake_at(store: &SqliteStore) -> Option<u64> {
-    let runs = store
-        .list_runs(&RunFilter::default())
-        .await
-        .expect("lists");
+    let runs = store.list_runs(&RunFilter::default()).await.expect("lists");
     runs[0].wake_at_ms
 }
 

@@ -239,7 +239,7 @@ fn record(rt: &Runtime, dir: &Path, shape: Shape, at_once: usize) -> Vec<Write> 
 
 /// A connection to a file with the store's schema (made by opening a store on it), with the
 /// store's pragmas.
-fn raw_connection(path: &Path, durability: Durability) -> Connection {
+fn raw_connection(path: &Path, durability: Durability) -> (Connection, RawSql) {
     drop(SqliteStore::open(path).expect("the schema"));
     let conn = Connection::open(path).expect("sqlite");
     conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))
@@ -250,11 +250,132 @@ fn raw_connection(path: &Path, durability: Durability) -> Connection {
     };
     conn.execute_batch(&format!("PRAGMA synchronous = {synchronous};"))
         .expect("synchronous");
-    conn
+    let sql = RawSql::new(&conn);
+    (conn, sql)
+}
+
+/// The raw side's inserts, made once from the file's schema.
+struct RawSql {
+    runs: String,
+    nodes: String,
+    events: String,
+    outputs: String,
+}
+
+impl RawSql {
+    fn new(conn: &Connection) -> RawSql {
+        RawSql {
+            runs: insert(
+                conn,
+                "INSERT",
+                "runs",
+                &[
+                    ("id", "?1"),
+                    ("workflow", "?2"),
+                    ("graph_hash", "?3"),
+                    ("input", "?4"),
+                    ("input_hash", "?5"),
+                    ("options", "?6"),
+                    ("status", "'running'"),
+                    ("next_seq", "0"),
+                    ("version", "1"),
+                    ("owner", "'bench'"),
+                    ("lease_until", "?7"),
+                    ("created_ms", "?8"),
+                    ("updated_ms", "?8"),
+                ],
+            ),
+            nodes: insert(
+                conn,
+                "INSERT",
+                "nodes",
+                &[
+                    ("run", "?1"),
+                    ("node", "?2"),
+                    ("name", "?3"),
+                    ("label", "?4"),
+                    ("fingerprint", "?5"),
+                    ("preds", "?6"),
+                ],
+            ),
+            events: insert(
+                conn,
+                "INSERT",
+                "events",
+                &[
+                    ("run", "?1"),
+                    ("seq", "?2"),
+                    ("format", "?3"),
+                    ("node", "?4"),
+                    ("node_name", "?5"),
+                    ("path", "?6"),
+                    ("attempt", "?7"),
+                    ("kind", "?8"),
+                    ("data", "?9"),
+                    ("at_us", "?10"),
+                    ("wall_ms", "?11"),
+                ],
+            ),
+            outputs: insert(
+                conn,
+                "INSERT OR REPLACE",
+                "outputs",
+                &[
+                    ("run", "?1"),
+                    ("node", "?2"),
+                    ("instance", "?3"),
+                    ("type_name", "?4"),
+                    ("bytes", "?5"),
+                ],
+            ),
+        }
+    }
+}
+
+/// An insert into `table` of the `known` columns, plus an empty value of its type for every
+/// other column that needs one (`NOT NULL`, no default): columns a newer schema may add, which
+/// this bench does not know.
+fn insert(conn: &Connection, verb: &str, table: &str, known: &[(&str, &str)]) -> String {
+    let (mut columns, mut values): (Vec<String>, Vec<String>) = known
+        .iter()
+        .map(|(c, v)| (c.to_string(), v.to_string()))
+        .unzip();
+    let mut stmt = conn
+        .prepare(&format!(
+            "SELECT name, type, \"notnull\", dflt_value FROM pragma_table_info('{table}')"
+        ))
+        .expect("the table's columns");
+    let others = stmt
+        .query_map([], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, bool>(2)?,
+                row.get::<_, Option<String>>(3)?,
+            ))
+        })
+        .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
+        .expect("the table's columns");
+    for (name, kind, not_null, default) in others {
+        if not_null && default.is_none() && !known.iter().any(|(c, _)| *c == name) {
+            let empty = match kind.to_ascii_uppercase().as_str() {
+                "INTEGER" | "REAL" => "0",
+                "BLOB" => "x''",
+                _ => "''",
+            };
+            columns.push(name);
+            values.push(empty.to_owned());
+        }
+    }
+    format!(
+        "{verb} INTO {table} ({}) VALUES ({})",
+        columns.join(", "),
+        values.join(", ")
+    )
 }
 
 /// Writes one request's rows for run `id`.
-fn raw_write(conn: &Connection, write: &Write, id: &str, next_seq: &mut u64) {
+fn raw_write(conn: &Connection, sql: &RawSql, write: &Write, id: &str, next_seq: &mut u64) {
     match write {
         Write::Create {
             workflow,
@@ -265,30 +386,21 @@ fn raw_write(conn: &Connection, write: &Write, id: &str, next_seq: &mut u64) {
             nodes,
             ..
         } => {
-            conn.prepare_cached(
-                "INSERT INTO runs (id, workflow, graph_hash, input, input_hash, options, status, next_seq,
-                    version, owner, lease_until, created_ms, updated_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', 0, 1, 'bench', ?7, ?8, ?8)",
-            )
-            .and_then(|mut stmt| {
-                stmt.execute(params![
-                    id,
-                    workflow,
-                    *graph_hash as i64,
-                    input,
-                    *input_hash as i64,
-                    options,
-                    1i64,
-                    0i64
-                ])
-            })
-            .expect("the runs row");
-            let mut stmt = conn
-                .prepare_cached(
-                    "INSERT INTO nodes (run, node, name, label, fingerprint, preds)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                )
-                .expect("prepare");
+            conn.prepare_cached(&sql.runs)
+                .and_then(|mut stmt| {
+                    stmt.execute(params![
+                        id,
+                        workflow,
+                        *graph_hash as i64,
+                        input,
+                        *input_hash as i64,
+                        options,
+                        1i64,
+                        0i64
+                    ])
+                })
+                .expect("the runs row");
+            let mut stmt = conn.prepare_cached(&sql.nodes).expect("prepare");
             for node in nodes {
                 let preds = node
                     .preds
@@ -313,12 +425,7 @@ fn raw_write(conn: &Connection, write: &Write, id: &str, next_seq: &mut u64) {
             end,
             ..
         } => {
-            let mut stmt = conn
-                .prepare_cached(
-                    "INSERT INTO events (run, seq, format, node, node_name, path, attempt, kind, data, at_us, wall_ms)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-                )
-                .expect("prepare");
+            let mut stmt = conn.prepare_cached(&sql.events).expect("prepare");
             for e in events {
                 stmt.execute(params![
                     id,
@@ -335,12 +442,7 @@ fn raw_write(conn: &Connection, write: &Write, id: &str, next_seq: &mut u64) {
                 ])
                 .expect("an event row");
             }
-            let mut stmt = conn
-                .prepare_cached(
-                    "INSERT OR REPLACE INTO outputs (run, node, instance, type_name, bytes)
-                     VALUES (?1, ?2, ?3, ?4, ?5)",
-                )
-                .expect("prepare");
+            let mut stmt = conn.prepare_cached(&sql.outputs).expect("prepare");
             for o in outputs {
                 stmt.execute(params![id, o.node, o.instance, o.type_name, o.bytes])
                     .expect("an output row");
@@ -371,7 +473,7 @@ fn raw_write(conn: &Connection, write: &Write, id: &str, next_seq: &mut u64) {
 /// Writes the rows of `writes` once per group of `at_once` runs of `ids`, in `transactions`
 /// transactions cut evenly in request order.
 fn raw_round(
-    conn: &Connection,
+    (conn, sql): &(Connection, RawSql),
     writes: &[Write],
     ids: &[String],
     at_once: usize,
@@ -401,7 +503,7 @@ fn raw_round(
         conn.execute_batch("BEGIN IMMEDIATE").expect("begin");
         while done < until {
             let (write, run) = requests[done as usize];
-            raw_write(conn, write, &ids[run], &mut next_seq[run]);
+            raw_write(conn, sql, write, &ids[run], &mut next_seq[run]);
             done += 1;
         }
         conn.execute_batch("COMMIT").expect("commit");

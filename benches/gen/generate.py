@@ -16,6 +16,9 @@ The shapes, with N operations each:
 - layered: N/10 layers of 10 (a `Sequential` of `Parallel`s: every node of a layer depends on
            every node of the layer before); node j of a layer reads node j of the layer before;
            the output is node 0 of the last layer.
+
+`durable_chain_N.rs` and `durable_fan_N.rs` are the chain and the fan with `#[flow(durable)]`
+(journaled runs, for the `durable` bench).
 """
 
 import argparse
@@ -32,14 +35,18 @@ HEADER = (
 
 WIDTH = 10
 
+# The attribute of the durable variants (`durable_*.rs`, for the `durable` bench).
+DURABLE = "    #[flow(durable)]\n"
 
-def chain(name: str, n: int) -> str:
+
+def chain(name: str, n: int, durable: bool = False) -> str:
     lines = [f"            n0 = Operation(op(x)),"]
     lines += [f"            n{i} = Operation(op(n{i - 1}))," for i in range(1, n)]
     body = "\n".join(lines)
     return (
         "workflow! {\n"
         f"    /// A chain of {n} operations: each reads the output of the one before.\n"
+        f"{DURABLE if durable else ''}"
         f"    pub {name}(x: u64) -> u64 {{\n"
         "        Sequential {\n"
         f"{body}\n"
@@ -50,13 +57,14 @@ def chain(name: str, n: int) -> str:
     )
 
 
-def fan(name: str, n: int) -> str:
+def fan(name: str, n: int, durable: bool = False) -> str:
     assert n >= 3
     middle = "\n".join(f"                f{i} = Operation(op(src))," for i in range(n - 2))
     return (
         "workflow! {\n"
         f"    /// Fan-out/fan-in of {n} operations: one source, {n - 2} independent nodes that\n"
         "    /// read it, one sink that runs after all of them.\n"
+        f"{DURABLE if durable else ''}"
         f"    pub {name}(x: u64) -> u64 {{\n"
         "        Sequential {\n"
         "            src = Operation(op(x)),\n"
@@ -103,6 +111,9 @@ SHAPES = {"chain": chain, "fan": fan, "layered": layered}
 # box them: the macro switches above 64 nodes) and the expansion bench its curve.
 GENERATED = [(shape, n) for shape in SHAPES for n in (10, 50, 100, 500, 1000)]
 
+# (shape, nodes) of the durable variants: journaled runs of the `durable` bench.
+DURABLE_GENERATED = [(shape, n) for shape in ("chain", "fan") for n in (20, 100)]
+
 
 def type_name(shape: str, n: int) -> str:
     return f"{shape.capitalize()}{n}"
@@ -114,6 +125,9 @@ def generated_files() -> dict:
         if shape == "fan" and n < 3:
             continue
         files[OUT / f"{shape}_{n}.rs"] = HEADER + SHAPES[shape](type_name(shape, n), n)
+    for shape, n in DURABLE_GENERATED:
+        name = "Durable" + type_name(shape, n)
+        files[OUT / f"durable_{shape}_{n}.rs"] = HEADER + SHAPES[shape](name, n, durable=True)
     return files
 
 

@@ -36,7 +36,6 @@ use crate::store::{
 
 mod signals;
 
-use crate::store::StoredSignal;
 
 pub use signals::send_signal;
 #[doc(hidden)]

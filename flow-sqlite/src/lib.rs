@@ -31,7 +31,8 @@
 //!   [`SqliteOptions::max_group`]) and runs them in one transaction, batches of many runs
 //!   together, so that one disk flush serves them all. Each request runs in a savepoint of its
 //!   own: one that is refused (a conflict, a lost lease) leaves nothing behind and does not
-//!   disturb the others. Answers are sent after `COMMIT` returns; if the commit fails, every
+//!   disturb the others (a request alone in its transaction needs no savepoint: a refused one
+//!   rolls the transaction back). Answers are sent after `COMMIT` returns; if the commit fails, every
 //!   request of the group gets the error and nothing of it was written.
 //! - **WAL** journal mode; `synchronous = FULL` by default ([`Durability::Power`]: a commit
 //!   acknowledged survives a power cut), `NORMAL` on request ([`Durability::Process`]: survives

@@ -193,7 +193,9 @@ impl Db<'_> {
     }
 
     /// Recomputes the run's wake time: its earliest timer, or the arrival of its first
-    /// unconsumed signal that a step of the run waits for.
+    /// unconsumed signal that a step of the run waits for. A request that changes none of
+    /// them (timers, signals, waits) leaves it as it is and need not call this (it is most of
+    /// the cost of a small commit: SQLite prepares the statement again at each execution).
     fn set_wake(&self, run: &str) -> Result<(), StoreError> {
         self.conn
             .prepare_cached(
@@ -308,7 +310,10 @@ pub(crate) fn create_run(db: &Db<'_>, run: NewRun) -> Result<Created, StoreError
     }
     db.insert_events(&run.id, &check.events, now)?;
     db.apply_timers(&run.id, &run.timers, now)?;
-    db.set_wake(&run.id)?;
+    // A new run has no signals; without timers its wake time stays unset.
+    if !run.timers.is_empty() {
+        db.set_wake(&run.id)?;
+    }
     Ok(Created::New {
         lease: Lease {
             until_ms: until,
@@ -612,7 +617,11 @@ pub(crate) fn commit(db: &Db<'_>, batch: Batch) -> Result<Committed, StoreError>
             }),
     }
     .map_err(db.err("updating a run in"))?;
-    db.set_wake(&batch.run)?;
+    // The wake time depends on the run's timers, its unconsumed signals and the waits that
+    // make a signal count (a wait opened for a signal already stored makes the run due).
+    if !batch.timers.is_empty() || !batch.consumed.is_empty() || !batch.waits.is_empty() {
+        db.set_wake(&batch.run)?;
+    }
     Ok(Committed::Applied { next_seq: end_seq })
 }
 

@@ -22,8 +22,13 @@
 //! journal, attempts in flight start again with the same attempt number (so the same
 //! idempotency key), and a node in backoff waits what is left of its backoff by the store's
 //! clock.
+//!
+//! A live run keeps its lease: every commit extends it, and a run that commits nothing for a
+//! third of its lease (a long operation, a long `Delay`) commits an empty batch, which extends
+//! it too. Without that, another owner (a `Worker`) could take the run while it still runs.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -39,7 +44,7 @@ use crate::policy::CancelReason;
 use crate::status::NodeStatus;
 use crate::store::{
     Batch, Committed, RunEnd, RunStatus, StoreFuture, StoredEvent, StoredOutput, TimerChange,
-    TimerKey, TimerKind,
+    TimerKey, TimerKind, now_ms,
 };
 use crate::verdict::Finished;
 use crate::wake::WakeSet;
@@ -67,7 +72,19 @@ pub(super) struct Journal {
     live: bool,
     /// A commit failed or the replay diverged: nothing more is written or started.
     broken: bool,
+    /// When the lease was last extended (by a commit that completed).
+    renewed: tokio::time::Instant,
+    /// How long the run may go without a commit before it renews its lease.
+    renew_every: Duration,
+    /// The timer of the next renewal (made on the first look; `None` after that when no
+    /// timer can be made, outside a tokio runtime with time: then the lease is not renewed).
+    renew: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Whether `renew` was tried.
+    renew_tried: bool,
 }
+
+/// The shortest time between two renewals of a lease.
+const MIN_RENEW: Duration = Duration::from_millis(10);
 
 impl Journal {
     pub(super) fn new(setup: &Arc<JournalSetup>) -> Box<Journal> {
@@ -83,8 +100,37 @@ impl Journal {
             cursor: 0,
             live: setup.events.is_empty(),
             broken: false,
+            renewed: tokio::time::Instant::now(),
+            renew_every: renew_every(setup),
+            renew: None,
+            renew_tried: false,
             setup: Arc::clone(setup),
         })
+    }
+
+    /// Whether the lease is due for renewal: the live run has committed nothing for
+    /// `renew_every`. Registers `cx` to be woken when it will be.
+    fn renewal_due(&mut self, cx: &mut Context<'_>) -> bool {
+        if !self.live {
+            return false;
+        }
+        if !self.renew_tried {
+            self.renew_tried = true;
+            self.renew = timer(self.renew_every).ok();
+        }
+        let Some(sleep) = self.renew.as_mut() else {
+            return false;
+        };
+        if sleep.as_mut().poll(cx).is_pending() {
+            return false;
+        }
+        let next = self.renewed + self.renew_every;
+        if next > tokio::time::Instant::now() {
+            // A commit extended the lease since the timer was set: wait from that commit.
+            sleep.as_mut().reset(next);
+            return sleep.as_mut().poll(cx).is_ready();
+        }
+        true
     }
 
     /// Takes an event the scheduler emitted: compared with the journal while replaying,
@@ -188,6 +234,7 @@ impl Journal {
                     Poll::Ready(Ok(_)) => {
                         self.commit = None;
                         self.durable_seq = end;
+                        self.renewed = tokio::time::Instant::now();
                         Poll::Ready(true)
                     }
                     Poll::Ready(Err(error)) => {
@@ -200,9 +247,11 @@ impl Journal {
             if self.pending.events.is_empty()
                 && self.pending.outputs.is_empty()
                 && self.pending.timers.is_empty()
+                && !self.renewal_due(cx)
             {
                 return Poll::Ready(false);
             }
+            // Something to write, or an empty batch that only extends the lease.
             let end = self.pending.end_seq();
             let batch = std::mem::replace(
                 &mut self.pending,
@@ -306,6 +355,19 @@ impl Journal {
         ctx.attempt.set_compensation();
         ctx
     }
+}
+
+/// How long a run may go without a commit before it renews its lease: a third of the lease
+/// the store gave (by the store's clock when it gave it, so a shorter lease than asked for
+/// counts), at least [`MIN_RENEW`].
+fn renew_every(setup: &JournalSetup) -> Duration {
+    let granted = Duration::from_millis(setup.lease.until_ms.saturating_sub(now_ms()));
+    let lease = if granted.is_zero() {
+        setup.extend
+    } else {
+        granted.min(setup.extend)
+    };
+    (lease / 3).max(MIN_RENEW)
 }
 
 /// The timer of `node`'s backoff.

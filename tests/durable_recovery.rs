@@ -1,0 +1,154 @@
+//! Durable runs and their leases and timers across processes: a live run keeps its lease
+//! while it waits, a `Worker` picks up a run whose process died without waiting for timers that
+//! are not what the run waits for, a step's timers leave the store when the step ends, and a
+//! run refused on resume does not keep the lease it took to look at it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use flow::Worker;
+use flow::durable::DurableError;
+use flow::prelude::*;
+use flow::store::{
+    Batch, Committed, Created, DueTimer, Lease, Loaded, MemoryStore, NewRun, NewSignal, Owner,
+    RunFilter, RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent, StoredSignal,
+    TimerKind,
+};
+
+/// A store whose leases last `lease` (create, load and every commit), and that counts the
+/// commits that write no event.
+#[derive(Clone)]
+struct Short {
+    inner: MemoryStore,
+    lease: Duration,
+    empty: Arc<AtomicUsize>,
+    /// The commit (counted from 0) that fails, as a killed process stops writing.
+    fail_at: Option<usize>,
+    commits: Arc<AtomicUsize>,
+}
+
+impl Short {
+    fn new(inner: &MemoryStore, lease: Duration) -> Short {
+        Short {
+            inner: inner.clone(),
+            lease,
+            empty: Arc::new(AtomicUsize::new(0)),
+            fail_at: None,
+            commits: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+}
+
+impl Store for Short {
+    fn create_run(&self, mut run: NewRun) -> StoreFuture<'_, Created> {
+        run.lease = self.lease;
+        self.inner.create_run(run)
+    }
+    fn load_run<'a>(
+        &'a self,
+        run: &'a str,
+        owner: &'a Owner,
+        _lease: Duration,
+    ) -> StoreFuture<'a, Loaded> {
+        self.inner.load_run(run, owner, self.lease)
+    }
+    fn list_runs<'a>(&'a self, filter: &'a RunFilter) -> StoreFuture<'a, Vec<RunSummary>> {
+        self.inner.list_runs(filter)
+    }
+    fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
+        self.inner.events(run, from_seq)
+    }
+    fn commit(&self, mut batch: Batch) -> StoreFuture<'_, Committed> {
+        if self.commits.fetch_add(1, Ordering::SeqCst) == self.fail_at.unwrap_or(usize::MAX) {
+            return Box::pin(std::future::ready(Err(StoreError::Closed)));
+        }
+        batch.lease = self.lease;
+        if batch.events.is_empty() {
+            self.empty.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.commit(batch)
+    }
+    fn due_timers(&self, horizon: Duration, limit: u32) -> StoreFuture<'_, Vec<DueTimer>> {
+        self.inner.due_timers(horizon, limit)
+    }
+    fn send_signal(&self, signal: NewSignal) -> StoreFuture<'_, SignalSent> {
+        self.inner.send_signal(signal)
+    }
+    fn signals<'a>(&'a self, run: &'a str, after: u64) -> StoreFuture<'a, Vec<StoredSignal>> {
+        self.inner.signals(run, after)
+    }
+    fn heartbeat<'a>(
+        &'a self,
+        owner: &'a Owner,
+        held: &'a [Lease],
+        _lease: Duration,
+    ) -> StoreFuture<'a, Vec<Lease>> {
+        self.inner.heartbeat(owner, held, self.lease)
+    }
+    fn release<'a>(&'a self, owner: &'a Owner, held: &'a [Lease]) -> StoreFuture<'a, ()> {
+        self.inner.release(owner, held)
+    }
+}
+
+#[derive(Debug)]
+struct Never;
+
+impl std::fmt::Display for Never {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("never")
+    }
+}
+
+impl std::error::Error for Never {}
+
+/// Takes `ms` milliseconds.
+async fn slow(ms: u64) -> Result<u64, Never> {
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    Ok(ms)
+}
+
+workflow! {
+    #[flow(durable)]
+    Long(ms: u64) -> u64 {
+        Sequential {
+            took = Operation(slow(ms)),
+        }
+        => took
+    }
+}
+
+async fn summary(store: &MemoryStore, id: &str) -> RunSummary {
+    store
+        .list_runs(&RunFilter::default())
+        .await
+        .expect("lists")
+        .into_iter()
+        .find(|run| run.id == id)
+        .expect("the run exists")
+}
+
+/// A step that runs longer than the run's lease: the run renews its lease while it waits, so
+/// no other owner can take the run from under it, and the run ends as it would have.
+#[tokio::test]
+async fn a_live_run_renews_its_lease_while_a_step_runs_longer_than_it() {
+    let memory = MemoryStore::new();
+    let store = Short::new(&memory, Duration::from_millis(150));
+    let run = Long::runner().durable(&store, "long").execute(600);
+    let intruder = async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        memory
+            .load_run("long", &Owner::new("intruder"), Duration::from_secs(60))
+            .await
+    };
+    let (outcome, intruded) = tokio::join!(run, intruder);
+    let err = intruded.expect_err("the run's lease is still held");
+    assert!(matches!(err, StoreError::Busy { .. }), "{err}");
+    let outcome = outcome.expect("the run keeps its lease to the end");
+    assert_eq!(outcome.result.expect("succeeds"), 600);
+    let renewals = store.empty.load(Ordering::SeqCst);
+    assert!(
+        (2..=12).contains(&renewals),
+        "{renewals} renewals in 600 ms of a 150 ms lease"
+    );
+}

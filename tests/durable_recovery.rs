@@ -152,3 +152,40 @@ async fn a_live_run_renews_its_lease_while_a_step_runs_longer_than_it() {
         "{renewals} renewals in 600 ms of a 150 ms lease"
     );
 }
+
+workflow! {
+    #[flow(durable)]
+    Bounded(ms: u64) -> u64 {
+        Sequential {
+            took = Operation(slow(ms), deadline = "60s"),
+        }
+        => took
+    }
+}
+
+/// A run stopped while its step is in flight (the step's `Completed` never committed): the
+/// step's deadline, a minute away, is a stored timer, but it is not what the run waits for; the
+/// worker resumes the run at once, and the step runs again.
+#[tokio::test]
+async fn the_worker_resumes_a_stopped_run_at_once_whatever_its_timers_say() {
+    let memory = MemoryStore::new();
+    let mut stopping = Short::new(&memory, Duration::from_secs(60));
+    stopping.fail_at = Some(1);
+    let err = Bounded::runner()
+        .durable(&stopping, "bounded")
+        .execute(20)
+        .await
+        .expect_err("the second commit fails");
+    assert!(matches!(err, DurableError::Store(StoreError::Closed)), "{err}");
+    let run = summary(&memory, "bounded").await;
+    assert!(
+        run.wake_at_ms.is_some_and(|at| at > flow::store::now_ms()),
+        "the step's deadline is stored: {run:?}"
+    );
+
+    let worker = Worker::new(memory.clone()).register::<Bounded>();
+    let resumed = worker.resume_due().await.expect("lists");
+    assert_eq!(resumed.len(), 1, "the stopped run is picked up now");
+    let outcome = resumed[0].result.as_ref().expect("resumes");
+    assert!(outcome.result.is_ok(), "{:?}", outcome.result);
+}

@@ -2,9 +2,10 @@
 //! unfinished runs of a store that no live process holds, in a poll loop.
 //!
 //! A run is picked up when it is unfinished (`running`, `waiting` or `compensating`), its
-//! workflow is registered, its wake-up time (its earliest timer) has come, and no live owner
-//! holds its lease: a run whose process died is picked up once its lease has expired, a run
-//! stopped by a failed commit at once (it released its lease).
+//! workflow is registered, no live owner holds its lease, and, if it is `waiting` (nothing
+//! drives it until a timer or a signal), its wake-up time (its earliest timer) has come. A run
+//! whose process died is picked up once its lease has expired, a run stopped by a failed commit
+//! at once (it released its lease).
 //!
 //! The worker drives the runs it resumes on its own task, concurrently, up to
 //! [`Worker::max_runs`] at a time: it spawns nothing, so it needs no `Send` workflow and no
@@ -276,10 +277,12 @@ impl<S> fmt::Debug for Worker<S> {
     }
 }
 
-/// Whether the worker may pick `run` up at `now`: its wake-up time has come and no owner
-/// holds a lease on it that has not expired.
+/// Whether the worker may pick `run` up at `now`: no owner holds a lease on it that has not
+/// expired, and, for a `waiting` run (one that nothing drives until a timer or a signal), its
+/// wake-up time has come (one without any waits for a signal, which sets it). A `running` or `compensating` run was stopped while it ran: its
+/// timers (a step's deadline, a `Delay` beside a step in flight) are not what it waits for.
 fn is_due(run: &RunSummary, now: u64) -> bool {
-    let awake = run.wake_at_ms.is_none_or(|at| at <= now);
+    let awake = run.status != RunStatus::Waiting || run.wake_at_ms.is_some_and(|at| at <= now);
     let free = run.owner.is_none() || run.lease_until_ms.is_none_or(|until| until <= now);
     awake && free
 }
@@ -345,10 +348,17 @@ mod tests {
 
     #[test]
     fn a_run_is_due_when_awake_and_not_held() {
+        let waiting = |wake| RunSummary {
+            status: RunStatus::Waiting,
+            ..summary(None, None, wake)
+        };
         assert!(is_due(&summary(None, None, None), 100));
         assert!(is_due(&summary(Some("p"), Some(100), None), 100));
         assert!(!is_due(&summary(Some("p"), Some(101), None), 100));
-        assert!(is_due(&summary(None, None, Some(100)), 100));
-        assert!(!is_due(&summary(None, None, Some(101)), 100));
+        assert!(is_due(&waiting(Some(100)), 100));
+        assert!(!is_due(&waiting(Some(101)), 100));
+        assert!(!is_due(&waiting(None), 100));
+        // A run stopped while it ran is due whatever its timers say.
+        assert!(is_due(&summary(None, None, Some(101)), 100));
     }
 }

@@ -189,3 +189,52 @@ async fn the_worker_resumes_a_stopped_run_at_once_whatever_its_timers_say() {
     let outcome = resumed[0].result.as_ref().expect("resumes");
     assert!(outcome.result.is_ok(), "{:?}", outcome.result);
 }
+
+async fn flaky() -> Result<u64, Never> {
+    Err(Never)
+}
+
+workflow! {
+    #[flow(durable)]
+    Timed(ms: u64) -> u64 {
+        Parallel {
+            took = Operation(slow(ms), deadline = "1h"),
+            Operation(flaky(), retries = 1, backoff = "1h", deadline = "50ms"),
+            Operation(slow(300)),
+        }
+        => took
+    }
+}
+
+/// When a step ends its timers leave the store: a completed step's deadline, the deadline and
+/// the backoff of a step whose deadline passed between two attempts. The run's wake-up time
+/// is then that of its open timers only (none here), and a run that ended has none.
+#[tokio::test]
+async fn a_step_that_ends_takes_its_timers_out_of_the_store() {
+    let memory = MemoryStore::new();
+    let run = Timed::runner().durable(&memory, "timed").execute(20);
+    let look = async {
+        // `took` completed at 20 ms, `flaky` failed at 50 ms; the third step runs to 300 ms.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        summary(&memory, "timed").await
+    };
+    let (outcome, during) = tokio::join!(run, look);
+    assert_eq!(
+        during.wake_at_ms, None,
+        "the timers of the steps that ended are still stored"
+    );
+    let outcome = outcome.expect("the run ends");
+    assert!(outcome.result.is_err(), "`flaky` fails for good");
+    let ended = summary(&memory, "timed").await;
+    assert_eq!(ended.wake_at_ms, None, "{ended:?}");
+    let loaded = memory
+        .load_run("timed", &Owner::new("look"), Duration::from_secs(1))
+        .await
+        .expect("loads");
+    let kinds: Vec<(Option<u32>, TimerKind)> = loaded
+        .timers
+        .iter()
+        .map(|t| (t.key.node, t.key.kind))
+        .collect();
+    assert!(kinds.is_empty(), "{kinds:?}");
+}

@@ -81,6 +81,8 @@ pub(super) struct Journal {
     renew: Option<Pin<Box<tokio::time::Sleep>>>,
     /// Whether `renew` was tried.
     renew_tried: bool,
+    /// The run's timers in the store, as of the batches handed to it.
+    open: Vec<TimerKey>,
 }
 
 /// The shortest time between two renewals of a lease.
@@ -104,6 +106,7 @@ impl Journal {
             renew_every: renew_every(setup),
             renew: None,
             renew_tried: false,
+            open: setup.timers.iter().map(|t| t.key.clone()).collect(),
             setup: Arc::clone(setup),
         })
     }
@@ -170,9 +173,50 @@ impl Journal {
             EventKind::TimerFired => self.pending.timers.push(TimerChange::Clear {
                 key: delay_key(event.node),
             }),
+            EventKind::Completed { .. }
+            | EventKind::Failed { .. }
+            | EventKind::Aborted { .. }
+            | EventKind::Withdrawn { .. }
+            | EventKind::Compensated
+            | EventKind::CompensationFailed { .. } => self.clear_timers(event.node),
+            EventKind::RunFinished { .. } => self.clear_timers(None),
             _ => {}
         }
         self.pending.events.push(stored);
+    }
+
+    /// A step has ended (`Some(node)`) or the run has (`None`): its timers that are in the
+    /// store or set by the pending batch (a deadline, a backoff, a `Delay` cut short) are
+    /// cleared with this batch, so that they no longer make the run's wake-up time.
+    fn clear_timers(&mut self, node: Option<u32>) {
+        let mine = |key: &TimerKey| node.is_none() || key.node == node;
+        let mut keys: Vec<TimerKey> = self.open.iter().filter(|k| mine(k)).cloned().collect();
+        for change in &self.pending.timers {
+            match change {
+                TimerChange::Set { key, .. } if mine(key) && !keys.contains(key) => {
+                    keys.push(key.clone());
+                }
+                TimerChange::Clear { key } => keys.retain(|k| k != key),
+                TimerChange::Set { .. } => {}
+            }
+        }
+        self.pending
+            .timers
+            .extend(keys.into_iter().map(|key| TimerChange::Clear { key }));
+    }
+
+    /// Notes the timer changes of a batch handed to the store.
+    fn note_timers(&mut self, changes: &[TimerChange]) {
+        for change in changes {
+            match change {
+                TimerChange::Set { key, .. } => {
+                    if !self.open.contains(key) {
+                        self.open.push(key.clone());
+                    }
+                }
+                TimerChange::Clear { key } => self.open.retain(|k| k != key),
+            }
+        }
     }
 
     fn fail(&mut self, error: DurableError) {
@@ -257,6 +301,7 @@ impl Journal {
                 &mut self.pending,
                 Batch::new(&self.setup.lease, end, self.setup.extend),
             );
+            self.note_timers(&batch.timers);
             let store = Arc::clone(&self.setup.store);
             self.commit = Some((Box::pin(async move { store.commit(batch).await }), end));
         }

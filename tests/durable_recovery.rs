@@ -238,3 +238,22 @@ async fn a_step_that_ends_takes_its_timers_out_of_the_store() {
         .collect();
     assert!(kinds.is_empty(), "{kinds:?}");
 }
+
+/// A run refused on resume (its stored graph is not the workflow's) gives back the lease
+/// that loading it took: another process may take it at once.
+#[tokio::test]
+async fn a_run_refused_on_resume_keeps_no_lease() {
+    let memory = MemoryStore::new();
+    let owner = Owner::new("gone");
+    let created = memory
+        .create_run(NewRun::new("old", "Long", 1, owner.clone(), Duration::from_secs(60)))
+        .await
+        .expect("creates");
+    let held = created.lease().expect("a new run").clone();
+    memory.release(&owner, &[held]).await.expect("releases");
+
+    let err = Long::resume(&memory, "old").await.expect_err("refused");
+    assert!(matches!(err, DurableError::GraphChanged { .. }), "{err}");
+    let run = summary(&memory, "old").await;
+    assert_eq!(run.owner, None, "the refused resume kept the lease: {run:?}");
+}

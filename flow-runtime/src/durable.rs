@@ -695,6 +695,23 @@ async fn prepare_resume<W: DurableWorkflow>(
     owner: &Owner,
 ) -> Result<Prepared<W>, DurableError> {
     let loaded: Loaded = store.load_run(id, owner, LEASE).await?;
+    let lease = loaded.lease.clone();
+    let prepared = check_loaded::<W>(options, store, id, loaded);
+    if prepared.is_err() {
+        // Refused: the lease taken to look at the run is given back, so that a process with
+        // the right code may take the run at once. Best effort: a lease not released expires.
+        let _ = store.release(owner, std::slice::from_ref(&lease)).await;
+    }
+    prepared
+}
+
+/// Checks a loaded run against `W` (workflow, graph, input) and makes its journal setup.
+fn check_loaded<W: DurableWorkflow>(
+    options: RunOptions,
+    store: &Arc<dyn Store>,
+    id: &str,
+    loaded: Loaded,
+) -> Result<Prepared<W>, DurableError> {
     if loaded.run.workflow != W::GRAPH.name() {
         return Err(DurableError::RunExists {
             run: id.to_owned(),

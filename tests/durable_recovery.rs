@@ -26,6 +26,8 @@ struct Short {
     /// The commit (counted from 0) that fails, as a killed process stops writing.
     fail_at: Option<usize>,
     commits: Arc<AtomicUsize>,
+    /// What every `load_run` answers instead of loading, if anything.
+    load_error: Option<StoreError>,
 }
 
 impl Short {
@@ -36,6 +38,7 @@ impl Short {
             empty: Arc::new(AtomicUsize::new(0)),
             fail_at: None,
             commits: Arc::new(AtomicUsize::new(0)),
+            load_error: None,
         }
     }
 }
@@ -51,6 +54,9 @@ impl Store for Short {
         owner: &'a Owner,
         _lease: Duration,
     ) -> StoreFuture<'a, Loaded> {
+        if let Some(error) = &self.load_error {
+            return Box::pin(std::future::ready(Err(error.clone())));
+        }
         self.inner.load_run(run, owner, self.lease)
     }
     fn list_runs<'a>(&'a self, filter: &'a RunFilter) -> StoreFuture<'a, Vec<RunSummary>> {
@@ -256,4 +262,34 @@ async fn a_run_refused_on_resume_keeps_no_lease() {
     assert!(matches!(err, DurableError::GraphChanged { .. }), "{err}");
     let run = summary(&memory, "old").await;
     assert_eq!(run.owner, None, "the refused resume kept the lease: {run:?}");
+}
+
+/// A run whose stored content is damaged is refused with the same error at every look: the
+/// worker's loop reports it once and does not resume it again at every poll.
+#[tokio::test]
+async fn the_worker_loop_reports_a_damaged_run_once() {
+    let memory = MemoryStore::new();
+    let mut stopping = Short::new(&memory, Duration::from_secs(60));
+    stopping.fail_at = Some(0);
+    Long::runner()
+        .durable(&stopping, "damaged")
+        .execute(1)
+        .await
+        .expect_err("the first commit fails");
+    let mut damaged = Short::new(&memory, Duration::from_secs(60));
+    damaged.load_error = Some(StoreError::Corrupt {
+        path: "runs.db".into(),
+        why: "event #3 of run `damaged`: a bad path".into(),
+    });
+    let worker = Worker::new(damaged)
+        .register::<Long>()
+        .poll_interval(Duration::from_millis(5));
+    let report = worker
+        .run(tokio::time::sleep(Duration::from_millis(100)))
+        .await
+        .expect("the store lists its runs");
+    assert!(report.polls >= 5, "{} polls", report.polls);
+    assert_eq!(report.resumed.len(), 1, "{:?}", report.resumed);
+    let err = report.resumed[0].result.as_ref().expect_err("refused");
+    assert!(matches!(err, DurableError::Store(StoreError::Corrupt { .. })), "{err}");
 }

@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use crate::durable::{DurableError, DurableWorkflow, resume};
 use crate::report::Outcome;
-use crate::store::{RunFilter, RunStatus, RunSummary, Store, now_ms};
+use crate::store::{RunFilter, RunStatus, RunSummary, Store, StoreError, now_ms};
 
 /// How a worker resumes a run of one registered workflow.
 type ResumeFn<S> = fn(&S, &str) -> Pin<Box<dyn Future<Output = ResumeResult>>>;
@@ -192,9 +192,11 @@ impl<S: Store + Clone> Worker<S> {
     /// driving up to [`Worker::max_runs`] at once, until `shutdown` completes. Then it picks
     /// up nothing more and returns once the runs it drives have ended or stopped.
     ///
-    /// A run that could not be resumed because of the store ([`DurableError::Store`]) is
-    /// tried again at a later look; one refused for another reason (its graph changed, its
-    /// replay diverged, its input cannot be read) is reported once and left alone.
+    /// A run that could not be resumed because of the store ([`DurableError::Store`]: busy,
+    /// locked, full, closed, an I/O error) is tried again at a later look; one refused for a
+    /// reason a new attempt would meet again (its graph changed, its replay diverged, its input
+    /// cannot be read, its stored content is damaged or invalid, it no longer exists) is
+    /// reported once and left alone.
     ///
     /// Dropping the future drops the runs it drives, which is safe: each is journaled and is
     /// picked up again once its lease expires.
@@ -217,8 +219,7 @@ impl<S: Store + Clone> Worker<S> {
         let mut seen = 0;
         loop {
             for resumed in &report.resumed[seen..] {
-                let for_good =
-                    matches!(&resumed.result, Err(e) if !matches!(e, DurableError::Store(_)));
+                let for_good = matches!(&resumed.result, Err(e) if refused_for_good(e));
                 if for_good && !refused.contains(&resumed.run) {
                     refused.push(resumed.run.clone());
                 }
@@ -274,6 +275,21 @@ impl<S> fmt::Debug for Worker<S> {
             .field("interval", &self.interval)
             .field("max_runs", &self.max_runs)
             .finish_non_exhaustive()
+    }
+}
+
+/// Whether resuming a run failed for a reason that a new attempt would meet again.
+fn refused_for_good(error: &DurableError) -> bool {
+    match error {
+        DurableError::Store(error) => matches!(
+            error,
+            StoreError::Corrupt { .. }
+                | StoreError::Invalid { .. }
+                | StoreError::NotFound { .. }
+                | StoreError::Foreign { .. }
+                | StoreError::SchemaVersion { .. }
+        ),
+        _ => true,
     }
 }
 

@@ -293,3 +293,76 @@ async fn the_worker_loop_reports_a_damaged_run_once() {
     let err = report.resumed[0].result.as_ref().expect_err("refused");
     assert!(matches!(err, DurableError::Store(StoreError::Corrupt { .. })), "{err}");
 }
+
+workflow! {
+    #[flow(durable)]
+    Patient(ms: u64) -> u64 {
+        Sequential {
+            paid = Operation(slow(ms), timeout = "20ms"),
+            Conditional(matches!(paid, Err(NodeError::TimedOut(_)))) {
+                checked = Operation(slow(1)),
+            } else {
+                Operation(slow(2)),
+            },
+            Operation(slow(1)),
+        }
+        => checked.copied().unwrap_or(0)
+    }
+}
+
+workflow! {
+    #[flow(durable)]
+    Late(ms: u64) -> u64 {
+        Sequential {
+            paid = Operation(slow(ms), deadline = "20ms"),
+            Conditional(matches!(paid, Err(NodeError::DeadlineExceeded(_)))) {
+                checked = Operation(slow(1)),
+            } else {
+                Operation(slow(2)),
+            },
+            Operation(slow(1)),
+        }
+        => checked.copied().unwrap_or(0)
+    }
+}
+
+/// Runs `W` with `input` to the end, then stops a run at each of its commits in turn and
+/// resumes it: each resume ends with the uninterrupted result, 1.
+async fn stopped_and_resumed_at_each_commit<W>(name: &str, input: u64)
+where
+    W: flow::durable::DurableWorkflow<Stored = u64, Output = u64>,
+{
+    let memory = MemoryStore::new();
+    let reference = flow::Runner::<W>::new()
+        .durable(&memory, format!("{name}-ref"))
+        .execute(input)
+        .await
+        .expect("runs");
+    assert_eq!(reference.result.expect("the branch catches the failure"), 1);
+    for n in 1..8 {
+        let id = format!("{name}-{n}");
+        let mut stopping = Short::new(&memory, Duration::from_secs(60));
+        stopping.fail_at = Some(n);
+        let stopped = flow::Runner::<W>::new()
+            .durable(&stopping, id.as_str())
+            .execute(input)
+            .await;
+        if stopped.is_ok() {
+            return;
+        }
+        let outcome = flow::durable::resume::<W, _>(&memory, &id)
+            .await
+            .unwrap_or_else(|err| panic!("stopped at commit {n}: {err}"));
+        assert_eq!(outcome.result.expect("the same branch"), 1, "stopped at commit {n}");
+    }
+    panic!("the run made more than 8 commits");
+}
+
+/// A step that timed out (or missed its deadline) is a `TimedOut` (`DeadlineExceeded`) error
+/// on replay too, so a test that looks at how it failed decides as it did before the crash,
+/// and the resume does not diverge.
+#[tokio::test]
+async fn a_replayed_timeout_or_deadline_is_still_one() {
+    stopped_and_resumed_at_each_commit::<Patient>("patient", 500).await;
+    stopped_and_resumed_at_each_commit::<Late>("late", 500).await;
+}

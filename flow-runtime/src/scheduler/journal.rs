@@ -676,10 +676,11 @@ impl Scheduler {
                 if event.kind == "Completed" {
                     self.restore(leaves, node);
                 } else {
+                    let error = self.replayed_error(node, &event);
                     let attempts = self.nodes[node as usize].attempt;
                     self.release(node);
                     self.record_attempts(node, attempts, 1);
-                    self.fail(node, NodeError::Failed(error_text(&event).into()));
+                    self.fail(node, error);
                 }
             }
             "TimerSet" => {
@@ -742,6 +743,35 @@ impl Scheduler {
             _ => return false,
         }
         true
+    }
+
+    /// The error of `node`'s journaled `Failed`: a timeout when the journal's event before
+    /// it is the same attempt's `TimedOut`, the step's deadline when its text is that
+    /// deadline's, else the stored message (an operation's own error type, a panic, are not
+    /// stored: only their message is).
+    fn replayed_error(&self, node: u32, failed: &StoredEvent) -> NodeError {
+        let text = error_text(failed);
+        let before = self.journal.as_deref().and_then(|j| {
+            let at = usize::try_from(failed.seq.checked_sub(1)?).ok()?;
+            j.setup.events.get(at)
+        });
+        if let Some(before) = before
+            && before.kind == "TimedOut"
+            && before.node == failed.node
+            && before.attempt == failed.attempt
+        {
+            let error = NodeError::TimedOut(duration_field(before, "after"));
+            if error.to_string() == text {
+                return error;
+            }
+        }
+        if let Some(after) = self.node_policy(node).deadline() {
+            let error = NodeError::DeadlineExceeded(after);
+            if error.to_string() == text {
+                return error;
+            }
+        }
+        NodeError::Failed(text.into())
     }
 
     /// Restores a completed node from the journal: its future runs with the stored output to

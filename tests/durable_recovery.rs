@@ -182,7 +182,10 @@ async fn the_worker_resumes_a_stopped_run_at_once_whatever_its_timers_say() {
         .execute(20)
         .await
         .expect_err("the second commit fails");
-    assert!(matches!(err, DurableError::Store(StoreError::Closed)), "{err}");
+    assert!(
+        matches!(err, DurableError::Store(StoreError::Closed)),
+        "{err}"
+    );
     let run = summary(&memory, "bounded").await;
     assert!(
         run.wake_at_ms.is_some_and(|at| at > flow::store::now_ms()),
@@ -252,7 +255,13 @@ async fn a_run_refused_on_resume_keeps_no_lease() {
     let memory = MemoryStore::new();
     let owner = Owner::new("gone");
     let created = memory
-        .create_run(NewRun::new("old", "Long", 1, owner.clone(), Duration::from_secs(60)))
+        .create_run(NewRun::new(
+            "old",
+            "Long",
+            1,
+            owner.clone(),
+            Duration::from_secs(60),
+        ))
         .await
         .expect("creates");
     let held = created.lease().expect("a new run").clone();
@@ -261,7 +270,10 @@ async fn a_run_refused_on_resume_keeps_no_lease() {
     let err = Long::resume(&memory, "old").await.expect_err("refused");
     assert!(matches!(err, DurableError::GraphChanged { .. }), "{err}");
     let run = summary(&memory, "old").await;
-    assert_eq!(run.owner, None, "the refused resume kept the lease: {run:?}");
+    assert_eq!(
+        run.owner, None,
+        "the refused resume kept the lease: {run:?}"
+    );
 }
 
 /// A run whose stored content is damaged is refused with the same error at every look: the
@@ -291,7 +303,10 @@ async fn the_worker_loop_reports_a_damaged_run_once() {
     assert!(report.polls >= 5, "{} polls", report.polls);
     assert_eq!(report.resumed.len(), 1, "{:?}", report.resumed);
     let err = report.resumed[0].result.as_ref().expect_err("refused");
-    assert!(matches!(err, DurableError::Store(StoreError::Corrupt { .. })), "{err}");
+    assert!(
+        matches!(err, DurableError::Store(StoreError::Corrupt { .. })),
+        "{err}"
+    );
 }
 
 workflow! {
@@ -353,7 +368,11 @@ where
         let outcome = flow::durable::resume::<W, _>(&memory, &id)
             .await
             .unwrap_or_else(|err| panic!("stopped at commit {n}: {err}"));
-        assert_eq!(outcome.result.expect("the same branch"), 1, "stopped at commit {n}");
+        assert_eq!(
+            outcome.result.expect("the same branch"),
+            1,
+            "stopped at commit {n}"
+        );
     }
     panic!("the run made more than 8 commits");
 }

@@ -17,8 +17,11 @@ use flow::store::{
     StoredSignal,
 };
 
-/// Every event committed: (run, kind, node name, attempt).
-static COMMITTED: Mutex<Vec<(String, String, Option<String>, u32)>> = Mutex::new(Vec::new());
+/// An event committed: (run, kind, node name, attempt).
+type CommittedEvent = (String, String, Option<String>, u32);
+
+/// Every event committed.
+static COMMITTED: Mutex<Vec<CommittedEvent>> = Mutex::new(Vec::new());
 /// Every attempt executed: (run, what, key), in order.
 static EXECUTED: Mutex<Vec<(String, String, String)>> = Mutex::new(Vec::new());
 
@@ -308,7 +311,7 @@ async fn a_run_stopped_at_every_commit_resumes_its_compensation() {
             .durable(&Probe::new(&store, Some(n)), id.as_str())
             .execute(7)
             .await;
-        let err = stopped.err().expect("the failing commit stops the run");
+        let err = stopped.expect_err("the failing commit stops the run");
         assert!(
             matches!(err, DurableError::Store(StoreError::Closed)),
             "{err}"

@@ -6,9 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use flow_runtime::store::{
-    Batch, Created, NewRun, NodeRow, Owner, Store, StoreError, StoredEvent,
-};
+use flow_runtime::store::{Batch, Created, NewRun, NodeRow, Owner, Store, StoreError, StoredEvent};
 use flow_sqlite::SqliteStore;
 use rusqlite::Connection;
 
@@ -73,9 +71,15 @@ async fn a_node_row_edited_out_of_range_is_corrupt() {
 async fn an_event_edited_out_of_range_is_corrupt() {
     let dir = common::dir("damaged-event");
     let path = stored_run(&dir).await;
-    edit(&path, "UPDATE events SET attempt = 5000000000 WHERE seq = 1");
+    edit(
+        &path,
+        "UPDATE events SET attempt = 5000000000 WHERE seq = 1",
+    );
     let store = SqliteStore::open(&path).expect("opens");
-    let err = store.events("order-1", 0).await.expect_err("an attempt past u32");
+    let err = store
+        .events("order-1", 0)
+        .await
+        .expect_err("an attempt past u32");
     assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
     assert!(err.to_string().contains("events"), "{err}");
 }

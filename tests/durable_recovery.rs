@@ -385,3 +385,42 @@ async fn a_replayed_timeout_or_deadline_is_still_one() {
     stopped_and_resumed_at_each_commit::<Patient>("patient", 500).await;
     stopped_and_resumed_at_each_commit::<Late>("late", 500).await;
 }
+
+workflow! {
+    #[flow(durable)]
+    Tally(counts: std::collections::HashMap<String, u64>) -> u64 {
+        Sequential {
+            took = Operation(slow(1)),
+        }
+        => took + counts.values().sum::<u64>()
+    }
+}
+
+/// The same input in another `HashMap` (whose keys serialize in another order) is the same
+/// input: running the id again resumes the run instead of refusing it as another input.
+#[tokio::test]
+async fn the_same_map_input_in_another_order_is_the_same_input() {
+    let counts = || -> std::collections::HashMap<String, u64> {
+        (0..32).map(|i| (format!("key-{i}"), i)).collect()
+    };
+    let (first, second) = (counts(), counts());
+    assert_ne!(
+        serde_json::to_string(&first).expect("json"),
+        serde_json::to_string(&second).expect("json"),
+        "two maps that serialize their keys in the same order: the test shows nothing"
+    );
+    let memory = MemoryStore::new();
+    let mut stopping = Short::new(&memory, Duration::from_secs(60));
+    stopping.fail_at = Some(0);
+    Tally::runner()
+        .durable(&stopping, "tally")
+        .execute(first)
+        .await
+        .expect_err("the first commit fails");
+    let outcome = Tally::runner()
+        .durable(&memory, "tally")
+        .execute(second)
+        .await
+        .expect("the same input: resumed");
+    assert_eq!(outcome.result.expect("succeeds"), 1 + (0..32).sum::<u64>());
+}

@@ -580,7 +580,7 @@ impl<W: DurableWorkflow> DurableRunner<W> {
             run: self.id.clone(),
             why: error.to_string(),
         })?;
-        let input_hash = fnv1a(&[&bytes]);
+        let input_hash = input_hash(&bytes);
         let mut run = NewRun::new(
             self.id.clone(),
             W::GRAPH.name(),
@@ -683,6 +683,16 @@ pub async fn resume_all<W: DurableWorkflow, S: Store + Clone>(
         results.push((run.id, result));
     }
     Ok(results)
+}
+
+/// The hash of a run's stored parameters, over their canonical JSON (object keys sorted), so
+/// that the same input hashes the same whatever order a map in it serializes its keys in (a
+/// `HashMap`'s order differs from one map to the next).
+fn input_hash(bytes: &[u8]) -> u64 {
+    match serde_json::from_slice::<serde_json::Value>(bytes) {
+        Ok(value) => fnv1a(&[value.to_string().as_bytes()]),
+        Err(_) => fnv1a(&[bytes]),
+    }
 }
 
 /// What a durable run starts from: its options, its journal, its parameters.

@@ -36,7 +36,6 @@ use crate::store::{
 
 mod signals;
 
-
 pub use signals::send_signal;
 #[doc(hidden)]
 pub use signals::{DurableSignal, durable_signal};
@@ -706,7 +705,7 @@ impl<W: DurableWorkflow> DurableRunner<W> {
             run: self.id.clone(),
             why: error.to_string(),
         })?;
-        let input_hash = fnv1a(&[&bytes]);
+        let input_hash = input_hash(&bytes);
         let mut run = NewRun::new(
             self.id.clone(),
             W::GRAPH.name(),
@@ -758,14 +757,8 @@ impl<W: DurableWorkflow> DurableRunner<W> {
                     });
                 }
                 let mut prepared =
-                    prepare_resume::<W>(
-                    self.options,
-                    &self.store,
-                    &self.id,
-                    &self.owner,
-                    unload,
-                )
-                .await?;
+                    prepare_resume::<W>(self.options, &self.store, &self.id, &self.owner, unload)
+                        .await?;
                 prepared.1.signal_poll = self.signal_poll;
                 Ok(prepared)
             }
@@ -1018,17 +1011,45 @@ pub async fn resume_all<W: DurableWorkflow, S: Store + Clone>(
     Ok(results)
 }
 
+/// The hash of a run's stored parameters, over their canonical JSON (object keys sorted), so
+/// that the same input hashes the same whatever order a map in it serializes its keys in (a
+/// `HashMap`'s order differs from one map to the next).
+fn input_hash(bytes: &[u8]) -> u64 {
+    match serde_json::from_slice::<serde_json::Value>(bytes) {
+        Ok(value) => fnv1a(&[value.to_string().as_bytes()]),
+        Err(_) => fnv1a(&[bytes]),
+    }
+}
+
 /// What a durable run starts from: its options, its journal, its parameters.
 type Prepared<W> = (RunOptions, JournalSetup, <W as DurableWorkflow>::Stored);
 
 async fn prepare_resume<W: DurableWorkflow>(
-    mut options: RunOptions,
+    options: RunOptions,
     store: &Arc<dyn Store>,
     id: &str,
     owner: &Owner,
     unload: Option<Duration>,
 ) -> Result<Prepared<W>, DurableError> {
     let loaded: Loaded = store.load_run(id, owner, LEASE).await?;
+    let lease = loaded.lease.clone();
+    let prepared = check_loaded::<W>(options, store, id, loaded, unload);
+    if prepared.is_err() {
+        // Refused: the lease taken to look at the run is given back, so that a process with
+        // the right code may take the run at once. Best effort: a lease not released expires.
+        let _ = store.release(owner, std::slice::from_ref(&lease)).await;
+    }
+    prepared
+}
+
+/// Checks a loaded run against `W` (workflow, graph, input) and makes its journal setup.
+fn check_loaded<W: DurableWorkflow>(
+    mut options: RunOptions,
+    store: &Arc<dyn Store>,
+    id: &str,
+    loaded: Loaded,
+    unload: Option<Duration>,
+) -> Result<Prepared<W>, DurableError> {
     if loaded.run.workflow != W::GRAPH.name() {
         return Err(DurableError::RunExists {
             run: id.to_owned(),

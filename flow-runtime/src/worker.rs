@@ -2,10 +2,10 @@
 //! unfinished runs of a store that no live process holds, in a poll loop.
 //!
 //! A run is picked up when it is unfinished (`running`, `waiting` or `compensating`), its
-//! workflow is registered, its wake-up time (its earliest timer, or the arrival of a signal)
-//! has come (a `waiting` run without one waits for a signal), and no live owner
-//! holds its lease: a run whose process died is picked up once its lease has expired, a run
-//! stopped by a failed commit at once (it released its lease).
+//! workflow is registered, no live owner holds its lease, and, if it is `waiting` (nothing
+//! drives it until a timer or a signal), its wake-up time (its earliest timer) has come. A run
+//! whose process died is picked up once its lease has expired, a run stopped by a failed commit
+//! at once (it released its lease).
 //!
 //! With [`Worker::unload_after`], a run it drives that comes to wait long (every running step
 //! waits for a `Delay` due later than the threshold, or for a signal) is unloaded: its state
@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use crate::durable::{DurableError, DurableWorkflow, Ended, resume_shaped};
 use crate::report::Outcome;
-use crate::store::{RunFilter, RunStatus, RunSummary, Store, now_ms};
+use crate::store::{RunFilter, RunStatus, RunSummary, Store, StoreError, now_ms};
 
 /// How a worker resumes a run of one registered workflow (unloading it again when it waits
 /// longer than the duration, if one is given).
@@ -226,9 +226,11 @@ impl<S: Store + Clone> Worker<S> {
     /// driving up to [`Worker::max_runs`] at once, until `shutdown` completes. Then it picks
     /// up nothing more and returns once the runs it drives have ended or stopped.
     ///
-    /// A run that could not be resumed because of the store ([`DurableError::Store`]) is
-    /// tried again at a later look; one refused for another reason (its graph changed, its
-    /// replay diverged, its input cannot be read) is reported once and left alone.
+    /// A run that could not be resumed because of the store ([`DurableError::Store`]: busy,
+    /// locked, full, closed, an I/O error) is tried again at a later look; one refused for a
+    /// reason a new attempt would meet again (its graph changed, its replay diverged, its input
+    /// cannot be read, its stored content is damaged or invalid, it no longer exists) is
+    /// reported once and left alone.
     ///
     /// Dropping the future drops the runs it drives, which is safe: each is journaled and is
     /// picked up again once its lease expires.
@@ -251,8 +253,7 @@ impl<S: Store + Clone> Worker<S> {
         let mut seen = 0;
         loop {
             for resumed in &report.resumed[seen..] {
-                let for_good =
-                    matches!(&resumed.result, Err(e) if !matches!(e, DurableError::Store(_)));
+                let for_good = matches!(&resumed.result, Err(e) if refused_for_good(e));
                 if for_good && !refused.contains(&resumed.run) {
                     refused.push(resumed.run.clone());
                 }
@@ -312,14 +313,27 @@ impl<S> fmt::Debug for Worker<S> {
     }
 }
 
-/// Whether the worker may pick `run` up at `now`: its wake-up time has come (a `waiting` run
-/// without one waits for a signal, which sets it) and no owner holds a lease on it that has
-/// not expired.
+/// Whether resuming a run failed for a reason that a new attempt would meet again.
+fn refused_for_good(error: &DurableError) -> bool {
+    match error {
+        DurableError::Store(error) => matches!(
+            error,
+            StoreError::Corrupt { .. }
+                | StoreError::Invalid { .. }
+                | StoreError::NotFound { .. }
+                | StoreError::Foreign { .. }
+                | StoreError::SchemaVersion { .. }
+        ),
+        _ => true,
+    }
+}
+
+/// Whether the worker may pick `run` up at `now`: no owner holds a lease on it that has not
+/// expired, and, for a `waiting` run (one that nothing drives until a timer or a signal), its
+/// wake-up time has come (one without any waits for a signal, which sets it). A `running` or `compensating` run was stopped while it ran: its
+/// timers (a step's deadline, a `Delay` beside a step in flight) are not what it waits for.
 fn is_due(run: &RunSummary, now: u64) -> bool {
-    let awake = match run.wake_at_ms {
-        Some(at) => at <= now,
-        None => run.status != RunStatus::Waiting,
-    };
+    let awake = run.status != RunStatus::Waiting || run.wake_at_ms.is_some_and(|at| at <= now);
     let free = run.owner.is_none() || run.lease_until_ms.is_none_or(|until| until <= now);
     awake && free
 }
@@ -408,17 +422,17 @@ mod tests {
 
     #[test]
     fn a_run_is_due_when_awake_and_not_held() {
-        assert!(is_due(&summary(None, None, None), 100));
-        assert!(is_due(&summary(Some("p"), Some(100), None), 100));
-        assert!(!is_due(&summary(Some("p"), Some(101), None), 100));
-        assert!(is_due(&summary(None, None, Some(100)), 100));
-        assert!(!is_due(&summary(None, None, Some(101)), 100));
-        // An unloaded run that waits only for a signal is due once one arrives.
         let waiting = |wake| RunSummary {
             status: RunStatus::Waiting,
             ..summary(None, None, wake)
         };
-        assert!(!is_due(&waiting(None), 100));
+        assert!(is_due(&summary(None, None, None), 100));
+        assert!(is_due(&summary(Some("p"), Some(100), None), 100));
+        assert!(!is_due(&summary(Some("p"), Some(101), None), 100));
         assert!(is_due(&waiting(Some(100)), 100));
+        assert!(!is_due(&waiting(Some(101)), 100));
+        assert!(!is_due(&waiting(None), 100));
+        // A run stopped while it ran is due whatever its timers say.
+        assert!(is_due(&summary(None, None, Some(101)), 100));
     }
 }

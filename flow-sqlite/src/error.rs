@@ -5,8 +5,22 @@ use std::path::Path;
 use flow_runtime::store::StoreError;
 use rusqlite::ErrorCode;
 
-/// `error`, met while `doing` something with the store at `path`.
+/// `error`, met while `doing` something with the store at `path`. A value that does not fit
+/// its column's type (a node index of -5, an attempt too large for a `u32`, text that is not
+/// UTF-8: a file edited by hand or damaged) makes the store [`StoreError::Corrupt`].
 pub(crate) fn sql_error(path: &Path, doing: &str, error: rusqlite::Error) -> StoreError {
+    if matches!(
+        error,
+        rusqlite::Error::FromSqlConversionFailure(..)
+            | rusqlite::Error::IntegralValueOutOfRange(..)
+            | rusqlite::Error::InvalidColumnType(..)
+            | rusqlite::Error::Utf8Error(..)
+    ) {
+        return StoreError::Corrupt {
+            path: path.to_owned(),
+            why: format!("{doing} it: {error}"),
+        };
+    }
     match error.sqlite_error_code() {
         Some(ErrorCode::DiskFull) => StoreError::Full {
             path: path.to_owned(),

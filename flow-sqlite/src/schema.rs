@@ -13,7 +13,7 @@ use crate::{Durability, SqliteOptions};
 pub const APPLICATION_ID: i32 = 0x464C_4F57;
 
 /// The schema version this crate writes and reads (`PRAGMA user_version`). A newer file is
-/// refused ([`StoreError::SchemaVersion`]); older ones will be migrated in order.
+/// refused ([`StoreError::SchemaVersion`]). Version 1 is the only schema so far.
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// Schema version 1. Integers that are `u64` in Rust (hashes, times) are stored as SQLite's

@@ -22,8 +22,13 @@
 //! journal, attempts in flight start again with the same attempt number (so the same
 //! idempotency key), and a node in backoff waits what is left of its backoff by the store's
 //! clock.
+//!
+//! A live run keeps its lease: every commit extends it, and a run that commits nothing for a
+//! third of its lease (a long operation, a long `Delay`) commits an empty batch, which extends
+//! it too. Without that, another owner (a `Worker`) could take the run while it still runs.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -39,7 +44,7 @@ use crate::policy::CancelReason;
 use crate::status::NodeStatus;
 use crate::store::{
     Batch, Committed, RunEnd, RunStatus, StoreFuture, StoredEvent, StoredOutput, TimerChange,
-    TimerKey, TimerKind,
+    TimerKey, TimerKind, now_ms,
 };
 use crate::verdict::Finished;
 use crate::wake::WakeSet;
@@ -78,7 +83,21 @@ pub(super) struct Journal {
     /// The run is being unloaded, with its wake-up time: nothing more is written but its
     /// status `Waiting` (`broken` is set too).
     unloading: Option<Option<u64>>,
+    /// When the lease was last extended (by a commit that completed).
+    renewed: tokio::time::Instant,
+    /// How long the run may go without a commit before it renews its lease.
+    renew_every: Duration,
+    /// The timer of the next renewal (made on the first look; `None` after that when no
+    /// timer can be made, outside a tokio runtime with time: then the lease is not renewed).
+    renew: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Whether `renew` was tried.
+    renew_tried: bool,
+    /// The run's timers in the store, as of the batches handed to it.
+    open: Vec<TimerKey>,
 }
+
+/// The shortest time between two renewals of a lease.
+const MIN_RENEW: Duration = Duration::from_millis(10);
 
 impl Journal {
     pub(super) fn new(setup: &Arc<JournalSetup>) -> Box<Journal> {
@@ -97,8 +116,38 @@ impl Journal {
             broken: false,
             deadline: None,
             unloading: None,
+            renewed: tokio::time::Instant::now(),
+            renew_every: renew_every(setup),
+            renew: None,
+            renew_tried: false,
+            open: setup.timers.iter().map(|t| t.key.clone()).collect(),
             setup: Arc::clone(setup),
         })
+    }
+
+    /// Whether the lease is due for renewal: the live run has committed nothing for
+    /// `renew_every`. Registers `cx` to be woken when it will be.
+    fn renewal_due(&mut self, cx: &mut Context<'_>) -> bool {
+        if !self.live {
+            return false;
+        }
+        if !self.renew_tried {
+            self.renew_tried = true;
+            self.renew = timer(self.renew_every).ok();
+        }
+        let Some(sleep) = self.renew.as_mut() else {
+            return false;
+        };
+        if sleep.as_mut().poll(cx).is_pending() {
+            return false;
+        }
+        let next = self.renewed + self.renew_every;
+        if next > tokio::time::Instant::now() {
+            // A commit extended the lease since the timer was set: wait from that commit.
+            sleep.as_mut().reset(next);
+            return sleep.as_mut().poll(cx).is_ready();
+        }
+        true
     }
 
     /// Takes an event the scheduler emitted: compared with the journal while replaying,
@@ -151,9 +200,50 @@ impl Journal {
                     key: backoff_key(event.node),
                 })
             }
+            EventKind::Completed { .. }
+            | EventKind::Failed { .. }
+            | EventKind::Aborted { .. }
+            | EventKind::Withdrawn { .. }
+            | EventKind::Compensated
+            | EventKind::CompensationFailed { .. } => self.clear_timers(event.node),
+            EventKind::RunFinished { .. } => self.clear_timers(None),
             _ => {}
         }
         self.pending.events.push(stored);
+    }
+
+    /// A step has ended (`Some(node)`) or the run has (`None`): its timers that are in the
+    /// store or set by the pending batch (a deadline, a backoff, a `Delay` cut short) are
+    /// cleared with this batch, so that they no longer make the run's wake-up time.
+    fn clear_timers(&mut self, node: Option<u32>) {
+        let mine = |key: &TimerKey| node.is_none() || key.node == node;
+        let mut keys: Vec<TimerKey> = self.open.iter().filter(|k| mine(k)).cloned().collect();
+        for change in &self.pending.timers {
+            match change {
+                TimerChange::Set { key, .. } if mine(key) && !keys.contains(key) => {
+                    keys.push(key.clone());
+                }
+                TimerChange::Clear { key } => keys.retain(|k| k != key),
+                TimerChange::Set { .. } => {}
+            }
+        }
+        self.pending
+            .timers
+            .extend(keys.into_iter().map(|key| TimerChange::Clear { key }));
+    }
+
+    /// Notes the timer changes of a batch handed to the store.
+    fn note_timers(&mut self, changes: &[TimerChange]) {
+        for change in changes {
+            match change {
+                TimerChange::Set { key, .. } => {
+                    if !self.open.contains(key) {
+                        self.open.push(key.clone());
+                    }
+                }
+                TimerChange::Clear { key } => self.open.retain(|k| k != key),
+            }
+        }
     }
 
     fn fail(&mut self, error: DurableError) {
@@ -215,6 +305,7 @@ impl Journal {
                     Poll::Ready(Ok(_)) => {
                         self.commit = None;
                         self.durable_seq = end;
+                        self.renewed = tokio::time::Instant::now();
                         Poll::Ready(true)
                     }
                     Poll::Ready(Err(error)) => {
@@ -229,14 +320,17 @@ impl Journal {
                 && self.pending.timers.is_empty()
                 && self.pending.waits.is_empty()
                 && self.pending.consumed.is_empty()
+                && !self.renewal_due(cx)
             {
                 return Poll::Ready(false);
             }
+            // Something to write, or an empty batch that only extends the lease.
             let end = self.pending.end_seq();
             let batch = std::mem::replace(
                 &mut self.pending,
                 Batch::new(&self.setup.lease, end, self.setup.extend),
             );
+            self.note_timers(&batch.timers);
             let store = Arc::clone(&self.setup.store);
             self.commit = Some((Box::pin(async move { store.commit(batch).await }), end));
         }
@@ -338,6 +432,27 @@ impl Journal {
         !self.broken
     }
 
+    /// Drives `work` (a compensation's attempt, its backoff) while keeping the run's lease: a
+    /// live run whose work lasts longer than a third of its lease renews it meanwhile, as the
+    /// forward phase does between rounds. `None` when a renewal failed (the journal broke):
+    /// the work is dropped.
+    pub(super) async fn keep_lease<F: Future>(&mut self, work: F) -> Option<F::Output> {
+        let mut work = std::pin::pin!(work);
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(out) = work.as_mut().poll(cx) {
+                return Poll::Ready(Some(out));
+            }
+            loop {
+                match self.pump(cx) {
+                    Poll::Ready(true) => continue,
+                    Poll::Ready(false) if self.broken => return Poll::Ready(None),
+                    Poll::Ready(false) | Poll::Pending => return Poll::Pending,
+                }
+            }
+        })
+        .await
+    }
+
     /// The compensation phase starts: the run's status becomes `Compensating` with the next
     /// commit (live; a replayed run has it already).
     pub(super) fn compensating(&mut self) {
@@ -390,6 +505,19 @@ impl Journal {
         ctx.attempt.set_compensation();
         ctx
     }
+}
+
+/// How long a run may go without a commit before it renews its lease: a third of the lease
+/// the store gave (by the store's clock when it gave it, so a shorter lease than asked for
+/// counts), at least [`MIN_RENEW`].
+fn renew_every(setup: &JournalSetup) -> Duration {
+    let granted = Duration::from_millis(setup.lease.until_ms.saturating_sub(now_ms()));
+    let lease = if granted.is_zero() {
+        setup.extend
+    } else {
+        granted.min(setup.extend)
+    };
+    (lease / 3).max(MIN_RENEW)
 }
 
 /// The timer of `node`'s backoff.
@@ -670,10 +798,11 @@ impl Scheduler {
                 if event.kind == "Completed" {
                     self.restore(leaves, node);
                 } else {
+                    let error = self.replayed_error(node, &event);
                     let attempts = self.nodes[node as usize].attempt;
                     self.release(node);
                     self.record_attempts(node, attempts, 1);
-                    self.fail(node, NodeError::Failed(error_text(&event).into()));
+                    self.fail(node, error);
                 }
             }
             "TimerSet" => {
@@ -754,6 +883,35 @@ impl Scheduler {
             _ => return false,
         }
         true
+    }
+
+    /// The error of `node`'s journaled `Failed`: a timeout when the journal's event before
+    /// it is the same attempt's `TimedOut`, the step's deadline when its text is that
+    /// deadline's, else the stored message (an operation's own error type, a panic, are not
+    /// stored: only their message is).
+    fn replayed_error(&self, node: u32, failed: &StoredEvent) -> NodeError {
+        let text = error_text(failed);
+        let before = self.journal.as_deref().and_then(|j| {
+            let at = usize::try_from(failed.seq.checked_sub(1)?).ok()?;
+            j.setup.events.get(at)
+        });
+        if let Some(before) = before
+            && before.kind == "TimedOut"
+            && before.node == failed.node
+            && before.attempt == failed.attempt
+        {
+            let error = NodeError::TimedOut(duration_field(before, "after"));
+            if error.to_string() == text {
+                return error;
+            }
+        }
+        if let Some(after) = self.node_policy(node).deadline() {
+            let error = NodeError::DeadlineExceeded(after);
+            if error.to_string() == text {
+                return error;
+            }
+        }
+        NodeError::Failed(text.into())
     }
 
     /// Restores a completed node from the journal: its future runs with the stored output to

@@ -150,10 +150,22 @@ async fn compensate_one<N: Nodes>(
         };
         if !wait.is_zero()
             && let Ok(sleep) = timer(wait)
+            && !wait_keeping_lease(scheduler, sleep).await
         {
-            sleep.await;
+            return None;
         }
     }
+}
+
+/// Waits for `sleep`; a durable run renews its lease meanwhile. `false`: the journal broke.
+async fn wait_keeping_lease(scheduler: &mut Scheduler, sleep: impl Future<Output = ()>) -> bool {
+    #[cfg(feature = "durable")]
+    if let Some(journal) = scheduler.journal.as_deref_mut() {
+        return journal.keep_lease(sleep).await.is_some();
+    }
+    let _ = scheduler;
+    sleep.await;
+    true
 }
 
 /// What is left of the backoff of `node`'s compensation in a durable run whose replay ended in
@@ -212,7 +224,9 @@ async fn run_attempt<N: Nodes>(
         }
         let name = scheduler.graph.nodes[node as usize].name;
         let ctx = journal.compensation_ctx(name, attempt);
-        return Some(attempt_once(table, leaf, timeout, Some(ctx)).await);
+        return journal
+            .keep_lease(attempt_once(table, leaf, timeout, Some(ctx)))
+            .await;
     }
     let _ = (scheduler, node, attempt);
     Some(attempt_once(table, leaf, timeout, None).await)

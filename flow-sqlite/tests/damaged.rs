@@ -24,6 +24,7 @@ async fn stored_run(dir: &std::path::Path) -> std::path::PathBuf {
         label: "charge()".into(),
         fingerprint: 7,
         preds: Vec::new(),
+        compensate: String::new(),
     }];
     run.events = vec![StoredEvent::new(0, "RunStarted")];
     let lease = match store.create_run(run).await {

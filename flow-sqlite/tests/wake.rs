@@ -1,6 +1,6 @@
-//! The wake time of a run (when a worker should look at it again) follows its timers and its
-//! open signals, and a commit that changes neither (most commits: events and outputs only)
-//! leaves it as it was.
+//! The wake time of a run (when a worker should look at it again) follows its timers and the
+//! unconsumed signals a step of it waits for, and a commit that changes none of them (most
+//! commits: events and outputs only) leaves it as it was.
 
 mod common;
 
@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use flow_runtime::store::{
     Batch, Created, Lease, NewRun, NewSignal, Owner, RunFilter, SignalMode, SignalSent, Store,
-    StoredEvent, TimerChange, TimerKey, TimerKind, now_ms,
+    StoredEvent, TimerChange, TimerKey, TimerKind, WaitChange, now_ms,
 };
 use flow_sqlite::SqliteStore;
 
@@ -67,6 +67,17 @@ async fn the_wake_time_follows_timers_and_signals_across_commits_that_touch_neit
         .expect("commits");
     assert_eq!(wake_at(&store).await, Some(due), "an events-only commit");
 
+    // A step starts waiting for `approve`: nothing has arrived, the timer is still the time.
+    let wait = batch(&lease, 2, |b| {
+        b.waits = vec![WaitChange::Open {
+            node: 1,
+            instance: String::new(),
+            name: "approve".into(),
+        }]
+    });
+    store.commit(wait).await.expect("commits");
+    assert_eq!(wake_at(&store).await, Some(due), "a wait without a signal");
+
     // A signal arrives: the run is due at once; an events-only commit keeps that.
     let sent = store
         .send_signal(NewSignal {
@@ -83,18 +94,50 @@ async fn the_wake_time_follows_timers_and_signals_across_commits_that_touch_neit
     let signalled = wake_at(&store).await.expect("due");
     assert!(signalled < due, "the signal's arrival comes first");
     store
-        .commit(batch(&lease, 2, |_| {}))
+        .commit(batch(&lease, 3, |_| {}))
         .await
         .expect("commits");
     assert_eq!(wake_at(&store).await, Some(signalled));
 
     // Consuming it and clearing the timer: nothing left to wake for.
-    let take = batch(&lease, 3, |b| b.consumed = vec![id]);
+    let take = batch(&lease, 4, |b| {
+        b.consumed = vec![id];
+        b.waits = vec![WaitChange::Close {
+            node: 1,
+            instance: String::new(),
+        }];
+    });
     store.commit(take).await.expect("commits");
     assert_eq!(wake_at(&store).await, Some(due), "the timer is left");
-    let clear = batch(&lease, 4, |b| {
+    let clear = batch(&lease, 5, |b| {
         b.timers = vec![TimerChange::Clear { key: delay(3) }]
     });
     store.commit(clear).await.expect("commits");
     assert_eq!(wake_at(&store).await, None, "no timer, no open signal");
+
+    // A kept signal for a step that does not wait yet makes nothing due; the commit that opens
+    // its step's wait (and changes nothing else) does.
+    let sent = store
+        .send_signal(NewSignal {
+            run: "w-1".into(),
+            name: "later".into(),
+            payload: b"1".to_vec(),
+            mode: SignalMode::Kept,
+        })
+        .await
+        .expect("sends");
+    assert!(matches!(sent, SignalSent::Stored { .. }), "{sent:?}");
+    assert_eq!(wake_at(&store).await, None, "nobody waits for `later`");
+    let wait = batch(&lease, 6, |b| {
+        b.waits = vec![WaitChange::Open {
+            node: 2,
+            instance: String::new(),
+            name: "later".into(),
+        }]
+    });
+    store.commit(wait).await.expect("commits");
+    assert!(
+        wake_at(&store).await.is_some(),
+        "a wait opened for a stored signal makes the run due"
+    );
 }

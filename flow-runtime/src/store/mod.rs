@@ -104,15 +104,16 @@ pub trait Store: Send + Sync + 'static {
     /// Appends a batch in one transaction, after checking, in this order:
     ///
     /// 1. the run exists ([`StoreError::NotFound`]);
-    /// 2. if every event of the batch is already stored with the same content, nothing is
+    /// 2. the events are numbered from `batch.first_seq` without a gap, and an end comes with a
+    ///    final status ([`StoreError::Invalid`]);
+    /// 3. if every event of the batch is already stored with the same content, nothing is
     ///    written and the answer is [`Committed::AlreadyApplied`]; if some are stored with
     ///    other content, [`StoreError::Conflict`];
-    /// 3. the batch's lease is the run's current one (owner and version), else
+    /// 4. the batch's lease is the run's current one (owner and version), else
     ///    [`StoreError::LeaseLost`] naming the holder;
-    /// 4. the run is not finished ([`StoreError::Finished`]);
-    /// 5. `batch.first_seq` is the run's next sequence number ([`StoreError::Conflict`]) and the
-    ///    events are numbered from it without a gap ([`StoreError::Invalid`]);
-    /// 6. every signal it consumes is the run's and still open ([`StoreError::SignalTaken`]).
+    /// 5. the run is not finished ([`StoreError::Finished`]);
+    /// 6. `batch.first_seq` is the run's next sequence number ([`StoreError::Conflict`]);
+    /// 7. every signal it consumes is the run's and still open ([`StoreError::SignalTaken`]).
     ///
     /// Then it stores the events, outputs, timer changes, signal consumptions, waits, status
     /// and end, and extends the lease by `batch.lease`.

@@ -602,6 +602,14 @@ fn worldly(kind: NodeKind) -> bool {
 }
 
 impl Scheduler {
+    /// A journaled attempt of `node` is over (ended, restored or never started): its node
+    /// leaves the running set and its attempt is counted.
+    fn end_attempt(&mut self, node: u32) {
+        let attempts = self.nodes[node as usize].attempt;
+        self.release(node);
+        self.record_attempts(node, attempts, 1);
+    }
+
     #[inline]
     fn journal_mut(&mut self) -> Option<&mut Journal> {
         self.journal.as_deref_mut()
@@ -704,9 +712,7 @@ impl Scheduler {
             }
             Err(error) => {
                 leaves[node as usize].as_mut().stop();
-                let attempts = self.nodes[node as usize].attempt;
-                self.release(node);
-                self.record_attempts(node, attempts, 1);
+                self.end_attempt(node);
                 self.fail(node, error);
             }
         }
@@ -799,9 +805,7 @@ impl Scheduler {
                     self.restore(leaves, node);
                 } else {
                     let error = self.replayed_error(node, &event);
-                    let attempts = self.nodes[node as usize].attempt;
-                    self.release(node);
-                    self.record_attempts(node, attempts, 1);
+                    self.end_attempt(node);
                     self.fail(node, error);
                 }
             }
@@ -824,9 +828,7 @@ impl Scheduler {
                     return false;
                 }
                 journal.timer_set.retain(|&n| n != node);
-                let attempts = self.nodes[node as usize].attempt;
-                self.release(node);
-                self.record_attempts(node, attempts, 1);
+                self.end_attempt(node);
                 // Emits the `TimerFired` and the `Completed` the journal holds.
                 self.settle(node, Settle::Completed);
             }
@@ -944,9 +946,7 @@ impl Scheduler {
             Err(payload) => Err(NodeError::Panicked(panic_message(payload))),
         };
         leaves[node as usize].as_mut().stop();
-        let attempts = self.nodes[node as usize].attempt;
-        self.release(node);
-        self.record_attempts(node, attempts, 1);
+        self.end_attempt(node);
         match result {
             Ok(()) => self.settle(node, Settle::Completed),
             Err(error) => self.fail(node, error),
@@ -984,9 +984,7 @@ impl Scheduler {
                     self.due.push(node);
                 }
                 Err(error) => {
-                    let attempts = self.nodes[node as usize].attempt;
-                    self.release(node);
-                    self.record_attempts(node, attempts, 1);
+                    self.end_attempt(node);
                     self.fail(node, error);
                 }
             }
@@ -1005,9 +1003,7 @@ impl Scheduler {
                     self.due.push(node);
                 }
                 Err(error) => {
-                    let attempts = self.nodes[node as usize].attempt;
-                    self.release(node);
-                    self.record_attempts(node, attempts, 1);
+                    self.end_attempt(node);
                     self.fail(node, error);
                 }
             }

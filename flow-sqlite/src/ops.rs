@@ -468,6 +468,7 @@ pub(crate) fn load_run(
         timers,
         waits,
         signals: db.open_signals(id, 0)?,
+        tasks: Vec::new(),
         end: ended.then_some(RunEnd { result, error }),
         now_ms: now,
         run,
@@ -514,6 +515,10 @@ pub(crate) fn events(db: &Db<'_>, run: &str, from: u64) -> Result<Vec<StoredEven
 
 pub(crate) fn commit(db: &Db<'_>, batch: Batch) -> Result<Committed, StoreError> {
     let run = db.existing(&batch.run)?;
+    if !batch.tasks.is_empty() {
+        // Tasks are for runs shared by worker processes; this store serves one process.
+        return Err(StoreError::Unsupported { what: "tasks" });
+    }
     batch.check_numbering()?;
     let next = run.next_seq;
     if !batch.events.is_empty() && batch.first_seq < next {

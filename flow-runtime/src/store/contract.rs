@@ -20,8 +20,9 @@ use std::time::Duration;
 
 use super::{
     Batch, Committed, Created, Lease, NewRun, NewSignal, NodeRow, Owner, RunEnd, RunFilter,
-    RunStatus, SignalMode, SignalSent, Store, StoreError, StoredEvent, StoredOutput, TimerChange,
-    TimerKey, TimerKind, WaitChange,
+    RunStatus, SignalMode, SignalSent, Store, StoreError, StoredEvent, StoredOutput, TaskChange,
+    TaskClaim, TaskCommitted, TaskOutcome, TaskResult, TimerChange, TimerKey, TimerKind,
+    WaitChange,
 };
 
 const LONG: Duration = Duration::from_secs(60);
@@ -871,4 +872,394 @@ mod tests {
         // The rest of the suite still holds for it.
         rt.block_on(leases(&Forgetful(MemoryStore::new())));
     }
+}
+
+// -- tasks (distributed runs) ----------------------------------------------------------------
+
+/// Runs every case of the tasks of distributed runs, each on a fresh store from `make`: for the
+/// stores shared by worker processes (`MemoryStore`, PostgreSQL), on top of [`all`].
+pub async fn distributed(make: impl Fn() -> Arc<dyn Store>) {
+    tasks_claim_and_complete(&*make()).await;
+    tasks_lapse_and_fence(&*make()).await;
+    tasks_exclusive_claims(make()).await;
+    tasks_wake_the_run(&*make()).await;
+    tasks_closed_and_reopened(&*make()).await;
+}
+
+fn names(workflows: &[&str]) -> Vec<String> {
+    workflows.iter().map(|w| (*w).to_owned()).collect()
+}
+
+/// Commits a batch of one `Requested` per node at `seq` with a task opened for each.
+async fn open_tasks(store: &dyn Store, lease: &Lease, seq: u64, nodes: &[(u32, u32)]) -> u64 {
+    let mut batch = Batch::new(lease, seq, LONG);
+    for (i, &(node, attempt)) in nodes.iter().enumerate() {
+        let mut requested = event(seq + i as u64, "Requested", Some(node));
+        requested.attempt = attempt;
+        batch.events.push(requested);
+        batch.tasks.push(TaskChange::Open { node, attempt });
+    }
+    let end = batch.end_seq();
+    assert_eq!(
+        commit(store, batch).await,
+        Ok(Committed::Applied { next_seq: end }),
+        "tasks: opening {nodes:?}"
+    );
+    end
+}
+
+async fn claim(store: &dyn Store, owner: &Owner, workflows: &[&str], limit: u32) -> Vec<TaskClaim> {
+    store
+        .claim_tasks(owner, &names(workflows), limit, LONG)
+        .await
+        .unwrap_or_else(|e| panic!("tasks: claim_tasks by {owner}: {e}"))
+}
+
+fn completed(bytes: &[u8]) -> TaskOutcome {
+    TaskOutcome::Completed {
+        type_name: "Order".into(),
+        bytes: bytes.to_vec(),
+    }
+}
+
+/// A task opened by a batch is claimed once, by a worker that knows its workflow; its
+/// completion stores the outcome and the output, once; the run's next owner sees the result in
+/// `load_run` and `task_results`, and a batch that closes the task removes it.
+pub async fn tasks_claim_and_complete(store: &dyn Store) {
+    let a = Owner::new("a");
+    let b = Owner::new("b");
+    let lease = create(store, "t1", "W", &a).await;
+    let next = open_tasks(store, &lease, 2, &[(1, 1)]).await;
+    assert_eq!(
+        claim(store, &b, &["Other"], 10).await,
+        vec![],
+        "tasks: a worker that does not know the workflow claims nothing"
+    );
+    let claims = claim(store, &b, &["Other", "W"], 10).await;
+    assert_eq!(claims.len(), 1, "tasks: one task to claim: {claims:?}");
+    let task = &claims[0];
+    assert_eq!(
+        (
+            task.run.as_str(),
+            task.workflow.as_str(),
+            task.node,
+            task.attempt
+        ),
+        ("t1", "W", 1, 1),
+        "tasks: the claim names the run, workflow, node and attempt"
+    );
+    assert_eq!(task.owner, b, "tasks: the claim is the claimer's");
+    assert!(!task.lapsed, "tasks: a first claim is not a lapsed one");
+    assert_eq!(
+        claim(store, &a, &["W"], 10).await,
+        vec![],
+        "tasks: a claimed task is not claimed again while its lease holds"
+    );
+    assert_eq!(
+        store
+            .heartbeat_tasks(std::slice::from_ref(task), LONG)
+            .await,
+        Ok(vec![]),
+        "tasks: the holder's heartbeat"
+    );
+    let inputs = store
+        .task_inputs("t1")
+        .await
+        .unwrap_or_else(|e| panic!("tasks: task_inputs: {e}"));
+    assert_eq!(inputs.input, br#"{"id":42}"#.to_vec(), "tasks: the input");
+    assert_eq!(
+        store
+            .complete_task(task, completed(br#"{"total":5}"#))
+            .await,
+        Ok(TaskCommitted::Applied),
+        "tasks: completing a held claim"
+    );
+    assert_eq!(
+        store.complete_task(task, completed(b"{}")).await,
+        Ok(TaskCommitted::Stale),
+        "tasks: completing twice"
+    );
+    let results = store
+        .task_results("t1")
+        .await
+        .unwrap_or_else(|e| panic!("tasks: task_results: {e}"));
+    assert_eq!(
+        results,
+        vec![TaskResult {
+            node: 1,
+            attempt: 1,
+            outcome: completed(br#"{"total":5}"#),
+        }],
+        "tasks: the result, once"
+    );
+    assert_eq!(
+        claim(store, &a, &["W"], 10).await,
+        vec![],
+        "tasks: a done task is not claimed"
+    );
+    let inputs = store
+        .task_inputs("t1")
+        .await
+        .unwrap_or_else(|e| panic!("tasks: task_inputs: {e}"));
+    assert!(
+        inputs
+            .outputs
+            .iter()
+            .any(|o| o.node == 1 && o.bytes == br#"{"total":5}"#.to_vec()),
+        "tasks: the output is stored as the node's: {:?}",
+        inputs.outputs
+    );
+    let loaded = store
+        .load_run("t1", &a, LONG)
+        .await
+        .unwrap_or_else(|e| panic!("tasks: load_run: {e}"));
+    assert_eq!(loaded.tasks, results, "tasks: load_run gives the results");
+    assert!(
+        loaded.outputs.iter().any(|o| o.node == 1),
+        "tasks: load_run gives the output"
+    );
+    let mut taken = Batch::new(&loaded.lease, next, LONG);
+    taken.events = vec![event(next, "Completed", Some(1))];
+    taken.tasks = vec![TaskChange::Close { node: 1 }];
+    assert_eq!(
+        commit(store, taken).await,
+        Ok(Committed::Applied { next_seq: next + 1 }),
+        "tasks: journaling the result"
+    );
+    assert_eq!(
+        store.task_results("t1").await,
+        Ok(vec![]),
+        "tasks: a closed task has no result"
+    );
+    assert!(
+        matches!(
+            store.task_results("nope").await,
+            Err(StoreError::NotFound { .. })
+        ),
+        "tasks: task_results of a missing run"
+    );
+    assert!(
+        matches!(
+            store.task_inputs("nope").await,
+            Err(StoreError::NotFound { .. })
+        ),
+        "tasks: task_inputs of a missing run"
+    );
+}
+
+/// A claim whose lease lapsed is taken over with the same attempt and a new version; the
+/// former holder's heartbeat reports it lost and its completion writes nothing.
+pub async fn tasks_lapse_and_fence(store: &dyn Store) {
+    let a = Owner::new("a");
+    let b = Owner::new("b");
+    let lease = create(store, "t2", "W", &a).await;
+    open_tasks(store, &lease, 2, &[(1, 1)]).await;
+    let first = store
+        .claim_tasks(&a, &names(&["W"]), 1, Duration::from_millis(20))
+        .await
+        .unwrap_or_else(|e| panic!("tasks: claim: {e}"));
+    assert_eq!(first.len(), 1, "tasks: one claim");
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let second = claim(store, &b, &["W"], 1).await;
+    assert_eq!(second.len(), 1, "tasks: a lapsed claim is claimed again");
+    assert!(second[0].lapsed, "tasks: the new claim says it lapsed");
+    assert_eq!(
+        second[0].attempt, first[0].attempt,
+        "tasks: the same attempt (the same idempotency key)"
+    );
+    assert!(
+        second[0].version > first[0].version,
+        "tasks: a new version fences the former holder"
+    );
+    assert_eq!(
+        store.heartbeat_tasks(&first, LONG).await,
+        Ok(first.clone()),
+        "tasks: the former holder's heartbeat reports the claim lost"
+    );
+    assert_eq!(
+        store.complete_task(&first[0], completed(b"1")).await,
+        Ok(TaskCommitted::Stale),
+        "tasks: the former holder's completion"
+    );
+    assert_eq!(
+        store.task_results("t2").await,
+        Ok(vec![]),
+        "tasks: a stale completion wrote nothing"
+    );
+    let inputs = store
+        .task_inputs("t2")
+        .await
+        .unwrap_or_else(|e| panic!("tasks: task_inputs: {e}"));
+    assert!(
+        inputs.outputs.iter().all(|o| o.node != 1),
+        "tasks: a stale completion stored no output"
+    );
+    let failed = TaskOutcome::Failed {
+        error: "card declined".into(),
+    };
+    assert_eq!(
+        store.complete_task(&second[0], failed.clone()).await,
+        Ok(TaskCommitted::Applied),
+        "tasks: the new holder's completion"
+    );
+    assert_eq!(
+        store.task_results("t2").await,
+        Ok(vec![TaskResult {
+            node: 1,
+            attempt: 1,
+            outcome: failed
+        }]),
+        "tasks: a failure is a result too"
+    );
+}
+
+/// Eight workers claiming at once never get one task twice, and together get them all.
+pub async fn tasks_exclusive_claims(store: Arc<dyn Store>) {
+    let a = Owner::new("a");
+    let lease = create(&*store, "t3", "W", &a).await;
+    let nodes: Vec<(u32, u32)> = (0..40).map(|n| (n, 1)).collect();
+    open_tasks(&*store, &lease, 2, &nodes).await;
+    let mut workers = Vec::new();
+    for w in 0..8 {
+        let store = Arc::clone(&store);
+        workers.push(tokio::spawn(async move {
+            let owner = Owner::new(format!("w{w}"));
+            let mut mine = Vec::new();
+            loop {
+                let claims = claim(&*store, &owner, &["W"], 3).await;
+                if claims.is_empty() {
+                    return mine;
+                }
+                mine.extend(claims.into_iter().map(|c| c.node));
+                tokio::task::yield_now().await;
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for worker in workers {
+        all.extend(
+            worker
+                .await
+                .unwrap_or_else(|e| panic!("tasks: a claimer: {e}")),
+        );
+    }
+    all.sort_unstable();
+    assert_eq!(
+        all,
+        (0..40).collect::<Vec<u32>>(),
+        "tasks: every task claimed exactly once"
+    );
+}
+
+/// A completion makes the run due, even one unloaded (`waiting`) after the completion.
+pub async fn tasks_wake_the_run(store: &dyn Store) {
+    let a = Owner::new("a");
+    let b = Owner::new("b");
+    let lease = create(store, "t4", "W", &a).await;
+    let next = open_tasks(store, &lease, 2, &[(1, 1)]).await;
+    let claims = claim(store, &b, &["W"], 1).await;
+    assert_eq!(
+        store.complete_task(&claims[0], completed(b"7")).await,
+        Ok(TaskCommitted::Applied),
+        "tasks: completing"
+    );
+    // The run's owner unloads it after the completion: it must stay due.
+    let mut unload = Batch::new(&lease, next, LONG);
+    unload.status = Some(RunStatus::Waiting);
+    assert_eq!(
+        commit(store, unload).await,
+        Ok(Committed::Applied { next_seq: next }),
+        "tasks: unloading"
+    );
+    assert_eq!(
+        store.release(&a, std::slice::from_ref(&lease)).await,
+        Ok(()),
+        "tasks: release"
+    );
+    let due = store
+        .due_runs(&names(&["W"]), 10)
+        .await
+        .unwrap_or_else(|e| panic!("tasks: due_runs: {e}"));
+    assert_eq!(
+        due.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        vec!["t4"],
+        "tasks: a waiting run with a done task is due"
+    );
+    assert_eq!(
+        store.due_runs(&names(&["Other"]), 10).await,
+        Ok(vec![]),
+        "tasks: due_runs keeps to the workflows asked for"
+    );
+}
+
+/// Closing a running task takes the claim away; a task opened again for the next attempt
+/// replaces the node's task; a batch that ends the run removes its tasks.
+pub async fn tasks_closed_and_reopened(store: &dyn Store) {
+    let a = Owner::new("a");
+    let b = Owner::new("b");
+    let lease = create(store, "t5", "W", &a).await;
+    let next = open_tasks(store, &lease, 2, &[(0, 1), (1, 1)]).await;
+    let claims = claim(store, &b, &["W"], 10).await;
+    assert_eq!(claims.len(), 2, "tasks: two claims");
+    let mut close = Batch::new(&lease, next, LONG);
+    close.events = vec![event(next, "TimedOut", Some(0))];
+    close.tasks = vec![TaskChange::Close { node: 0 }];
+    let next = next + 1;
+    assert_eq!(
+        commit(store, close).await,
+        Ok(Committed::Applied { next_seq: next }),
+        "tasks: closing a running task"
+    );
+    let task0 = claims
+        .iter()
+        .find(|c| c.node == 0)
+        .unwrap_or_else(|| panic!("tasks: node 0 claimed: {claims:?}"));
+    assert_eq!(
+        store
+            .heartbeat_tasks(std::slice::from_ref(task0), LONG)
+            .await,
+        Ok(vec![task0.clone()]),
+        "tasks: a closed task's claim is lost"
+    );
+    assert_eq!(
+        store.complete_task(task0, completed(b"0")).await,
+        Ok(TaskCommitted::Stale),
+        "tasks: completing a closed task"
+    );
+    let next = open_tasks(store, &lease, next, &[(0, 2)]).await;
+    let again = claim(store, &b, &["W"], 10).await;
+    assert_eq!(
+        again
+            .iter()
+            .map(|c| (c.node, c.attempt))
+            .collect::<Vec<_>>(),
+        vec![(0, 2)],
+        "tasks: the reopened task, for the next attempt"
+    );
+    let mut end = Batch::new(&lease, next, LONG);
+    end.events = vec![event(next, "RunFinished", None)];
+    end.status = Some(RunStatus::Failed);
+    end.end = Some(RunEnd {
+        result: None,
+        error: Some("gave up".into()),
+    });
+    assert_eq!(
+        commit(store, end).await,
+        Ok(Committed::Applied { next_seq: next + 1 }),
+        "tasks: ending the run"
+    );
+    let rest: Vec<TaskClaim> = again.into_iter().chain(claims).collect();
+    assert_eq!(
+        store
+            .heartbeat_tasks(&rest, LONG)
+            .await
+            .map(|lost| lost.len()),
+        Ok(rest.len()),
+        "tasks: an ended run's claims are all lost"
+    );
+    assert_eq!(
+        store.task_results("t5").await,
+        Ok(vec![]),
+        "tasks: an ended run has no tasks"
+    );
 }

@@ -102,6 +102,20 @@ pub enum StoreError {
     },
     /// The store is closed (its writer stopped); nothing was written.
     Closed,
+    /// The database cannot be reached (refused, reset, timed out); nothing was written, or the
+    /// request is idempotent and may be sent again. Workers retry with backoff.
+    Unreachable {
+        /// Where the store is (`"127.0.0.1:5432/flow"`, no password).
+        at: String,
+        /// What failed.
+        why: String,
+    },
+    /// The store does not offer what was asked (a store of one process has
+    /// no tasks for other processes).
+    Unsupported {
+        /// What was asked (`"claim_tasks"`).
+        what: &'static str,
+    },
     /// Any other failure of the storage, with what was being done.
     Io {
         /// What the store was doing (`"committing a batch of run order-42"`).
@@ -125,7 +139,10 @@ impl StoreError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            StoreError::Busy { .. } | StoreError::Locked { .. } | StoreError::Full { .. }
+            StoreError::Busy { .. }
+                | StoreError::Locked { .. }
+                | StoreError::Full { .. }
+                | StoreError::Unreachable { .. }
         )
     }
 }
@@ -195,6 +212,15 @@ impl fmt::Display for StoreError {
                 path.display()
             ),
             StoreError::Closed => f.write_str("the store is closed"),
+            StoreError::Unreachable { at, why } => {
+                write!(f, "the store at `{at}` cannot be reached: {why}")
+            }
+            StoreError::Unsupported { what } => {
+                write!(
+                    f,
+                    "this store does not support `{what}` (it serves one process)"
+                )
+            }
             StoreError::Io { context, source } => write!(f, "{context}: {source}"),
         }
     }
@@ -278,6 +304,8 @@ impl PartialEq for StoreError {
                 },
             ) => (a, b, c) == (x, y, z),
             (Closed, Closed) => true,
+            (Unreachable { at: a, why: b }, Unreachable { at: x, why: y }) => (a, b) == (x, y),
+            (Unsupported { what: a }, Unsupported { what: b }) => a == b,
             (
                 Io {
                     context: a,

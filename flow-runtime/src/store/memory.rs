@@ -8,8 +8,8 @@ use std::time::Duration;
 use super::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner, RunEnd,
     RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, Store, StoreError, StoreFuture,
-    StoredEvent, StoredOutput, StoredSignal, StoredTimer, TimerChange, TimerKey, WaitChange,
-    due_after, now_ms,
+    StoredEvent, StoredOutput, StoredSignal, StoredTimer, TaskChange, TaskClaim, TaskCommitted,
+    TaskInputs, TaskOutcome, TaskResult, TimerChange, TimerKey, WaitChange, due_after, now_ms,
 };
 
 /// A [`Store`] in memory: everything a durable run stores, lost with the process. Cheap to
@@ -33,6 +33,25 @@ struct State {
     /// Every signal sent, by id, with whether it was consumed.
     signals: BTreeMap<u64, (StoredSignal, bool)>,
     next_signal: u64,
+    /// The tasks of distributed runs, by (run, node).
+    tasks: BTreeMap<(String, u32), TaskRow>,
+    /// The order tasks were opened in (claims take the oldest first).
+    next_task: u64,
+}
+
+#[derive(Debug)]
+struct TaskRow {
+    attempt: u32,
+    version: u64,
+    opened: u64,
+    state: TaskState,
+}
+
+#[derive(Debug)]
+enum TaskState {
+    Ready,
+    Running { owner: Owner, until: u64 },
+    Done { outcome: TaskOutcome, at: u64 },
 }
 
 #[derive(Debug)]
@@ -94,10 +113,20 @@ impl State {
             .into_iter()
             .find(|s| row.waits.values().any(|name| *name == s.name))
             .map(|s| s.sent_ms);
-        match (timer, signal) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let task = self
+            .tasks
+            .range((run.to_owned(), 0)..=(run.to_owned(), u32::MAX))
+            .filter_map(|(_, task)| match task.state {
+                TaskState::Done { at, .. } => Some(at),
+                _ => None,
+            })
+            .min();
+        [timer, signal, task].into_iter().flatten().min()
+    }
+
+    fn task_range(&self, run: &str) -> impl Iterator<Item = (&(String, u32), &TaskRow)> {
+        self.tasks
+            .range((run.to_owned(), 0)..=(run.to_owned(), u32::MAX))
     }
 
     fn create(&mut self, run: NewRun) -> Result<Created, StoreError> {
@@ -167,6 +196,7 @@ impl State {
     fn load(&mut self, run: &str, owner: &Owner, lease: Duration) -> Result<Loaded, StoreError> {
         let now = now_ms();
         let signals = self.open_signals(run, 0);
+        let tasks = self.results(run);
         let row = self.runs.get_mut(run).ok_or_else(|| not_found(run))?;
         if let (Some(holder), Some(until)) = (&row.summary.owner, row.summary.lease_until_ms)
             && holder != owner.as_str()
@@ -210,6 +240,7 @@ impl State {
                 .map(|((node, instance), name)| (*node, instance.clone(), name.clone()))
                 .collect(),
             signals,
+            tasks,
             end: row.end.clone(),
             now_ms: now,
         })
@@ -274,13 +305,38 @@ impl State {
         if let Some(status) = batch.status {
             row.summary.status = status;
         }
-        if batch.end.is_some() {
+        let ended = batch.end.is_some();
+        if ended {
             row.end = batch.end;
         }
         row.summary.next_seq = row.events.len() as u64;
         row.summary.lease_until_ms = Some(due_after(now, batch.lease));
         row.summary.updated_ms = now;
         let next_seq = row.summary.next_seq;
+        for change in batch.tasks {
+            match change {
+                TaskChange::Open { node, attempt } => {
+                    self.next_task += 1;
+                    let version = self
+                        .tasks
+                        .get(&(run.clone(), node))
+                        .map_or(0, |task| task.version);
+                    let task = TaskRow {
+                        attempt,
+                        version: version + 1,
+                        opened: self.next_task,
+                        state: TaskState::Ready,
+                    };
+                    self.tasks.insert((run.clone(), node), task);
+                }
+                TaskChange::Close { node } => {
+                    self.tasks.remove(&(run.clone(), node));
+                }
+            }
+        }
+        if ended {
+            self.tasks.retain(|(r, _), _| *r != run);
+        }
         self.set_wake(&run);
         Ok(Committed::Applied { next_seq })
     }
@@ -310,6 +366,110 @@ impl State {
     }
 }
 
+impl State {
+    fn results(&self, run: &str) -> Vec<TaskResult> {
+        self.task_range(run)
+            .filter_map(|((_, node), task)| match &task.state {
+                TaskState::Done { outcome, .. } => Some(TaskResult {
+                    node: *node,
+                    attempt: task.attempt,
+                    outcome: outcome.clone(),
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn claim(
+        &mut self,
+        owner: &Owner,
+        workflows: &[String],
+        limit: u32,
+        lease: Duration,
+    ) -> Vec<TaskClaim> {
+        let now = now_ms();
+        let until = due_after(now, lease);
+        let mut free: Vec<(u64, String, u32)> = self
+            .tasks
+            .iter()
+            .filter(|(_, task)| match &task.state {
+                TaskState::Ready => true,
+                TaskState::Running { until, .. } => *until <= now,
+                TaskState::Done { .. } => false,
+            })
+            .filter(|((run, _), _)| {
+                self.runs.get(run).is_some_and(|row| {
+                    !row.summary.status.is_finished() && workflows.contains(&row.summary.workflow)
+                })
+            })
+            .map(|((run, node), task)| (task.opened, run.clone(), *node))
+            .collect();
+        free.sort_unstable();
+        free.truncate(limit as usize);
+        let mut claims = Vec::with_capacity(free.len());
+        for (_, run, node) in free {
+            let workflow = self
+                .runs
+                .get(&run)
+                .map_or_else(String::new, |row| row.summary.workflow.clone());
+            let Some(task) = self.tasks.get_mut(&(run.clone(), node)) else {
+                continue;
+            };
+            let lapsed = matches!(task.state, TaskState::Running { .. });
+            task.version += 1;
+            task.state = TaskState::Running {
+                owner: owner.clone(),
+                until,
+            };
+            claims.push(TaskClaim {
+                run,
+                workflow,
+                node,
+                attempt: task.attempt,
+                owner: owner.clone(),
+                version: task.version,
+                until_ms: until,
+                lapsed,
+            });
+        }
+        claims
+    }
+
+    /// The task of `claim`, if the claim is still its own.
+    fn held(&mut self, claim: &TaskClaim) -> Option<&mut TaskRow> {
+        let task = self.tasks.get_mut(&(claim.run.clone(), claim.node))?;
+        let mine = task.version == claim.version
+            && matches!(&task.state, TaskState::Running { owner, .. } if *owner == claim.owner);
+        mine.then_some(task)
+    }
+
+    fn complete(&mut self, claim: &TaskClaim, outcome: TaskOutcome) -> TaskCommitted {
+        let now = now_ms();
+        let Some(task) = self.held(claim) else {
+            return TaskCommitted::Stale;
+        };
+        task.version += 1;
+        task.state = TaskState::Done {
+            outcome: outcome.clone(),
+            at: now,
+        };
+        if let (TaskOutcome::Completed { type_name, bytes }, Some(row)) =
+            (outcome, self.runs.get_mut(&claim.run))
+        {
+            let output = StoredOutput {
+                node: claim.node,
+                instance: String::new(),
+                type_name,
+                bytes,
+            };
+            row.outputs.insert((claim.node, String::new()), output);
+            row.summary.updated_ms = now;
+        }
+        self.set_wake(&claim.run);
+        TaskCommitted::Applied
+    }
+}
+
 fn apply_timers(timers: &mut BTreeMap<TimerKey, u64>, changes: Vec<TimerChange>, now: u64) {
     for change in changes {
         match change {
@@ -326,6 +486,58 @@ fn apply_timers(timers: &mut BTreeMap<TimerKey, u64>, changes: Vec<TimerChange>,
 impl Store for MemoryStore {
     fn create_run(&self, run: NewRun) -> StoreFuture<'_, Created> {
         ready(self.state().create(run))
+    }
+
+    fn claim_tasks<'a>(
+        &'a self,
+        owner: &'a Owner,
+        workflows: &'a [String],
+        limit: u32,
+        lease: Duration,
+    ) -> StoreFuture<'a, Vec<TaskClaim>> {
+        ready(Ok(self.state().claim(owner, workflows, limit, lease)))
+    }
+
+    fn heartbeat_tasks<'a>(
+        &'a self,
+        held: &'a [TaskClaim],
+        lease: Duration,
+    ) -> StoreFuture<'a, Vec<TaskClaim>> {
+        let mut state = self.state();
+        let until = due_after(now_ms(), lease);
+        let mut lost = Vec::new();
+        for claim in held {
+            match state.held(claim) {
+                Some(task) => {
+                    if let TaskState::Running { until: u, .. } = &mut task.state {
+                        *u = until;
+                    }
+                }
+                None => lost.push(claim.clone()),
+            }
+        }
+        ready(Ok(lost))
+    }
+
+    fn complete_task<'a>(
+        &'a self,
+        claim: &'a TaskClaim,
+        outcome: TaskOutcome,
+    ) -> StoreFuture<'a, TaskCommitted> {
+        ready(Ok(self.state().complete(claim, outcome)))
+    }
+
+    fn task_results<'a>(&'a self, run: &'a str) -> StoreFuture<'a, Vec<TaskResult>> {
+        let state = self.state();
+        ready(state.row(run).map(|_| state.results(run)))
+    }
+
+    fn task_inputs<'a>(&'a self, run: &'a str) -> StoreFuture<'a, TaskInputs> {
+        let state = self.state();
+        ready(state.row(run).map(|row| TaskInputs {
+            input: row.input.clone(),
+            outputs: row.outputs.values().cloned().collect(),
+        }))
     }
 
     fn load_run<'a>(
@@ -441,6 +653,12 @@ impl Store for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn memory_store_passes_the_tasks_contract() {
+        super::super::contract::distributed(|| Arc::new(MemoryStore::new()) as Arc<dyn Store>)
+            .await;
+    }
 
     #[tokio::test]
     async fn memory_store_passes_the_contract_suite() {

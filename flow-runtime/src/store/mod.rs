@@ -52,6 +52,7 @@
 mod error;
 mod event;
 mod memory;
+mod task;
 
 #[cfg(any(test, feature = "store-tests"))]
 pub mod contract;
@@ -67,6 +68,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub use error::StoreError;
 pub use event::{StoredEvent, StoredPath, StoredStep};
 pub use memory::MemoryStore;
+pub use task::{
+    TASK_LEASE, TaskChange, TaskClaim, TaskCommitted, TaskInputs, TaskOutcome, TaskResult,
+};
 
 /// What every [`Store`] method returns: a boxed `Send` future of the store's answer.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
@@ -115,8 +119,9 @@ pub trait Store: Send + Sync + 'static {
     /// 6. `batch.first_seq` is the run's next sequence number ([`StoreError::Conflict`]);
     /// 7. every signal it consumes is the run's and still open ([`StoreError::SignalTaken`]).
     ///
-    /// Then it stores the events, outputs, timer changes, signal consumptions, waits, status
-    /// and end, and extends the lease by `batch.lease`.
+    /// Then it stores the events, outputs, timer changes, signal consumptions, waits, task
+    /// changes, status and end, and extends the lease by `batch.lease`. A batch that ends the
+    /// run removes all its tasks.
     fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed>;
 
     /// The timers of unfinished runs due within `horizon` of the store's clock, earliest first
@@ -146,6 +151,112 @@ pub trait Store: Send + Sync + 'static {
     /// Gives up the leases of `held` that `owner` still holds, so that another owner may load
     /// those runs at once.
     fn release<'a>(&'a self, owner: &'a Owner, held: &'a [Lease]) -> StoreFuture<'a, ()>;
+
+    /// The unfinished runs of `workflows` a worker may pick up now, by the store's clock,
+    /// oldest first, at most `limit`: no lease holds them (none, or it expired), and a
+    /// `waiting` run is due (its wake-up time has come).
+    ///
+    /// The default lists the runs and compares with this process's clock: right for a store
+    /// of one machine. A store shared by machines answers by its own clock.
+    fn due_runs<'a>(
+        &'a self,
+        workflows: &'a [String],
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<RunSummary>> {
+        Box::pin(async move {
+            let filter = RunFilter {
+                workflow: None,
+                statuses: vec![
+                    RunStatus::Running,
+                    RunStatus::Waiting,
+                    RunStatus::Compensating,
+                ],
+                limit: None,
+            };
+            let now = now_ms();
+            let runs = self.list_runs(&filter).await?;
+            Ok(runs
+                .into_iter()
+                .filter(|run| run.is_due(now) && workflows.contains(&run.workflow))
+                .take(limit as usize)
+                .collect())
+        })
+    }
+
+    // -- tasks: the operations of distributed runs, executed by any worker (`task.rs`) -----
+
+    /// Claims up to `limit` tasks of unfinished runs of `workflows` for `owner`, each for
+    /// `lease`: tasks nobody holds, and tasks whose claim lapsed (re-claimed with the same
+    /// attempt, [`TaskClaim::lapsed`]). Each claim is a compare-and-set on the task's version,
+    /// so two workers never hold one task. Oldest tasks first.
+    ///
+    /// The default is [`StoreError::Unsupported`]: a store of one process has no tasks.
+    fn claim_tasks<'a>(
+        &'a self,
+        owner: &'a Owner,
+        workflows: &'a [String],
+        limit: u32,
+        lease: Duration,
+    ) -> StoreFuture<'a, Vec<TaskClaim>> {
+        let _ = (owner, workflows, limit, lease);
+        Box::pin(std::future::ready(Err(StoreError::Unsupported {
+            what: "claim_tasks",
+        })))
+    }
+
+    /// Extends the claims of `held` still held (same version and owner) by `lease`; returns
+    /// those lost, whose execution the worker stops.
+    ///
+    /// The default is [`StoreError::Unsupported`].
+    fn heartbeat_tasks<'a>(
+        &'a self,
+        held: &'a [TaskClaim],
+        lease: Duration,
+    ) -> StoreFuture<'a, Vec<TaskClaim>> {
+        let _ = (held, lease);
+        Box::pin(std::future::ready(Err(StoreError::Unsupported {
+            what: "heartbeat_tasks",
+        })))
+    }
+
+    /// Stores the outcome of a claimed task, in one transaction, if the claim is still the
+    /// task's (same version and owner, still running; its lease may have lapsed as long as
+    /// nobody claimed it since): the task becomes done with its outcome, a completed one's
+    /// output is stored as the node's, and the run becomes due (`wake_at_ms` = now). Else
+    /// [`TaskCommitted::Stale`] and nothing is written.
+    ///
+    /// The default is [`StoreError::Unsupported`].
+    fn complete_task<'a>(
+        &'a self,
+        claim: &'a TaskClaim,
+        outcome: TaskOutcome,
+    ) -> StoreFuture<'a, TaskCommitted> {
+        let _ = (claim, outcome);
+        Box::pin(std::future::ready(Err(StoreError::Unsupported {
+            what: "complete_task",
+        })))
+    }
+
+    /// The done tasks of `run` (outcomes its journal has not taken yet), by node.
+    ///
+    /// The default is [`StoreError::Unsupported`].
+    fn task_results<'a>(&'a self, run: &'a str) -> StoreFuture<'a, Vec<TaskResult>> {
+        let _ = run;
+        Box::pin(std::future::ready(Err(StoreError::Unsupported {
+            what: "task_results",
+        })))
+    }
+
+    /// What executing a task of `run` needs: its parameters and stored outputs.
+    /// [`StoreError::NotFound`] when the run does not exist.
+    ///
+    /// The default is [`StoreError::Unsupported`].
+    fn task_inputs<'a>(&'a self, run: &'a str) -> StoreFuture<'a, TaskInputs> {
+        let _ = run;
+        Box::pin(std::future::ready(Err(StoreError::Unsupported {
+            what: "task_inputs",
+        })))
+    }
 }
 
 /// Who holds a lease: one per process (or per worker), made once.
@@ -408,6 +519,20 @@ pub struct RunSummary {
     pub updated_ms: u64,
 }
 
+impl RunSummary {
+    /// Whether a worker may pick the run up at `now` (ms since the Unix epoch): it is not
+    /// finished, no owner holds a lease on it that has not expired, and, for a `waiting` run
+    /// (one that nothing drives until a timer, a signal or a task's completion), its wake-up
+    /// time has come. A `running` or `compensating` run was stopped while it ran: its timers
+    /// are not what it waits for.
+    pub fn is_due(&self, now: u64) -> bool {
+        let awake =
+            self.status != RunStatus::Waiting || self.wake_at_ms.is_some_and(|at| at <= now);
+        let free = self.owner.is_none() || self.lease_until_ms.is_none_or(|until| until <= now);
+        !self.status.is_finished() && awake && free
+    }
+}
+
 /// Which runs [`Store::list_runs`] answers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunFilter {
@@ -652,6 +777,8 @@ pub struct Batch {
     pub waits: Vec<WaitChange>,
     /// Signals consumed, by id: marked consumed by this batch, exactly once.
     pub consumed: Vec<u64>,
+    /// Tasks opened and closed (distributed runs only), applied in order.
+    pub tasks: Vec<TaskChange>,
     /// The run's new status, if it changes.
     pub status: Option<RunStatus>,
     /// How the run ended, with its final status.
@@ -673,6 +800,7 @@ impl Batch {
             timers: Vec::new(),
             waits: Vec::new(),
             consumed: Vec::new(),
+            tasks: Vec::new(),
             status: None,
             end: None,
         }
@@ -817,6 +945,8 @@ pub struct Loaded {
     pub waits: Vec<(u32, String, String)>,
     /// Its unconsumed signals, in the order they were sent.
     pub signals: Vec<StoredSignal>,
+    /// The done tasks whose outcome the journal has not taken yet (distributed runs), by node.
+    pub tasks: Vec<TaskResult>,
     /// How it ended, if it did.
     pub end: Option<RunEnd>,
     /// The store's clock when it was loaded, in ms since the Unix epoch (for remaining backoffs

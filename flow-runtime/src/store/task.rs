@@ -1,0 +1,110 @@
+//! Tasks: the attempts of a distributed run's operations, which any worker process may claim,
+//! execute and complete (`Store::claim_tasks`, `Store::complete_task`).
+//!
+//! A distributed run is still *decided* by one owner at a time, the holder of its lease, which
+//! replays its journal and commits its batches as any durable run does: that is what makes a
+//! join fire exactly once (the run's row is the one conditionally updated row every decision
+//! goes through). What it does not do is execute its operations: the batch with an
+//! operation's `Requested` opens a task ([`TaskChange::Open`]); a worker claims it by a
+//! compare-and-set on the task's version, executes the attempt with its idempotency key, and
+//! completes it in one transaction that stores the outcome (and the output) and makes the run
+//! due; the run's next owner journals the outcome and closes the task
+//! ([`TaskChange::Close`]).
+
+use std::time::Duration;
+
+use super::{Owner, StoredOutput};
+
+/// A change to a distributed run's tasks, committed with a [`Batch`](super::Batch).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskChange {
+    /// Opens a task for an attempt of `node`, ready to be claimed at once. Replaces a task the
+    /// node had.
+    Open {
+        /// The node.
+        node: u32,
+        /// The attempt (1 for the first), the same in its idempotency key.
+        attempt: u32,
+    },
+    /// Removes `node`'s task: its outcome is journaled, or the attempt was given up (a
+    /// timeout, a cancellation). A worker still executing it loses its claim: its heartbeat
+    /// reports it lost and its completion is [`TaskCommitted::Stale`].
+    Close {
+        /// The node.
+        node: u32,
+    },
+}
+
+/// A task claimed by a worker: the right to execute one attempt of one node, fenced by the
+/// task's version (claiming it again, after the lease lapsed, makes a new version).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskClaim {
+    /// The run.
+    pub run: String,
+    /// The run's workflow.
+    pub workflow: String,
+    /// The node.
+    pub node: u32,
+    /// The attempt: the same when a lapsed claim is taken over, so the idempotency key is too.
+    pub attempt: u32,
+    /// Who holds the claim.
+    pub owner: Owner,
+    /// The task's version when it was claimed: the fencing token.
+    pub version: u64,
+    /// When the claim lapses unless renewed, in ms since the Unix epoch (the store's clock).
+    pub until_ms: u64,
+    /// The task was claimed before by a worker whose lease lapsed (it died or stalled): this
+    /// is a re-execution of the same attempt.
+    pub lapsed: bool,
+}
+
+/// How an executed attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskOutcome {
+    /// It succeeded with this output (JSON; empty for a node without output).
+    Completed {
+        /// The output's Rust type, as journaled outputs record it.
+        type_name: String,
+        /// The output's JSON.
+        bytes: Vec<u8>,
+    },
+    /// It failed with this error (its message).
+    Failed {
+        /// The error's message.
+        error: String,
+    },
+}
+
+/// A completed task, not yet journaled by the run (in [`Loaded::tasks`](super::Loaded)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskResult {
+    /// The node.
+    pub node: u32,
+    /// The attempt that ended.
+    pub attempt: u32,
+    /// How it ended.
+    pub outcome: TaskOutcome,
+}
+
+/// The answer of [`Store::complete_task`](super::Store::complete_task).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskCommitted {
+    /// The outcome is stored and the run is due.
+    Applied,
+    /// The claim was no longer the task's (its lease lapsed and another worker claimed it, or
+    /// the run closed the task): nothing was written.
+    Stale,
+}
+
+/// What a worker needs to execute a task: the run's parameters and the outputs of its
+/// completed nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskInputs {
+    /// The run's stored parameters (JSON).
+    pub input: Vec<u8>,
+    /// The outputs stored so far.
+    pub outputs: Vec<StoredOutput>,
+}
+
+/// The lease of a task claim by default: a worker heartbeats every third of it.
+pub const TASK_LEASE: Duration = Duration::from_secs(30);

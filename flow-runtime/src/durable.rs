@@ -31,7 +31,8 @@ use crate::runner::{Runner, Workflow};
 use crate::slot::Slot;
 use crate::store::{
     Created, Lease, Loaded, NewRun, NodeRow, Owner, RunFilter, RunStatus, Store, StoreError,
-    StoredEvent, StoredSignal, StoredTimer, TimerChange, TimerKey, TimerKind, fnv1a,
+    StoredEvent, StoredSignal, StoredTimer, TaskClaim, TaskOutcome, TaskResult, TimerChange,
+    TimerKey, TimerKind, fnv1a,
 };
 
 mod signals;
@@ -554,6 +555,24 @@ pub(crate) struct JournalSetup {
     pub(crate) waiting: bool,
     /// The run was unloaded, with its wake-up time (`Ended::Unloaded`).
     pub(crate) unloaded: Mutex<Option<Option<u64>>>,
+    /// The run is distributed: its operations are tasks for any worker
+    /// ([`DurableRunner::distributed`]).
+    pub(crate) distributed: bool,
+    /// A distributed run is unloaded as soon as it only waits for tasks.
+    pub(crate) unload_tasks: bool,
+    /// The done tasks loaded with the run, whose outcomes it has not journaled yet.
+    pub(crate) tasks: Vec<TaskResult>,
+    /// Executing one task (a worker's side, `scheduler/remote.rs`): the run only restores the
+    /// stored outputs and runs this attempt; nothing is journaled.
+    pub(crate) task: Option<TaskExec>,
+}
+
+/// The task a worker executes, and its outcome once the attempt has ended.
+#[derive(Debug)]
+pub(crate) struct TaskExec {
+    pub(crate) node: u32,
+    pub(crate) attempt: u32,
+    pub(crate) outcome: Mutex<Option<TaskOutcome>>,
 }
 
 impl JournalSetup {
@@ -619,6 +638,7 @@ pub struct DurableRunner<W> {
     id: String,
     owner: Owner,
     signal_poll: Duration,
+    distributed: bool,
     workflow: PhantomData<fn() -> W>,
 }
 
@@ -638,6 +658,7 @@ impl<W: DurableWorkflow> Runner<W> {
             id: id.into(),
             owner: Owner::process(),
             signal_poll: SIGNAL_POLL,
+            distributed: false,
             workflow: PhantomData,
         }
     }
@@ -667,8 +688,36 @@ impl<W: DurableWorkflow> DurableRunner<W> {
         input: W::Stored,
     ) -> impl Future<Output = Result<Outcome<W::Output>, DurableError>> {
         Then::First {
-            first: self.prepare(input, None),
+            first: self.prepare(input, None, false),
             next: Some(drive::<W, Outcome<W::Output>>),
+        }
+    }
+
+    /// Makes the run *distributed*: its operations are executed by whichever
+    /// [`Worker`](crate::worker::Worker) claims them (in any process sharing the store), its
+    /// outputs pass through the store, and its decisions (what runs next, joins, retries,
+    /// compensation) are made by the owner of its lease, one at a time. Stored with the run.
+    /// Needs a store shared by processes (`flow-postgres`); see `docs/scale-out.md`.
+    pub fn distributed(mut self) -> Self {
+        self.distributed = true;
+        self
+    }
+
+    /// Starts the run and hands it to the workers: creates it, commits its first decisions
+    /// (its first tasks), and returns [`Ended::Unloaded`] as soon as it only waits for tasks,
+    /// timers or signals. A run that needs no worker (it has no operation) ends here:
+    /// [`Ended::Finished`]. Read a finished run's result with [`resume`].
+    ///
+    /// # Errors
+    ///
+    /// As [`DurableRunner::execute`].
+    pub fn submit(
+        self,
+        input: W::Stored,
+    ) -> impl Future<Output = Result<Ended<W::Output>, DurableError>> {
+        Then::First {
+            first: self.prepare(input, Some(Duration::ZERO), true),
+            next: Some(drive::<W, Ended<W::Output>>),
         }
     }
 
@@ -699,6 +748,7 @@ impl<W: DurableWorkflow> DurableRunner<W> {
         self,
         input: W::Stored,
         unload: Option<Duration>,
+        unload_tasks: bool,
     ) -> Result<Prepared<W>, DurableError> {
         let (graph_hash, nodes) = graph_rows(&W::GRAPH);
         let bytes = serde_json::to_vec(&input).map_err(|error| DurableError::Input {
@@ -716,7 +766,9 @@ impl<W: DurableWorkflow> DurableRunner<W> {
         run.nodes = nodes;
         run.input = bytes;
         run.input_hash = input_hash;
-        run.options = StoredOptions::of(&self.options).to_bytes();
+        let mut stored = StoredOptions::of(&self.options);
+        stored.distributed = self.distributed.then_some(true);
+        run.options = stored.to_bytes();
         if let Some(after) = self.options.deadline {
             run.timers.push(TimerChange::Set {
                 key: run_deadline_key(),
@@ -739,6 +791,10 @@ impl<W: DurableWorkflow> DurableRunner<W> {
                     unload,
                     waiting: false,
                     unloaded: Mutex::new(None),
+                    distributed: self.distributed,
+                    unload_tasks,
+                    tasks: Vec::new(),
+                    task: None,
                 };
                 debug_assert_eq!(next_seq, 0);
                 Ok((self.options, setup, input))
@@ -756,9 +812,14 @@ impl<W: DurableWorkflow> DurableRunner<W> {
                         why: "it was started with another input".to_owned(),
                     });
                 }
-                let mut prepared =
-                    prepare_resume::<W>(self.options, &self.store, &self.id, &self.owner, unload)
-                        .await?;
+                let mut prepared = prepare_resume::<W>(
+                    self.options,
+                    &self.store,
+                    &self.id,
+                    &self.owner,
+                    (unload, unload_tasks),
+                )
+                .await?;
                 prepared.1.signal_poll = self.signal_poll;
                 Ok(prepared)
             }
@@ -796,7 +857,7 @@ impl<W: DurableWorkflow> Unloading<W> {
         input: W::Stored,
     ) -> impl Future<Output = Result<Ended<W::Output>, DurableError>> {
         Then::First {
-            first: self.runner.prepare(input, Some(self.after)),
+            first: self.runner.prepare(input, Some(self.after), true),
             next: Some(drive::<W, Ended<W::Output>>),
         }
     }
@@ -878,6 +939,8 @@ struct StoredOptions {
     fail_fast: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     max_concurrency: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    distributed: Option<bool>,
 }
 
 impl StoredOptions {
@@ -888,6 +951,7 @@ impl StoredOptions {
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             fail_fast: options.failure.map(|f| f == FailurePolicy::FailFast),
             max_concurrency: options.max_concurrency.map(NonZeroUsize::get),
+            distributed: None,
         }
     }
 
@@ -943,7 +1007,7 @@ pub fn resume<W: DurableWorkflow, S: Store + Clone>(
     store: &S,
     id: &str,
 ) -> impl Future<Output = Result<Outcome<W::Output>, DurableError>> + use<W, S> {
-    resume_shaped::<W, S, Outcome<W::Output>>(store, id, None)
+    resume_shaped::<W, S, Outcome<W::Output>>(store, id, (None, false))
 }
 
 /// Resumes run `id` of `W` as [`resume`] does, and unloads it again when every running step
@@ -957,14 +1021,14 @@ pub fn resume_or_unload<W: DurableWorkflow, S: Store + Clone>(
     id: &str,
     after: Duration,
 ) -> impl Future<Output = Result<Ended<W::Output>, DurableError>> + use<W, S> {
-    resume_shaped::<W, S, Ended<W::Output>>(store, id, Some(after))
+    resume_shaped::<W, S, Ended<W::Output>>(store, id, (Some(after), true))
 }
 
 /// [`resume`] or [`resume_or_unload`], as `R` says; never unloaded without `unload`.
 pub(crate) fn resume_shaped<W: DurableWorkflow, S: Store + Clone, R: Shape<W::Output>>(
     store: &S,
     id: &str,
-    unload: Option<Duration>,
+    unload: Unload,
 ) -> impl Future<Output = Result<R, DurableError>> + use<W, S, R> {
     let store: Arc<dyn Store> = Arc::new(store.clone());
     let id = id.to_owned();
@@ -982,6 +1046,80 @@ pub(crate) fn resume_shaped<W: DurableWorkflow, S: Store + Clone, R: Shape<W::Ou
         first,
         next: Some(drive::<W, R>),
     }
+}
+
+/// Executes one claimed task of a distributed run of `W` (a worker's side): restores the
+/// run's stored outputs, runs the task's attempt with its idempotency key, and returns its
+/// outcome. Nothing is journaled; the caller completes the task.
+pub(crate) async fn execute_task<W: DurableWorkflow>(
+    store: Arc<dyn Store>,
+    claim: &TaskClaim,
+) -> Result<TaskOutcome, DurableError> {
+    let inputs = store.task_inputs(&claim.run).await?;
+    let (graph_hash, _) = graph_rows(&W::GRAPH);
+    if inputs.graph_hash != graph_hash {
+        return Err(DurableError::GraphChanged {
+            run: claim.run.clone(),
+            workflow: W::GRAPH.name().to_owned(),
+            // The task does not carry the run's node rows: the run's owner names the changes.
+            changes: Vec::new(),
+        });
+    }
+    let input: W::Stored =
+        serde_json::from_slice(&inputs.input).map_err(|error| DurableError::Input {
+            run: claim.run.clone(),
+            why: error.to_string(),
+        })?;
+    let setup = Arc::new(JournalSetup {
+        store,
+        lease: Lease {
+            run: claim.run.clone(),
+            owner: claim.owner.clone(),
+            version: claim.version,
+            until_ms: claim.until_ms,
+        },
+        extend: Duration::ZERO,
+        events: Vec::new(),
+        outputs: inputs
+            .outputs
+            .into_iter()
+            .filter(|o| o.instance.is_empty())
+            .map(|o| (o.node, o.bytes))
+            .collect(),
+        timers: Vec::new(),
+        now_ms: 0,
+        signals: Vec::new(),
+        signal_poll: SIGNAL_POLL,
+        error: Mutex::new(None),
+        unload: None,
+        waiting: false,
+        unloaded: Mutex::new(None),
+        distributed: true,
+        unload_tasks: false,
+        tasks: Vec::new(),
+        task: Some(TaskExec {
+            node: claim.node,
+            attempt: claim.attempt,
+            outcome: Mutex::new(None),
+        }),
+    });
+    let mut options = RunOptions::default();
+    options.journal = Some(Arc::clone(&setup));
+    let _ = W::__execute::<'static>(options, W::__input::<'static>(input)).await;
+    let outcome = setup.task.as_ref().and_then(|task| {
+        task.outcome
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    });
+    outcome.ok_or_else(|| {
+        DurableError::Store(StoreError::Invalid {
+            why: format!(
+                "task {} of run `{}` ended without an outcome",
+                claim.node, claim.run
+            ),
+        })
+    })
 }
 
 /// Resumes every unfinished run of `W` in `store`, one after the other, oldest first; returns
@@ -1021,6 +1159,10 @@ fn input_hash(bytes: &[u8]) -> u64 {
     }
 }
 
+/// When a run is unloaded: after waiting this long (any wait), and whether a distributed run
+/// is unloaded as soon as it only waits for tasks.
+pub(crate) type Unload = (Option<Duration>, bool);
+
 /// What a durable run starts from: its options, its journal, its parameters.
 type Prepared<W> = (RunOptions, JournalSetup, <W as DurableWorkflow>::Stored);
 
@@ -1029,7 +1171,7 @@ async fn prepare_resume<W: DurableWorkflow>(
     store: &Arc<dyn Store>,
     id: &str,
     owner: &Owner,
-    unload: Option<Duration>,
+    unload: Unload,
 ) -> Result<Prepared<W>, DurableError> {
     let loaded: Loaded = store.load_run(id, owner, LEASE).await?;
     let lease = loaded.lease.clone();
@@ -1048,7 +1190,7 @@ fn check_loaded<W: DurableWorkflow>(
     store: &Arc<dyn Store>,
     id: &str,
     loaded: Loaded,
-    unload: Option<Duration>,
+    (unload, unload_tasks): Unload,
 ) -> Result<Prepared<W>, DurableError> {
     if loaded.run.workflow != W::GRAPH.name() {
         return Err(DurableError::RunExists {
@@ -1069,7 +1211,9 @@ fn check_loaded<W: DurableWorkflow>(
             run: id.to_owned(),
             why: error.to_string(),
         })?;
-    StoredOptions::from_bytes(id, &loaded.options)?.apply(&mut options);
+    let stored = StoredOptions::from_bytes(id, &loaded.options)?;
+    let distributed = stored.distributed == Some(true);
+    stored.apply(&mut options);
     let setup = JournalSetup {
         store: Arc::clone(store),
         lease: loaded.lease,
@@ -1089,6 +1233,10 @@ fn check_loaded<W: DurableWorkflow>(
         unload,
         waiting: loaded.run.status == RunStatus::Waiting,
         unloaded: Mutex::new(None),
+        distributed,
+        unload_tasks,
+        tasks: loaded.tasks,
+        task: None,
     };
     Ok((options, setup, input))
 }

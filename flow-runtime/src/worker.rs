@@ -38,13 +38,35 @@ use std::pin::{Pin, pin};
 use std::task::Poll;
 use std::time::Duration;
 
-use crate::durable::{DurableError, DurableWorkflow, Ended, resume_shaped};
+use std::sync::Arc;
+
+use crate::durable::{DurableError, DurableWorkflow, Ended, execute_task, resume_shaped};
 use crate::report::Outcome;
-use crate::store::{RunFilter, RunStatus, RunSummary, Store, StoreError, now_ms};
+use crate::store::{
+    Owner, RunSummary, Store, StoreError, TASK_LEASE, TaskClaim, TaskCommitted, TaskOutcome,
+};
 
 /// How a worker resumes a run of one registered workflow (unloading it again when it waits
 /// longer than the duration, if one is given).
 type ResumeFn<S> = fn(&S, &str, Option<Duration>) -> Pin<Box<dyn Future<Output = ResumeResult>>>;
+
+/// How a worker executes a task of a distributed run of one registered workflow.
+type ExecuteFn<S> =
+    fn(&S, TaskClaim) -> Pin<Box<dyn Future<Output = Result<TaskOutcome, DurableError>>>>;
+
+/// What the worker knows of one registered workflow.
+struct Registered<S> {
+    resume: ResumeFn<S>,
+    execute: ExecuteFn<S>,
+}
+
+/// The default number of tasks a worker executes at once.
+const MAX_TASKS: usize = 16;
+
+/// The first wait after a store request failed with a retryable error; it doubles up to
+/// [`MAX_BACKOFF`] while the failures go on.
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
 /// A resumed run's result with its output dropped (it is in the store).
 type ResumeResult = Result<Ended<()>, DurableError>;
@@ -61,10 +83,13 @@ const MAX_RUNS: usize = 64;
 #[must_use = "a worker does nothing until `resume_due` or `run` is awaited"]
 pub struct Worker<S> {
     store: S,
-    workflows: HashMap<&'static str, ResumeFn<S>>,
+    workflows: HashMap<&'static str, Registered<S>>,
     interval: Duration,
     max_runs: usize,
     unload: Option<Duration>,
+    max_tasks: usize,
+    task_lease: Duration,
+    owner: Owner,
 }
 
 /// A run the worker resumed, and how it ended.
@@ -101,6 +126,15 @@ pub struct WorkerReport {
     pub unloaded: Vec<Unloaded>,
     /// How many times it looked at the store.
     pub polls: u64,
+    /// Tasks of distributed runs it executed and whose outcome it stored.
+    pub tasks_completed: u64,
+    /// Tasks it executed whose claim it had lost when it tried to store their outcome, or
+    /// while they ran (their lease lapsed and another worker took them, or their run gave
+    /// them up): nothing of them was stored.
+    pub tasks_lost: u64,
+    /// Requests to the store that failed with a retryable error (the database unreachable, a
+    /// busy run): the worker waited (100 ms, doubling up to 10 s) and tried again.
+    pub store_retries: u64,
 }
 
 impl<S: Store + Clone> Worker<S> {
@@ -112,15 +146,41 @@ impl<S: Store + Clone> Worker<S> {
             interval: POLL_INTERVAL,
             max_runs: MAX_RUNS,
             unload: None,
+            max_tasks: MAX_TASKS,
+            task_lease: TASK_LEASE,
+            owner: Owner::process(),
         }
     }
 
     /// Registers `W`: the worker resumes the runs of `W` (by its name, `W::GRAPH.name()`).
     /// Runs of workflows no registered type knows are left alone.
     pub fn register<W: DurableWorkflow>(mut self) -> Worker<S> {
-        self.workflows
-            .insert(W::GRAPH.name(), resume_erased::<W, S> as ResumeFn<S>);
+        let registered = Registered {
+            resume: resume_erased::<W, S> as ResumeFn<S>,
+            execute: execute_erased::<W, S> as ExecuteFn<S>,
+        };
+        self.workflows.insert(W::GRAPH.name(), registered);
         self
+    }
+
+    /// The most tasks of distributed runs the worker executes at once (16 by default; 0: it
+    /// executes none, and only decides runs).
+    pub fn max_tasks(mut self, max: usize) -> Worker<S> {
+        self.max_tasks = max;
+        self
+    }
+
+    /// The lease of each task the worker claims (30 s by default; at least 30 ms): renewed
+    /// every third of it while the task runs; a worker that dies loses its tasks to another
+    /// worker once it lapses.
+    pub fn task_lease(mut self, lease: Duration) -> Worker<S> {
+        self.task_lease = lease.max(Duration::from_millis(30));
+        self
+    }
+
+    /// The name the worker claims runs and tasks under (`"{host}:{pid}:{random}"` by default).
+    pub fn owner(&self) -> &Owner {
+        &self.owner
     }
 
     /// The time between two looks at the store in [`Worker::run`] (500 ms by default; at
@@ -156,33 +216,51 @@ impl<S: Store + Clone> Worker<S> {
     /// The runs the worker would pick up now, oldest first, at most `limit`; `skip` are runs
     /// it drives already.
     async fn due(&self, limit: usize, skip: &[String]) -> Result<Vec<RunSummary>, DurableError> {
-        let filter = RunFilter {
-            workflow: None,
-            statuses: vec![
-                RunStatus::Running,
-                RunStatus::Waiting,
-                RunStatus::Compensating,
-            ],
-            limit: None,
-        };
-        let now = now_ms();
-        let runs = self.store.list_runs(&filter).await?;
+        let names = self.names();
+        let asked = u32::try_from(limit.saturating_add(skip.len())).unwrap_or(u32::MAX);
+        let runs = self.store.due_runs(&names, asked).await?;
         Ok(runs
             .into_iter()
-            .filter(|run| is_due(run, now))
             .filter(|run| self.workflows.contains_key(run.workflow.as_str()))
             .filter(|run| !skip.contains(&run.id))
             .take(limit)
             .collect())
     }
 
+    fn names(&self) -> Vec<String> {
+        self.workflows().into_iter().map(str::to_owned).collect()
+    }
+
+    /// Claims up to `limit` tasks and starts executing them.
+    async fn claim(&self, limit: usize, executing: &mut Vec<Executing>) -> Result<(), StoreError> {
+        let names = self.names();
+        let limit = u32::try_from(limit).unwrap_or(u32::MAX);
+        let claims = self
+            .store
+            .claim_tasks(&self.owner, &names, limit, self.task_lease)
+            .await?;
+        for claim in claims {
+            let Some(registered) = self.workflows.get(claim.workflow.as_str()) else {
+                continue;
+            };
+            let future = execute_and_complete(
+                self.store.clone(),
+                claim.clone(),
+                registered.execute,
+                self.task_lease,
+            );
+            executing.push(Executing { claim, future });
+        }
+        Ok(())
+    }
+
     /// Starts resuming `run`, if its workflow is registered.
     fn start(&self, run: &RunSummary) -> Option<InFlight> {
-        let resume = self.workflows.get(run.workflow.as_str())?;
+        let registered = self.workflows.get(run.workflow.as_str())?;
         Some(InFlight {
             run: run.id.clone(),
             workflow: run.workflow.clone(),
-            future: resume(&self.store, &run.id, self.unload),
+            future: (registered.resume)(&self.store, &run.id, self.unload),
         })
     }
 
@@ -223,27 +301,39 @@ impl<S: Store + Clone> Worker<S> {
     }
 
     /// Looks at the store every [`Worker::poll_interval`] and resumes the runs to pick up,
-    /// driving up to [`Worker::max_runs`] at once, until `shutdown` completes. Then it picks
-    /// up nothing more and returns once the runs it drives have ended or stopped.
+    /// driving up to [`Worker::max_runs`] at once, and claims the tasks of distributed runs,
+    /// executing up to [`Worker::max_tasks`] at once, until `shutdown` completes. Then it
+    /// picks up nothing more and returns once the runs it drives and the tasks it executes
+    /// have ended or stopped.
+    ///
+    /// A distributed run it drives is unloaded as soon as it waits for tasks alone: whichever
+    /// worker is free picks it up when a task completes. A task's claim is renewed every third
+    /// of [`Worker::task_lease`]; a task whose claim is lost is dropped. The worker looks again
+    /// at once after a run or a task of its own ended.
     ///
     /// A run that could not be resumed because of the store ([`DurableError::Store`]: busy,
     /// locked, full, closed, an I/O error) is tried again at a later look; one refused for a
     /// reason a new attempt would meet again (its graph changed, its replay diverged, its input
     /// cannot be read, its stored content is damaged or invalid, it no longer exists) is
-    /// reported once and left alone.
+    /// reported once and left alone. A store that cannot be reached, or answers a retryable
+    /// error, is asked again after a backoff (100 ms, doubling up to 10 s): the worker rides
+    /// out a database restart.
     ///
-    /// Dropping the future drops the runs it drives, which is safe: each is journaled and is
-    /// picked up again once its lease expires.
+    /// Dropping the future drops the runs it drives and the tasks it executes, which is safe:
+    /// each run is journaled and is picked up again once its lease expires, each task is
+    /// claimed again once its lease lapses.
     ///
     /// # Errors
     ///
-    /// Listing the runs failed (after the runs in flight have ended).
+    /// Looking for runs or tasks failed with an error that is not retryable (after the runs
+    /// and tasks in flight have ended).
     pub async fn run(
         &self,
         shutdown: impl Future<Output = ()>,
     ) -> Result<WorkerReport, DurableError> {
         let mut shutdown = pin!(shutdown);
         let mut flying: Vec<InFlight> = Vec::new();
+        let mut executing: Vec<Executing> = Vec::new();
         let mut report = WorkerReport::default();
         let mut stopping = false;
         let mut failed = None;
@@ -251,6 +341,10 @@ impl<S: Store + Clone> Worker<S> {
         // diverged replay, an unreadable input): not picked up again by this loop.
         let mut refused: Vec<String> = Vec::new();
         let mut seen = 0;
+        let mut tasks = self.max_tasks > 0;
+        let mut backoff = Duration::ZERO;
+        let renew_every = self.task_lease / 3;
+        let mut renewed = tokio::time::Instant::now();
         loop {
             for resumed in &report.resumed[seen..] {
                 let for_good = matches!(&resumed.result, Err(e) if refused_for_good(e));
@@ -259,6 +353,7 @@ impl<S: Store + Clone> Worker<S> {
                 }
             }
             seen = report.resumed.len();
+            let mut retry = false;
             if !stopping && flying.len() < self.max_runs {
                 report.polls += 1;
                 let skip: Vec<String> = flying
@@ -268,24 +363,74 @@ impl<S: Store + Clone> Worker<S> {
                     .collect();
                 match self.due(self.max_runs - flying.len(), &skip).await {
                     Ok(runs) => flying.extend(runs.iter().filter_map(|run| self.start(run))),
+                    Err(DurableError::Store(error)) if error.is_retryable() => retry = true,
                     Err(error) => {
                         failed = Some(error);
                         stopping = true;
                     }
                 }
             }
-            let mut tick = pin!(tokio::time::sleep(self.interval));
+            if !stopping && tasks && !retry && executing.len() < self.max_tasks {
+                match self
+                    .claim(self.max_tasks - executing.len(), &mut executing)
+                    .await
+                {
+                    Ok(()) => {}
+                    // A store of one process: this worker only resumes runs.
+                    Err(StoreError::Unsupported { .. }) => tasks = false,
+                    Err(error) if error.is_retryable() => retry = true,
+                    Err(error) => {
+                        failed = Some(DurableError::Store(error));
+                        stopping = true;
+                    }
+                }
+            }
+            if !executing.is_empty() && renewed.elapsed() >= renew_every {
+                let held: Vec<TaskClaim> = executing.iter().map(|e| e.claim.clone()).collect();
+                match self.store.heartbeat_tasks(&held, self.task_lease).await {
+                    Ok(lost) => {
+                        renewed = tokio::time::Instant::now();
+                        let before = executing.len();
+                        executing.retain(|e| !lost.contains(&e.claim));
+                        report.tasks_lost += (before - executing.len()) as u64;
+                    }
+                    // Tried again at the next look; a claim not renewed lapses.
+                    Err(_) => retry = true,
+                }
+            }
+            let wait = if retry {
+                report.store_retries += 1;
+                backoff = (backoff * 2).clamp(MIN_BACKOFF, MAX_BACKOFF);
+                warn_retry(backoff);
+                backoff
+            } else {
+                backoff = Duration::ZERO;
+                self.interval
+            };
+            let wait = match executing.is_empty() {
+                true => wait,
+                false => renew_every.saturating_sub(renewed.elapsed()).min(wait),
+            };
+            let mut tick = pin!(tokio::time::sleep(wait));
             let ended = poll_fn(|cx| {
+                let (resumed, unloaded) = (report.resumed.len(), report.unloaded.len());
                 poll_all(&mut flying, &mut report.resumed, &mut report.unloaded, cx);
+                let tasks_before = executing.len();
+                poll_tasks(&mut executing, &mut report, cx);
+                // A run that ended or was unloaded, a task that ended: a slot is free and a
+                // run may have become due. (A run another worker took first is not news.)
+                let progressed = report.unloaded.len() > unloaded
+                    || report.resumed[resumed..].iter().any(|r| r.result.is_ok())
+                    || executing.len() < tasks_before;
                 if !stopping && shutdown.as_mut().poll(cx).is_ready() {
                     stopping = true;
                 }
-                if stopping {
-                    return if flying.is_empty() {
-                        Poll::Ready(true)
-                    } else {
-                        Poll::Pending
-                    };
+                if stopping && flying.is_empty() && executing.is_empty() {
+                    return Poll::Ready(true);
+                }
+                if progressed && !retry {
+                    // A slot is free and a run may have become due: look again now.
+                    return Poll::Ready(false);
                 }
                 tick.as_mut().poll(cx).map(|()| false)
             })
@@ -296,6 +441,9 @@ impl<S: Store + Clone> Worker<S> {
                     None => Ok(report),
                 };
             }
+            // Looking again at once: let the other tasks of this thread run first (a store in
+            // memory answers without ever making this loop wait).
+            tokio::task::yield_now().await;
         }
     }
 }
@@ -326,16 +474,6 @@ fn refused_for_good(error: &DurableError) -> bool {
         ),
         _ => true,
     }
-}
-
-/// Whether the worker may pick `run` up at `now`: no owner holds a lease on it that has not
-/// expired, and, for a `waiting` run (one that nothing drives until a timer or a signal), its
-/// wake-up time has come (one without any waits for a signal, which sets it). A `running` or `compensating` run was stopped while it ran: its
-/// timers (a step's deadline, a `Delay` beside a step in flight) are not what it waits for.
-fn is_due(run: &RunSummary, now: u64) -> bool {
-    let awake = run.status != RunStatus::Waiting || run.wake_at_ms.is_some_and(|at| at <= now);
-    let free = run.owner.is_none() || run.lease_until_ms.is_none_or(|until| until <= now);
-    awake && free
 }
 
 /// A run the worker drives.
@@ -380,6 +518,101 @@ fn poll_all(
     }
 }
 
+/// A task the worker executes: its claim, and its execution followed by its completion.
+struct Executing {
+    claim: TaskClaim,
+    future: Pin<Box<dyn Future<Output = TaskEnd>>>,
+}
+
+/// How a task's execution ended on this worker.
+enum TaskEnd {
+    /// Its outcome is stored.
+    Completed,
+    /// Its claim was lost before the outcome could be stored: nothing was.
+    Lost,
+    /// The store kept failing, or this worker may not execute it (another graph): left to
+    /// lapse, so that another worker takes it.
+    Left,
+}
+
+/// Polls every task in flight once; counts and drops those that ended.
+fn poll_tasks(
+    executing: &mut Vec<Executing>,
+    report: &mut WorkerReport,
+    cx: &mut std::task::Context<'_>,
+) {
+    executing.retain_mut(|task| match task.future.as_mut().poll(cx) {
+        Poll::Pending => true,
+        Poll::Ready(end) => {
+            match end {
+                TaskEnd::Completed => report.tasks_completed += 1,
+                TaskEnd::Lost => report.tasks_lost += 1,
+                TaskEnd::Left => {}
+            }
+            false
+        }
+    });
+}
+
+/// Executes a claimed task, then stores its outcome: again after a backoff while the store
+/// answers a retryable error, for as long as the claim's lease would last.
+fn execute_and_complete<S: Store + Clone>(
+    store: S,
+    claim: TaskClaim,
+    execute: ExecuteFn<S>,
+    lease: Duration,
+) -> Pin<Box<dyn Future<Output = TaskEnd>>> {
+    Box::pin(async move {
+        let outcome = match execute(&store, claim.clone()).await {
+            Ok(outcome) => outcome,
+            // Another version of the workflow, or the store failing: left for the lease to
+            // lapse; another worker (or this one, later) takes it.
+            Err(DurableError::GraphChanged { .. } | DurableError::Store(_)) => {
+                return TaskEnd::Left;
+            }
+            // What any worker would meet again (an input that cannot be read): the attempt
+            // fails, and the run's policy decides.
+            Err(error) => TaskOutcome::Failed {
+                error: error.to_string(),
+            },
+        };
+        let give_up = tokio::time::Instant::now() + lease;
+        let mut backoff = MIN_BACKOFF;
+        loop {
+            match store.complete_task(&claim, outcome.clone()).await {
+                Ok(TaskCommitted::Applied) => return TaskEnd::Completed,
+                Ok(TaskCommitted::Stale) => return TaskEnd::Lost,
+                Err(error) if error.is_retryable() && tokio::time::Instant::now() < give_up => {
+                    warn_retry(backoff);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+                Err(_) => return TaskEnd::Left,
+            }
+        }
+    })
+}
+
+/// Says that the worker waits before asking the store again.
+fn warn_retry(after: Duration) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(
+        retry_in_ms = u64::try_from(after.as_millis()).unwrap_or(u64::MAX),
+        "the store failed; retrying"
+    );
+    #[cfg(not(feature = "tracing"))]
+    let _ = after;
+}
+
+/// [`execute_task`] of `W`.
+fn execute_erased<W: DurableWorkflow, S: Store + Clone>(
+    store: &S,
+    claim: TaskClaim,
+) -> Pin<Box<dyn Future<Output = Result<TaskOutcome, DurableError>>>> {
+    let store: Arc<dyn Store> = Arc::new(store.clone());
+    Box::pin(async move { execute_task::<W>(store, &claim).await })
+}
+
 /// [`resume`](crate::durable::resume) of `W` (unloaded again once it waits longer than
 /// `unload`, if given), its output dropped.
 fn resume_erased<W: DurableWorkflow, S: Store + Clone>(
@@ -387,7 +620,7 @@ fn resume_erased<W: DurableWorkflow, S: Store + Clone>(
     id: &str,
     unload: Option<Duration>,
 ) -> Pin<Box<dyn Future<Output = ResumeResult>>> {
-    let run = resume_shaped::<W, S, Ended<W::Output>>(store, id, unload);
+    let run = resume_shaped::<W, S, Ended<W::Output>>(store, id, (unload, true));
     Box::pin(async move {
         run.await.map(|ended| match ended {
             Ended::Finished(outcome) => Ended::Finished(Outcome {
@@ -402,6 +635,7 @@ fn resume_erased<W: DurableWorkflow, S: Store + Clone>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::RunStatus;
 
     fn summary(owner: Option<&str>, lease: Option<u64>, wake: Option<u64>) -> RunSummary {
         RunSummary {
@@ -426,13 +660,19 @@ mod tests {
             status: RunStatus::Waiting,
             ..summary(None, None, wake)
         };
-        assert!(is_due(&summary(None, None, None), 100));
-        assert!(is_due(&summary(Some("p"), Some(100), None), 100));
-        assert!(!is_due(&summary(Some("p"), Some(101), None), 100));
-        assert!(is_due(&waiting(Some(100)), 100));
-        assert!(!is_due(&waiting(Some(101)), 100));
-        assert!(!is_due(&waiting(None), 100));
+        assert!(RunSummary::is_due(&summary(None, None, None), 100));
+        assert!(RunSummary::is_due(
+            &summary(Some("p"), Some(100), None),
+            100
+        ));
+        assert!(!RunSummary::is_due(
+            &summary(Some("p"), Some(101), None),
+            100
+        ));
+        assert!(RunSummary::is_due(&waiting(Some(100)), 100));
+        assert!(!RunSummary::is_due(&waiting(Some(101)), 100));
+        assert!(!RunSummary::is_due(&waiting(None), 100));
         // A run stopped while it ran is due whatever its timers say.
-        assert!(is_due(&summary(None, None, Some(101)), 100));
+        assert!(RunSummary::is_due(&summary(None, None, Some(101)), 100));
     }
 }

@@ -50,6 +50,9 @@ use crate::verdict::Finished;
 use crate::wake::WakeSet;
 
 mod inbox;
+mod remote;
+
+pub(super) use remote::{poll_task_run, start_task_run};
 
 /// A durable run's journal: what is pending, what is committing, what waits for a commit.
 pub(super) struct Journal {
@@ -94,13 +97,18 @@ pub(super) struct Journal {
     renew_tried: bool,
     /// The run's timers in the store, as of the batches handed to it.
     open: Vec<TimerKey>,
+    /// A distributed run's tasks (`remote.rs`); `None` for every other run.
+    tasks: Option<Box<remote::Tasks>>,
 }
 
 /// The shortest time between two renewals of a lease.
 const MIN_RENEW: Duration = Duration::from_millis(10);
 
 impl Journal {
-    pub(super) fn new(setup: &Arc<JournalSetup>) -> Box<Journal> {
+    pub(super) fn new(
+        setup: &Arc<JournalSetup>,
+        graph: &'static crate::graph::Graph,
+    ) -> Box<Journal> {
         let next = setup.events.len() as u64;
         Box::new(Journal {
             run: Arc::from(setup.lease.run.as_str()),
@@ -121,6 +129,7 @@ impl Journal {
             renew: None,
             renew_tried: false,
             open: setup.timers.iter().map(|t| t.key.clone()).collect(),
+            tasks: remote::Tasks::new(setup, graph),
             setup: Arc::clone(setup),
         })
     }
@@ -208,6 +217,9 @@ impl Journal {
             | EventKind::CompensationFailed { .. } => self.clear_timers(event.node),
             EventKind::RunFinished { .. } => self.clear_timers(None),
             _ => {}
+        }
+        if let Some(tasks) = self.tasks.as_deref() {
+            tasks.record(event, &mut self.pending);
         }
         self.pending.events.push(stored);
     }
@@ -401,6 +413,11 @@ impl Journal {
             Ok(_) => self.setup.set_unloaded(wake_at_ms),
             Err(error) => self.setup.fail(DurableError::Store(error)),
         }
+    }
+
+    /// Whether this distributed run is unloaded as soon as it waits for tasks alone.
+    fn unloads_tasks(&self) -> bool {
+        self.tasks.is_some() && self.setup.unload_tasks
     }
 
     /// Whether the journal is live (the replay has ended); `true` for a run that has no
@@ -692,7 +709,11 @@ impl Scheduler {
         if self.nodes[node as usize].status != NodeStatus::Running {
             return;
         }
-        let started = catch_unwind(AssertUnwindSafe(|| leaves[node as usize].as_mut().start()));
+        // A task's attempt runs on whichever worker claims it: nothing to start here.
+        let started = match self.is_task(node) {
+            true => Ok(()),
+            false => catch_unwind(AssertUnwindSafe(|| leaves[node as usize].as_mut().start())),
+        };
         let timeout = match started {
             Err(payload) => Err(NodeError::Panicked(panic_message(payload))),
             Ok(()) => self.node_policy(node).timeout().map(timer).transpose(),
@@ -759,6 +780,9 @@ impl Scheduler {
         let Some(journal) = self.journal.as_deref() else {
             return self.poll_attempt(leaves, node, cx, given);
         };
+        if journal.tasks.is_some() && self.is_task(node) {
+            return self.poll_task(leaves, node, cx);
+        }
         let mut ctx = journal.ctx(name, attempt);
         let signal = self.graph.nodes[node as usize].kind == NodeKind::Signal;
         if signal {
@@ -1071,6 +1095,11 @@ impl Scheduler {
                 poll = self.poll(leaves, wakes, cx);
                 continue;
             }
+            if self.journal.as_deref().is_some_and(|j| j.tasks.is_some()) && self.poll_tasks(cx) {
+                // A task's outcome is known: its node takes it now.
+                poll = self.poll(leaves, wakes, cx);
+                continue;
+            }
             let Some(journal) = self.journal.as_deref_mut() else {
                 return poll;
             };
@@ -1081,7 +1110,8 @@ impl Scheduler {
                 }
                 Poll::Ready(false) if journal.broken => {}
                 Poll::Ready(false)
-                    if journal.setup.unload.is_some() && self.unload_idle(leaves) =>
+                    if (journal.setup.unload.is_some() || journal.unloads_tasks())
+                        && self.unload_idle(leaves) =>
                 {
                     return Poll::Ready(());
                 }
@@ -1124,7 +1154,16 @@ impl Scheduler {
         let Some(journal) = self.journal.as_deref() else {
             return false;
         };
-        let (Some(after), None) = (journal.setup.unload, journal.commit.as_ref()) else {
+        if journal.commit.is_some() {
+            return false;
+        }
+        // Without `unload`, a distributed run is unloaded only when it waits for tasks alone.
+        let tasks_only = journal.setup.unload.is_none();
+        let Some(after) = journal
+            .setup
+            .unload
+            .or(journal.unloads_tasks().then_some(Duration::ZERO))
+        else {
             return false;
         };
         if self
@@ -1147,6 +1186,12 @@ impl Scheduler {
             running = true;
             // `Leaf::idle` does not see a step's future: a `Signal` step's wait is the
             // journal's (its inbox).
+            if self.task_idle(node) {
+                continue;
+            }
+            if tasks_only {
+                return false;
+            }
             let idle = leaves[node as usize]
                 .idle()
                 .or_else(|| self.signal_idle(node).then_some(Idle::Signal));

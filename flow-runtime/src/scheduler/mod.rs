@@ -453,7 +453,10 @@ impl Scheduler {
             section_freed: false,
             pool: options.pool.clone(),
             #[cfg(feature = "durable")]
-            journal: options.journal.as_ref().map(journal::Journal::new),
+            journal: options
+                .journal
+                .as_ref()
+                .map(|setup| journal::Journal::new(setup, graph)),
         };
         #[cfg(feature = "durable")]
         if scheduler.journal.is_some()
@@ -987,6 +990,22 @@ where
         true => None,
     };
     let mut scheduler = Scheduler::new(graph, &options);
+    #[cfg(feature = "durable")]
+    if let Some(setup) = &options.journal
+        && let Some(task) = &setup.task
+    {
+        // A worker executing one task of a distributed run: no run loop, no journal.
+        if journal::start_task_run(&scheduler, &mut table.leaves(), setup, task) {
+            // Moved in as `&mut`: a shared borrow held across the await would ask `Sync`.
+            let (run, nodes) = (&mut scheduler, &mut table);
+            std::future::poll_fn(move |cx| {
+                journal::poll_task_run(run, &mut nodes.leaves(), setup, task, cx)
+            })
+            .await;
+        }
+        scheduler.stop_all(table.leaves());
+        return scheduler.finish();
+    }
     // The nodes' own wakers, made when the first node needs one.
     let mut wakes = None;
     let mut deadline = match options

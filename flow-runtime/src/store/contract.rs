@@ -967,6 +967,7 @@ pub async fn tasks_claim_and_complete(store: &dyn Store) {
         .await
         .unwrap_or_else(|e| panic!("tasks: task_inputs: {e}"));
     assert_eq!(inputs.input, br#"{"id":42}"#.to_vec(), "tasks: the input");
+    assert_eq!(inputs.graph_hash, 0xF10_0001, "tasks: the graph hash");
     assert_eq!(
         store
             .complete_task(task, completed(br#"{"total":5}"#))

@@ -535,6 +535,7 @@ impl Store for MemoryStore {
     fn task_inputs<'a>(&'a self, run: &'a str) -> StoreFuture<'a, TaskInputs> {
         let state = self.state();
         ready(state.row(run).map(|row| TaskInputs {
+            graph_hash: row.summary.graph_hash,
             input: row.input.clone(),
             outputs: row.outputs.values().cloned().collect(),
         }))

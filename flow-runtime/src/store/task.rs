@@ -100,6 +100,8 @@ pub enum TaskCommitted {
 /// completed nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskInputs {
+    /// The run's graph hash: a worker whose workflow has another graph does not execute it.
+    pub graph_hash: u64,
     /// The run's stored parameters (JSON).
     pub input: Vec<u8>,
     /// The outputs stored so far.

@@ -1,0 +1,200 @@
+//! Distributed runs on one shared store: a run's operations are tasks that any `Worker`
+//! claims and executes, its decisions are made by whichever worker holds its lease; a worker
+//! that dies loses its task to another, which runs the attempt again with the same key.
+//! (`MemoryStore`, workers in this process; the PostgreSQL fleet test runs processes.)
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use flow::durable::Ended;
+use flow::prelude::*;
+use flow::store::{MemoryStore, RunFilter, RunStatus, Store};
+use flow::{Worker, WorkerReport};
+
+/// Every attempt executed, by idempotency key, with how many times it ran.
+static EFFECTS: Mutex<BTreeMap<String, u32>> = Mutex::new(BTreeMap::new());
+
+/// Records the current attempt's key; returns its attempt number.
+fn effect() -> u32 {
+    let attempt = flow::attempt().expect("inside a durable run");
+    let mut effects = EFFECTS.lock().unwrap_or_else(|e| e.into_inner());
+    *effects.entry(attempt.key()).or_default() += 1;
+    attempt.attempt()
+}
+
+fn effects_of(run: &str) -> BTreeMap<String, u32> {
+    let effects = EFFECTS.lock().unwrap_or_else(|e| e.into_inner());
+    effects
+        .iter()
+        .filter(|(key, _)| key.starts_with(&format!("{run}/")))
+        .map(|(k, v)| (k.clone(), *v))
+        .collect()
+}
+
+#[derive(Debug)]
+struct Declined;
+
+impl std::fmt::Display for Declined {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("declined")
+    }
+}
+
+impl std::error::Error for Declined {}
+
+async fn load(order: u64) -> Result<u64, Declined> {
+    effect();
+    Ok(order * 10)
+}
+
+async fn part(name: &'static str, base: &u64) -> Result<u64, Declined> {
+    // Read before the first await: the key is the attempt's being polled.
+    let attempt = effect();
+    tokio::task::yield_now().await;
+    if name == "b" && attempt == 1 {
+        return Err(Declined);
+    }
+    Ok(base + name.len() as u64 * 100 + u64::from(name.as_bytes()[0]))
+}
+
+async fn note(order: u64) -> Result<(), Declined> {
+    effect();
+    let _ = order;
+    Ok(())
+}
+
+async fn sum(a: &u64, b: &u64, c: &u64) -> Result<u64, Declined> {
+    effect();
+    Ok(a + b + c)
+}
+
+workflow! {
+    #[flow(durable)]
+    Fan(order: u64) -> u64 {
+        Sequential {
+            base = Operation(load(order)),
+            Parallel {
+                a = Operation(part("a", &base)),
+                b = Operation(part("b", &base), retries = 2, backoff = "10ms"),
+                c = Operation(part("c", &base)),
+            },
+            Conditional(order % 2 == 0) {
+                Operation(note(order)),
+            },
+            total = Operation(sum(&a, &b, &c)),
+        }
+        => total
+    }
+}
+
+fn expected(order: u64) -> u64 {
+    let base = order * 10;
+    3 * base + 300 + u64::from(b'a') + u64::from(b'b') + u64::from(b'c')
+}
+
+/// Runs `workers` until every run of the store has finished (at most 20 s), then stops them.
+async fn until_all_finished(
+    store: &MemoryStore,
+    workers: Vec<Worker<MemoryStore>>,
+) -> Vec<WorkerReport> {
+    let done = tokio::sync::Notify::new();
+    let watch = async {
+        let start = Instant::now();
+        loop {
+            let runs = store.list_runs(&RunFilter::default()).await.expect("lists");
+            if runs.iter().all(|r| r.status.is_finished())
+                || start.elapsed() > Duration::from_secs(20)
+            {
+                done.notify_waiters();
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    let runs = futures::future::join_all(workers.iter().map(|w| w.run(done.notified())));
+    let (reports, ()) = tokio::join!(runs, watch);
+    reports
+        .into_iter()
+        .map(|r| r.expect("the worker ran"))
+        .collect()
+}
+
+fn worker(store: &MemoryStore) -> Worker<MemoryStore> {
+    Worker::new(store.clone())
+        .register::<Fan>()
+        .poll_interval(Duration::from_millis(5))
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn workers_share_the_tasks_of_distributed_runs() {
+    let store = MemoryStore::new();
+    let orders: Vec<u64> = (1..=6).collect();
+    for &order in &orders {
+        let ended = Fan::runner()
+            .durable(&store, format!("fan-{order}"))
+            .distributed()
+            .submit(order)
+            .await
+            .expect("submitted");
+        assert!(
+            matches!(ended, Ended::Unloaded { wake_at_ms: None }),
+            "a submitted run waits for its first task: {ended:?}"
+        );
+    }
+    let reports =
+        until_all_finished(&store, vec![worker(&store), worker(&store), worker(&store)]).await;
+    let runs = store.list_runs(&RunFilter::default()).await.expect("lists");
+    assert!(
+        runs.iter().all(|r| r.status == RunStatus::Succeeded),
+        "every run succeeds: {runs:?}"
+    );
+    let mut attempts = 0;
+    for &order in &orders {
+        let id = format!("fan-{order}");
+        let outcome = Fan::resume(&store, &id)
+            .await
+            .expect("a finished run's outcome");
+        assert_eq!(outcome.result.expect("succeeded"), expected(order), "{id}");
+        // Each attempt ran once, with its own key; `b` twice (its first attempt failed).
+        let effects = effects_of(&id);
+        let mut keys: Vec<&str> = effects.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        let mut want = vec![
+            format!("{id}/a/1"),
+            format!("{id}/b/1"),
+            format!("{id}/b/2"),
+            format!("{id}/base/1"),
+            format!("{id}/c/1"),
+            format!("{id}/total/1"),
+        ];
+        if order % 2 == 0 {
+            want.push(format!("{id}/note/1"));
+        }
+        want.sort_unstable();
+        assert_eq!(keys, want, "the attempts of {id}");
+        assert!(
+            effects.values().all(|&n| n == 1),
+            "once per key: {effects:?}"
+        );
+        attempts += want.len() as u64;
+        // The join fired once: one `Requested` of `total`.
+        let events = store.events(&id, 0).await.expect("events");
+        let requested = events
+            .iter()
+            .filter(|e| e.kind == "Requested" && e.node_name.as_deref() == Some("total"))
+            .count();
+        assert_eq!(requested, 1, "the join of {id} fired once");
+        assert_eq!(
+            store.task_results(&id).await.expect("results"),
+            vec![],
+            "no task is left of {id}"
+        );
+    }
+    let executed: u64 = reports.iter().map(|r| r.tasks_completed).sum();
+    assert_eq!(executed, attempts, "every attempt was a task: {reports:?}");
+    assert!(
+        reports.iter().filter(|r| r.tasks_completed > 0).count() >= 2,
+        "the tasks were shared: {reports:?}"
+    );
+}

@@ -55,8 +55,12 @@ pub fn store(name: &str) -> PostgresStore {
 pub fn fresh_schema(name: &str) -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let name: String = name
-        .chars()
+    format!("flow_test_{}_{}_{n}", sanitize(name), std::process::id())
+}
+
+/// `name` with every character but ASCII letters and digits made `_`, lowercase.
+fn sanitize(name: &str) -> String {
+    name.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() {
                 c.to_ascii_lowercase()
@@ -64,8 +68,52 @@ pub fn fresh_schema(name: &str) -> String {
                 '_'
             }
         })
-        .collect();
-    format!("flow_test_{name}_{}_{n}", std::process::id())
+        .collect()
+}
+
+/// A plain connection to [`server`], for tests that look into the database or prepare it.
+///
+/// # Panics
+///
+/// When the server cannot be reached.
+pub async fn client() -> tokio_postgres::Client {
+    let (client, connection) = match tokio_postgres::connect(&server(), tokio_postgres::NoTls).await
+    {
+        Ok(pair) => pair,
+        Err(e) => panic!("connecting to the test server: {e}"),
+    };
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+}
+
+/// Drops the schemas this process made with [`store`] and [`fresh_schema`] for `name` (call it
+/// at the end of a test; a throwaway cluster does not need it, a shared server does).
+pub async fn drop_schemas(name: &str) {
+    let client = client().await;
+    let prefix = format!("flow_test_{}_{}_", sanitize(name), std::process::id());
+    let pattern = format!("{}%", prefix.replace('_', "\\_"));
+    let rows = match client
+        .query(
+            "SELECT nspname::text FROM pg_namespace WHERE nspname LIKE $1",
+            &[&pattern],
+        )
+        .await
+    {
+        Ok(rows) => rows,
+        Err(e) => panic!("listing the test schemas: {e}"),
+    };
+    for row in rows {
+        let name: String = row.get(0);
+        let sql = format!(
+            "DROP SCHEMA IF EXISTS {} CASCADE",
+            crate::pool::quote_ident(&name)
+        );
+        if let Err(e) = client.batch_execute(&sql).await {
+            panic!("dropping the test schema `{name}`: {e}");
+        }
+    }
 }
 
 /// The workspace's root (where `.ci/postgres` is).
@@ -116,4 +164,30 @@ fn start(root: &Path) -> Result<String, String> {
         .ok_or_else(|| {
             format!("`bash .ci/postgres start` printed no `export FLOW_PG_URL=`:\n{stdout}{stderr}")
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_the_script_there_is_no_server_and_the_reason_says_so() {
+        let err = start(Path::new("/nonexistent-flow-checkout")).expect_err("no script");
+        assert!(
+            err.contains(".ci/postgres") && err.contains("missing"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn schema_names_are_fresh_and_plain() {
+        let a = fresh_schema("Contract-1");
+        let b = fresh_schema("Contract-1");
+        assert_ne!(a, b);
+        assert!(a.starts_with("flow_test_contract_1_"), "{a}");
+        assert!(
+            a.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+            "{a}"
+        );
+    }
 }

@@ -1192,8 +1192,9 @@ pub async fn tasks_wake_the_run(store: &dyn Store) {
     );
 }
 
-/// Closing a running task takes the claim away; a task opened again for the next attempt
-/// replaces the node's task; a batch that ends the run removes its tasks.
+/// Closing a running task takes the claim away (for good: the task opened again for the next
+/// attempt, even claimed by the same owner, is another); a task opened again replaces the
+/// node's task; a batch that ends the run removes its tasks.
 pub async fn tasks_closed_and_reopened(store: &dyn Store) {
     let a = Owner::new("a");
     let b = Owner::new("b");
@@ -1235,6 +1236,11 @@ pub async fn tasks_closed_and_reopened(store: &dyn Store) {
             .collect::<Vec<_>>(),
         vec![(0, 2)],
         "tasks: the reopened task, for the next attempt"
+    );
+    assert_eq!(
+        store.complete_task(task0, completed(b"0")).await,
+        Ok(TaskCommitted::Stale),
+        "tasks: a claim on the closed task does not match the reopened one, claimed by the same owner"
     );
     let mut end = Batch::new(&lease, next, LONG);
     end.events = vec![event(next, "RunFinished", None)];

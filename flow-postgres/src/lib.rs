@@ -82,8 +82,11 @@
 //! worker's store needs about one per concurrent call (its deciders' commits, its task
 //! claims, heartbeats and completions); the server's `max_connections` must cover every
 //! worker's pool. [`PostgresOptions::connect_timeout`] bounds how long a call waits for a new
-//! connection (5 s unless the URL sets `connect_timeout`). Each connection prepares every
-//! statement once and reuses it.
+//! connection (5 s unless the URL sets `connect_timeout`), [`PostgresOptions::request_timeout`]
+//! how long one request waits for the server (30 s): a server that stops answering is
+//! `Unreachable`, not a hang. Each connection prepares every statement once and reuses it and
+//! sets its session's `search_path`: behind a pooler such as PgBouncer, use session pooling
+//! (transaction pooling would mix the sessions of different clients).
 //!
 //! The client is `tokio-postgres` with no default features but `runtime`; the pool is this
 //! crate's own (a semaphore and a list of idle connections, about a hundred lines): a pool
@@ -120,8 +123,13 @@ pub struct PostgresOptions {
     pub schema: String,
     /// At most this many connections at once.
     pub pool_size: usize,
-    /// How long connecting may take, unless the URL sets `connect_timeout`.
+    /// How long connecting may take (the socket, the server's greeting, the session's
+    /// settings), unless the URL sets `connect_timeout`.
     pub connect_timeout: Duration,
+    /// How long one request (its whole transaction) may wait for the server: past it, the
+    /// connection is dropped and the answer is [`StoreError::Unreachable`] (the transaction
+    /// was not committed, or it was and a request sent again finds it applied).
+    pub request_timeout: Duration,
 }
 
 impl Default for PostgresOptions {
@@ -130,6 +138,7 @@ impl Default for PostgresOptions {
             schema: "flow".to_owned(),
             pool_size: 4,
             connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -144,6 +153,7 @@ pub struct PostgresStore {
 struct Inner {
     pool: Arc<Pool>,
     schema: String,
+    request_timeout: Duration,
     /// Set once the schema is known to be at [`SCHEMA_VERSION`].
     migrated: OnceCell<()>,
 }
@@ -165,13 +175,15 @@ macro_rules! transact {
         let mut tries = 0u32;
         loop {
             let mut conn = store.conn().await?;
-            let result = async {
+            let work = async {
                 let mut $tx = conn.begin().await?;
                 let value = $body.await?;
                 $tx.commit().await?;
                 Ok::<_, Fail>(value)
-            }
-            .await;
+            };
+            let result = tokio::time::timeout(store.inner.request_timeout, work)
+                .await
+                .unwrap_or(Err(Fail::Timeout));
             match result {
                 Ok(value) => break Ok(value),
                 Err(fail) => {
@@ -213,6 +225,7 @@ impl PostgresStore {
             inner: Arc::new(Inner {
                 pool: Arc::new(pool),
                 schema: options.schema,
+                request_timeout: options.request_timeout,
                 migrated: OnceCell::new(),
             }),
         })
@@ -269,6 +282,16 @@ impl PostgresStore {
     fn settle(&self, conn: &mut Pooled, fail: Fail, doing: &str, tries: u32) -> Option<StoreError> {
         match fail {
             Fail::Store(error) => Some(error),
+            Fail::Timeout => {
+                conn.broken = true;
+                Some(StoreError::Unreachable {
+                    at: self.inner.pool.at.clone(),
+                    why: format!(
+                        "no answer within {:?} (PostgresOptions::request_timeout)",
+                        self.inner.request_timeout
+                    ),
+                })
+            }
             Fail::Db(_, error) if is_retry(&error) && tries < 5 => None,
             Fail::Db(_, error) if is_connection_error(&error) => {
                 conn.broken = true;

@@ -23,6 +23,8 @@ pub(crate) enum Fail {
     Store(StoreError),
     /// The database failed while doing this.
     Db(&'static str, tokio_postgres::Error),
+    /// The database did not answer in time.
+    Timeout,
 }
 
 impl From<StoreError> for Fail {
@@ -771,6 +773,14 @@ pub(crate) async fn signals(tx: &mut Tx<'_>, run: &str, after: u64) -> R<Vec<Sto
     open_signals(tx, run, after).await
 }
 
+/// `items` in the order of their runs: transactions that lock several runs' rows lock them in
+/// one order, so two of them never wait for each other.
+fn in_run_order<'a, T>(items: &'a [T], run: impl Fn(&T) -> &String) -> Vec<&'a T> {
+    let mut sorted: Vec<&T> = items.iter().collect();
+    sorted.sort_by(|a, b| run(a).cmp(run(b)));
+    sorted
+}
+
 pub(crate) async fn heartbeat(
     tx: &mut Tx<'_>,
     owner: &Owner,
@@ -779,7 +789,7 @@ pub(crate) async fn heartbeat(
 ) -> R<Vec<Lease>> {
     let until = i(now_ms(tx).await?).saturating_add(ms(lease));
     let mut lost = Vec::new();
-    for each in held {
+    for each in in_run_order(held, |each| &each.run) {
         let kept = tx
             .execute(
                 "extending leases",
@@ -795,7 +805,7 @@ pub(crate) async fn heartbeat(
 }
 
 pub(crate) async fn release(tx: &mut Tx<'_>, owner: &Owner, held: &[Lease]) -> R<()> {
-    for each in held {
+    for each in in_run_order(held, |each| &each.run) {
         tx.execute(
             "releasing leases",
             "UPDATE runs SET owner = NULL, lease_until = NULL WHERE id = $1 AND owner = $2 AND version = $3",
@@ -821,7 +831,7 @@ pub(crate) async fn claim_tasks(
             SELECT t.run, t.node, t.version, t.status AS was, r.workflow
             FROM tasks t JOIN runs r ON r.id = t.run
             WHERE r.workflow = ANY($2)
-              AND r.status IN ('running', 'waiting', 'compensating')
+              AND r.status NOT IN ('succeeded', 'failed', 'cancelled')
               AND (t.status = 'ready' OR (t.status = 'running' AND t.lease_until <= $3))
             ORDER BY t.opened
             LIMIT $5
@@ -875,7 +885,7 @@ pub(crate) async fn heartbeat_tasks(
 ) -> R<Vec<TaskClaim>> {
     let until = i(now_ms(tx).await?).saturating_add(ms(lease));
     let mut lost = Vec::new();
-    for claim in held {
+    for claim in in_run_order(held, |claim| &claim.run) {
         let kept = tx
             .execute(
                 "extending task claims",

@@ -86,6 +86,21 @@ impl Pool {
     }
 
     async fn connect(&self) -> Result<Conn, StoreError> {
+        let timeout = self
+            .config
+            .get_connect_timeout()
+            .copied()
+            .unwrap_or(Duration::from_secs(5));
+        match tokio::time::timeout(timeout, self.connect_now()).await {
+            Ok(connected) => connected,
+            Err(_) => Err(StoreError::Unreachable {
+                at: self.at.clone(),
+                why: format!("no connection within {timeout:?}"),
+            }),
+        }
+    }
+
+    async fn connect_now(&self) -> Result<Conn, StoreError> {
         let (client, connection) = self
             .config
             .connect(NoTls)

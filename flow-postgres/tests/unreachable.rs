@@ -133,3 +133,88 @@ async fn a_malformed_url_is_invalid() {
         other => panic!("expected Invalid, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_does_not_answer_is_unreachable_in_time() {
+    // A socket that accepts and never speaks.
+    let silent = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+    let port = silent.local_addr().expect("its address").port();
+    let held = tokio::spawn(async move {
+        let mut sockets = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            sockets.push(socket);
+        }
+    });
+    let options = PostgresOptions {
+        schema: testing::fresh_schema("silent"),
+        connect_timeout: Duration::from_millis(300),
+        ..PostgresOptions::default()
+    };
+    let store =
+        PostgresStore::connect_with(&format!("postgres://flow@127.0.0.1:{port}/db"), options)
+            .expect("a store");
+    let started = Instant::now();
+    match store.list_runs(&RunFilter::default()).await {
+        Err(StoreError::Unreachable { why, .. }) => assert!(why.contains("within"), "{why}"),
+        other => panic!("expected Unreachable, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    held.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_waits_too_long_is_unreachable_and_writes_nothing() {
+    let schema = testing::fresh_schema("stalled");
+    let options = PostgresOptions {
+        schema: schema.clone(),
+        request_timeout: Duration::from_millis(300),
+        ..PostgresOptions::default()
+    };
+    let store = PostgresStore::connect_with(&testing::server(), options).expect("a store");
+    let a = flow_runtime::store::Owner::new("a");
+    let lease = Duration::from_secs(60);
+    store
+        .create_run(flow_runtime::store::NewRun::new(
+            "r",
+            "W",
+            1,
+            a.clone(),
+            lease,
+        ))
+        .await
+        .expect("creates");
+    // Another session holds the run's row: loading it waits past the request timeout.
+    let mut other = testing::client().await;
+    let holder = other.transaction().await.expect("a transaction");
+    holder
+        .execute(
+            &format!("SELECT 1 FROM \"{schema}\".runs WHERE id = 'r' FOR UPDATE"),
+            &[],
+        )
+        .await
+        .expect("locks the run");
+    let started = Instant::now();
+    match store.load_run("r", &a, lease).await {
+        Err(StoreError::Unreachable { why, .. }) => {
+            assert!(why.contains("request_timeout"), "{why}");
+        }
+        other => panic!("expected Unreachable, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    holder.rollback().await.expect("releases the run");
+    // The stalled request wrote nothing (its connection was dropped before it committed):
+    // the run's version is still the creation's, and the store goes on with a new connection.
+    let runs = store.list_runs(&RunFilter::default()).await.expect("lists");
+    assert_eq!(runs[0].version, 1, "{runs:?}");
+    let loaded = store.load_run("r", &a, lease).await.expect("loads");
+    assert_eq!(loaded.lease.version, 2);
+    testing::drop_schemas("stalled").await;
+}

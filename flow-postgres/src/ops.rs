@@ -775,7 +775,7 @@ pub(crate) async fn signals(tx: &mut Tx<'_>, run: &str, after: u64) -> R<Vec<Sto
 
 /// `items` in the order of their runs: transactions that lock several runs' rows lock them in
 /// one order, so two of them never wait for each other.
-fn in_run_order<'a, T>(items: &'a [T], run: impl Fn(&T) -> &String) -> Vec<&'a T> {
+fn in_run_order<T>(items: &[T], run: impl Fn(&T) -> &String) -> Vec<&T> {
     let mut sorted: Vec<&T> = items.iter().collect();
     sorted.sort_by(|a, b| run(a).cmp(run(b)));
     sorted

@@ -134,30 +134,46 @@ async fn existing(tx: &mut Tx<'_>, run: &str) -> R<RunSummary> {
     read_run(tx, run).await?.ok_or_else(|| not_found(run))
 }
 
+/// Writes `events` in one statement (one round trip however many there are).
 async fn insert_events(tx: &mut Tx<'_>, run: &str, events: &[StoredEvent], now: u64) -> R<()> {
     const SQL: &str = "INSERT INTO events (run, seq, format, node, node_name, path, attempt, kind, data, at_us, wall_ms)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
-    for event in events {
-        let path = event.path.as_ref().map(ToString::to_string);
-        tx.execute(
-            "writing events",
-            SQL,
-            &[
-                &run,
-                &i(event.seq),
-                &i32::from(event.format),
-                &event.node.map(i64::from),
-                &event.node_name,
-                &path,
-                &i64::from(event.attempt),
-                &event.kind,
-                &event.data,
-                &i(event.at_us),
-                &i(now),
-            ],
-        )
-        .await?;
+        SELECT $1, seq, format, node, node_name, path, attempt, kind, data, at_us, $2
+        FROM unnest($3::bigint[], $4::integer[], $5::bigint[], $6::text[], $7::text[],
+                    $8::bigint[], $9::text[], $10::bytea[], $11::bigint[])
+            AS e (seq, format, node, node_name, path, attempt, kind, data, at_us)";
+    if events.is_empty() {
+        return Ok(());
     }
+    let seqs: Vec<i64> = events.iter().map(|e| i(e.seq)).collect();
+    let formats: Vec<i32> = events.iter().map(|e| i32::from(e.format)).collect();
+    let nodes: Vec<Option<i64>> = events.iter().map(|e| e.node.map(i64::from)).collect();
+    let names: Vec<Option<&str>> = events.iter().map(|e| e.node_name.as_deref()).collect();
+    let paths: Vec<Option<String>> = events
+        .iter()
+        .map(|e| e.path.as_ref().map(ToString::to_string))
+        .collect();
+    let attempts: Vec<i64> = events.iter().map(|e| i64::from(e.attempt)).collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    let data: Vec<&[u8]> = events.iter().map(|e| e.data.as_slice()).collect();
+    let at_us: Vec<i64> = events.iter().map(|e| i(e.at_us)).collect();
+    tx.execute(
+        "writing events",
+        SQL,
+        &[
+            &run,
+            &i(now),
+            &seqs,
+            &formats,
+            &nodes,
+            &names,
+            &paths,
+            &attempts,
+            &kinds,
+            &data,
+            &at_us,
+        ],
+    )
+    .await?;
     Ok(())
 }
 

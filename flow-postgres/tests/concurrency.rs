@@ -119,3 +119,63 @@ async fn a_former_owner_racing_the_new_one_loses() {
     }
     testing::drop_schemas("takeover").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_chosen_as_a_deadlock_victim_is_run_again() {
+    let schema = testing::fresh_schema("deadlock");
+    let options = flow_postgres::PostgresOptions {
+        schema: schema.clone(),
+        ..flow_postgres::PostgresOptions::default()
+    };
+    let store = Arc::new(
+        flow_postgres::PostgresStore::connect_with(&testing::server(), options).expect("a store"),
+    );
+    let a = Owner::new("a");
+    let mut held = Vec::new();
+    for id in ["r1", "r2"] {
+        let Created::New { lease, .. } = store
+            .create_run(NewRun::new(id, "W", 1, a.clone(), LEASE))
+            .await
+            .expect("creates")
+        else {
+            panic!("a new run")
+        };
+        held.push(lease);
+    }
+    // Another session takes r2, then (below) r1; the store's heartbeat takes r1, then r2. It
+    // waits first, so its backend finds the deadlock (the other session waits 10 s before it
+    // looks) and PostgreSQL aborts the heartbeat's transaction: the store runs it again.
+    let mut other = testing::client().await;
+    other
+        .batch_execute("SET deadlock_timeout = '10s'")
+        .await
+        .expect("the test server lets a session set deadlock_timeout");
+    let blocker = other.transaction().await.expect("a transaction");
+    blocker
+        .execute(
+            &format!("UPDATE \"{schema}\".runs SET updated_ms = updated_ms WHERE id = 'r2'"),
+            &[],
+        )
+        .await
+        .expect("takes r2");
+    let beating = {
+        let store = Arc::clone(&store);
+        let (a, held) = (a.clone(), held.clone());
+        tokio::spawn(async move { store.heartbeat(&a, &held, LEASE).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    blocker
+        .execute(
+            &format!("UPDATE \"{schema}\".runs SET updated_ms = updated_ms WHERE id = 'r1'"),
+            &[],
+        )
+        .await
+        .expect("the other session is not the victim");
+    blocker.commit().await.expect("commits");
+    assert_eq!(
+        beating.await.expect("the heartbeat"),
+        Ok(vec![]),
+        "the heartbeat went through on its second try"
+    );
+    testing::drop_schemas("deadlock").await;
+}

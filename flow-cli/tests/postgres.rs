@@ -2,9 +2,16 @@
 //! read it, `signal` refuses an ended run, and a server that cannot be reached is exit code 4.
 
 use std::process::{Command, Output};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use flow::prelude::*;
 use flow_postgres::{PostgresOptions, PostgresStore, testing};
+use flow_runtime::store::{
+    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Owner, RunFilter,
+    RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent, StoredSignal,
+};
 use serde_json::Value;
 
 #[derive(Debug)]
@@ -34,6 +41,60 @@ workflow! {
             sent = Operation(ship(&item)),
         }
         => sent.clone()
+    }
+}
+
+/// A store whose commit number `fail_at` fails: the run stops there, as after a crash.
+#[derive(Clone)]
+struct Failing {
+    inner: PostgresStore,
+    commits: Arc<AtomicUsize>,
+    fail_at: usize,
+}
+
+impl Store for Failing {
+    fn create_run(&self, run: NewRun) -> StoreFuture<'_, Created> {
+        self.inner.create_run(run)
+    }
+    fn load_run<'a>(
+        &'a self,
+        run: &'a str,
+        owner: &'a Owner,
+        lease: Duration,
+    ) -> StoreFuture<'a, Loaded> {
+        self.inner.load_run(run, owner, lease)
+    }
+    fn list_runs<'a>(&'a self, filter: &'a RunFilter) -> StoreFuture<'a, Vec<RunSummary>> {
+        self.inner.list_runs(filter)
+    }
+    fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
+        self.inner.events(run, from_seq)
+    }
+    fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
+        if self.commits.fetch_add(1, Ordering::SeqCst) == self.fail_at {
+            return Box::pin(std::future::ready(Err(StoreError::Closed)));
+        }
+        self.inner.commit(batch)
+    }
+    fn due_timers(&self, horizon: Duration, limit: u32) -> StoreFuture<'_, Vec<DueTimer>> {
+        self.inner.due_timers(horizon, limit)
+    }
+    fn send_signal(&self, signal: NewSignal) -> StoreFuture<'_, SignalSent> {
+        self.inner.send_signal(signal)
+    }
+    fn signals<'a>(&'a self, run: &'a str, after: u64) -> StoreFuture<'a, Vec<StoredSignal>> {
+        self.inner.signals(run, after)
+    }
+    fn heartbeat<'a>(
+        &'a self,
+        owner: &'a Owner,
+        held: &'a [Lease],
+        lease: Duration,
+    ) -> StoreFuture<'a, Vec<Lease>> {
+        self.inner.heartbeat(owner, held, lease)
+    }
+    fn release<'a>(&'a self, owner: &'a Owner, held: &'a [Lease]) -> StoreFuture<'a, ()> {
+        self.inner.release(owner, held)
     }
 }
 
@@ -112,6 +173,53 @@ fn runs_and_show_read_a_postgres_store() {
     assert_eq!(output.status.code(), Some(3), "{}", text(&output.stderr));
 
     runtime.block_on(testing::drop_schemas("cli"));
+}
+
+#[test]
+fn resume_runs_a_stopped_run_of_a_postgres_store() {
+    let url = testing::server();
+    let schema = testing::fresh_schema("cli_resume");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let options = PostgresOptions {
+            schema: schema.clone(),
+            ..PostgresOptions::default()
+        };
+        let store = PostgresStore::connect_with(&url, options).expect("a store");
+        let failing = Failing {
+            inner: store,
+            commits: Arc::new(AtomicUsize::new(0)),
+            fail_at: 1,
+        };
+        let stopped = Order::runner()
+            .durable(&failing, "stopped")
+            .execute(3)
+            .await;
+        assert!(stopped.is_err(), "the run stops at its failed commit");
+        // The process that ran it is gone: its lease expires.
+        let client = testing::client().await;
+        client
+            .batch_execute(&format!(
+                "UPDATE \"{schema}\".runs SET lease_until = 0 WHERE id = 'stopped'"
+            ))
+            .await
+            .expect("the lease expires");
+    });
+    let cli = flow_cli::Cli::new().register::<Order>();
+    let mut out = Vec::new();
+    cli.run_with(
+        ["flow", "resume", &url, "stopped", "--schema", &schema],
+        &mut out,
+    )
+    .expect("resumes");
+    assert_eq!(text(&out), "run `stopped` resumed: succeeded\n");
+    let output = flow(&["runs", &url, "--schema", &schema, "--json"]);
+    let runs: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(runs[0]["status"], "succeeded");
+    runtime.block_on(testing::drop_schemas("cli_resume"));
 }
 
 #[test]

@@ -273,7 +273,7 @@ fn place(config: &Config) -> String {
 }
 
 /// Whether `error` means the connection is gone or was never made: refused, reset, closed,
-/// timed out, or the server shutting down.
+/// timed out, the server shutting down or starting up, or out of connection slots.
 pub(crate) fn is_connection_error(error: &tokio_postgres::Error) -> bool {
     if error.is_closed() {
         return true;
@@ -283,7 +283,8 @@ pub(crate) fn is_connection_error(error: &tokio_postgres::Error) -> bool {
         return code.starts_with("08")
             || code == SqlState::ADMIN_SHUTDOWN.code()
             || code == SqlState::CRASH_SHUTDOWN.code()
-            || code == SqlState::CANNOT_CONNECT_NOW.code();
+            || code == SqlState::CANNOT_CONNECT_NOW.code()
+            || code == SqlState::TOO_MANY_CONNECTIONS.code();
     }
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {

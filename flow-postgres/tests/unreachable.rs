@@ -126,6 +126,26 @@ async fn a_store_without_a_server_answers_unreachable_and_recovers() {
     testing::drop_schemas("unreachable").await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_refuses_the_connection_is_an_io_error_naming_it() {
+    // The server answers, and says there is no such database: a person must fix the URL.
+    let (server, user, _) = server_addr(&testing::server());
+    let url = format!(
+        "postgres://{user}@{}:{}/flow_no_such_database",
+        server.ip(),
+        server.port()
+    );
+    let store = PostgresStore::connect(&url).expect("a store");
+    match store.list_runs(&RunFilter::default()).await {
+        Err(StoreError::Io { context, source }) => {
+            assert!(context.starts_with("connecting to `"), "{context}");
+            assert!(context.contains("/flow_no_such_database"), "{context}");
+            assert!(source.to_string().contains("db error"), "{source}");
+        }
+        other => panic!("expected Io, got {other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn a_malformed_url_is_invalid() {
     match PostgresStore::connect("postgres://host:notaport/db") {

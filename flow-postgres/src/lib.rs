@@ -27,8 +27,9 @@
 //! and connects nothing: connections are made when a method first needs one. A store made
 //! while the server is down is fine; its calls answer [`StoreError::Unreachable`] until the
 //! server is back, then work. Connections are plain TCP or Unix sockets (no TLS connector is
-//! built in: reach a remote server through a private network or a local TLS proxy). Methods
-//! must be called inside a tokio runtime (each connection's I/O runs on a spawned task).
+//! built in, so `sslmode=require` cannot connect: reach a remote server through a private
+//! network or a local TLS proxy). Methods must be called inside a tokio runtime with I/O and
+//! time enabled (each connection's I/O runs on a spawned task).
 //!
 //! # The schema
 //!
@@ -71,7 +72,7 @@
 //! - A server that answers but refuses the connection (a wrong password, no such database) is
 //!   [`StoreError::Io`] "connecting to `host:port/dbname`": a person must fix it.
 //! - Every other database error is [`StoreError::Io`] naming what was being done and the run
-//!   (`committing a batch of run `order-42`: writing events in `db:5432/flow``).
+//!   (``committing a batch of run `order-42`: writing events in `db:5432/flow` ``).
 //! - A transaction that PostgreSQL aborts for a serialization failure or a deadlock (SQLSTATE
 //!   `40001`, `40P01`) is run again, up to five times.
 //! - Each method is one transaction: a refused request writes nothing.
@@ -88,10 +89,17 @@
 //! sets its session's `search_path`: behind a pooler such as PgBouncer, use session pooling
 //! (transaction pooling would mix the sessions of different clients).
 //!
-//! The client is `tokio-postgres` with no default features but `runtime`; the pool is this
-//! crate's own (a semaphore and a list of idle connections, about a hundred lines): a pool
-//! crate would add its own runtime abstraction and configuration layer for nothing this store
-//! uses.
+//! The client is `tokio-postgres` with no default features but `runtime` (its protocol,
+//! authentication and types crates make most of this crate's 74 dependencies, `cargo tree -p
+//! flow-postgres -e normal`); the pool is this crate's own (a semaphore and a list of idle
+//! connections, about a hundred lines): a pool crate such as `deadpool-postgres` would add its
+//! own runtime abstraction and configuration layer for nothing this store uses.
+//!
+//! # Tests
+//!
+//! The feature `test-server` adds the module `testing`: a PostgreSQL server for tests (`FLOW_PG_URL`,
+//! or the repository's throwaway cluster started by `.ci/postgres`) and stores in fresh
+//! schemas. The crate's own tests turn it on.
 
 mod ops;
 mod pool;

@@ -97,9 +97,9 @@
 //!
 //! # Tests
 //!
-//! The feature `test-server` adds the module `testing`: a PostgreSQL server for tests (`FLOW_PG_URL`,
-//! or the repository's throwaway cluster started by `.ci/postgres`) and stores in fresh
-//! schemas. The crate's own tests turn it on.
+//! The feature `test-server` adds the module `testing`: a PostgreSQL server for tests
+//! (`FLOW_PG_URL`, or the repository's throwaway cluster started by `.ci/postgres`) and stores
+//! in fresh schemas. The crate's own tests turn it on.
 
 mod ops;
 mod pool;

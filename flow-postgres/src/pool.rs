@@ -323,3 +323,34 @@ pub(crate) fn describe(error: &tokio_postgres::Error) -> String {
 pub(crate) fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(conninfo: &str) -> String {
+        place(&conninfo.parse::<Config>().expect("a connection string"))
+    }
+
+    #[test]
+    fn the_place_names_hosts_ports_and_database_never_the_password() {
+        assert_eq!(
+            at("postgres://ann:s3cret@db.internal:6432/orders"),
+            "db.internal:6432/orders"
+        );
+        assert_eq!(
+            at("host=10.0.0.5 port=5433 user=ann password=s3cret dbname=orders"),
+            "10.0.0.5:5433/orders"
+        );
+        assert_eq!(at("postgresql://ann@a:1,b:2/orders"), "a:1,b:2/orders");
+        // libpq's defaults: port 5432, the database named after the user.
+        assert_eq!(at("postgres://ann@db"), "db:5432/ann");
+        assert!(!at("postgres://ann:s3cret@db/x").contains("s3cret"));
+    }
+
+    #[test]
+    fn identifiers_are_quoted() {
+        assert_eq!(quote_ident("flow"), "\"flow\"");
+        assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
+    }
+}

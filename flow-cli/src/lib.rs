@@ -10,7 +10,12 @@
 //! flow resume <db> <run>                    # resumes the run here (needs its workflow: see below)
 //! ```
 //!
-//! `<db>` is the file of a [`SqliteStore`]. The generic binary `flow` (this crate's `main.rs`)
+//! Every command takes `--schema NAME` for a PostgreSQL store whose tables are not in the
+//! schema `flow`.
+//!
+//! `<db>` is the file of a [`SqliteStore`], or the URL of a PostgreSQL store
+//! (`postgres://user@host:port/dbname` or `postgresql://…`, tables in the schema `flow`: a
+//! [`PostgresStore`]). The generic binary `flow` (this crate's `main.rs`)
 //! runs every command but `resume`, which runs the user's code: a binary of the user's that
 //! registers its workflows runs them all:
 //!
@@ -32,6 +37,8 @@
 //! application) holds the store open, the commands get [`StoreError::Locked`] naming the
 //! holder, exit code 4, and change nothing; but for `flow signal`, which opens the store as a
 //! client ([`SqliteStore::open_client`]: no lock) and so sends while the store's owner runs.
+//! A PostgreSQL store has no such lock: every command works while workers run. A PostgreSQL
+//! server that cannot be reached is exit code 4.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -43,6 +50,7 @@ use std::pin::Pin;
 use std::process::ExitCode;
 
 use clap::{Arg, ArgAction, ArgMatches, Command};
+use flow_postgres::{PostgresOptions, PostgresStore};
 use flow_runtime::Outcome;
 use flow_runtime::durable::{DurableError, DurableWorkflow, resume};
 use flow_runtime::store::{
@@ -58,7 +66,27 @@ use table::{Table, utc};
 
 /// How the CLI resumes a run of one registered workflow.
 type ResumeFn =
-    fn(&SqliteStore, &str) -> Pin<Box<dyn Future<Output = Result<Outcome<()>, DurableError>>>>;
+    fn(&Opened, &str) -> Pin<Box<dyn Future<Output = Result<Outcome<()>, DurableError>>>>;
+
+/// The store a command works on: a SQLite file or a PostgreSQL database.
+enum Opened {
+    Sqlite(SqliteStore),
+    Postgres(PostgresStore),
+}
+
+impl Opened {
+    fn store(&self) -> &dyn Store {
+        match self {
+            Opened::Sqlite(store) => store,
+            Opened::Postgres(store) => store,
+        }
+    }
+}
+
+/// Whether `db` names a PostgreSQL database rather than a file.
+fn is_postgres(db: &str) -> bool {
+    db.starts_with("postgres://") || db.starts_with("postgresql://")
+}
 
 /// The command line, with the workflows this binary can resume: `Cli::new()` for the generic
 /// binary, `Cli::new().register::<Order>()` in a binary of the user's.
@@ -128,7 +156,8 @@ impl CliError {
                 StoreError::Foreign { .. }
                 | StoreError::Corrupt { .. }
                 | StoreError::Locked { .. }
-                | StoreError::SchemaVersion { .. },
+                | StoreError::SchemaVersion { .. }
+                | StoreError::Unreachable { .. },
             ) => 4,
             CliError::BadPayload { .. } | CliError::RunEnded { .. } => 5,
             _ => 1,
@@ -256,7 +285,7 @@ impl Cli {
             .try_get_matches_from(args)
             .map_err(CliError::Usage)?;
         let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
+            .enable_all()
             .build()
             .map_err(|e| CliError::Store(StoreError::io("starting the async runtime", e)))?;
         let (name, sub) = matches.subcommand().ok_or_else(|| {
@@ -265,34 +294,53 @@ impl Cli {
                 "a command is required",
             ))
         })?;
-        let path = PathBuf::from(string(sub, "db"));
-        // `signal` opens the store as a client: it works while a worker owns the store.
-        let store = if name == "signal" {
-            open_client(&path)?
+        let db = string(sub, "db");
+        // `signal` opens a SQLite store as a client: it works while a worker owns the store.
+        let (opened, path) = if is_postgres(&db) {
+            let schema = sub
+                .get_one::<String>("schema")
+                .cloned()
+                .unwrap_or_else(|| "flow".to_owned());
+            let options = PostgresOptions {
+                schema,
+                ..PostgresOptions::default()
+            };
+            let store = PostgresStore::connect_with(&db, options)?;
+            // Errors name the server, never the URL (it may hold a password).
+            let at = PathBuf::from(store.at());
+            (Opened::Postgres(store), at)
         } else {
-            open(&path)?
+            let path = PathBuf::from(db);
+            let store = if name == "signal" {
+                open_client(&path)?
+            } else {
+                open(&path)?
+            };
+            (Opened::Sqlite(store), path)
         };
+        let store = opened.store();
         let json = sub.try_get_one::<bool>("json").ok().flatten() == Some(&true);
         runtime.block_on(async {
             match name {
-                "runs" => runs(&store, &filter(sub), json, out).await,
-                "show" => show(&store, &path, &string(sub, "run"), json, out).await,
+                "runs" => runs(store, &filter(sub), json, out).await,
+                "show" => show(store, &path, &string(sub, "run"), json, out).await,
                 "signal" => {
                     let (run, signal) = (string(sub, "run"), string(sub, "name"));
-                    send(&store, &path, &run, &signal, &string(sub, "payload"), out).await
+                    send(store, &path, &run, &signal, &string(sub, "payload"), out).await
                 }
-                _ => self.resume(&store, &path, &string(sub, "run"), out).await,
+                _ => self.resume(&opened, &path, &string(sub, "run"), out).await,
             }
         })
     }
 
     async fn resume(
         &self,
-        store: &SqliteStore,
+        opened: &Opened,
         path: &Path,
         id: &str,
         out: &mut dyn Write,
     ) -> Result<(), CliError> {
+        let store = opened.store();
         let run = find(store, path, id).await?;
         let Some(resume) = self.workflows.get(run.workflow.as_str()) else {
             return Err(CliError::Unregistered {
@@ -301,7 +349,7 @@ impl Cli {
                 known: self.workflows.keys().copied().collect(),
             });
         };
-        let outcome = resume(store, id).await.map_err(CliError::Resume)?;
+        let outcome = resume(opened, id).await.map_err(CliError::Resume)?;
         let run = find(store, path, id).await?;
         match outcome.result {
             Ok(()) => writeln!(out, "run `{id}` resumed: {}", run.status)?,
@@ -325,13 +373,20 @@ fn command() -> Command {
         Arg::new("db")
             .required(true)
             .value_name("DB")
-            .help("The store's SQLite file")
+            .help("The store: a SQLite file, or a PostgreSQL URL (postgres://user@host:port/db)")
     };
     let run = || {
         Arg::new("run")
             .required(true)
             .value_name("RUN")
             .help("The run's id")
+    };
+    let schema = || {
+        Arg::new("schema")
+            .long("schema")
+            .value_name("NAME")
+            .default_value("flow")
+            .help("The PostgreSQL schema of the store's tables (PostgreSQL stores only)")
     };
     let json = || {
         Arg::new("json")
@@ -348,6 +403,7 @@ fn command() -> Command {
             Command::new("runs")
                 .about("List the runs with their status, oldest first")
                 .arg(db())
+                .arg(schema())
                 .arg(
                     Arg::new("status")
                         .long("status")
@@ -376,6 +432,7 @@ fn command() -> Command {
             Command::new("show")
                 .about("Show a run: its steps' statuses, its timeline, its unconsumed signals")
                 .arg(db())
+                .arg(schema())
                 .arg(run())
                 .arg(json()),
         )
@@ -383,6 +440,7 @@ fn command() -> Command {
             Command::new("signal")
                 .about("Send a signal to a run: stored, kept until a step takes it (works while a worker owns the store)")
                 .arg(db())
+                .arg(schema())
                 .arg(run())
                 .arg(
                     Arg::new("name")
@@ -401,6 +459,7 @@ fn command() -> Command {
             Command::new("resume")
                 .about("Resume a run in this process (its workflow must be registered)")
                 .arg(db())
+                .arg(schema())
                 .arg(run()),
         )
 }
@@ -435,14 +494,14 @@ fn open(path: &Path) -> Result<SqliteStore, CliError> {
 }
 
 /// The runs that pass `filter`, oldest first.
-async fn list(store: &SqliteStore, filter: &RunFilter) -> Result<Vec<RunSummary>, CliError> {
+async fn list(store: &dyn Store, filter: &RunFilter) -> Result<Vec<RunSummary>, CliError> {
     let mut runs = store.list_runs(filter).await?;
     runs.sort_by(|a, b| (a.created_ms, &a.id).cmp(&(b.created_ms, &b.id)));
     Ok(runs)
 }
 
 /// The run `id`, or [`CliError::RunNotFound`].
-async fn find(store: &SqliteStore, path: &Path, id: &str) -> Result<RunSummary, CliError> {
+async fn find(store: &dyn Store, path: &Path, id: &str) -> Result<RunSummary, CliError> {
     list(store, &RunFilter::default())
         .await?
         .into_iter()
@@ -458,7 +517,7 @@ fn opt_time(ms: Option<u64>) -> String {
 }
 
 async fn runs(
-    store: &SqliteStore,
+    store: &dyn Store,
     filter: &RunFilter,
     json: bool,
     out: &mut dyn Write,
@@ -675,7 +734,7 @@ fn detail(event: &StoredEvent) -> String {
 }
 
 async fn show(
-    store: &SqliteStore,
+    store: &dyn Store,
     path: &Path,
     id: &str,
     json: bool,
@@ -801,7 +860,7 @@ fn open_client(path: &Path) -> Result<SqliteStore, CliError> {
 }
 
 async fn send(
-    store: &SqliteStore,
+    store: &dyn Store,
     path: &Path,
     id: &str,
     name: &str,
@@ -838,14 +897,21 @@ async fn send(
 
 /// [`resume`] of `W`, its output dropped (it is in the store).
 fn resume_erased<W: DurableWorkflow>(
-    store: &SqliteStore,
+    opened: &Opened,
     id: &str,
 ) -> Pin<Box<dyn Future<Output = Result<Outcome<()>, DurableError>>>> {
-    let run = resume::<W, SqliteStore>(store, id);
-    Box::pin(async move {
-        run.await.map(|outcome| Outcome {
-            result: outcome.result.map(|_| ()),
-            report: outcome.report,
-        })
-    })
+    let erase = |outcome: Outcome<W::Output>| Outcome {
+        result: outcome.result.map(|_| ()),
+        report: outcome.report,
+    };
+    match opened {
+        Opened::Sqlite(store) => {
+            let run = resume::<W, SqliteStore>(store, id);
+            Box::pin(async move { run.await.map(erase) })
+        }
+        Opened::Postgres(store) => {
+            let run = resume::<W, PostgresStore>(store, id);
+            Box::pin(async move { run.await.map(erase) })
+        }
+    }
 }

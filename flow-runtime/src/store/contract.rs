@@ -790,90 +790,6 @@ pub async fn list_and_filter(store: &dyn Store) {
     );
 }
 
-#[cfg(test)]
-mod tests {
-    use std::panic::AssertUnwindSafe;
-
-    use super::super::{DueTimer, Loaded, MemoryStore, RunSummary, StoreFuture, StoredSignal};
-    use super::*;
-
-    /// A store that breaks one rule: a batch sent again is written as if it were new (here:
-    /// answered `Applied`, as a store without the check would).
-    struct Forgetful(MemoryStore);
-
-    impl Store for Forgetful {
-        fn create_run(&self, run: NewRun) -> StoreFuture<'_, Created> {
-            self.0.create_run(run)
-        }
-        fn load_run<'a>(
-            &'a self,
-            run: &'a str,
-            owner: &'a Owner,
-            lease: Duration,
-        ) -> StoreFuture<'a, Loaded> {
-            self.0.load_run(run, owner, lease)
-        }
-        fn list_runs<'a>(&'a self, filter: &'a RunFilter) -> StoreFuture<'a, Vec<RunSummary>> {
-            self.0.list_runs(filter)
-        }
-        fn events<'a>(&'a self, run: &'a str, from: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
-            self.0.events(run, from)
-        }
-        fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
-            let inner = self.0.commit(batch);
-            Box::pin(async move {
-                match inner.await? {
-                    Committed::AlreadyApplied { next_seq } => Ok(Committed::Applied { next_seq }),
-                    applied => Ok(applied),
-                }
-            })
-        }
-        fn due_timers(&self, horizon: Duration, limit: u32) -> StoreFuture<'_, Vec<DueTimer>> {
-            self.0.due_timers(horizon, limit)
-        }
-        fn send_signal(&self, signal: NewSignal) -> StoreFuture<'_, SignalSent> {
-            self.0.send_signal(signal)
-        }
-        fn signals<'a>(&'a self, run: &'a str, after: u64) -> StoreFuture<'a, Vec<StoredSignal>> {
-            self.0.signals(run, after)
-        }
-        fn heartbeat<'a>(
-            &'a self,
-            owner: &'a Owner,
-            held: &'a [Lease],
-            lease: Duration,
-        ) -> StoreFuture<'a, Vec<Lease>> {
-            self.0.heartbeat(owner, held, lease)
-        }
-        fn release<'a>(&'a self, owner: &'a Owner, held: &'a [Lease]) -> StoreFuture<'a, ()> {
-            self.0.release(owner, held)
-        }
-    }
-
-    #[test]
-    fn the_suite_fails_a_store_that_breaks_the_contract() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .expect("a runtime");
-        let store = Forgetful(MemoryStore::new());
-        let failed = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            rt.block_on(idempotent_commit(&store));
-        }));
-        let message = failed.expect_err("the suite must fail the forgetful store");
-        let message = message
-            .downcast_ref::<String>()
-            .cloned()
-            .unwrap_or_default();
-        assert!(
-            message.contains("idempotent_commit: the same batch again"),
-            "{message}"
-        );
-        // The rest of the suite still holds for it.
-        rt.block_on(leases(&Forgetful(MemoryStore::new())));
-    }
-}
-
 // -- tasks (distributed runs) ----------------------------------------------------------------
 
 /// Runs every case of the tasks of distributed runs, each on a fresh store from `make`: for the
@@ -1193,8 +1109,9 @@ pub async fn tasks_wake_the_run(store: &dyn Store) {
     );
 }
 
-/// Closing a running task takes the claim away; a task opened again for the next attempt
-/// replaces the node's task; a batch that ends the run removes its tasks.
+/// Closing a running task takes the claim away (for good: the task opened again for the next
+/// attempt, even claimed by the same owner, is another); a task opened again replaces the
+/// node's task; a batch that ends the run removes its tasks.
 pub async fn tasks_closed_and_reopened(store: &dyn Store) {
     let a = Owner::new("a");
     let b = Owner::new("b");
@@ -1237,6 +1154,11 @@ pub async fn tasks_closed_and_reopened(store: &dyn Store) {
         vec![(0, 2)],
         "tasks: the reopened task, for the next attempt"
     );
+    assert_eq!(
+        store.complete_task(task0, completed(b"0")).await,
+        Ok(TaskCommitted::Stale),
+        "tasks: a claim on the closed task does not match the reopened one, claimed by the same owner"
+    );
     let mut end = Batch::new(&lease, next, LONG);
     end.events = vec![event(next, "RunFinished", None)];
     end.status = Some(RunStatus::Failed);
@@ -1263,4 +1185,88 @@ pub async fn tasks_closed_and_reopened(store: &dyn Store) {
         Ok(vec![]),
         "tasks: an ended run has no tasks"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use std::panic::AssertUnwindSafe;
+
+    use super::super::{DueTimer, Loaded, MemoryStore, RunSummary, StoreFuture, StoredSignal};
+    use super::*;
+
+    /// A store that breaks one rule: a batch sent again is written as if it were new (here:
+    /// answered `Applied`, as a store without the check would).
+    struct Forgetful(MemoryStore);
+
+    impl Store for Forgetful {
+        fn create_run(&self, run: NewRun) -> StoreFuture<'_, Created> {
+            self.0.create_run(run)
+        }
+        fn load_run<'a>(
+            &'a self,
+            run: &'a str,
+            owner: &'a Owner,
+            lease: Duration,
+        ) -> StoreFuture<'a, Loaded> {
+            self.0.load_run(run, owner, lease)
+        }
+        fn list_runs<'a>(&'a self, filter: &'a RunFilter) -> StoreFuture<'a, Vec<RunSummary>> {
+            self.0.list_runs(filter)
+        }
+        fn events<'a>(&'a self, run: &'a str, from: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
+            self.0.events(run, from)
+        }
+        fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
+            let inner = self.0.commit(batch);
+            Box::pin(async move {
+                match inner.await? {
+                    Committed::AlreadyApplied { next_seq } => Ok(Committed::Applied { next_seq }),
+                    applied => Ok(applied),
+                }
+            })
+        }
+        fn due_timers(&self, horizon: Duration, limit: u32) -> StoreFuture<'_, Vec<DueTimer>> {
+            self.0.due_timers(horizon, limit)
+        }
+        fn send_signal(&self, signal: NewSignal) -> StoreFuture<'_, SignalSent> {
+            self.0.send_signal(signal)
+        }
+        fn signals<'a>(&'a self, run: &'a str, after: u64) -> StoreFuture<'a, Vec<StoredSignal>> {
+            self.0.signals(run, after)
+        }
+        fn heartbeat<'a>(
+            &'a self,
+            owner: &'a Owner,
+            held: &'a [Lease],
+            lease: Duration,
+        ) -> StoreFuture<'a, Vec<Lease>> {
+            self.0.heartbeat(owner, held, lease)
+        }
+        fn release<'a>(&'a self, owner: &'a Owner, held: &'a [Lease]) -> StoreFuture<'a, ()> {
+            self.0.release(owner, held)
+        }
+    }
+
+    #[test]
+    fn the_suite_fails_a_store_that_breaks_the_contract() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a runtime");
+        let store = Forgetful(MemoryStore::new());
+        let failed = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            rt.block_on(idempotent_commit(&store));
+        }));
+        let message = failed.expect_err("the suite must fail the forgetful store");
+        let message = message
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            message.contains("idempotent_commit: the same batch again"),
+            "{message}"
+        );
+        // The rest of the suite still holds for it.
+        rt.block_on(leases(&Forgetful(MemoryStore::new())));
+    }
 }

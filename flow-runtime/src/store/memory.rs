@@ -37,6 +37,9 @@ struct State {
     tasks: BTreeMap<(String, u32), TaskRow>,
     /// The order tasks were opened in (claims take the oldest first).
     next_task: u64,
+    /// The last task version given: versions come from one counter, so a claim on a task
+    /// that was closed and opened again never matches the new task.
+    task_versions: u64,
 }
 
 #[derive(Debug)]
@@ -317,13 +320,10 @@ impl State {
             match change {
                 TaskChange::Open { node, attempt } => {
                     self.next_task += 1;
-                    let version = self
-                        .tasks
-                        .get(&(run.clone(), node))
-                        .map_or(0, |task| task.version);
+                    self.task_versions += 1;
                     let task = TaskRow {
                         attempt,
-                        version: version + 1,
+                        version: self.task_versions,
                         opened: self.next_task,
                         state: TaskState::Ready,
                     };
@@ -416,7 +416,8 @@ impl State {
                 continue;
             };
             let lapsed = matches!(task.state, TaskState::Running { .. });
-            task.version += 1;
+            self.task_versions += 1;
+            task.version = self.task_versions;
             task.state = TaskState::Running {
                 owner: owner.clone(),
                 until,
@@ -445,14 +446,16 @@ impl State {
 
     fn complete(&mut self, claim: &TaskClaim, outcome: TaskOutcome) -> TaskCommitted {
         let now = now_ms();
+        let version = self.task_versions + 1;
         let Some(task) = self.held(claim) else {
             return TaskCommitted::Stale;
         };
-        task.version += 1;
+        task.version = version;
         task.state = TaskState::Done {
             outcome: outcome.clone(),
             at: now,
         };
+        self.task_versions = version;
         if let (TaskOutcome::Completed { type_name, bytes }, Some(row)) =
             (outcome, self.runs.get_mut(&claim.run))
         {

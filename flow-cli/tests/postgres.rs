@@ -1,0 +1,240 @@
+//! The `flow` binary on a PostgreSQL store (the test server, a fresh schema): `runs` and `show`
+//! read it, `signal` refuses an ended run, and a server that cannot be reached is exit code 4.
+
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use flow::prelude::*;
+use flow_postgres::{PostgresOptions, PostgresStore, testing};
+use flow_runtime::store::{
+    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Owner, RunFilter,
+    RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent, StoredSignal,
+};
+use serde_json::Value;
+
+#[derive(Debug)]
+struct Never;
+
+impl std::fmt::Display for Never {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("never")
+    }
+}
+
+impl std::error::Error for Never {}
+
+async fn fetch(order: u64) -> Result<String, Never> {
+    Ok(format!("item-{order}"))
+}
+
+async fn ship(item: &str) -> Result<String, Never> {
+    Ok(format!("shipped {item}"))
+}
+
+workflow! {
+    #[flow(durable)]
+    Order(order: u64) -> String {
+        Sequential {
+            item = Operation(fetch(order)),
+            sent = Operation(ship(&item)),
+        }
+        => sent.clone()
+    }
+}
+
+/// A store whose commit number `fail_at` fails: the run stops there, as after a crash.
+#[derive(Clone)]
+struct Failing {
+    inner: PostgresStore,
+    commits: Arc<AtomicUsize>,
+    fail_at: usize,
+}
+
+impl Store for Failing {
+    fn create_run(&self, run: NewRun) -> StoreFuture<'_, Created> {
+        self.inner.create_run(run)
+    }
+    fn load_run<'a>(
+        &'a self,
+        run: &'a str,
+        owner: &'a Owner,
+        lease: Duration,
+    ) -> StoreFuture<'a, Loaded> {
+        self.inner.load_run(run, owner, lease)
+    }
+    fn list_runs<'a>(&'a self, filter: &'a RunFilter) -> StoreFuture<'a, Vec<RunSummary>> {
+        self.inner.list_runs(filter)
+    }
+    fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
+        self.inner.events(run, from_seq)
+    }
+    fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
+        if self.commits.fetch_add(1, Ordering::SeqCst) == self.fail_at {
+            return Box::pin(std::future::ready(Err(StoreError::Closed)));
+        }
+        self.inner.commit(batch)
+    }
+    fn due_timers(&self, horizon: Duration, limit: u32) -> StoreFuture<'_, Vec<DueTimer>> {
+        self.inner.due_timers(horizon, limit)
+    }
+    fn send_signal(&self, signal: NewSignal) -> StoreFuture<'_, SignalSent> {
+        self.inner.send_signal(signal)
+    }
+    fn signals<'a>(&'a self, run: &'a str, after: u64) -> StoreFuture<'a, Vec<StoredSignal>> {
+        self.inner.signals(run, after)
+    }
+    fn heartbeat<'a>(
+        &'a self,
+        owner: &'a Owner,
+        held: &'a [Lease],
+        lease: Duration,
+    ) -> StoreFuture<'a, Vec<Lease>> {
+        self.inner.heartbeat(owner, held, lease)
+    }
+    fn release<'a>(&'a self, owner: &'a Owner, held: &'a [Lease]) -> StoreFuture<'a, ()> {
+        self.inner.release(owner, held)
+    }
+}
+
+fn flow(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_flow"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn runs_and_show_read_a_postgres_store() {
+    let url = testing::server();
+    let schema = testing::fresh_schema("cli");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let options = PostgresOptions {
+            schema: schema.clone(),
+            ..PostgresOptions::default()
+        };
+        let store = PostgresStore::connect_with(&url, options).expect("a store");
+        for (id, order) in [("first", 1), ("second", 2)] {
+            let done = Order::runner()
+                .durable(&store, id)
+                .execute(order)
+                .await
+                .expect("runs");
+            assert_eq!(
+                done.result.expect("succeeds"),
+                format!("shipped item-{order}")
+            );
+        }
+    });
+
+    let output = flow(&["runs", &url, "--schema", &schema]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    assert!(
+        lines[1].starts_with("first ") && lines[1].contains("succeeded"),
+        "{stdout}"
+    );
+    assert!(
+        lines[2].starts_with("second ") && lines[2].contains("Order"),
+        "{stdout}"
+    );
+
+    let output = flow(&["runs", &url, "--schema", &schema, "--json", "--limit", "1"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let runs: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(runs.as_array().map(Vec::len), Some(1));
+    assert_eq!(runs[0]["id"], "first");
+
+    let output = flow(&["show", &url, "second", "--schema", &schema]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    assert!(stdout.contains("status    succeeded"), "{stdout}");
+    for kind in ["RunStarted", "Requested", "Completed", "RunFinished"] {
+        assert!(stdout.contains(kind), "{kind} in {stdout}");
+    }
+
+    let output = flow(&[
+        "signal", &url, "first", "approve", "true", "--schema", &schema,
+    ]);
+    assert_eq!(output.status.code(), Some(5), "{}", text(&output.stderr));
+    assert!(text(&output.stderr).contains("run `first` has ended (succeeded)"));
+    let output = flow(&["show", &url, "nope", "--schema", &schema]);
+    assert_eq!(output.status.code(), Some(3), "{}", text(&output.stderr));
+
+    runtime.block_on(testing::drop_schemas("cli"));
+}
+
+#[test]
+fn resume_runs_a_stopped_run_of_a_postgres_store() {
+    let url = testing::server();
+    let schema = testing::fresh_schema("cli_resume");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let options = PostgresOptions {
+            schema: schema.clone(),
+            ..PostgresOptions::default()
+        };
+        let store = PostgresStore::connect_with(&url, options).expect("a store");
+        let failing = Failing {
+            inner: store,
+            commits: Arc::new(AtomicUsize::new(0)),
+            fail_at: 1,
+        };
+        let stopped = Order::runner()
+            .durable(&failing, "stopped")
+            .execute(3)
+            .await;
+        assert!(stopped.is_err(), "the run stops at its failed commit");
+        // The process that ran it is gone: its lease expires.
+        let client = testing::client().await;
+        client
+            .batch_execute(&format!(
+                "UPDATE \"{schema}\".runs SET lease_until = 0 WHERE id = 'stopped'"
+            ))
+            .await
+            .expect("the lease expires");
+    });
+    let cli = flow_cli::Cli::new().register::<Order>();
+    let mut out = Vec::new();
+    cli.run_with(
+        ["flow", "resume", &url, "stopped", "--schema", &schema],
+        &mut out,
+    )
+    .expect("resumes");
+    assert_eq!(text(&out), "run `stopped` resumed: succeeded\n");
+    let output = flow(&["runs", &url, "--schema", &schema, "--json"]);
+    let runs: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(runs[0]["status"], "succeeded");
+    runtime.block_on(testing::drop_schemas("cli_resume"));
+}
+
+#[test]
+fn a_server_that_cannot_be_reached_is_exit_code_4() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let url = format!("postgres://flow:s3cret@127.0.0.1:{port}/flow");
+    let output = flow(&["runs", &url]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains(&format!("127.0.0.1:{port}/flow")) && stderr.contains("cannot be reached"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("s3cret"), "{stderr}");
+}

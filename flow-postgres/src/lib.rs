@@ -1,0 +1,470 @@
+//! A PostgreSQL [`Store`] for durable flow runs: one database shared by many worker processes,
+//! on many machines.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use flow_runtime::store::{Batch, Committed, NewRun, Owner, Store, StoredEvent};
+//! use flow_postgres::PostgresStore;
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! // A URL or a key=value conninfo. Nothing is connected yet: `connect` only reads the string.
+//! let store = PostgresStore::connect("postgres://flow@db.internal:5432/flow")?;
+//! let owner = Owner::process();
+//! let lease = Duration::from_secs(30);
+//! // The first call connects and creates (or migrates) the schema `flow`.
+//! let created = store.create_run(NewRun::new("order-42", "Checkout", 7, owner, lease)).await?;
+//! let mut batch = Batch::new(created.lease().expect("a new run"), 0, lease);
+//! batch.events.push(StoredEvent::new(0, "RunStarted"));
+//! assert_eq!(store.commit(batch).await?, Committed::Applied { next_seq: 1 });
+//! # Ok::<(), flow_runtime::store::StoreError>(())
+//! # }).unwrap();
+//! ```
+//!
+//! # Connecting
+//!
+//! [`PostgresStore::connect`] takes a URL (`postgres://user:password@host:port/dbname`,
+//! `postgresql://…`) or a key=value conninfo (`host=… port=… user=… dbname=…`), as libpq does,
+//! and connects nothing: connections are made when a method first needs one. A store made
+//! while the server is down is fine; its calls answer [`StoreError::Unreachable`] until the
+//! server is back, then work. Connections are plain TCP or Unix sockets (no TLS connector is
+//! built in, so `sslmode=require` cannot connect: reach a remote server through a private
+//! network or a local TLS proxy). Methods must be called inside a tokio runtime with I/O and
+//! time enabled (each connection's I/O runs on a spawned task).
+//!
+//! # The schema
+//!
+//! Every table lives in the PostgreSQL schema `flow` ([`PostgresOptions::schema`] names
+//! another), so the store shares a database with the application's own tables:
+//!
+//! - `runs`: one row per run: its status, its next sequence number, its lease (owner, version,
+//!   expiry) and its wake-up time. Every decision about a run is a conditional update of this
+//!   one row (`UPDATE runs SET next_seq = … WHERE id = … AND next_seq = … AND owner = … AND
+//!   version = …`), after a `SELECT … FOR UPDATE` that orders concurrent writers: two
+//!   deciders never both append at the same sequence number.
+//! - `nodes`, `events`, `outputs`, `timers`, `signals`, `waits`: the graph, the journal, the
+//!   stored outputs, the open timers, the signals (consumed by `UPDATE … WHERE consumed_seq IS
+//!   NULL`: once), and the steps waiting for one.
+//! - `tasks`: the operations of distributed runs, claimed by workers with `FOR UPDATE SKIP
+//!   LOCKED` and a compare-and-set on the task's version (every change of a task takes a new
+//!   version from a sequence: a former claimer's heartbeat and completion find it gone).
+//! - `schema_version`: one row, the schema's version.
+//!
+//! All times (leases, timers, wake-ups, task claims) are milliseconds since the Unix epoch by
+//! the *server's* clock (`clock_timestamp()`): the runtime hands the store durations, so the
+//! clocks of the worker machines never meet.
+//!
+//! # Migrations
+//!
+//! The first call of a store brings the schema to [`SCHEMA_VERSION`]: it applies the missing
+//! [`MIGRATIONS`] in order, in one transaction, under a transaction-level advisory lock
+//! (`pg_advisory_xact_lock`), so that of N workers starting together one migrates and the
+//! others find the work done. Version 1 holds the durable runs; version 2 adds `tasks`. A
+//! schema of a newer flow is refused with [`StoreError::SchemaVersion`] (upgrade flow); a
+//! schema `flow` with tables but no `schema_version` is another application's:
+//! [`StoreError::Foreign`]. Nothing is written to a refused schema.
+//!
+//! # Errors
+//!
+//! - A connection refused, reset, closed or timed out (also a server shutting down) is
+//!   [`StoreError::Unreachable`], naming `host:port/dbname` (never the password): workers
+//!   retry it with backoff. The broken connection is dropped; the next call makes a new one.
+//!   A commit whose answer was lost is sent again safely: commits are idempotent.
+//! - A server that answers but refuses the connection (a wrong password, no such database) is
+//!   [`StoreError::Io`] "connecting to `host:port/dbname`": a person must fix it.
+//! - Every other database error is [`StoreError::Io`] naming what was being done and the run
+//!   (``committing a batch of run `order-42`: writing events in `db:5432/flow` ``).
+//! - A transaction that PostgreSQL aborts for a serialization failure or a deadlock (SQLSTATE
+//!   `40001`, `40P01`) is run again, up to five times.
+//! - Each method is one transaction: a refused request writes nothing.
+//!
+//! # Tuning
+//!
+//! [`PostgresOptions::pool_size`] bounds the connections of one store (4 by default): a
+//! worker's store needs about one per concurrent call (its deciders' commits, its task
+//! claims, heartbeats and completions); the server's `max_connections` must cover every
+//! worker's pool. [`PostgresOptions::connect_timeout`] bounds how long a call waits for a new
+//! connection (5 s unless the URL sets `connect_timeout`), [`PostgresOptions::request_timeout`]
+//! how long one request waits for the server (30 s): a server that stops answering is
+//! `Unreachable`, not a hang. Each connection prepares every statement once and reuses it and
+//! sets its session's `search_path`: behind a pooler such as PgBouncer, use session pooling
+//! (transaction pooling would mix the sessions of different clients).
+//!
+//! The client is `tokio-postgres` with no default features but `runtime` (its protocol,
+//! authentication and types crates make most of this crate's 74 dependencies, `cargo tree -p
+//! flow-postgres -e normal`); the pool is this crate's own (a semaphore and a list of idle
+//! connections, about a hundred lines): a pool crate such as `deadpool-postgres` would add its
+//! own runtime abstraction and configuration layer for nothing this store uses.
+//!
+//! # Tests
+//!
+//! The feature `test-server` adds the module `testing`: a PostgreSQL server for tests
+//! (`FLOW_PG_URL`, or the repository's throwaway cluster started by `.ci/postgres`) and stores
+//! in fresh schemas. The crate's own tests turn it on.
+
+mod ops;
+mod pool;
+mod schema;
+#[cfg(feature = "test-server")]
+pub mod testing;
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use flow_runtime::store::{
+    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Owner, RunFilter,
+    RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent, StoredSignal, TaskClaim,
+    TaskCommitted, TaskInputs, TaskOutcome, TaskResult,
+};
+use tokio::sync::OnceCell;
+
+pub use schema::{MIGRATIONS, SCHEMA_VERSION};
+
+use crate::ops::Fail;
+use crate::pool::{Pool, Pooled, describe, is_connection_error, is_retry};
+
+/// How a [`PostgresStore`] connects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostgresOptions {
+    /// The PostgreSQL schema that holds the store's tables (`flow`). Stores of different
+    /// schemas in one database are independent.
+    pub schema: String,
+    /// At most this many connections at once.
+    pub pool_size: usize,
+    /// How long connecting may take (the socket, the server's greeting, the session's
+    /// settings), unless the URL sets `connect_timeout`.
+    pub connect_timeout: Duration,
+    /// How long one request (its whole transaction) may wait for the server: past it, the
+    /// connection is dropped and the answer is [`StoreError::Unreachable`] (the transaction
+    /// was not committed, or it was and a request sent again finds it applied).
+    pub request_timeout: Duration,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        PostgresOptions {
+            schema: "flow".to_owned(),
+            pool_size: 4,
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A [`Store`] in a PostgreSQL database. Cheap to clone: clones share the connections. See the
+/// [crate documentation](crate).
+#[derive(Clone)]
+pub struct PostgresStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Arc<Pool>,
+    schema: String,
+    request_timeout: Duration,
+    /// Set once the schema is known to be at [`SCHEMA_VERSION`].
+    migrated: OnceCell<()>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("at", &self.inner.pool.at)
+            .field("schema", &self.inner.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs `$body` (a future using `&mut $tx`) in a transaction on a pooled connection, commits
+/// it, and runs it again on a serialization failure or a deadlock.
+macro_rules! transact {
+    ($store:expr, $doing:expr, |$tx:ident| $body:expr) => {{
+        let store: &PostgresStore = $store;
+        let mut tries = 0u32;
+        loop {
+            let mut conn = store.conn().await?;
+            let work = async {
+                let mut $tx = conn.begin().await?;
+                let value = $body.await?;
+                $tx.commit().await?;
+                Ok::<_, Fail>(value)
+            };
+            let result = tokio::time::timeout(store.inner.request_timeout, work)
+                .await
+                .unwrap_or(Err(Fail::Timeout));
+            match result {
+                Ok(value) => break Ok(value),
+                Err(fail) => {
+                    tries += 1;
+                    if let Some(error) = store.settle(&mut conn, fail, &$doing, tries) {
+                        break Err(error);
+                    }
+                }
+            }
+        }
+    }};
+}
+
+impl PostgresStore {
+    /// A store on the database of `url` (a URL or a key=value conninfo), with the default
+    /// options. Connects nothing: the first call does (so a server that is down is no error
+    /// here). Errors: [`StoreError::Invalid`] for a malformed string.
+    pub fn connect(url: &str) -> Result<PostgresStore, StoreError> {
+        PostgresStore::connect_with(url, PostgresOptions::default())
+    }
+
+    /// A store on the database of `url` with `options`.
+    pub fn connect_with(url: &str, options: PostgresOptions) -> Result<PostgresStore, StoreError> {
+        let config = tokio_postgres::Config::from_str(url).map_err(|e| StoreError::Invalid {
+            why: format!("the PostgreSQL connection string is malformed: {e}"),
+        })?;
+        if options.schema.is_empty() {
+            return Err(StoreError::Invalid {
+                why: "the PostgreSQL schema of a store must have a name".to_owned(),
+            });
+        }
+        let pool = Pool::new(
+            config,
+            &options.schema,
+            options.pool_size,
+            options.connect_timeout,
+        );
+        Ok(PostgresStore {
+            inner: Arc::new(Inner {
+                pool: Arc::new(pool),
+                schema: options.schema,
+                request_timeout: options.request_timeout,
+                migrated: OnceCell::new(),
+            }),
+        })
+    }
+
+    /// Where the store is: `host:port/dbname` (no user, no password).
+    pub fn at(&self) -> &str {
+        &self.inner.pool.at
+    }
+
+    /// The PostgreSQL schema of its tables.
+    pub fn schema(&self) -> &str {
+        &self.inner.schema
+    }
+
+    /// Connects (if no connection is open) and brings the schema to [`SCHEMA_VERSION`] now,
+    /// rather than at the first call: to fail early at start-up.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        self.conn().await.map(drop)
+    }
+
+    /// A connection, the schema migrated.
+    async fn conn(&self) -> Result<Pooled, StoreError> {
+        let mut conn = self.inner.pool.get().await?;
+        if self.inner.migrated.initialized() {
+            return Ok(conn);
+        }
+        let migrated = self
+            .inner
+            .migrated
+            .get_or_try_init(|| async {
+                let mut tries = 0u32;
+                loop {
+                    tries += 1;
+                    let done =
+                        schema::migrate(&mut conn, &self.inner.schema, &self.inner.pool.at).await;
+                    match done {
+                        Ok(()) => return Ok(()),
+                        Err(fail) => {
+                            if let Some(error) =
+                                self.settle(&mut conn, fail, "migrating the schema", tries)
+                            {
+                                return Err(error);
+                            }
+                        }
+                    }
+                }
+            })
+            .await;
+        migrated.map(|_| conn)
+    }
+
+    /// What to answer for `fail`, met `doing` something: `None` to run the transaction again.
+    fn settle(&self, conn: &mut Pooled, fail: Fail, doing: &str, tries: u32) -> Option<StoreError> {
+        match fail {
+            Fail::Store(error) => Some(error),
+            Fail::Timeout => {
+                conn.broken = true;
+                Some(StoreError::Unreachable {
+                    at: self.inner.pool.at.clone(),
+                    why: format!(
+                        "no answer within {:?} (PostgresOptions::request_timeout)",
+                        self.inner.request_timeout
+                    ),
+                })
+            }
+            Fail::Db(_, error) if is_retry(&error) && tries < 5 => None,
+            Fail::Db(_, error) if is_connection_error(&error) => {
+                conn.broken = true;
+                Some(StoreError::Unreachable {
+                    at: self.inner.pool.at.clone(),
+                    why: describe(&error),
+                })
+            }
+            Fail::Db(step, error) => Some(StoreError::io(
+                format!("{doing}: {step} in `{}`", self.inner.pool.at),
+                error,
+            )),
+        }
+    }
+}
+
+impl Store for PostgresStore {
+    fn create_run(&self, run: NewRun) -> StoreFuture<'_, Created> {
+        Box::pin(async move {
+            let doing = format!("creating run `{}`", run.id);
+            transact!(self, doing, |tx| ops::create_run(&mut tx, run.clone()))
+        })
+    }
+
+    fn load_run<'a>(
+        &'a self,
+        run: &'a str,
+        owner: &'a Owner,
+        lease: Duration,
+    ) -> StoreFuture<'a, Loaded> {
+        Box::pin(async move {
+            let doing = format!("loading run `{run}`");
+            transact!(self, doing, |tx| ops::load_run(&mut tx, run, owner, lease))
+        })
+    }
+
+    fn list_runs<'a>(&'a self, filter: &'a RunFilter) -> StoreFuture<'a, Vec<RunSummary>> {
+        Box::pin(
+            async move { transact!(self, "listing runs", |tx| ops::list_runs(&mut tx, filter)) },
+        )
+    }
+
+    fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
+        Box::pin(async move {
+            let doing = format!("reading the events of run `{run}`");
+            transact!(self, doing, |tx| ops::events(&mut tx, run, from_seq))
+        })
+    }
+
+    fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
+        Box::pin(async move {
+            let doing = format!("committing a batch of run `{}`", batch.run);
+            transact!(self, doing, |tx| ops::commit(&mut tx, &batch))
+        })
+    }
+
+    fn due_timers(&self, horizon: Duration, limit: u32) -> StoreFuture<'_, Vec<DueTimer>> {
+        Box::pin(async move {
+            transact!(self, "reading the due timers", |tx| ops::due_timers(
+                &mut tx, horizon, limit
+            ))
+        })
+    }
+
+    fn send_signal(&self, signal: NewSignal) -> StoreFuture<'_, SignalSent> {
+        Box::pin(async move {
+            let doing = format!("sending signal `{}` to run `{}`", signal.name, signal.run);
+            transact!(self, doing, |tx| ops::send_signal(&mut tx, &signal))
+        })
+    }
+
+    fn signals<'a>(&'a self, run: &'a str, after: u64) -> StoreFuture<'a, Vec<StoredSignal>> {
+        Box::pin(async move {
+            let doing = format!("reading the signals of run `{run}`");
+            transact!(self, doing, |tx| ops::signals(&mut tx, run, after))
+        })
+    }
+
+    fn heartbeat<'a>(
+        &'a self,
+        owner: &'a Owner,
+        held: &'a [Lease],
+        lease: Duration,
+    ) -> StoreFuture<'a, Vec<Lease>> {
+        Box::pin(async move {
+            let doing = format!("extending the leases of `{owner}`");
+            transact!(self, doing, |tx| ops::heartbeat(
+                &mut tx, owner, held, lease
+            ))
+        })
+    }
+
+    fn release<'a>(&'a self, owner: &'a Owner, held: &'a [Lease]) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let doing = format!("releasing the leases of `{owner}`");
+            transact!(self, doing, |tx| ops::release(&mut tx, owner, held))
+        })
+    }
+
+    fn due_runs<'a>(
+        &'a self,
+        workflows: &'a [String],
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<RunSummary>> {
+        Box::pin(async move {
+            transact!(self, "listing the due runs", |tx| ops::due_runs(
+                &mut tx, workflows, limit
+            ))
+        })
+    }
+
+    fn claim_tasks<'a>(
+        &'a self,
+        owner: &'a Owner,
+        workflows: &'a [String],
+        limit: u32,
+        lease: Duration,
+    ) -> StoreFuture<'a, Vec<TaskClaim>> {
+        Box::pin(async move {
+            let doing = format!("claiming tasks for `{owner}`");
+            transact!(self, doing, |tx| ops::claim_tasks(
+                &mut tx, owner, workflows, limit, lease
+            ))
+        })
+    }
+
+    fn heartbeat_tasks<'a>(
+        &'a self,
+        held: &'a [TaskClaim],
+        lease: Duration,
+    ) -> StoreFuture<'a, Vec<TaskClaim>> {
+        Box::pin(async move {
+            transact!(self, "extending task claims", |tx| ops::heartbeat_tasks(
+                &mut tx, held, lease
+            ))
+        })
+    }
+
+    fn complete_task<'a>(
+        &'a self,
+        claim: &'a TaskClaim,
+        outcome: TaskOutcome,
+    ) -> StoreFuture<'a, TaskCommitted> {
+        Box::pin(async move {
+            let doing = format!(
+                "completing the task of node {} of run `{}`",
+                claim.node, claim.run
+            );
+            transact!(self, doing, |tx| ops::complete_task(
+                &mut tx, claim, &outcome
+            ))
+        })
+    }
+
+    fn task_results<'a>(&'a self, run: &'a str) -> StoreFuture<'a, Vec<TaskResult>> {
+        Box::pin(async move {
+            let doing = format!("reading the task results of run `{run}`");
+            transact!(self, doing, |tx| ops::task_results(&mut tx, run))
+        })
+    }
+
+    fn task_inputs<'a>(&'a self, run: &'a str) -> StoreFuture<'a, TaskInputs> {
+        Box::pin(async move {
+            let doing = format!("reading the task inputs of run `{run}`");
+            transact!(self, doing, |tx| ops::task_inputs(&mut tx, run))
+        })
+    }
+}

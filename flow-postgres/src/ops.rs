@@ -1,0 +1,1009 @@
+//! What each request of the [`Store`](flow_runtime::store::Store) trait does to the database.
+//! Every function runs inside one transaction (`READ COMMITTED`); the caller commits it, or
+//! drops it (a rollback) when the function returns an error. A function that writes to a run
+//! first locks the run's row (`SELECT .. FOR UPDATE`), so the writes of one run are applied one
+//! after the other, each seeing the last; the decisive update is conditional on what was read.
+
+use std::time::Duration;
+
+use flow_runtime::store::{
+    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner, RunEnd,
+    RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, StoreError, StoredEvent,
+    StoredOutput, StoredPath, StoredSignal, StoredTimer, TaskChange, TaskClaim, TaskCommitted,
+    TaskInputs, TaskOutcome, TaskResult, TimerChange, TimerKey, TimerKind, WaitChange,
+};
+use tokio_postgres::Row;
+
+use crate::pool::Tx;
+
+/// Why a request failed inside its transaction: the store's answer, or a database error met
+/// while doing something (which the store turns into a [`StoreError`] naming the run).
+pub(crate) enum Fail {
+    /// The store's answer (a conflict, a lost lease, a missing run).
+    Store(StoreError),
+    /// The database failed while doing this.
+    Db(&'static str, tokio_postgres::Error),
+    /// The database did not answer in time.
+    Timeout,
+}
+
+impl From<StoreError> for Fail {
+    fn from(error: StoreError) -> Fail {
+        Fail::Store(error)
+    }
+}
+
+type R<T> = Result<T, Fail>;
+
+/// `u64` to PostgreSQL's `bigint`, bit for bit (hashes use all 64 bits).
+fn i(value: u64) -> i64 {
+    value as i64
+}
+
+/// Back from `bigint`, bit for bit.
+fn u(value: i64) -> u64 {
+    value as u64
+}
+
+/// A duration in ms, as `bigint`.
+fn ms(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn corrupt(why: String) -> Fail {
+    Fail::Store(StoreError::Invalid {
+        why: format!("the database holds a value flow does not read: {why}"),
+    })
+}
+
+fn get<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, idx: usize) -> R<T> {
+    row.try_get(idx)
+        .map_err(|e| Fail::Db("reading a column", e))
+}
+
+/// The text column `idx` of `row`.
+pub(crate) fn text(row: &Row, idx: usize) -> R<String> {
+    get(row, idx)
+}
+
+fn u32_of(value: i64, what: &str) -> R<u32> {
+    u32::try_from(value).map_err(|_| corrupt(format!("{what} {value}")))
+}
+
+/// The server's clock, in ms since the Unix epoch.
+const NOW: &str = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
+async fn now_ms(tx: &mut Tx<'_>) -> R<u64> {
+    let row = tx.query_opt("reading the clock", NOW, &[]).await?;
+    match row {
+        Some(row) => Ok(u(get(&row, 0)?)),
+        None => Err(corrupt("no clock".to_owned())),
+    }
+}
+
+fn summary(row: &Row) -> R<RunSummary> {
+    let status: String = get(row, 4)?;
+    let id: String = get(row, 0)?;
+    let status = status
+        .parse::<RunStatus>()
+        .map_err(|e| corrupt(format!("run `{id}`: {e}")))?;
+    Ok(RunSummary {
+        id,
+        workflow: get(row, 1)?,
+        graph_hash: u(get(row, 2)?),
+        input_hash: u(get(row, 3)?),
+        status,
+        next_seq: u(get(row, 5)?),
+        version: u(get(row, 6)?),
+        owner: get(row, 7)?,
+        lease_until_ms: get::<Option<i64>>(row, 8)?.map(u),
+        wake_at_ms: get::<Option<i64>>(row, 9)?.map(u),
+        created_ms: u(get(row, 10)?),
+        updated_ms: u(get(row, 11)?),
+    })
+}
+
+fn not_found(run: &str) -> Fail {
+    Fail::Store(StoreError::NotFound {
+        run: run.to_owned(),
+    })
+}
+
+/// The run, its row locked until the transaction ends, and the server's clock.
+async fn lock_run(tx: &mut Tx<'_>, run: &str) -> R<(RunSummary, u64)> {
+    const SQL: &str =
+        "SELECT id, workflow, graph_hash, input_hash, status, next_seq, version, owner,
+        lease_until, wake_at, created_ms, updated_ms,
+        (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+        FROM runs WHERE id = $1 FOR UPDATE";
+    let row = tx.query_opt("locking a run", SQL, &[&run]).await?;
+    let row = row.ok_or_else(|| not_found(run))?;
+    Ok((summary(&row)?, u(get(&row, 12)?)))
+}
+
+/// The run, unlocked.
+async fn read_run(tx: &mut Tx<'_>, run: &str) -> R<Option<RunSummary>> {
+    const SQL: &str =
+        "SELECT id, workflow, graph_hash, input_hash, status, next_seq, version, owner,
+        lease_until, wake_at, created_ms, updated_ms FROM runs WHERE id = $1";
+    let row = tx.query_opt("reading a run", SQL, &[&run]).await?;
+    row.as_ref().map(summary).transpose()
+}
+
+async fn existing(tx: &mut Tx<'_>, run: &str) -> R<RunSummary> {
+    read_run(tx, run).await?.ok_or_else(|| not_found(run))
+}
+
+/// Writes `events` in one statement (one round trip however many there are).
+async fn insert_events(tx: &mut Tx<'_>, run: &str, events: &[StoredEvent], now: u64) -> R<()> {
+    const SQL: &str = "INSERT INTO events (run, seq, format, node, node_name, path, attempt, kind, data, at_us, wall_ms)
+        SELECT $1, seq, format, node, node_name, path, attempt, kind, data, at_us, $2
+        FROM unnest($3::bigint[], $4::integer[], $5::bigint[], $6::text[], $7::text[],
+                    $8::bigint[], $9::text[], $10::bytea[], $11::bigint[])
+            AS e (seq, format, node, node_name, path, attempt, kind, data, at_us)";
+    if events.is_empty() {
+        return Ok(());
+    }
+    let seqs: Vec<i64> = events.iter().map(|e| i(e.seq)).collect();
+    let formats: Vec<i32> = events.iter().map(|e| i32::from(e.format)).collect();
+    let nodes: Vec<Option<i64>> = events.iter().map(|e| e.node.map(i64::from)).collect();
+    let names: Vec<Option<&str>> = events.iter().map(|e| e.node_name.as_deref()).collect();
+    let paths: Vec<Option<String>> = events
+        .iter()
+        .map(|e| e.path.as_ref().map(ToString::to_string))
+        .collect();
+    let attempts: Vec<i64> = events.iter().map(|e| i64::from(e.attempt)).collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    let data: Vec<&[u8]> = events.iter().map(|e| e.data.as_slice()).collect();
+    let at_us: Vec<i64> = events.iter().map(|e| i(e.at_us)).collect();
+    tx.execute(
+        "writing events",
+        SQL,
+        &[
+            &run,
+            &i(now),
+            &seqs,
+            &formats,
+            &nodes,
+            &names,
+            &paths,
+            &attempts,
+            &kinds,
+            &data,
+            &at_us,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+async fn read_events(tx: &mut Tx<'_>, run: &str, from: u64, to: u64) -> R<Vec<StoredEvent>> {
+    const SQL: &str =
+        "SELECT seq, format, node, node_name, path, attempt, kind, data, at_us FROM events
+        WHERE run = $1 AND seq >= $2 AND seq < $3 ORDER BY seq";
+    let rows = tx
+        .query("reading events", SQL, &[&run, &i(from), &i(to)])
+        .await?;
+    rows.iter()
+        .map(|row| {
+            let seq = u(get(row, 0)?);
+            let format: i32 = get(row, 1)?;
+            let path = match get::<Option<String>>(row, 4)? {
+                Some(path) => Some(path.parse::<StoredPath>().map_err(|e| {
+                    corrupt(format!("run `{run}` event #{seq}: path `{path}`: {e}"))
+                })?),
+                None => None,
+            };
+            Ok(StoredEvent {
+                format: u16::try_from(format)
+                    .map_err(|_| corrupt(format!("run `{run}` event #{seq}: format {format}")))?,
+                seq,
+                node: get::<Option<i64>>(row, 2)?
+                    .map(|n| u32_of(n, "node"))
+                    .transpose()?,
+                node_name: get(row, 3)?,
+                path,
+                attempt: u32_of(get(row, 5)?, "attempt")?,
+                kind: get(row, 6)?,
+                data: get(row, 7)?,
+                at_us: u(get(row, 8)?),
+            })
+        })
+        .collect()
+}
+
+fn timer_node(key: &TimerKey) -> i64 {
+    key.node.map_or(-1, i64::from)
+}
+
+fn timer_key(node: i64, instance: String, kind: &str) -> R<TimerKey> {
+    Ok(TimerKey {
+        node: u32::try_from(node).ok(),
+        instance,
+        kind: kind
+            .parse::<TimerKind>()
+            .map_err(|e| corrupt(e.to_string()))?,
+    })
+}
+
+async fn apply_timers(tx: &mut Tx<'_>, run: &str, changes: &[TimerChange], now: u64) -> R<()> {
+    for change in changes {
+        match change {
+            TimerChange::Set { key, after } => {
+                tx.execute(
+                    "writing timers",
+                    "INSERT INTO timers (run, node, instance, kind, due_ms) VALUES ($1, $2, $3, $4, $5)
+                     ON CONFLICT (run, node, instance, kind) DO UPDATE SET due_ms = EXCLUDED.due_ms",
+                    &[
+                        &run,
+                        &timer_node(key),
+                        &key.instance,
+                        &key.kind.as_str(),
+                        &i(now).saturating_add(ms(*after)),
+                    ],
+                )
+                .await?;
+            }
+            TimerChange::Clear { key } => {
+                tx.execute(
+                    "writing timers",
+                    "DELETE FROM timers WHERE run = $1 AND node = $2 AND instance = $3 AND kind = $4",
+                    &[&run, &timer_node(key), &key.instance, &key.kind.as_str()],
+                )
+                .await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Sets the run's wake time: its earliest timer, the arrival of its first open signal that a
+/// step waits for, or the completion of a done task.
+async fn set_wake(tx: &mut Tx<'_>, run: &str) -> R<()> {
+    const SQL: &str = "UPDATE runs SET wake_at = (SELECT min(at) FROM (
+            SELECT min(due_ms) AS at FROM timers WHERE run = $1
+            UNION ALL
+            SELECT min(s.sent_ms) FROM signals s WHERE s.run = $1
+                AND s.consumed_seq IS NULL
+                AND EXISTS (SELECT 1 FROM waits w WHERE w.run = $1 AND w.name = s.name)
+            UNION ALL
+            SELECT min(done_at) FROM tasks WHERE run = $1 AND status = 'done') AS due)
+        WHERE id = $1";
+    tx.execute("updating the wake time", SQL, &[&run]).await?;
+    Ok(())
+}
+
+async fn open_signals(tx: &mut Tx<'_>, run: &str, after: u64) -> R<Vec<StoredSignal>> {
+    const SQL: &str = "SELECT id, name, payload, mode, sent_ms FROM signals
+        WHERE run = $1 AND id > $2 AND consumed_seq IS NULL ORDER BY id";
+    let rows = tx.query("reading signals", SQL, &[&run, &i(after)]).await?;
+    rows.iter()
+        .map(|row| {
+            let mode: String = get(row, 3)?;
+            Ok(StoredSignal {
+                id: u(get(row, 0)?),
+                run: run.to_owned(),
+                name: get(row, 1)?,
+                payload: get(row, 2)?,
+                mode: if mode == "transient" {
+                    SignalMode::Transient
+                } else {
+                    SignalMode::Kept
+                },
+                sent_ms: u(get(row, 4)?),
+            })
+        })
+        .collect()
+}
+
+async fn results(tx: &mut Tx<'_>, run: &str) -> R<Vec<TaskResult>> {
+    const SQL: &str = "SELECT node, attempt, outcome, type_name, bytes, error FROM tasks
+        WHERE run = $1 AND status = 'done' ORDER BY node";
+    let rows = tx.query("reading task results", SQL, &[&run]).await?;
+    rows.iter()
+        .map(|row| {
+            let outcome: Option<String> = get(row, 2)?;
+            let outcome = match outcome.as_deref() {
+                Some("completed") => TaskOutcome::Completed {
+                    type_name: get::<Option<String>>(row, 3)?.unwrap_or_default(),
+                    bytes: get::<Option<Vec<u8>>>(row, 4)?.unwrap_or_default(),
+                },
+                _ => TaskOutcome::Failed {
+                    error: get::<Option<String>>(row, 5)?.unwrap_or_default(),
+                },
+            };
+            Ok(TaskResult {
+                node: u32_of(get(row, 0)?, "node")?,
+                attempt: u32_of(get(row, 1)?, "attempt")?,
+                outcome,
+            })
+        })
+        .collect()
+}
+
+async fn outputs(tx: &mut Tx<'_>, run: &str) -> R<Vec<StoredOutput>> {
+    const SQL: &str = "SELECT node, instance, type_name, bytes FROM outputs WHERE run = $1
+        ORDER BY node, instance";
+    let rows = tx.query("reading outputs", SQL, &[&run]).await?;
+    rows.iter()
+        .map(|row| {
+            Ok(StoredOutput {
+                node: u32_of(get(row, 0)?, "node")?,
+                instance: get(row, 1)?,
+                type_name: get(row, 2)?,
+                bytes: get(row, 3)?,
+            })
+        })
+        .collect()
+}
+
+pub(crate) async fn create_run(tx: &mut Tx<'_>, run: NewRun) -> R<Created> {
+    let mut check = Batch::new(
+        &Lease {
+            run: run.id.clone(),
+            owner: run.owner.clone(),
+            version: 1,
+            until_ms: 0,
+        },
+        0,
+        run.lease,
+    );
+    check.events = run.events;
+    check.check_numbering()?;
+    let now = now_ms(tx).await?;
+    let until = i(now).saturating_add(ms(run.lease));
+    let next_seq = check.events.len() as u64;
+    let inserted = tx
+        .execute(
+            "creating a run",
+            "INSERT INTO runs (id, workflow, graph_hash, input, input_hash, options, status, next_seq,
+                version, owner, lease_until, created_ms, updated_ms)
+             VALUES ($1, $2, $3, $4, $5, $6, 'running', $7, 1, $8, $9, $10, $10)
+             ON CONFLICT (id) DO NOTHING",
+            &[
+                &run.id,
+                &run.workflow,
+                &i(run.graph_hash),
+                &run.input,
+                &i(run.input_hash),
+                &run.options,
+                &i(next_seq),
+                &run.owner.as_str(),
+                &until,
+                &i(now),
+            ],
+        )
+        .await?;
+    if inserted == 0 {
+        return Ok(Created::Exists(existing(tx, &run.id).await?));
+    }
+    for node in &run.nodes {
+        let preds: Vec<i64> = node.preds.iter().map(|&p| i64::from(p)).collect();
+        tx.execute(
+            "writing the nodes of a run",
+            "INSERT INTO nodes (run, node, name, label, fingerprint, preds, compensate)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            &[
+                &run.id,
+                &i64::from(node.node),
+                &node.name,
+                &node.label,
+                &i(node.fingerprint),
+                &preds,
+                &node.compensate,
+            ],
+        )
+        .await?;
+    }
+    insert_events(tx, &run.id, &check.events, now).await?;
+    apply_timers(tx, &run.id, &run.timers, now).await?;
+    if !run.timers.is_empty() {
+        set_wake(tx, &run.id).await?;
+    }
+    Ok(Created::New {
+        lease: Lease {
+            run: run.id,
+            owner: run.owner,
+            version: 1,
+            until_ms: u(until),
+        },
+        next_seq,
+    })
+}
+
+pub(crate) async fn load_run(
+    tx: &mut Tx<'_>,
+    id: &str,
+    owner: &Owner,
+    lease: Duration,
+) -> R<Loaded> {
+    let (run, now) = lock_run(tx, id).await?;
+    if let (Some(holder), Some(until)) = (&run.owner, run.lease_until_ms)
+        && holder != owner.as_str()
+        && until > now
+    {
+        return Err(Fail::Store(StoreError::Busy {
+            run: id.to_owned(),
+            owner: holder.clone(),
+            until_ms: until,
+        }));
+    }
+    let until = i(now).saturating_add(ms(lease));
+    let row = tx
+        .query_opt(
+            "taking the lease of a run",
+            "UPDATE runs SET version = version + 1, owner = $2, lease_until = $3, updated_ms = $4
+             WHERE id = $1 AND version = $5
+             RETURNING id, workflow, graph_hash, input_hash, status, next_seq, version, owner,
+                lease_until, wake_at, created_ms, updated_ms, input, options, ended, result, error",
+            &[&id, &owner.as_str(), &until, &i(now), &i(run.version)],
+        )
+        .await?;
+    let row = row.ok_or_else(|| not_found(id))?;
+    let run = summary(&row)?;
+    let input: Vec<u8> = get(&row, 12)?;
+    let options: Vec<u8> = get(&row, 13)?;
+    let ended: bool = get(&row, 14)?;
+    let end = ended
+        .then(|| -> R<RunEnd> {
+            Ok(RunEnd {
+                result: get(&row, 15)?,
+                error: get(&row, 16)?,
+            })
+        })
+        .transpose()?;
+    let nodes = tx
+        .query(
+            "reading the nodes of a run",
+            "SELECT node, name, label, fingerprint, preds, compensate FROM nodes WHERE run = $1 ORDER BY node",
+            &[&id],
+        )
+        .await?
+        .iter()
+        .map(|row| {
+            let preds: Vec<i64> = get(row, 4)?;
+            Ok(NodeRow {
+                node: u32_of(get(row, 0)?, "node")?,
+                name: get(row, 1)?,
+                label: get(row, 2)?,
+                fingerprint: u(get(row, 3)?),
+                preds: preds
+                    .into_iter()
+                    .map(|p| u32_of(p, "predecessor"))
+                    .collect::<R<_>>()?,
+                compensate: get(row, 5)?,
+            })
+        })
+        .collect::<R<Vec<_>>>()?;
+    let timers = tx
+        .query(
+            "reading the timers of a run",
+            "SELECT node, instance, kind, due_ms FROM timers WHERE run = $1 ORDER BY node, instance, kind",
+            &[&id],
+        )
+        .await?
+        .iter()
+        .map(|row| {
+            let kind: String = get(row, 2)?;
+            Ok(StoredTimer {
+                key: timer_key(get(row, 0)?, get(row, 1)?, &kind)?,
+                due_ms: u(get(row, 3)?),
+            })
+        })
+        .collect::<R<Vec<_>>>()?;
+    let waits = tx
+        .query(
+            "reading the waits of a run",
+            "SELECT node, instance, name FROM waits WHERE run = $1 ORDER BY node, instance",
+            &[&id],
+        )
+        .await?
+        .iter()
+        .map(|row| Ok((u32_of(get(row, 0)?, "node")?, get(row, 1)?, get(row, 2)?)))
+        .collect::<R<Vec<_>>>()?;
+    Ok(Loaded {
+        lease: Lease {
+            run: id.to_owned(),
+            owner: owner.clone(),
+            version: run.version,
+            until_ms: u(until),
+        },
+        input,
+        options,
+        nodes,
+        events: read_events(tx, id, 0, run.next_seq).await?,
+        outputs: outputs(tx, id).await?,
+        timers,
+        waits,
+        signals: open_signals(tx, id, 0).await?,
+        tasks: results(tx, id).await?,
+        end,
+        now_ms: now,
+        run,
+    })
+}
+
+pub(crate) async fn list_runs(tx: &mut Tx<'_>, filter: &RunFilter) -> R<Vec<RunSummary>> {
+    const SQL: &str =
+        "SELECT id, workflow, graph_hash, input_hash, status, next_seq, version, owner,
+        lease_until, wake_at, created_ms, updated_ms FROM runs
+        WHERE ($1::text IS NULL OR workflow = $1)
+          AND (cardinality($2::text[]) = 0 OR status = ANY($2))
+        ORDER BY created_ms, id LIMIT $3";
+    let statuses: Vec<&str> = filter.statuses.iter().map(|s| s.as_str()).collect();
+    let limit: Option<i64> = filter.limit.map(i64::from);
+    let rows = tx
+        .query("listing runs", SQL, &[&filter.workflow, &statuses, &limit])
+        .await?;
+    rows.iter().map(summary).collect()
+}
+
+pub(crate) async fn due_runs(
+    tx: &mut Tx<'_>,
+    workflows: &[String],
+    limit: u32,
+) -> R<Vec<RunSummary>> {
+    let now = now_ms(tx).await?;
+    const SQL: &str =
+        "SELECT id, workflow, graph_hash, input_hash, status, next_seq, version, owner,
+        lease_until, wake_at, created_ms, updated_ms FROM runs
+        WHERE status IN ('running', 'waiting', 'compensating')
+          AND workflow = ANY($1)
+          AND (owner IS NULL OR lease_until IS NULL OR lease_until <= $2)
+          AND (status <> 'waiting' OR wake_at <= $2)
+        ORDER BY created_ms, id LIMIT $3";
+    let rows = tx
+        .query(
+            "listing the due runs",
+            SQL,
+            &[&workflows, &i(now), &i64::from(limit)],
+        )
+        .await?;
+    rows.iter().map(summary).collect()
+}
+
+pub(crate) async fn events(tx: &mut Tx<'_>, run: &str, from: u64) -> R<Vec<StoredEvent>> {
+    let summary = existing(tx, run).await?;
+    read_events(tx, run, from, summary.next_seq).await
+}
+
+pub(crate) async fn commit(tx: &mut Tx<'_>, batch: &Batch) -> R<Committed> {
+    let (run, now) = lock_run(tx, &batch.run).await?;
+    batch.check_numbering()?;
+    let next = run.next_seq;
+    if !batch.events.is_empty() && batch.first_seq < next {
+        let stored =
+            read_events(tx, &batch.run, batch.first_seq, batch.end_seq().min(next)).await?;
+        let first = batch.first_seq;
+        let at = |seq: u64| stored.get(usize::try_from(seq - first).unwrap_or(usize::MAX));
+        if let Some(done) = batch.replayed(next, at)? {
+            return Ok(done);
+        }
+    }
+    batch.check_lease(&run)?;
+    if run.status.is_finished() {
+        return Err(Fail::Store(StoreError::Finished {
+            run: batch.run.clone(),
+        }));
+    }
+    if batch.first_seq != next {
+        return Err(Fail::Store(batch.gap(next)));
+    }
+    // The decisive step: the run moves on only from where this batch starts, under its lease.
+    // The row lock above makes it succeed; were it to find the run changed, nothing of the
+    // batch is written and the run is read again to answer.
+    let status = batch.status.unwrap_or(run.status);
+    let end_seq = batch.end_seq();
+    let until = i(now).saturating_add(ms(batch.lease));
+    let (ended, result, error) = match &batch.end {
+        Some(end) => (true, end.result.clone(), end.error.clone()),
+        None => (false, None, None),
+    };
+    let moved = tx
+        .execute(
+            "updating a run",
+            "UPDATE runs SET next_seq = $2, status = $3, lease_until = $4, updated_ms = $5,
+                ended = ended OR $6, result = CASE WHEN $6 THEN $7 ELSE result END,
+                error = CASE WHEN $6 THEN $8 ELSE error END
+             WHERE id = $1 AND next_seq = $9 AND owner = $10 AND version = $11",
+            &[
+                &batch.run,
+                &i(end_seq),
+                &status.as_str(),
+                &until,
+                &i(now),
+                &ended,
+                &result,
+                &error,
+                &i(batch.first_seq),
+                &batch.owner.as_str(),
+                &i(batch.lease_version),
+            ],
+        )
+        .await?;
+    if moved == 0 {
+        let run = existing(tx, &batch.run).await?;
+        batch.check_lease(&run)?;
+        return Err(Fail::Store(batch.gap(run.next_seq)));
+    }
+    let last_seq = end_seq.saturating_sub(1);
+    for id in &batch.consumed {
+        let taken = tx
+            .execute(
+                "consuming a signal",
+                "UPDATE signals SET consumed_seq = $3 WHERE id = $1 AND run = $2 AND consumed_seq IS NULL",
+                &[&i(*id), &batch.run, &i(last_seq)],
+            )
+            .await?;
+        if taken == 0 {
+            return Err(Fail::Store(StoreError::SignalTaken {
+                run: batch.run.clone(),
+                signal: *id,
+            }));
+        }
+    }
+    insert_events(tx, &batch.run, &batch.events, now).await?;
+    for output in &batch.outputs {
+        tx.execute(
+            "writing outputs",
+            "INSERT INTO outputs (run, node, instance, type_name, bytes) VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (run, node, instance)
+             DO UPDATE SET type_name = EXCLUDED.type_name, bytes = EXCLUDED.bytes",
+            &[
+                &batch.run,
+                &i64::from(output.node),
+                &output.instance,
+                &output.type_name,
+                &output.bytes,
+            ],
+        )
+        .await?;
+    }
+    apply_timers(tx, &batch.run, &batch.timers, now).await?;
+    for change in &batch.waits {
+        match change {
+            WaitChange::Open {
+                node,
+                instance,
+                name,
+            } => {
+                tx.execute(
+                    "writing waits",
+                    "INSERT INTO waits (run, node, instance, name) VALUES ($1, $2, $3, $4)
+                     ON CONFLICT (run, node, instance) DO UPDATE SET name = EXCLUDED.name",
+                    &[&batch.run, &i64::from(*node), instance, name],
+                )
+                .await?;
+            }
+            WaitChange::Close { node, instance } => {
+                tx.execute(
+                    "writing waits",
+                    "DELETE FROM waits WHERE run = $1 AND node = $2 AND instance = $3",
+                    &[&batch.run, &i64::from(*node), instance],
+                )
+                .await?;
+            }
+        }
+    }
+    for change in &batch.tasks {
+        match change {
+            TaskChange::Open { node, attempt } => {
+                tx.execute(
+                    "opening a task",
+                    "INSERT INTO tasks (run, node, attempt, version, opened, status)
+                     VALUES ($1, $2, $3, nextval('task_versions'), nextval('task_order'), 'ready')
+                     ON CONFLICT (run, node) DO UPDATE SET attempt = EXCLUDED.attempt,
+                        version = EXCLUDED.version, opened = EXCLUDED.opened, status = 'ready',
+                        owner = NULL, lease_until = NULL, outcome = NULL, type_name = NULL,
+                        bytes = NULL, error = NULL, done_at = NULL",
+                    &[&batch.run, &i64::from(*node), &i64::from(*attempt)],
+                )
+                .await?;
+            }
+            TaskChange::Close { node } => {
+                tx.execute(
+                    "closing a task",
+                    "DELETE FROM tasks WHERE run = $1 AND node = $2",
+                    &[&batch.run, &i64::from(*node)],
+                )
+                .await?;
+            }
+        }
+    }
+    if ended {
+        tx.execute(
+            "removing the tasks of an ended run",
+            "DELETE FROM tasks WHERE run = $1",
+            &[&batch.run],
+        )
+        .await?;
+    }
+    set_wake(tx, &batch.run).await?;
+    Ok(Committed::Applied { next_seq: end_seq })
+}
+
+pub(crate) async fn due_timers(tx: &mut Tx<'_>, horizon: Duration, limit: u32) -> R<Vec<DueTimer>> {
+    let now = now_ms(tx).await?;
+    const SQL: &str = "SELECT t.run, t.node, t.instance, t.kind, t.due_ms FROM timers t JOIN runs r ON r.id = t.run
+        WHERE t.due_ms <= $1 AND r.status NOT IN ('succeeded', 'failed', 'cancelled')
+        ORDER BY t.due_ms, t.run, t.node, t.instance, t.kind LIMIT $2";
+    let until = i(now).saturating_add(ms(horizon));
+    let rows = tx
+        .query("reading the due timers", SQL, &[&until, &i64::from(limit)])
+        .await?;
+    rows.iter()
+        .map(|row| {
+            let kind: String = get(row, 3)?;
+            Ok(DueTimer {
+                run: get(row, 0)?,
+                key: timer_key(get(row, 1)?, get(row, 2)?, &kind)?,
+                due_ms: u(get(row, 4)?),
+            })
+        })
+        .collect()
+}
+
+pub(crate) async fn send_signal(tx: &mut Tx<'_>, signal: &NewSignal) -> R<SignalSent> {
+    let (run, now) = lock_run(tx, &signal.run).await?;
+    if run.status.is_finished() {
+        return Err(Fail::Store(StoreError::Finished {
+            run: signal.run.clone(),
+        }));
+    }
+    if signal.mode == SignalMode::Transient {
+        let waited = tx
+            .query_opt(
+                "reading the waits of a run",
+                "SELECT 1 FROM waits WHERE run = $1 AND name = $2 LIMIT 1",
+                &[&signal.run, &signal.name],
+            )
+            .await?;
+        if waited.is_none() {
+            return Ok(SignalSent::Dropped);
+        }
+    }
+    let row = tx
+        .query_opt(
+            "storing a signal",
+            "INSERT INTO signals (run, name, payload, mode, sent_ms) VALUES ($1, $2, $3, $4, $5)
+             RETURNING id",
+            &[
+                &signal.run,
+                &signal.name,
+                &signal.payload,
+                &signal.mode.as_str(),
+                &i(now),
+            ],
+        )
+        .await?;
+    let id = match row {
+        Some(row) => u(get(&row, 0)?),
+        None => return Err(corrupt("a signal stored without an id".to_owned())),
+    };
+    set_wake(tx, &signal.run).await?;
+    Ok(SignalSent::Stored { id })
+}
+
+pub(crate) async fn signals(tx: &mut Tx<'_>, run: &str, after: u64) -> R<Vec<StoredSignal>> {
+    existing(tx, run).await?;
+    open_signals(tx, run, after).await
+}
+
+/// `items` in the order of their runs: transactions that lock several runs' rows lock them in
+/// one order, so two of them never wait for each other.
+fn in_run_order<T>(items: &[T], run: impl Fn(&T) -> &String) -> Vec<&T> {
+    let mut sorted: Vec<&T> = items.iter().collect();
+    sorted.sort_by(|a, b| run(a).cmp(run(b)));
+    sorted
+}
+
+pub(crate) async fn heartbeat(
+    tx: &mut Tx<'_>,
+    owner: &Owner,
+    held: &[Lease],
+    lease: Duration,
+) -> R<Vec<Lease>> {
+    let until = i(now_ms(tx).await?).saturating_add(ms(lease));
+    let mut lost = Vec::new();
+    for each in in_run_order(held, |each| &each.run) {
+        let kept = tx
+            .execute(
+                "extending leases",
+                "UPDATE runs SET lease_until = $4 WHERE id = $1 AND owner = $2 AND version = $3",
+                &[&each.run, &owner.as_str(), &i(each.version), &until],
+            )
+            .await?;
+        if kept == 0 {
+            lost.push(each.clone());
+        }
+    }
+    Ok(lost)
+}
+
+pub(crate) async fn release(tx: &mut Tx<'_>, owner: &Owner, held: &[Lease]) -> R<()> {
+    for each in in_run_order(held, |each| &each.run) {
+        tx.execute(
+            "releasing leases",
+            "UPDATE runs SET owner = NULL, lease_until = NULL WHERE id = $1 AND owner = $2 AND version = $3",
+            &[&each.run, &owner.as_str(), &i(each.version)],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+pub(crate) async fn claim_tasks(
+    tx: &mut Tx<'_>,
+    owner: &Owner,
+    workflows: &[String],
+    limit: u32,
+    lease: Duration,
+) -> R<Vec<TaskClaim>> {
+    let now = now_ms(tx).await?;
+    let until = i(now).saturating_add(ms(lease));
+    // Pick the oldest free tasks, skipping those another claimer has locked this instant,
+    // then take each by a compare-and-set on its version.
+    const SQL: &str = "WITH picked AS (
+            SELECT t.run, t.node, t.version, t.status AS was, r.workflow
+            FROM tasks t JOIN runs r ON r.id = t.run
+            WHERE r.workflow = ANY($2)
+              AND r.status NOT IN ('succeeded', 'failed', 'cancelled')
+              AND (t.status = 'ready' OR (t.status = 'running' AND t.lease_until <= $3))
+            ORDER BY t.opened
+            LIMIT $5
+            FOR UPDATE OF t SKIP LOCKED)
+        UPDATE tasks t SET status = 'running', version = nextval('task_versions'), owner = $1,
+            lease_until = $4
+        FROM picked
+        WHERE t.run = picked.run AND t.node = picked.node AND t.version = picked.version
+        RETURNING t.run, picked.workflow, t.node, t.attempt, t.version, picked.was, t.opened";
+    let rows = tx
+        .query(
+            "claiming tasks",
+            SQL,
+            &[
+                &owner.as_str(),
+                &workflows,
+                &i(now),
+                &until,
+                &i64::from(limit),
+            ],
+        )
+        .await?;
+    let mut claims = rows
+        .iter()
+        .map(|row| {
+            let was: String = get(row, 5)?;
+            let opened: i64 = get(row, 6)?;
+            Ok((
+                opened,
+                TaskClaim {
+                    run: get(row, 0)?,
+                    workflow: get(row, 1)?,
+                    node: u32_of(get(row, 2)?, "node")?,
+                    attempt: u32_of(get(row, 3)?, "attempt")?,
+                    owner: owner.clone(),
+                    version: u(get(row, 4)?),
+                    until_ms: u(until),
+                    lapsed: was == "running",
+                },
+            ))
+        })
+        .collect::<R<Vec<_>>>()?;
+    claims.sort_by_key(|(opened, _)| *opened);
+    Ok(claims.into_iter().map(|(_, claim)| claim).collect())
+}
+
+pub(crate) async fn heartbeat_tasks(
+    tx: &mut Tx<'_>,
+    held: &[TaskClaim],
+    lease: Duration,
+) -> R<Vec<TaskClaim>> {
+    let until = i(now_ms(tx).await?).saturating_add(ms(lease));
+    let mut lost = Vec::new();
+    for claim in in_run_order(held, |claim| &claim.run) {
+        let kept = tx
+            .execute(
+                "extending task claims",
+                "UPDATE tasks SET lease_until = $5
+                 WHERE run = $1 AND node = $2 AND version = $3 AND owner = $4 AND status = 'running'",
+                &[
+                    &claim.run,
+                    &i64::from(claim.node),
+                    &i(claim.version),
+                    &claim.owner.as_str(),
+                    &until,
+                ],
+            )
+            .await?;
+        if kept == 0 {
+            lost.push(claim.clone());
+        }
+    }
+    Ok(lost)
+}
+
+pub(crate) async fn complete_task(
+    tx: &mut Tx<'_>,
+    claim: &TaskClaim,
+    outcome: &TaskOutcome,
+) -> R<TaskCommitted> {
+    // The run's row first, as a commit takes it: the wake time below sees every change.
+    let now = match lock_run(tx, &claim.run).await {
+        Ok((_, now)) => now,
+        Err(Fail::Store(StoreError::NotFound { .. })) => return Ok(TaskCommitted::Stale),
+        Err(other) => return Err(other),
+    };
+    let (kind, type_name, bytes, error) = match outcome {
+        TaskOutcome::Completed { type_name, bytes } => (
+            "completed",
+            Some(type_name.as_str()),
+            Some(bytes.as_slice()),
+            None,
+        ),
+        TaskOutcome::Failed { error } => ("failed", None, None, Some(error.as_str())),
+    };
+    let done = tx
+        .execute(
+            "completing a task",
+            "UPDATE tasks SET status = 'done', version = nextval('task_versions'), outcome = $5,
+                type_name = $6, bytes = $7, error = $8, done_at = $9, lease_until = NULL
+             WHERE run = $1 AND node = $2 AND version = $3 AND owner = $4 AND status = 'running'",
+            &[
+                &claim.run,
+                &i64::from(claim.node),
+                &i(claim.version),
+                &claim.owner.as_str(),
+                &kind,
+                &type_name,
+                &bytes,
+                &error,
+                &i(now),
+            ],
+        )
+        .await?;
+    if done == 0 {
+        return Ok(TaskCommitted::Stale);
+    }
+    if let TaskOutcome::Completed { type_name, bytes } = outcome {
+        tx.execute(
+            "storing a task's output",
+            "INSERT INTO outputs (run, node, instance, type_name, bytes) VALUES ($1, $2, '', $3, $4)
+             ON CONFLICT (run, node, instance)
+             DO UPDATE SET type_name = EXCLUDED.type_name, bytes = EXCLUDED.bytes",
+            &[&claim.run, &i64::from(claim.node), type_name, bytes],
+        )
+        .await?;
+    }
+    tx.execute(
+        "updating a run",
+        "UPDATE runs SET updated_ms = $2 WHERE id = $1",
+        &[&claim.run, &i(now)],
+    )
+    .await?;
+    set_wake(tx, &claim.run).await?;
+    Ok(TaskCommitted::Applied)
+}
+
+pub(crate) async fn task_results(tx: &mut Tx<'_>, run: &str) -> R<Vec<TaskResult>> {
+    existing(tx, run).await?;
+    results(tx, run).await
+}
+
+pub(crate) async fn task_inputs(tx: &mut Tx<'_>, run: &str) -> R<TaskInputs> {
+    let row = tx
+        .query_opt(
+            "reading the input of a run",
+            "SELECT input FROM runs WHERE id = $1",
+            &[&run],
+        )
+        .await?;
+    let input: Vec<u8> = match row {
+        Some(row) => get(&row, 0)?,
+        None => return Err(not_found(run)),
+    };
+    Ok(TaskInputs {
+        input,
+        outputs: outputs(tx, run).await?,
+    })
+}

@@ -1,0 +1,233 @@
+//! The schema: its migrations, applied in order, once, however many workers start together.
+
+use std::path::PathBuf;
+
+use flow_runtime::store::StoreError;
+
+use crate::ops::{Fail, text};
+use crate::pool::{Pooled, quote_ident};
+
+/// The schema version this crate writes and reads (the row of `schema_version`). A newer
+/// database is refused ([`StoreError::SchemaVersion`]).
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// The migrations, in order: `MIGRATIONS[0]` makes version 1, `MIGRATIONS[1]` version 2. Each
+/// runs with `search_path` set to the store's schema, in the one transaction that migrates.
+///
+/// Integers that are `u64` in Rust (hashes, sequence numbers, times) are `bigint`, bit for bit;
+/// times are milliseconds since the Unix epoch by the server's clock. A run-level timer has
+/// node -1; the workflow's own nodes have instance ''.
+pub const MIGRATIONS: [&str; 2] = [MIGRATION_1, MIGRATION_2];
+
+/// Version 1: the durable runs.
+const MIGRATION_1: &str = "
+CREATE TABLE schema_version (
+  version integer NOT NULL
+);
+
+CREATE TABLE runs (
+  id text PRIMARY KEY,
+  workflow text NOT NULL,
+  graph_hash bigint NOT NULL,
+  input bytea NOT NULL,
+  input_hash bigint NOT NULL,
+  options bytea NOT NULL,
+  status text NOT NULL CHECK (status IN ('running','waiting','compensating','succeeded','failed','cancelled','stuck')),
+  next_seq bigint NOT NULL,
+  version bigint NOT NULL,   -- bumped each time the run is loaded: the lease's fencing token
+  owner text,
+  lease_until bigint,        -- ms since the epoch, the server's clock
+  wake_at bigint,            -- earliest timer, or when an unconsumed signal a step waits for arrived
+  ended boolean NOT NULL DEFAULT false,
+  result bytea,
+  error text,
+  created_ms bigint NOT NULL,
+  updated_ms bigint NOT NULL
+);
+CREATE INDEX runs_created ON runs (created_ms, id);
+CREATE INDEX runs_unfinished ON runs (created_ms, id)
+  WHERE status IN ('running','waiting','compensating');
+
+CREATE TABLE nodes (
+  run text NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+  node bigint NOT NULL,
+  name text NOT NULL,
+  label text NOT NULL,
+  fingerprint bigint NOT NULL,
+  preds bigint[] NOT NULL,
+  compensate text NOT NULL,   -- the call that undoes the step, as written; empty for none
+  PRIMARY KEY (run, node)
+);
+
+CREATE TABLE events (
+  run text NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+  seq bigint NOT NULL,
+  format integer NOT NULL,
+  node bigint,
+  node_name text,
+  path text,                  -- the instance path as shown (`charge[3]/poll@2`)
+  attempt bigint NOT NULL,
+  kind text NOT NULL,
+  data bytea NOT NULL,
+  at_us bigint NOT NULL,
+  wall_ms bigint NOT NULL,
+  PRIMARY KEY (run, seq)
+);
+
+CREATE TABLE outputs (
+  run text NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+  node bigint NOT NULL,
+  instance text NOT NULL,
+  type_name text NOT NULL,
+  codec text NOT NULL DEFAULT 'json',
+  bytes bytea NOT NULL,
+  PRIMARY KEY (run, node, instance)
+);
+
+CREATE TABLE timers (
+  run text NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+  node bigint NOT NULL,
+  instance text NOT NULL,
+  kind text NOT NULL,
+  due_ms bigint NOT NULL,
+  PRIMARY KEY (run, node, instance, kind)
+);
+CREATE INDEX timers_due ON timers (due_ms);
+
+CREATE TABLE signals (
+  id bigserial PRIMARY KEY,
+  run text NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+  name text NOT NULL,
+  payload bytea NOT NULL,
+  mode text NOT NULL CHECK (mode IN ('kept','transient')),
+  sent_ms bigint NOT NULL,
+  consumed_seq bigint
+);
+CREATE INDEX signals_open ON signals (run, id) WHERE consumed_seq IS NULL;
+
+CREATE TABLE waits (
+  run text NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+  node bigint NOT NULL,
+  instance text NOT NULL,
+  name text NOT NULL,
+  PRIMARY KEY (run, node, instance)
+);
+";
+
+/// Version 2: the tasks of distributed runs. A task's `version` comes from a sequence, so a
+/// claim on a task that was closed and opened again never matches the new one.
+const MIGRATION_2: &str = "
+CREATE SEQUENCE task_versions;
+CREATE SEQUENCE task_order;
+
+CREATE TABLE tasks (
+  run text NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+  node bigint NOT NULL,
+  attempt bigint NOT NULL,
+  version bigint NOT NULL,    -- the claim's fencing token: every change takes a new one
+  opened bigint NOT NULL,     -- claims take the oldest first
+  status text NOT NULL CHECK (status IN ('ready','running','done')),
+  owner text,
+  lease_until bigint,         -- ms since the epoch, the server's clock
+  outcome text CHECK (outcome IN ('completed','failed')),
+  type_name text,
+  bytes bytea,
+  error text,
+  done_at bigint,
+  PRIMARY KEY (run, node)
+);
+CREATE INDEX tasks_open ON tasks (opened) WHERE status <> 'done';
+CREATE INDEX tasks_done ON tasks (run) WHERE status = 'done';
+";
+
+/// The advisory lock every migrating process takes (with the schema's name): "flow" in ASCII.
+const LOCK_KEY: i32 = 0x666C_6F77;
+
+/// Brings the schema `schema` to [`SCHEMA_VERSION`], in one transaction under an advisory
+/// lock: of N processes starting together, one migrates and the others find it done.
+pub(crate) async fn migrate(conn: &mut Pooled, schema: &str, place: &str) -> Result<(), Fail> {
+    let store = || PathBuf::from(format!("{place} (schema {schema})"));
+    let tx = conn.begin().await?;
+    tx.tx
+        .execute(
+            "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+            &[&LOCK_KEY, &schema],
+        )
+        .await
+        .map_err(|e| Fail::Db("locking the schema to migrate it", e))?;
+    let tables = tx
+        .tx
+        .query(
+            "SELECT table_name::text FROM information_schema.tables WHERE table_schema = $1",
+            &[&schema],
+        )
+        .await
+        .map_err(|e| Fail::Db("reading the schema", e))?;
+    let names: Vec<String> = tables
+        .iter()
+        .map(|row| text(row, 0))
+        .collect::<Result<_, _>>()?;
+    let found: u32 = if names.iter().any(|n| n == "schema_version") {
+        let row = tx
+            .tx
+            .query_opt(
+                &format!(
+                    "SELECT max(version) FROM {}.schema_version",
+                    quote_ident(schema)
+                ),
+                &[],
+            )
+            .await
+            .map_err(|e| Fail::Db("reading the schema version", e))?;
+        let version: Option<i32> = match row {
+            Some(row) => row
+                .try_get(0)
+                .map_err(|e| Fail::Db("reading the schema version", e))?,
+            None => None,
+        };
+        match version {
+            Some(v) => u32::try_from(v).unwrap_or(0),
+            None => {
+                return Err(Fail::Store(StoreError::Foreign {
+                    path: store(),
+                    why: "its table `schema_version` is empty".to_owned(),
+                }));
+            }
+        }
+    } else if names.is_empty() {
+        0
+    } else {
+        return Err(Fail::Store(StoreError::Foreign {
+            path: store(),
+            why: format!(
+                "the schema has tables ({}) but no `schema_version`: another application's",
+                names.join(", ")
+            ),
+        }));
+    };
+    if found > SCHEMA_VERSION {
+        return Err(Fail::Store(StoreError::SchemaVersion {
+            path: store(),
+            found,
+            known: SCHEMA_VERSION,
+        }));
+    }
+    if found == SCHEMA_VERSION {
+        return tx.commit().await;
+    }
+    let mut sql = format!(
+        "CREATE SCHEMA IF NOT EXISTS {0}; SET LOCAL search_path TO {0};",
+        quote_ident(schema)
+    );
+    for migration in &MIGRATIONS[found as usize..] {
+        sql.push_str(migration);
+    }
+    sql.push_str(&format!(
+        "DELETE FROM schema_version; INSERT INTO schema_version (version) VALUES ({SCHEMA_VERSION});"
+    ));
+    tx.tx
+        .batch_execute(&sql)
+        .await
+        .map_err(|e| Fail::Db("migrating the schema", e))?;
+    tx.commit().await
+}

@@ -1,0 +1,167 @@
+//! The schema: created on first use, migrated from version 1 to 2, migrated once by many stores
+//! starting together; a newer schema and a foreign one are refused and left as they were.
+
+use std::time::Duration;
+
+use flow_postgres::{MIGRATIONS, PostgresOptions, PostgresStore, SCHEMA_VERSION, testing};
+use flow_runtime::store::{
+    Batch, Committed, Created, NewRun, Owner, RunFilter, Store, StoreError, StoredEvent, TaskChange,
+};
+
+const LEASE: Duration = Duration::from_secs(60);
+
+fn store_in(schema: &str) -> PostgresStore {
+    let options = PostgresOptions {
+        schema: schema.to_owned(),
+        ..PostgresOptions::default()
+    };
+    PostgresStore::connect_with(&testing::server(), options).expect("a store")
+}
+
+async fn version(client: &tokio_postgres::Client, schema: &str) -> Vec<i32> {
+    client
+        .query(
+            &format!("SELECT version FROM \"{schema}\".schema_version"),
+            &[],
+        )
+        .await
+        .expect("reading schema_version")
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_schema_is_migrated_to_2_keeping_its_runs() {
+    let schema = testing::fresh_schema("migrate");
+    let client = testing::client().await;
+    // A database of a flow that knew version 1 only, with a run in it.
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA \"{schema}\"; SET search_path TO \"{schema}\"; {}
+             INSERT INTO schema_version (version) VALUES (1);
+             INSERT INTO runs (id, workflow, graph_hash, input, input_hash, options, status,
+                next_seq, version, created_ms, updated_ms)
+             VALUES ('old', 'W', 1, '', 0, '', 'waiting', 0, 1, 1, 1);",
+            MIGRATIONS[0]
+        ))
+        .await
+        .expect("a version 1 schema");
+    assert_eq!(version(&client, &schema).await, vec![1]);
+
+    let store = store_in(&schema);
+    let runs = store
+        .list_runs(&RunFilter::default())
+        .await
+        .expect("the migrated store lists runs");
+    assert_eq!(
+        runs.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        vec!["old"]
+    );
+    assert_eq!(version(&client, &schema).await, vec![SCHEMA_VERSION as i32]);
+    // Version 2's table works: a task is opened and claimed.
+    let owner = Owner::new("a");
+    let Created::New { lease, .. } = store
+        .create_run(NewRun::new("new", "W", 1, owner.clone(), LEASE))
+        .await
+        .expect("creates")
+    else {
+        panic!("a new run")
+    };
+    let mut batch = Batch::new(&lease, 0, LEASE);
+    let mut requested = StoredEvent::new(0, "Requested");
+    requested.node = Some(0);
+    batch.events = vec![requested];
+    batch.tasks = vec![TaskChange::Open {
+        node: 0,
+        attempt: 1,
+    }];
+    assert_eq!(
+        store.commit(batch).await,
+        Ok(Committed::Applied { next_seq: 1 })
+    );
+    let claims = store
+        .claim_tasks(&owner, &["W".to_owned()], 10, LEASE)
+        .await
+        .expect("claims");
+    assert_eq!(claims.len(), 1, "{claims:?}");
+    testing::drop_schemas("migrate").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_stores_starting_together_migrate_once() {
+    let schema = testing::fresh_schema("together");
+    let mut starting = Vec::new();
+    for _ in 0..8 {
+        let store = store_in(&schema);
+        starting.push(tokio::spawn(async move { store.migrate().await }));
+    }
+    for store in starting {
+        assert_eq!(store.await.expect("a task"), Ok(()));
+    }
+    let client = testing::client().await;
+    assert_eq!(
+        version(&client, &schema).await,
+        vec![SCHEMA_VERSION as i32],
+        "one version row"
+    );
+    testing::drop_schemas("together").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_schema_is_refused_and_left_alone() {
+    let schema = testing::fresh_schema("newer");
+    store_in(&schema).migrate().await.expect("migrates");
+    let client = testing::client().await;
+    let newer = SCHEMA_VERSION as i32 + 1;
+    client
+        .batch_execute(&format!(
+            "UPDATE \"{schema}\".schema_version SET version = {newer}"
+        ))
+        .await
+        .expect("a newer version");
+    let store = store_in(&schema);
+    let err = store
+        .list_runs(&RunFilter::default())
+        .await
+        .expect_err("a newer schema");
+    match &err {
+        StoreError::SchemaVersion { found, known, .. } => {
+            assert_eq!((*found, *known), (newer as u32, SCHEMA_VERSION));
+        }
+        other => panic!("expected SchemaVersion, got {other:?}"),
+    }
+    let message = err.to_string();
+    assert!(message.contains("upgrade flow"), "{message}");
+    assert!(message.contains(&schema), "names the schema: {message}");
+    assert_eq!(version(&client, &schema).await, vec![newer], "left alone");
+    testing::drop_schemas("newer").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_schema_is_refused_and_left_alone() {
+    let schema = testing::fresh_schema("foreign");
+    let client = testing::client().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA \"{schema}\"; CREATE TABLE \"{schema}\".customers (id int);"
+        ))
+        .await
+        .expect("another application's schema");
+    let store = store_in(&schema);
+    match store.list_runs(&RunFilter::default()).await {
+        Err(StoreError::Foreign { why, .. }) => {
+            assert!(why.contains("customers"), "{why}");
+        }
+        other => panic!("expected Foreign, got {other:?}"),
+    }
+    let tables = client
+        .query(
+            "SELECT table_name::text FROM information_schema.tables WHERE table_schema = $1",
+            &[&schema],
+        )
+        .await
+        .expect("tables");
+    assert_eq!(tables.len(), 1, "nothing was created in it");
+    testing::drop_schemas("foreign").await;
+}

@@ -994,15 +994,16 @@ pub(crate) async fn task_inputs(tx: &mut Tx<'_>, run: &str) -> R<TaskInputs> {
     let row = tx
         .query_opt(
             "reading the input of a run",
-            "SELECT input FROM runs WHERE id = $1",
+            "SELECT input, graph_hash FROM runs WHERE id = $1",
             &[&run],
         )
         .await?;
-    let input: Vec<u8> = match row {
-        Some(row) => get(&row, 0)?,
+    let (input, graph_hash): (Vec<u8>, i64) = match row {
+        Some(row) => (get(&row, 0)?, get(&row, 1)?),
         None => return Err(not_found(run)),
     };
     Ok(TaskInputs {
+        graph_hash: u(graph_hash),
         input,
         outputs: outputs(tx, run).await?,
     })

@@ -198,3 +198,181 @@ async fn workers_share_the_tasks_of_distributed_runs() {
         "the tasks were shared: {reports:?}"
     );
 }
+
+/// Runs once per execution: the first execution of a run's first attempt never ends.
+async fn hang(label: &'static str) -> Result<String, Declined> {
+    let attempt = effect();
+    let key = flow::attempt().expect("inside a durable run").key();
+    let executions = EFFECTS.lock().unwrap_or_else(|e| e.into_inner())[&key];
+    if attempt == 1 && executions == 1 {
+        std::future::pending::<()>().await;
+    }
+    Ok(format!("{label}@{attempt}"))
+}
+
+workflow! {
+    #[flow(durable)]
+    Stalls(order: u64) -> String {
+        Sequential {
+            first = Operation(hang("h"), timeout = "150ms", retries = 1),
+        }
+        => format!("{} for {}", first, order)
+    }
+}
+
+workflow! {
+    #[flow(durable)]
+    Lonely(order: u64) -> u64 {
+        Sequential {
+            total = Operation(load(order)),
+        }
+        => total
+    }
+}
+
+/// A task whose attempt hangs is timed out by the run's owner, whether the run is loaded or
+/// not (the timeout is stored with the run): the task is given up (its worker loses its
+/// claim) and the retry, a new task, succeeds. Another workflow's worker never takes a task
+/// of a workflow it does not know.
+#[tokio::test(flavor = "current_thread")]
+async fn a_hung_task_times_out_and_its_retry_runs() {
+    let store = MemoryStore::new();
+    Stalls::runner()
+        .durable(&store, "stall-1")
+        .distributed()
+        .submit(7)
+        .await
+        .expect("submitted");
+    Lonely::runner()
+        .durable(&store, "lonely-1")
+        .distributed()
+        .submit(4)
+        .await
+        .expect("submitted");
+    let stalls = Worker::new(store.clone())
+        .register::<Stalls>()
+        .poll_interval(Duration::from_millis(5))
+        .task_lease(Duration::from_millis(60));
+    let done = tokio::sync::Notify::new();
+    let watch = async {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            let runs = store.list_runs(&RunFilter::default()).await.expect("lists");
+            if runs
+                .iter()
+                .any(|r| r.id == "stall-1" && r.status.is_finished())
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        done.notify_waiters();
+    };
+    let (report, ()) = tokio::join!(stalls.run(done.notified()), watch);
+    let report = report.expect("the worker ran");
+    let outcome = Stalls::resume(&store, "stall-1").await.expect("finished");
+    assert_eq!(outcome.result.expect("the retry succeeds"), "h@2 for 7");
+    let events = store.events("stall-1", 0).await.expect("events");
+    assert!(
+        events.iter().any(|e| e.kind == "TimedOut"),
+        "the first attempt timed out: {:?}",
+        events.iter().map(|e| &e.kind).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        report.tasks_lost, 1,
+        "the hung attempt's claim was lost: {report:?}"
+    );
+    assert_eq!(report.tasks_completed, 1, "{report:?}");
+    assert_eq!(
+        effects_of("stall-1").keys().cloned().collect::<Vec<_>>(),
+        vec!["stall-1/first/1".to_owned(), "stall-1/first/2".to_owned()]
+    );
+    // `Lonely` has no worker here: its run and task are left alone.
+    let lonely = store.list_runs(&RunFilter::default()).await.expect("lists");
+    let lonely = lonely.iter().find(|r| r.id == "lonely-1").expect("stored");
+    assert_eq!(lonely.status, RunStatus::Waiting, "{lonely:?}");
+    assert!(effects_of("lonely-1").is_empty(), "no worker executed it");
+}
+
+/// A worker that dies while it executes a task (its future dropped, as a killed process's
+/// would be) loses the task once its lease lapses; another worker executes the same attempt
+/// again, with the same idempotency key.
+#[tokio::test(flavor = "current_thread")]
+async fn a_dead_worker_s_task_runs_again_with_the_same_key() {
+    let store = MemoryStore::new();
+    Stalls::runner()
+        .durable(&store, "dead-1")
+        .distributed()
+        .submit(1)
+        .await
+        .expect("submitted");
+    let lease = Duration::from_millis(60);
+    let doomed = Worker::new(store.clone())
+        .register::<Stalls>()
+        .poll_interval(Duration::from_millis(5))
+        .task_lease(lease);
+    // It claims the task, starts it, and dies.
+    let died = tokio::time::timeout(
+        Duration::from_millis(100),
+        doomed.run(std::future::pending()),
+    )
+    .await;
+    assert!(died.is_err(), "the doomed worker was still running");
+    assert_eq!(
+        effects_of("dead-1").into_iter().collect::<Vec<_>>(),
+        vec![("dead-1/first/1".to_owned(), 1)],
+        "the first attempt started once"
+    );
+    let heir = Worker::new(store.clone())
+        .register::<Stalls>()
+        .poll_interval(Duration::from_millis(5))
+        .task_lease(lease);
+    let done = tokio::sync::Notify::new();
+    let watch = async {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            let runs = store.list_runs(&RunFilter::default()).await.expect("lists");
+            if runs.iter().all(|r| r.status.is_finished()) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        done.notify_waiters();
+    };
+    let (report, ()) = tokio::join!(heir.run(done.notified()), watch);
+    let report = report.expect("the worker ran");
+    let outcome = Stalls::resume(&store, "dead-1").await.expect("finished");
+    assert_eq!(
+        outcome.result.expect("the re-executed attempt succeeds"),
+        "h@1 for 1",
+        "the same attempt, not a retry"
+    );
+    assert_eq!(
+        effects_of("dead-1").into_iter().collect::<Vec<_>>(),
+        vec![("dead-1/first/1".to_owned(), 2)],
+        "the attempt ran again with the same key"
+    );
+    assert_eq!(report.tasks_completed, 1, "{report:?}");
+}
+
+/// A store of one process has no tasks: a distributed run on SQLite is refused with a clear
+/// error, and nothing of it is left running.
+#[tokio::test(flavor = "current_thread")]
+async fn a_store_of_one_process_refuses_distributed_runs() {
+    let dir = std::env::temp_dir().join(format!("flow-dist-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    let path = dir.join("runs.db");
+    let store = flow_sqlite::SqliteStore::open(&path).expect("opens");
+    let err = Lonely::runner()
+        .durable(&store, "one-process")
+        .distributed()
+        .submit(3)
+        .await
+        .expect_err("refused");
+    assert!(
+        err.to_string().contains("does not support `tasks`"),
+        "{err}"
+    );
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -443,7 +443,7 @@ impl<S: Store + Clone> Worker<S> {
             }
             // Looking again at once: let the other tasks of this thread run first (a store in
             // memory answers without ever making this loop wait).
-            tokio::task::yield_now().await;
+            yield_now().await;
         }
     }
 }
@@ -591,6 +591,21 @@ fn execute_and_complete<S: Store + Clone>(
             }
         }
     })
+}
+
+/// Returns `Pending` once (waking itself at once), so that the executor polls its other
+/// tasks before the worker goes on: tokio's `yield_now` without tokio's `rt` feature.
+async fn yield_now() {
+    let mut yielded = false;
+    poll_fn(|cx| {
+        if yielded {
+            return Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    })
+    .await;
 }
 
 /// Says that the worker waits before asking the store again.

@@ -332,6 +332,7 @@ impl Journal {
                 && self.pending.timers.is_empty()
                 && self.pending.waits.is_empty()
                 && self.pending.consumed.is_empty()
+                && self.pending.tasks.is_empty()
                 && !self.renewal_due(cx)
             {
                 return Poll::Ready(false);
@@ -716,6 +717,7 @@ impl Scheduler {
         };
         let timeout = match started {
             Err(payload) => Err(NodeError::Panicked(panic_message(payload))),
+            Ok(()) if self.is_task(node) => self.task_timeout(node).map(timer).transpose(),
             Ok(()) => self.node_policy(node).timeout().map(timer).transpose(),
         };
         let timeout = match timeout {
@@ -1186,15 +1188,18 @@ impl Scheduler {
             running = true;
             // `Leaf::idle` does not see a step's future: a `Signal` step's wait is the
             // journal's (its inbox).
-            if self.task_idle(node) {
-                continue;
-            }
-            if tasks_only {
+            // A task out with a worker waits as a signal does: no due time of its own (its
+            // completion makes the run due in the store); its timeout and deadline count below.
+            let task = self.task_idle(node);
+            if tasks_only && !task {
                 return false;
             }
-            let idle = leaves[node as usize]
-                .idle()
-                .or_else(|| self.signal_idle(node).then_some(Idle::Signal));
+            let idle = match task {
+                true => Some(Idle::Signal),
+                false => leaves[node as usize]
+                    .idle()
+                    .or_else(|| self.signal_idle(node).then_some(Idle::Signal)),
+            };
             match idle {
                 Some(Idle::Until(at)) => wake = Some(wake.map_or(at, |w| w.min(at))),
                 Some(Idle::Signal) => {}

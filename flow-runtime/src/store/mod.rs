@@ -578,24 +578,29 @@ pub enum TimerKind {
     NodeDeadline,
     /// The run's deadline.
     RunDeadline,
+    /// The timeout of an attempt executed as a task (distributed runs): stored so that it
+    /// holds while the run is unloaded.
+    Timeout,
 }
 
 impl TimerKind {
     /// Every kind, in declaration order.
-    pub const ALL: [TimerKind; 4] = [
+    pub const ALL: [TimerKind; 5] = [
         TimerKind::Backoff,
         TimerKind::Delay,
         TimerKind::NodeDeadline,
         TimerKind::RunDeadline,
+        TimerKind::Timeout,
     ];
 
-    /// Its stored name: `backoff`, `delay`, `node_deadline`, `run_deadline`.
+    /// Its stored name: `backoff`, `delay`, `node_deadline`, `run_deadline`, `timeout`.
     pub fn as_str(self) -> &'static str {
         match self {
             TimerKind::Backoff => "backoff",
             TimerKind::Delay => "delay",
             TimerKind::NodeDeadline => "node_deadline",
             TimerKind::RunDeadline => "run_deadline",
+            TimerKind::Timeout => "timeout",
         }
     }
 }

@@ -21,6 +21,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::{Arc, PoisonError};
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use tokio::time::Sleep;
 
@@ -32,7 +33,9 @@ use crate::graph::{Graph, NodeKind};
 use crate::nodes::Leaves;
 use crate::panic::{panic_message, timer};
 use crate::status::NodeStatus;
-use crate::store::{Batch, StoreFuture, TaskChange, TaskOutcome, TaskResult};
+use crate::store::{
+    Batch, StoreFuture, TaskChange, TaskOutcome, TaskResult, TimerChange, TimerKey, TimerKind,
+};
 
 /// A distributed run's side of its tasks.
 pub(in crate::scheduler) struct Tasks {
@@ -40,6 +43,9 @@ pub(in crate::scheduler) struct Tasks {
     remote: Box<[bool]>,
     /// Outcomes known and not yet taken by their node.
     results: Vec<TaskResult>,
+    /// Nodes whose stored attempt timeout was loaded with the run and not used yet: the
+    /// attempt in flight waits what is left of it.
+    loaded_timeouts: Vec<u32>,
     /// The next look at the store, while a task runs.
     sleep: Option<Pin<Box<Sleep>>>,
     /// A look at the store in flight.
@@ -58,6 +64,12 @@ impl Tasks {
                 .map(|node| node.kind == NodeKind::Operation)
                 .collect(),
             results: setup.tasks.clone(),
+            loaded_timeouts: setup
+                .timers
+                .iter()
+                .filter(|t| t.key.kind == TimerKind::Timeout)
+                .filter_map(|t| t.key.node)
+                .collect(),
             sleep: None,
             fetch: None,
         }))
@@ -82,7 +94,13 @@ impl Tasks {
             | EventKind::Failed { .. }
             | EventKind::Retrying { .. }
             | EventKind::Aborted { .. }
-            | EventKind::Withdrawn { .. } => pending.tasks.push(TaskChange::Close { node }),
+            | EventKind::Withdrawn { .. } => {
+                pending.tasks.push(TaskChange::Close { node });
+                // The attempt's stored timeout goes with it (the retry's backoff stays).
+                pending.timers.push(TimerChange::Clear {
+                    key: timeout_key(node),
+                });
+            }
             _ => {}
         }
     }
@@ -116,7 +134,39 @@ impl Tasks {
     }
 }
 
+/// The stored timeout of `node`'s attempt in flight.
+fn timeout_key(node: u32) -> TimerKey {
+    TimerKey {
+        node: Some(node),
+        instance: String::new(),
+        kind: TimerKind::Timeout,
+    }
+}
+
 impl Scheduler {
+    /// The timeout of a task's attempt that starts now: what is left of the stored one when
+    /// the attempt was in flight when the run was loaded, else the step's full timeout, which
+    /// is stored (with the next batch) so that it holds while the run is unloaded.
+    pub(super) fn task_timeout(&mut self, node: u32) -> Option<Duration> {
+        let full = self.node_policy(node).timeout()?;
+        let journal = self.journal.as_deref_mut()?;
+        let tasks = journal.tasks.as_deref_mut()?;
+        if let Some(i) = tasks.loaded_timeouts.iter().position(|&n| n == node) {
+            tasks.loaded_timeouts.swap_remove(i);
+            let setup = &journal.setup;
+            if let Some(stored) = setup.timers.iter().find(|t| t.key == timeout_key(node)) {
+                return Some(Duration::from_millis(
+                    stored.due_ms.saturating_sub(setup.now_ms),
+                ));
+            }
+        }
+        journal.pending.timers.push(TimerChange::Set {
+            key: timeout_key(node),
+            after: full,
+        });
+        Some(full)
+    }
+
     /// Whether `node`'s attempts are tasks for the workers (an operation of a live
     /// distributed run).
     pub(super) fn is_task(&self, node: u32) -> bool {

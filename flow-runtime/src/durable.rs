@@ -1103,8 +1103,10 @@ pub(crate) async fn execute_task<W: DurableWorkflow>(
             outcome: Mutex::new(None),
         }),
     });
-    let mut options = RunOptions::default();
-    options.journal = Some(Arc::clone(&setup));
+    let options = RunOptions {
+        journal: Some(Arc::clone(&setup)),
+        ..RunOptions::default()
+    };
     let _ = W::__execute::<'static>(options, W::__input::<'static>(input)).await;
     let outcome = setup.task.as_ref().and_then(|task| {
         task.outcome

@@ -995,11 +995,11 @@ where
         && let Some(task) = &setup.task
     {
         // A worker executing one task of a distributed run: no run loop, no journal.
-        if journal::start_task_run(&scheduler, &mut table.leaves(), setup, task) {
+        if journal::start_task_run(&scheduler, table.leaves(), setup, task) {
             // Moved in as `&mut`: a shared borrow held across the await would ask `Sync`.
             let (run, nodes) = (&mut scheduler, &mut table);
             std::future::poll_fn(move |cx| {
-                journal::poll_task_run(run, &mut nodes.leaves(), setup, task, cx)
+                journal::poll_task_run(run, nodes.leaves(), setup, task, cx)
             })
             .await;
         }

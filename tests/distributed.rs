@@ -214,7 +214,17 @@ workflow! {
     #[flow(durable)]
     Stalls(order: u64) -> String {
         Sequential {
-            first = Operation(hang("h"), timeout = "150ms", retries = 1),
+            first = Operation(hang("h"), timeout = "150ms", retries = 3),
+        }
+        => format!("{} for {}", first, order)
+    }
+}
+
+workflow! {
+    #[flow(durable)]
+    Slow(order: u64) -> String {
+        Sequential {
+            first = Operation(hang("h"), timeout = "1h"),
         }
         => format!("{} for {}", first, order)
     }
@@ -271,21 +281,26 @@ async fn a_hung_task_times_out_and_its_retry_runs() {
     let (report, ()) = tokio::join!(stalls.run(done.notified()), watch);
     let report = report.expect("the worker ran");
     let outcome = Stalls::resume(&store, "stall-1").await.expect("finished");
-    assert_eq!(outcome.result.expect("the retry succeeds"), "h@2 for 7");
+    // The retry succeeds (a later one, on a machine so loaded that the retry timed out too).
+    let result = outcome.result.expect("a retry succeeds");
+    let attempt: u32 = result
+        .strip_prefix("h@")
+        .and_then(|rest| rest.strip_suffix(" for 7"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected result {result}"));
+    assert!(attempt >= 2, "{result}");
     let events = store.events("stall-1", 0).await.expect("events");
     assert!(
         events.iter().any(|e| e.kind == "TimedOut"),
         "the first attempt timed out: {:?}",
         events.iter().map(|e| &e.kind).collect::<Vec<_>>()
     );
-    assert_eq!(
-        report.tasks_lost, 1,
-        "the hung attempt's claim was lost: {report:?}"
-    );
+    assert!(report.tasks_lost >= 1, "the hung attempt's claim was lost: {report:?}");
     assert_eq!(report.tasks_completed, 1, "{report:?}");
-    assert_eq!(
-        effects_of("stall-1").keys().cloned().collect::<Vec<_>>(),
-        vec!["stall-1/first/1".to_owned(), "stall-1/first/2".to_owned()]
+    let keys: Vec<String> = effects_of("stall-1").keys().cloned().collect();
+    assert!(
+        keys.starts_with(&["stall-1/first/1".to_owned(), "stall-1/first/2".to_owned()]),
+        "{keys:?}"
     );
     // `Lonely` has no worker here: its run and task are left alone.
     let lonely = store.list_runs(&RunFilter::default()).await.expect("lists");
@@ -300,7 +315,7 @@ async fn a_hung_task_times_out_and_its_retry_runs() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_dead_worker_s_task_runs_again_with_the_same_key() {
     let store = MemoryStore::new();
-    Stalls::runner()
+    Slow::runner()
         .durable(&store, "dead-1")
         .distributed()
         .submit(1)
@@ -308,23 +323,27 @@ async fn a_dead_worker_s_task_runs_again_with_the_same_key() {
         .expect("submitted");
     let lease = Duration::from_millis(60);
     let doomed = Worker::new(store.clone())
-        .register::<Stalls>()
+        .register::<Slow>()
         .poll_interval(Duration::from_millis(5))
         .task_lease(lease);
     // It claims the task, starts it, and dies.
-    let died = tokio::time::timeout(
-        Duration::from_millis(100),
-        doomed.run(std::future::pending()),
-    )
-    .await;
-    assert!(died.is_err(), "the doomed worker was still running");
+    let started = async {
+        let start = Instant::now();
+        while effects_of("dead-1").is_empty() && start.elapsed() < Duration::from_secs(10) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::select! {
+        _ = doomed.run(std::future::pending()) => panic!("the doomed worker stopped"),
+        () = started => {}
+    }
     assert_eq!(
         effects_of("dead-1").into_iter().collect::<Vec<_>>(),
         vec![("dead-1/first/1".to_owned(), 1)],
         "the first attempt started once"
     );
     let heir = Worker::new(store.clone())
-        .register::<Stalls>()
+        .register::<Slow>()
         .poll_interval(Duration::from_millis(5))
         .task_lease(lease);
     let done = tokio::sync::Notify::new();
@@ -341,7 +360,7 @@ async fn a_dead_worker_s_task_runs_again_with_the_same_key() {
     };
     let (report, ()) = tokio::join!(heir.run(done.notified()), watch);
     let report = report.expect("the worker ran");
-    let outcome = Stalls::resume(&store, "dead-1").await.expect("finished");
+    let outcome = Slow::resume(&store, "dead-1").await.expect("finished");
     assert_eq!(
         outcome.result.expect("the re-executed attempt succeeds"),
         "h@1 for 1",
@@ -375,4 +394,74 @@ async fn a_store_of_one_process_refuses_distributed_runs() {
     );
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+workflow! {
+    #[flow(durable)]
+    Patient(order: u64) -> String {
+        Sequential {
+            base = Operation(load(order)),
+            Delay("80ms"),
+            word = Signal(go: String),
+            total = Operation(part("a", &base)),
+        }
+        => format!("{} {}", word, total)
+    }
+}
+
+/// A distributed run waiting for a timer and then a signal holds no worker that unloads runs
+/// as they wait: the timer makes it due and a free worker picks it up; the signal, sent from
+/// outside, does the same.
+#[tokio::test(flavor = "current_thread")]
+async fn timers_and_signals_wake_whichever_worker_is_free() {
+    let store = MemoryStore::new();
+    Patient::runner()
+        .durable(&store, "patient-1")
+        .distributed()
+        .submit(2)
+        .await
+        .expect("submitted");
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            Worker::new(store.clone())
+                .register::<Patient>()
+                .poll_interval(Duration::from_millis(5))
+                .unload_after(Duration::ZERO)
+        })
+        .collect();
+    let done = tokio::sync::Notify::new();
+    let drive = async {
+        let start = Instant::now();
+        let mut sent = false;
+        while start.elapsed() < Duration::from_secs(10) {
+            let runs = store.list_runs(&RunFilter::default()).await.expect("lists");
+            let run = &runs[0];
+            if run.status.is_finished() {
+                break;
+            }
+            // Once the run waits for its signal (the `Delay` has passed), send it.
+            let events = store.events("patient-1", 0).await.expect("events");
+            if !sent && events.iter().any(|e| e.kind == "TimerFired") {
+                flow::durable::send_signal(&store, "patient-1", Patient::GO, "go".to_owned())
+                    .await
+                    .expect("sent");
+                sent = true;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        done.notify_waiters();
+    };
+    let runs = futures::future::join_all(workers.iter().map(|w| w.run(done.notified())));
+    let (reports, ()) = tokio::join!(runs, drive);
+    let unloaded: usize = reports
+        .iter()
+        .map(|r| r.as_ref().expect("ran").unloaded.len())
+        .sum();
+    let outcome = Patient::resume(&store, "patient-1").await.expect("finished");
+    assert_eq!(outcome.result.expect("succeeds"), format!("go {}", expected_a(2)));
+    assert!(unloaded >= 3, "unloaded while its tasks, its timer and its signal were awaited: {unloaded}");
+}
+
+fn expected_a(order: u64) -> u64 {
+    order * 10 + 100 + u64::from(b'a')
 }

@@ -11,9 +11,16 @@
 //! waits for a `Delay` due later than the threshold, or for a signal) is unloaded: its state
 //! stays in the store, the worker holds nothing of it, and picks it up again when it is due.
 //!
-//! The worker drives the runs it resumes on its own task, concurrently, up to
-//! [`Worker::max_runs`] at a time: it spawns nothing, so it needs no `Send` workflow and no
-//! tokio runtime beyond the timer.
+//! On a store shared by processes (`flow-postgres`), the worker also executes the tasks of
+//! distributed runs (`DurableRunner::distributed`): it claims the operations' attempts of the
+//! registered workflows' runs, up to [`Worker::max_tasks`] at a time, executes each with its
+//! idempotency key, renews its claims by heartbeat, and stores their outcomes; the runs
+//! themselves are decided by whichever worker picks them up when they are due. See
+//! `docs/scale-out.md`.
+//!
+//! The worker drives the runs it resumes and the tasks it executes on its own task,
+//! concurrently, up to [`Worker::max_runs`] and [`Worker::max_tasks`] at a time: it spawns
+//! nothing, so it needs no `Send` workflow and no tokio runtime beyond the timer.
 //!
 //! ```
 //! use std::time::Duration;

@@ -238,27 +238,46 @@ impl<S: Store + Clone> Worker<S> {
         self.workflows().into_iter().map(str::to_owned).collect()
     }
 
-    /// Claims up to `limit` tasks and starts executing them.
-    async fn claim(&self, limit: usize, executing: &mut Vec<Executing>) -> Result<(), StoreError> {
-        let names = self.names();
-        let limit = u32::try_from(limit).unwrap_or(u32::MAX);
-        let claims = self
-            .store
-            .claim_tasks(&self.owner, &names, limit, self.task_lease)
-            .await?;
-        for claim in claims {
-            let Some(registered) = self.workflows.get(claim.workflow.as_str()) else {
-                continue;
-            };
-            let future = execute_and_complete(
-                self.store.clone(),
-                claim.clone(),
-                registered.execute,
-                self.task_lease,
-            );
-            executing.push(Executing { claim, future });
-        }
-        Ok(())
+    /// One look at the store: the runs to pick up (at most `runs`, but those of `skip`) and
+    /// up to `claims` tasks claimed.
+    async fn look(&self, runs: usize, skip: Vec<String>, claims: usize) -> Look {
+        let runs = match runs {
+            0 => Ok(Vec::new()),
+            n => self.due(n, &skip).await,
+        };
+        let claims = match claims {
+            0 => Ok(Vec::new()),
+            n => {
+                let names = self.names();
+                let limit = u32::try_from(n).unwrap_or(u32::MAX);
+                self.store
+                    .claim_tasks(&self.owner, &names, limit, self.task_lease)
+                    .await
+            }
+        };
+        Look { runs, claims }
+    }
+
+    /// Renews the claims of `held`; the answer is the claims lost.
+    async fn beat(&self, held: Vec<TaskClaim>) -> Beat {
+        self.store.heartbeat_tasks(&held, self.task_lease).await
+    }
+
+    /// Starts executing claimed tasks.
+    fn execute(&self, claims: Vec<TaskClaim>) -> Vec<Executing> {
+        claims
+            .into_iter()
+            .filter_map(|claim| {
+                let registered = self.workflows.get(claim.workflow.as_str())?;
+                let future = execute_and_complete(
+                    self.store.clone(),
+                    claim.clone(),
+                    registered.execute,
+                    self.task_lease,
+                );
+                Some(Executing { claim, future })
+            })
+            .collect()
     }
 
     /// Starts resuming `run`, if its workflow is registered.
@@ -351,106 +370,143 @@ impl<S: Store + Clone> Worker<S> {
         let mut tasks = self.max_tasks > 0;
         let mut backoff = Duration::ZERO;
         let renew_every = self.task_lease / 3;
-        let mut renewed = tokio::time::Instant::now();
-        loop {
-            for resumed in &report.resumed[seen..] {
-                let for_good = matches!(&resumed.result, Err(e) if refused_for_good(e));
-                if for_good && !refused.contains(&resumed.run) {
-                    refused.push(resumed.run.clone());
-                }
-            }
-            seen = report.resumed.len();
-            let mut retry = false;
-            if !stopping && flying.len() < self.max_runs {
-                report.polls += 1;
-                let skip: Vec<String> = flying
-                    .iter()
-                    .map(|f| f.run.clone())
-                    .chain(refused.iter().cloned())
-                    .collect();
-                match self.due(self.max_runs - flying.len(), &skip).await {
-                    Ok(runs) => flying.extend(runs.iter().filter_map(|run| self.start(run))),
-                    Err(DurableError::Store(error)) if error.is_retryable() => retry = true,
-                    Err(error) => {
-                        failed = Some(error);
-                        stopping = true;
-                    }
-                }
-            }
-            if !stopping && tasks && !retry && executing.len() < self.max_tasks {
-                match self
-                    .claim(self.max_tasks - executing.len(), &mut executing)
-                    .await
-                {
-                    Ok(()) => {}
-                    // A store of one process: this worker only resumes runs.
-                    Err(StoreError::Unsupported { .. }) => tasks = false,
-                    Err(error) if error.is_retryable() => retry = true,
-                    Err(error) => {
-                        failed = Some(DurableError::Store(error));
-                        stopping = true;
-                    }
-                }
-            }
-            if !executing.is_empty() && renewed.elapsed() >= renew_every {
-                let held: Vec<TaskClaim> = executing.iter().map(|e| e.claim.clone()).collect();
-                match self.store.heartbeat_tasks(&held, self.task_lease).await {
-                    Ok(lost) => {
-                        renewed = tokio::time::Instant::now();
-                        let before = executing.len();
-                        executing.retain(|e| !lost.contains(&e.claim));
-                        report.tasks_lost += (before - executing.len()) as u64;
-                    }
-                    // Tried again at the next look; a claim not renewed lapses.
-                    Err(_) => retry = true,
-                }
-            }
-            let wait = if retry {
-                report.store_retries += 1;
-                backoff = (backoff * 2).clamp(MIN_BACKOFF, MAX_BACKOFF);
-                warn_retry(backoff);
-                backoff
-            } else {
-                backoff = Duration::ZERO;
-                self.interval
-            };
-            let wait = match executing.is_empty() {
-                true => wait,
-                false => renew_every.saturating_sub(renewed.elapsed()).min(wait),
-            };
-            let mut tick = pin!(tokio::time::sleep(wait));
-            let ended = poll_fn(|cx| {
+        // The worker's own requests are futures polled beside the runs and tasks in flight,
+        // never awaited alone: those hold connections of the store's pool and row locks
+        // halfway through their transactions, and must go on while the worker asks for more.
+        let mut look: Option<Pin<Box<dyn Future<Output = Look> + '_>>> = None;
+        let mut beat: Option<Pin<Box<dyn Future<Output = Beat> + '_>>> = None;
+        let mut look_now = true;
+        let mut next_look = pin!(tokio::time::sleep(Duration::ZERO));
+        let mut next_beat = pin!(tokio::time::sleep(renew_every));
+        poll_fn(|cx| {
+            loop {
                 let (resumed, unloaded) = (report.resumed.len(), report.unloaded.len());
                 poll_all(&mut flying, &mut report.resumed, &mut report.unloaded, cx);
                 let tasks_before = executing.len();
                 poll_tasks(&mut executing, &mut report, cx);
                 // A run that ended or was unloaded, a task that ended: a slot is free and a
                 // run may have become due. (A run another worker took first is not news.)
-                let progressed = report.unloaded.len() > unloaded
+                if report.unloaded.len() > unloaded
                     || report.resumed[resumed..].iter().any(|r| r.result.is_ok())
-                    || executing.len() < tasks_before;
+                    || executing.len() < tasks_before
+                {
+                    look_now = true;
+                }
+                for resumed in &report.resumed[seen..] {
+                    let for_good = matches!(&resumed.result, Err(e) if refused_for_good(e));
+                    if for_good && !refused.contains(&resumed.run) {
+                        refused.push(resumed.run.clone());
+                    }
+                }
+                seen = report.resumed.len();
                 if !stopping && shutdown.as_mut().poll(cx).is_ready() {
                     stopping = true;
                 }
-                if stopping && flying.is_empty() && executing.is_empty() {
-                    return Poll::Ready(true);
+
+                // Looking for runs to decide and tasks to execute.
+                let due = look_now || next_look.as_mut().poll(cx).is_ready();
+                if look.is_none() && !stopping && due {
+                    look_now = false;
+                    report.polls += 1;
+                    let skip: Vec<String> = flying
+                        .iter()
+                        .map(|f| f.run.clone())
+                        .chain(refused.iter().cloned())
+                        .collect();
+                    let runs = self.max_runs.saturating_sub(flying.len());
+                    let claims = match tasks {
+                        true => self.max_tasks.saturating_sub(executing.len()),
+                        false => 0,
+                    };
+                    look = Some(Box::pin(self.look(runs, skip, claims)));
                 }
-                if progressed && !retry {
-                    // A slot is free and a run may have become due: look again now.
-                    return Poll::Ready(false);
+                if let Some(pending) = look.as_mut()
+                    && let Poll::Ready(found) = pending.as_mut().poll(cx)
+                {
+                    look = None;
+                    let mut retry = false;
+                    match found.runs {
+                        Ok(runs) => flying.extend(runs.iter().filter_map(|run| self.start(run))),
+                        Err(DurableError::Store(error)) if error.is_retryable() => retry = true,
+                        Err(error) => {
+                            failed = Some(error);
+                            stopping = true;
+                        }
+                    }
+                    match found.claims {
+                        Ok(claims) => executing.extend(self.execute(claims)),
+                        // A store of one process: this worker only resumes runs.
+                        Err(StoreError::Unsupported { .. }) => tasks = false,
+                        Err(error) if error.is_retryable() => retry = true,
+                        Err(error) => {
+                            failed = Some(DurableError::Store(error));
+                            stopping = true;
+                        }
+                    }
+                    let wait = if retry {
+                        report.store_retries += 1;
+                        backoff = (backoff * 2).clamp(MIN_BACKOFF, MAX_BACKOFF);
+                        warn_retry(backoff);
+                        backoff
+                    } else {
+                        backoff = Duration::ZERO;
+                        self.interval
+                    };
+                    next_look.as_mut().reset(tokio::time::Instant::now() + wait);
+                    // Let the other tasks of this thread run before going on (a store in
+                    // memory answers at once, and this loop would never yield).
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
                 }
-                tick.as_mut().poll(cx).map(|()| false)
-            })
-            .await;
-            if ended {
-                return match failed {
-                    Some(error) => Err(error),
-                    None => Ok(report),
-                };
+
+                // Renewing the claims of the tasks in flight.
+                if beat.is_none() && !executing.is_empty() && next_beat.as_mut().poll(cx).is_ready()
+                {
+                    let held: Vec<TaskClaim> = executing.iter().map(|e| e.claim.clone()).collect();
+                    beat = Some(Box::pin(self.beat(held)));
+                }
+                if let Some(pending) = beat.as_mut()
+                    && let Poll::Ready(lost) = pending.as_mut().poll(cx)
+                {
+                    beat = None;
+                    // A failed heartbeat is tried again soon; a claim not renewed lapses.
+                    let again = match lost {
+                        Ok(lost) => {
+                            let before = executing.len();
+                            executing.retain(|e| !lost.contains(&e.claim));
+                            report.tasks_lost += (before - executing.len()) as u64;
+                            renew_every
+                        }
+                        Err(_) => MIN_BACKOFF.min(renew_every),
+                    };
+                    next_beat
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + again);
+                    continue;
+                }
+                if executing.is_empty() && beat.is_none() && next_beat.is_elapsed() {
+                    // The first task claimed after an idle spell is renewed a third of a
+                    // lease after it starts, not at once.
+                    next_beat
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + renew_every);
+                }
+
+                if stopping
+                    && look.is_none()
+                    && beat.is_none()
+                    && flying.is_empty()
+                    && executing.is_empty()
+                {
+                    return Poll::Ready(());
+                }
+                return Poll::Pending;
             }
-            // Looking again at once: let the other tasks of this thread run first (a store in
-            // memory answers without ever making this loop wait).
-            yield_now().await;
+        })
+        .await;
+        match failed {
+            Some(error) => Err(error),
+            None => Ok(report),
         }
     }
 }
@@ -525,6 +581,15 @@ fn poll_all(
     }
 }
 
+/// What one look at the store found: runs to pick up, tasks claimed.
+struct Look {
+    runs: Result<Vec<RunSummary>, DurableError>,
+    claims: Result<Vec<TaskClaim>, StoreError>,
+}
+
+/// The claims a heartbeat found lost.
+type Beat = Result<Vec<TaskClaim>, StoreError>;
+
 /// A task the worker executes: its claim, and its execution followed by its completion.
 struct Executing {
     claim: TaskClaim,
@@ -598,21 +663,6 @@ fn execute_and_complete<S: Store + Clone>(
             }
         }
     })
-}
-
-/// Returns `Pending` once (waking itself at once), so that the executor polls its other
-/// tasks before the worker goes on: tokio's `yield_now` without tokio's `rt` feature.
-async fn yield_now() {
-    let mut yielded = false;
-    poll_fn(|cx| {
-        if yielded {
-            return Poll::Ready(());
-        }
-        yielded = true;
-        cx.waker().wake_by_ref();
-        Poll::Pending
-    })
-    .await;
 }
 
 /// Says that the worker waits before asking the store again.

@@ -8,16 +8,17 @@
 //! cargo bench -p flow-benches --bench scale
 //! ```
 //!
-//! Not criterion: one fleet run takes seconds, so each configuration is measured once, end to
-//! end (submit every run, then wait until all have finished), and the program prints a table.
+//! Not criterion: one fleet run takes seconds, so each configuration is measured once per round,
+//! end to end (submit every run, then wait until all have finished), and the program prints a
+//! table. The workers' task lease (an hour) outlasts the bench, so no heartbeat is measured.
 //! Each configuration gets a fresh schema and its own worker processes (this binary again,
 //! started with `FLOW_SCALE_WORKER=<schema>`), killed however the bench ends. The server is
 //! found as the store's tests find it (`FLOW_PG_URL`, else `.ci/postgres start`, which runs
 //! the server with `fsync=on` and the default `synchronous_commit`); the bench prints both
-//! settings. Where the server preloads `pg_stat_statements`, it also counts the statements
-//! (round trips) per node; else it counts transactions only.
+//! settings. `ROUNDS=3` measures every configuration three times, each just after the raw rate
+//! of as many connections. Where the server preloads `pg_stat_statements`, the bench also
+//! counts the statements (round trips) per node; else it prints `n/a` there.
 
-use std::error::Error as _;
 use std::io::{Read, Write};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -141,6 +142,10 @@ async fn work(schema: &str) -> Result<(), Error> {
         .poll_interval(Duration::from_millis(10))
         .max_runs(IN_FLIGHT)
         .max_tasks(IN_FLIGHT)
+        // Longer than the bench: no heartbeat. A heartbeat waits for the row locks of the
+        // worker's own completions in flight, which the worker does not poll meanwhile, up to
+        // the store's request timeout (docs/performance.md, "Distributed runs on PostgreSQL").
+        .task_lease(Duration::from_secs(3_600))
         .run(async {
             let _ = stop.await;
         })
@@ -389,17 +394,28 @@ async fn bench() -> Result<(), Error> {
     let _ = client
         .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         .await;
-    let mut rows = Vec::new();
-    for workers in FLEETS {
-        let run = fleet(&url, &client, workers).await?;
-        let raw = raw(&url, &client, workers).await?;
-        rows.push((run, raw));
-    }
+    let rounds: usize = match std::env::var("ROUNDS") {
+        Ok(n) => n.parse().map_err(|_| format!("ROUNDS={n} is not a number"))?,
+        Err(_) => 1,
+    };
     println!(
         "\n| workers | submit (ms) | all finished (ms) | nodes/s | raw updates/s ({RAW_FOR:?}) | nodes/s ÷ updates/s | tasks per worker | transactions/node | statements/node |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
-    for (run, raw) in &rows {
+    // The raw rate just before each fleet: the disk's flush time drifts.
+    for _ in 0..rounds {
+        for workers in FLEETS {
+            let raw = raw(&url, &client, workers).await?;
+            let run = fleet(&url, &client, workers).await?;
+            row(&run, raw);
+        }
+    }
+    Ok(())
+}
+
+/// One line of the table.
+fn row(run: &Fleetrun, raw: f64) {
+    {
         let nodes = (RUNS * NODES) as f64;
         let rate = nodes / run.total.as_secs_f64();
         println!(
@@ -420,5 +436,4 @@ async fn bench() -> Result<(), Error> {
                 .map_or_else(|| "n/a".to_owned(), |s| format!("{:.1}", s as f64 / nodes)),
         );
     }
-    Ok(())
 }

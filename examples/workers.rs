@@ -13,7 +13,7 @@
 //! distribution's `postgresql` package when no server is installed, and keeps running for the
 //! next time: `bash .ci/postgres stop` stops it). It makes a fresh schema, starts three
 //! workers (this program again, as `workers --worker SCHEMA`), submits the runs, waits until
-//! they have all finished (at most a minute), prints each run's result with the worker that
+//! they have all finished (at most two minutes), prints each run's result with the worker that
 //! executed each of its operations (every operation returns its process id), then stops the
 //! workers, drops the schema and exits. The workers are killed however the program ends; a
 //! worker whose parent is gone (its standard input closed) stops by itself.
@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 const RUNS: u64 = 20;
 const WORKERS: usize = 3;
 /// How long the program waits for every run to finish.
-const DEADLINE: Duration = Duration::from_secs(60);
+const DEADLINE: Duration = Duration::from_secs(120);
 
 #[derive(Debug)]
 struct Refused(&'static str);

@@ -365,9 +365,7 @@ async fn raw(url: &str, client: &Client, connections: usize) -> Result<f64, Erro
         updates += task.await??;
     }
     let rate = updates as f64 / start.elapsed().as_secs_f64();
-    client
-        .batch_execute(&format!("DROP TABLE {table}"))
-        .await?;
+    client.batch_execute(&format!("DROP TABLE {table}")).await?;
     Ok(rate)
 }
 
@@ -395,7 +393,9 @@ async fn bench() -> Result<(), Error> {
         .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         .await;
     let rounds: usize = match std::env::var("ROUNDS") {
-        Ok(n) => n.parse().map_err(|_| format!("ROUNDS={n} is not a number"))?,
+        Ok(n) => n
+            .parse()
+            .map_err(|_| format!("ROUNDS={n} is not a number"))?,
         Err(_) => 1,
     };
     println!(

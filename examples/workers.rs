@@ -84,7 +84,7 @@ async fn reserve(items: &Step) -> Result<Step, Refused> {
 
 async fn price(order: u64, items: &Step) -> Result<Step, Refused> {
     let first = attempt().is_none_or(|a| a.attempt() == 1);
-    if order % 4 == 0 && first {
+    if order.is_multiple_of(4) && first {
         return Err(Refused("the price service is busy"));
     }
     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -96,12 +96,7 @@ async fn screen(order: u64) -> Result<Step, Refused> {
     Ok(step(order % 7))
 }
 
-async fn confirm(
-    items: &Step,
-    stock: &Step,
-    cost: &Step,
-    risk: &Step,
-) -> Result<Receipt, Refused> {
+async fn confirm(items: &Step, stock: &Step, cost: &Step, risk: &Step) -> Result<Receipt, Refused> {
     let mine = step(cost.value);
     let steps = [
         ("load", items),
@@ -337,11 +332,7 @@ async fn submit_and_watch(store: &PostgresStore, url: &str, schema: &str) -> Res
                 }
             })
             .collect();
-        println!(
-            "  {id}  total {:>5}  {}",
-            receipt.total,
-            steps.join(", ")
-        );
+        println!("  {id}  total {:>5}  {}", receipt.total, steps.join(", "));
     }
     let executed = fleet.stop()?;
     println!("tasks per worker (operations in the results above / attempts executed):");

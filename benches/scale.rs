@@ -10,7 +10,7 @@
 //!
 //! Not criterion: one fleet run takes seconds, so each configuration is measured once per round,
 //! end to end (submit every run, then wait until all have finished), and the program prints a
-//! table. The workers' task lease (an hour) outlasts the bench, so no heartbeat is measured.
+//! table.
 //! Each configuration gets a fresh schema and its own worker processes (this binary again,
 //! started with `FLOW_SCALE_WORKER=<schema>`), killed however the bench ends. The server is
 //! found as the store's tests find it (`FLOW_PG_URL`, else `.ci/postgres start`, which runs
@@ -119,10 +119,6 @@ fn main() -> ExitCode {
 fn store(url: &str, schema: &str) -> Result<PostgresStore, Error> {
     let options = PostgresOptions {
         schema: schema.to_owned(),
-        // A connection for every run and task in flight and one for the worker's own requests:
-        // the worker awaits its own requests while the runs and tasks in flight are not
-        // polled, so a smaller pool can find every connection held by one of them.
-        pool_size: 2 * IN_FLIGHT + 1,
         ..PostgresOptions::default()
     };
     Ok(PostgresStore::connect_with(url, options)?)
@@ -142,10 +138,6 @@ async fn work(schema: &str) -> Result<(), Error> {
         .poll_interval(Duration::from_millis(10))
         .max_runs(IN_FLIGHT)
         .max_tasks(IN_FLIGHT)
-        // Longer than the bench: no heartbeat. A heartbeat waits for the row locks of the
-        // worker's own completions in flight, which the worker does not poll meanwhile, up to
-        // the store's request timeout (docs/performance.md, "Distributed runs on PostgreSQL").
-        .task_lease(Duration::from_secs(3_600))
         .run(async {
             let _ = stop.await;
         })

@@ -164,9 +164,6 @@ const IN_FLIGHT: usize = 8;
 fn store(url: &str, schema: &str) -> Result<PostgresStore, Error> {
     let options = PostgresOptions {
         schema: schema.to_owned(),
-        // A connection for every run and task in flight, and one for the worker's own
-        // requests (looking for due runs, claiming tasks).
-        pool_size: 2 * IN_FLIGHT + 1,
         ..PostgresOptions::default()
     };
     Ok(PostgresStore::connect_with(url, options)?)

@@ -550,7 +550,8 @@ pub(crate) async fn due_runs(
         WHERE status IN ('running', 'waiting', 'compensating')
           AND workflow = ANY($1)
           AND (owner IS NULL OR lease_until IS NULL OR lease_until <= $2)
-          AND (status <> 'waiting' OR wake_at <= $2)
+          AND (status <> 'waiting' OR wake_at <= $2
+               OR EXISTS (SELECT 1 FROM tasks t WHERE t.run = runs.id AND t.status = 'done'))
         ORDER BY created_ms, id LIMIT $3";
     let rows = tx
         .query(
@@ -928,12 +929,9 @@ pub(crate) async fn complete_task(
     claim: &TaskClaim,
     outcome: &TaskOutcome,
 ) -> R<TaskCommitted> {
-    // The run's row first, as a commit takes it: the wake time below sees every change.
-    let now = match lock_run(tx, &claim.run).await {
-        Ok((_, now)) => now,
-        Err(Fail::Store(StoreError::NotFound { .. })) => return Ok(TaskCommitted::Stale),
-        Err(other) => return Err(other),
-    };
+    // The task's row alone: completions of one run's tasks do not wait for each other nor for
+    // the run's decider. The run is due from now on (`due_runs` sees its done task); the output
+    // becomes the node's when the decider journals the outcome.
     let (kind, type_name, bytes, error) = match outcome {
         TaskOutcome::Completed { type_name, bytes } => (
             "completed",
@@ -947,7 +945,8 @@ pub(crate) async fn complete_task(
         .execute(
             "completing a task",
             "UPDATE tasks SET status = 'done', version = nextval('task_versions'), outcome = $5,
-                type_name = $6, bytes = $7, error = $8, done_at = $9, lease_until = NULL
+                type_name = $6, bytes = $7, error = $8, lease_until = NULL,
+                done_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint
              WHERE run = $1 AND node = $2 AND version = $3 AND owner = $4 AND status = 'running'",
             &[
                 &claim.run,
@@ -958,31 +957,13 @@ pub(crate) async fn complete_task(
                 &type_name,
                 &bytes,
                 &error,
-                &i(now),
             ],
         )
         .await?;
-    if done == 0 {
-        return Ok(TaskCommitted::Stale);
-    }
-    if let TaskOutcome::Completed { type_name, bytes } = outcome {
-        tx.execute(
-            "storing a task's output",
-            "INSERT INTO outputs (run, node, instance, type_name, bytes) VALUES ($1, $2, '', $3, $4)
-             ON CONFLICT (run, node, instance)
-             DO UPDATE SET type_name = EXCLUDED.type_name, bytes = EXCLUDED.bytes",
-            &[&claim.run, &i64::from(claim.node), type_name, bytes],
-        )
-        .await?;
-    }
-    tx.execute(
-        "updating a run",
-        "UPDATE runs SET updated_ms = $2 WHERE id = $1",
-        &[&claim.run, &i(now)],
-    )
-    .await?;
-    set_wake(tx, &claim.run).await?;
-    Ok(TaskCommitted::Applied)
+    Ok(match done {
+        0 => TaskCommitted::Stale,
+        _ => TaskCommitted::Applied,
+    })
 }
 
 pub(crate) async fn task_results(tx: &mut Tx<'_>, run: &str) -> R<Vec<TaskResult>> {

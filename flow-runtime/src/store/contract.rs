@@ -839,8 +839,9 @@ fn completed(bytes: &[u8]) -> TaskOutcome {
 }
 
 /// A task opened by a batch is claimed once, by a worker that knows its workflow; its
-/// completion stores the outcome and the output, once; the run's next owner sees the result in
-/// `load_run` and `task_results`, and a batch that closes the task removes it.
+/// completion stores the outcome with its output, once; the run's next owner sees the result
+/// in `load_run` and `task_results`; the output is the node's once a batch journals it, and a
+/// batch that closes the task removes it.
 pub async fn tasks_claim_and_complete(store: &dyn Store) {
     let a = Owner::new("a");
     let b = Owner::new("b");
@@ -914,6 +915,39 @@ pub async fn tasks_claim_and_complete(store: &dyn Store) {
         vec![],
         "tasks: a done task is not claimed"
     );
+    let output_of_1 = |outputs: &[StoredOutput]| outputs.iter().any(|o| o.node == 1);
+    let inputs = store
+        .task_inputs("t1")
+        .await
+        .unwrap_or_else(|e| panic!("tasks: task_inputs: {e}"));
+    assert!(
+        !output_of_1(&inputs.outputs),
+        "tasks: a task's output is not the node's before the run journals it: {:?}",
+        inputs.outputs
+    );
+    let loaded = store
+        .load_run("t1", &a, LONG)
+        .await
+        .unwrap_or_else(|e| panic!("tasks: load_run: {e}"));
+    assert_eq!(loaded.tasks, results, "tasks: load_run gives the results");
+    assert!(
+        !output_of_1(&loaded.outputs),
+        "tasks: load_run does not give it as the node's output"
+    );
+    let mut taken = Batch::new(&loaded.lease, next, LONG);
+    taken.events = vec![event(next, "Completed", Some(1))];
+    taken.outputs = vec![StoredOutput {
+        node: 1,
+        instance: String::new(),
+        type_name: "Order".into(),
+        bytes: br#"{"total":5}"#.to_vec(),
+    }];
+    taken.tasks = vec![TaskChange::Close { node: 1 }];
+    assert_eq!(
+        commit(store, taken).await,
+        Ok(Committed::Applied { next_seq: next + 1 }),
+        "tasks: journaling the result"
+    );
     let inputs = store
         .task_inputs("t1")
         .await
@@ -923,25 +957,8 @@ pub async fn tasks_claim_and_complete(store: &dyn Store) {
             .outputs
             .iter()
             .any(|o| o.node == 1 && o.bytes == br#"{"total":5}"#.to_vec()),
-        "tasks: the output is stored as the node's: {:?}",
+        "tasks: the journaled output is the node's: {:?}",
         inputs.outputs
-    );
-    let loaded = store
-        .load_run("t1", &a, LONG)
-        .await
-        .unwrap_or_else(|e| panic!("tasks: load_run: {e}"));
-    assert_eq!(loaded.tasks, results, "tasks: load_run gives the results");
-    assert!(
-        loaded.outputs.iter().any(|o| o.node == 1),
-        "tasks: load_run gives the output"
-    );
-    let mut taken = Batch::new(&loaded.lease, next, LONG);
-    taken.events = vec![event(next, "Completed", Some(1))];
-    taken.tasks = vec![TaskChange::Close { node: 1 }];
-    assert_eq!(
-        commit(store, taken).await,
-        Ok(Committed::Applied { next_seq: next + 1 }),
-        "tasks: journaling the result"
     );
     assert_eq!(
         store.task_results("t1").await,

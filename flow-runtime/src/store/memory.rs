@@ -451,23 +451,8 @@ impl State {
             return TaskCommitted::Stale;
         };
         task.version = version;
-        task.state = TaskState::Done {
-            outcome: outcome.clone(),
-            at: now,
-        };
+        task.state = TaskState::Done { outcome, at: now };
         self.task_versions = version;
-        if let (TaskOutcome::Completed { type_name, bytes }, Some(row)) =
-            (outcome, self.runs.get_mut(&claim.run))
-        {
-            let output = StoredOutput {
-                node: claim.node,
-                instance: String::new(),
-                type_name,
-                bytes,
-            };
-            row.outputs.insert((claim.node, String::new()), output);
-            row.summary.updated_ms = now;
-        }
         self.set_wake(&claim.run);
         TaskCommitted::Applied
     }

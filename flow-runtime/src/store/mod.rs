@@ -221,9 +221,12 @@ pub trait Store: Send + Sync + 'static {
 
     /// Stores the outcome of a claimed task, in one transaction, if the claim is still the
     /// task's (same version and owner, still running; its lease may have lapsed as long as
-    /// nobody claimed it since): the task becomes done with its outcome, a completed one's
-    /// output is stored as the node's, and the run becomes due (`wake_at_ms` = now). Else
-    /// [`TaskCommitted::Stale`] and nothing is written.
+    /// nobody claimed it since): the task becomes done with its outcome (a completed one's
+    /// with its output) and the run becomes due ([`Store::due_runs`] answers it). Else
+    /// [`TaskCommitted::Stale`] and nothing is written. The output becomes the node's
+    /// (`Loaded::outputs`, [`TaskInputs::outputs`]) only when the run journals the outcome,
+    /// in the batch's `outputs`: a task's output that the run gave up never reaches a
+    /// successor.
     ///
     /// The default is [`StoreError::Unsupported`].
     fn complete_task<'a>(

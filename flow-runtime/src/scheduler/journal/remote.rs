@@ -34,7 +34,8 @@ use crate::nodes::Leaves;
 use crate::panic::{panic_message, timer};
 use crate::status::NodeStatus;
 use crate::store::{
-    Batch, StoreFuture, TaskChange, TaskOutcome, TaskResult, TimerChange, TimerKey, TimerKind,
+    Batch, StoreFuture, StoredOutput, TaskChange, TaskOutcome, TaskResult, TimerChange, TimerKey,
+    TimerKind,
 };
 
 /// A distributed run's side of its tasks.
@@ -210,7 +211,21 @@ impl Scheduler {
             .and_then(|j| j.tasks.as_deref_mut())
             .and_then(|t| t.take(node, attempt));
         match outcome {
-            Some(TaskOutcome::Completed { bytes, .. }) => self.restore_task(leaves, node, bytes),
+            Some(TaskOutcome::Completed { type_name, bytes }) => {
+                let restored = self.restore_task(leaves, node, bytes.clone());
+                // The output becomes the node's with the batch that journals its completion.
+                if let (Poll::Ready(Ok(())), Some(journal)) =
+                    (&restored, self.journal.as_deref_mut())
+                {
+                    journal.pending.outputs.push(StoredOutput {
+                        node,
+                        instance: String::new(),
+                        type_name,
+                        bytes,
+                    });
+                }
+                restored
+            }
             Some(TaskOutcome::Failed { error }) => {
                 Poll::Ready(Err(NodeError::Failed(error.into())))
             }

@@ -401,12 +401,13 @@ impl Store for PostgresStore {
 
     fn due_runs<'a>(
         &'a self,
+        owner: &'a Owner,
         workflows: &'a [String],
         limit: u32,
     ) -> StoreFuture<'a, Vec<RunSummary>> {
         Box::pin(async move {
             transact!(self, "listing the due runs", |tx| ops::due_runs(
-                &mut tx, workflows, limit
+                &mut tx, owner, workflows, limit
             ))
         })
     }

@@ -418,7 +418,9 @@ pub(crate) async fn load_run(
     lease: Duration,
 ) -> R<Loaded> {
     let (run, now) = lock_run(tx, id).await?;
+    // A finished run's lease guards nothing: its result is read whoever held it last.
     if let (Some(holder), Some(until)) = (&run.owner, run.lease_until_ms)
+        && !run.status.is_finished()
         && holder != owner.as_str()
         && until > now
     {
@@ -540,6 +542,7 @@ pub(crate) async fn list_runs(tx: &mut Tx<'_>, filter: &RunFilter) -> R<Vec<RunS
 
 pub(crate) async fn due_runs(
     tx: &mut Tx<'_>,
+    owner: &Owner,
     workflows: &[String],
     limit: u32,
 ) -> R<Vec<RunSummary>> {
@@ -549,7 +552,7 @@ pub(crate) async fn due_runs(
         lease_until, wake_at, created_ms, updated_ms FROM runs
         WHERE status IN ('running', 'waiting', 'compensating')
           AND workflow = ANY($1)
-          AND (owner IS NULL OR lease_until IS NULL OR lease_until <= $2)
+          AND (owner IS NULL OR owner = $4 OR lease_until IS NULL OR lease_until <= $2)
           AND (status <> 'waiting' OR wake_at <= $2
                OR EXISTS (SELECT 1 FROM tasks t WHERE t.run = runs.id AND t.status = 'done'))
         ORDER BY created_ms, id LIMIT $3";
@@ -557,7 +560,7 @@ pub(crate) async fn due_runs(
         .query(
             "listing the due runs",
             SQL,
-            &[&workflows, &i(now), &i64::from(limit)],
+            &[&workflows, &i(now), &i64::from(limit), &owner.as_str()],
         )
         .await?;
     rows.iter().map(summary).collect()

@@ -816,7 +816,7 @@ impl<W: DurableWorkflow> DurableRunner<W> {
                     self.options,
                     &self.store,
                     &self.id,
-                    &self.owner,
+                    (&self.owner, LEASE),
                     (unload, unload_tasks),
                 )
                 .await?;
@@ -1007,7 +1007,7 @@ pub fn resume<W: DurableWorkflow, S: Store + Clone>(
     store: &S,
     id: &str,
 ) -> impl Future<Output = Result<Outcome<W::Output>, DurableError>> + use<W, S> {
-    resume_shaped::<W, S, Outcome<W::Output>>(store, id, (None, false))
+    resume_shaped::<W, S, Outcome<W::Output>>(store, id, (None, false), None)
 }
 
 /// Resumes run `id` of `W` as [`resume`] does, and unloads it again when every running step
@@ -1021,7 +1021,7 @@ pub fn resume_or_unload<W: DurableWorkflow, S: Store + Clone>(
     id: &str,
     after: Duration,
 ) -> impl Future<Output = Result<Ended<W::Output>, DurableError>> + use<W, S> {
-    resume_shaped::<W, S, Ended<W::Output>>(store, id, (Some(after), true))
+    resume_shaped::<W, S, Ended<W::Output>>(store, id, (Some(after), true), None)
 }
 
 /// [`resume`] or [`resume_or_unload`], as `R` says; never unloaded without `unload`.
@@ -1029,18 +1029,13 @@ pub(crate) fn resume_shaped<W: DurableWorkflow, S: Store + Clone, R: Shape<W::Ou
     store: &S,
     id: &str,
     unload: Unload,
+    holder: Option<(Owner, Duration)>,
 ) -> impl Future<Output = Result<R, DurableError>> + use<W, S, R> {
     let store: Arc<dyn Store> = Arc::new(store.clone());
     let id = id.to_owned();
+    let (owner, lease) = holder.unwrap_or_else(|| (Owner::process(), LEASE));
     let first = async move {
-        prepare_resume::<W>(
-            RunOptions::default(),
-            &store,
-            &id,
-            &Owner::process(),
-            unload,
-        )
-        .await
+        prepare_resume::<W>(RunOptions::default(), &store, &id, (&owner, lease), unload).await
     };
     Then::First {
         first,
@@ -1172,12 +1167,12 @@ async fn prepare_resume<W: DurableWorkflow>(
     options: RunOptions,
     store: &Arc<dyn Store>,
     id: &str,
-    owner: &Owner,
+    (owner, extend): (&Owner, Duration),
     unload: Unload,
 ) -> Result<Prepared<W>, DurableError> {
-    let loaded: Loaded = store.load_run(id, owner, LEASE).await?;
+    let loaded: Loaded = store.load_run(id, owner, extend).await?;
     let lease = loaded.lease.clone();
-    let prepared = check_loaded::<W>(options, store, id, loaded, unload);
+    let prepared = check_loaded::<W>(options, store, id, loaded, unload, extend);
     if prepared.is_err() {
         // Refused: the lease taken to look at the run is given back, so that a process with
         // the right code may take the run at once. Best effort: a lease not released expires.
@@ -1193,6 +1188,7 @@ fn check_loaded<W: DurableWorkflow>(
     id: &str,
     loaded: Loaded,
     (unload, unload_tasks): Unload,
+    extend: Duration,
 ) -> Result<Prepared<W>, DurableError> {
     if loaded.run.workflow != W::GRAPH.name() {
         return Err(DurableError::RunExists {
@@ -1219,7 +1215,7 @@ fn check_loaded<W: DurableWorkflow>(
     let setup = JournalSetup {
         store: Arc::clone(store),
         lease: loaded.lease,
-        extend: LEASE,
+        extend,
         events: loaded.events,
         outputs: loaded
             .outputs

@@ -55,7 +55,12 @@ use crate::store::{
 
 /// How a worker resumes a run of one registered workflow (unloading it again when it waits
 /// longer than the duration, if one is given).
-type ResumeFn<S> = fn(&S, &str, Option<Duration>) -> Pin<Box<dyn Future<Output = ResumeResult>>>;
+type ResumeFn<S> = fn(
+    &S,
+    &str,
+    Option<Duration>,
+    (Owner, Duration),
+) -> Pin<Box<dyn Future<Output = ResumeResult>>>;
 
 /// How a worker executes a task of a distributed run of one registered workflow.
 type ExecuteFn<S> =
@@ -66,6 +71,9 @@ struct Registered<S> {
     resume: ResumeFn<S>,
     execute: ExecuteFn<S>,
 }
+
+/// The default lease of a run a worker resumes.
+const RUN_LEASE: Duration = Duration::from_secs(60);
 
 /// The default number of tasks a worker executes at once.
 const MAX_TASKS: usize = 16;
@@ -96,6 +104,7 @@ pub struct Worker<S> {
     unload: Option<Duration>,
     max_tasks: usize,
     task_lease: Duration,
+    run_lease: Duration,
     owner: Owner,
 }
 
@@ -155,6 +164,7 @@ impl<S: Store + Clone> Worker<S> {
             unload: None,
             max_tasks: MAX_TASKS,
             task_lease: TASK_LEASE,
+            run_lease: RUN_LEASE,
             owner: Owner::process(),
         }
     }
@@ -182,6 +192,16 @@ impl<S: Store + Clone> Worker<S> {
     /// worker once it lapses.
     pub fn task_lease(mut self, lease: Duration) -> Worker<S> {
         self.task_lease = lease.max(Duration::from_millis(30));
+        self
+    }
+
+    /// The lease of each run the worker resumes (60 s by default; at least 30 ms): extended by
+    /// every commit and renewed every third of it while the run waits; when the worker dies,
+    /// another worker takes its runs once their leases lapse. The worker takes back at once a
+    /// run of its own whose commit failed (the database was unreachable). Shorter leases move a
+    /// dead worker's runs sooner, at the cost of more renewals.
+    pub fn run_lease(mut self, lease: Duration) -> Worker<S> {
+        self.run_lease = lease.max(Duration::from_millis(30));
         self
     }
 
@@ -225,7 +245,7 @@ impl<S: Store + Clone> Worker<S> {
     async fn due(&self, limit: usize, skip: &[String]) -> Result<Vec<RunSummary>, DurableError> {
         let names = self.names();
         let asked = u32::try_from(limit.saturating_add(skip.len())).unwrap_or(u32::MAX);
-        let runs = self.store.due_runs(&names, asked).await?;
+        let runs = self.store.due_runs(&self.owner, &names, asked).await?;
         Ok(runs
             .into_iter()
             .filter(|run| self.workflows.contains_key(run.workflow.as_str()))
@@ -286,7 +306,12 @@ impl<S: Store + Clone> Worker<S> {
         Some(InFlight {
             run: run.id.clone(),
             workflow: run.workflow.clone(),
-            future: (registered.resume)(&self.store, &run.id, self.unload),
+            future: (registered.resume)(
+                &self.store,
+                &run.id,
+                self.unload,
+                (self.owner.clone(), self.run_lease),
+            ),
         })
     }
 
@@ -691,8 +716,9 @@ fn resume_erased<W: DurableWorkflow, S: Store + Clone>(
     store: &S,
     id: &str,
     unload: Option<Duration>,
+    holder: (Owner, Duration),
 ) -> Pin<Box<dyn Future<Output = ResumeResult>>> {
-    let run = resume_shaped::<W, S, Ended<W::Output>>(store, id, (unload, true));
+    let run = resume_shaped::<W, S, Ended<W::Output>>(store, id, (unload, true), Some(holder));
     Box::pin(async move {
         run.await.map(|ended| match ended {
             Ended::Finished(outcome) => Ended::Finished(Outcome {

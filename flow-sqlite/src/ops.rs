@@ -331,7 +331,9 @@ pub(crate) fn load_run(
 ) -> Result<Loaded, StoreError> {
     let now = now_ms();
     let run = db.existing(id)?;
+    // A finished run's lease guards nothing: its result is read whoever held it last.
     if let (Some(holder), Some(until)) = (&run.owner, run.lease_until_ms)
+        && !run.status.is_finished()
         && holder != owner.as_str()
         && until > now
     {

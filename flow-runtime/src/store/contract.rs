@@ -788,6 +788,16 @@ pub async fn list_and_filter(store: &dyn Store) {
         RunStatus::Succeeded,
         "list_and_filter: status"
     );
+    // Its lease (held for a minute) guards nothing any more: another owner reads it at once.
+    let reader = store
+        .load_run("r1", &Owner::new("reader"), LONG)
+        .await
+        .unwrap_or_else(|e| panic!("list_and_filter: a finished run is never busy: {e}"));
+    assert_eq!(
+        reader.run.status,
+        RunStatus::Succeeded,
+        "list_and_filter: read"
+    );
 }
 
 // -- tasks (distributed runs) ----------------------------------------------------------------
@@ -1105,13 +1115,33 @@ pub async fn tasks_wake_the_run(store: &dyn Store) {
         Ok(Committed::Applied { next_seq: next }),
         "tasks: unloading"
     );
+    // Its owner still holds the lease: the run is due for it alone.
+    let due_for = |owner: Owner| async move {
+        store
+            .due_runs(&owner, &names(&["W"]), 10)
+            .await
+            .unwrap_or_else(|e| panic!("tasks: due_runs: {e}"))
+            .into_iter()
+            .map(|r| r.id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        due_for(a.clone()).await,
+        vec!["t4"],
+        "tasks: due for its holder"
+    );
+    assert_eq!(
+        due_for(b.clone()).await,
+        Vec::<String>::new(),
+        "tasks: not due for another owner while the lease holds"
+    );
     assert_eq!(
         store.release(&a, std::slice::from_ref(&lease)).await,
         Ok(()),
         "tasks: release"
     );
     let due = store
-        .due_runs(&names(&["W"]), 10)
+        .due_runs(&b, &names(&["W"]), 10)
         .await
         .unwrap_or_else(|e| panic!("tasks: due_runs: {e}"));
     assert_eq!(
@@ -1120,7 +1150,7 @@ pub async fn tasks_wake_the_run(store: &dyn Store) {
         "tasks: a waiting run with a done task is due"
     );
     assert_eq!(
-        store.due_runs(&names(&["Other"]), 10).await,
+        store.due_runs(&b, &names(&["Other"]), 10).await,
         Ok(vec![]),
         "tasks: due_runs keeps to the workflows asked for"
     );

@@ -201,9 +201,11 @@ impl State {
         let signals = self.open_signals(run, 0);
         let tasks = self.results(run);
         let row = self.runs.get_mut(run).ok_or_else(|| not_found(run))?;
+        // A finished run's lease guards nothing: its result is read whoever held it last.
         if let (Some(holder), Some(until)) = (&row.summary.owner, row.summary.lease_until_ms)
             && holder != owner.as_str()
             && until > now
+            && !row.summary.status.is_finished()
         {
             return Err(StoreError::Busy {
                 run: run.to_owned(),

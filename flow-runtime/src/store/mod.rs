@@ -90,7 +90,7 @@ pub trait Store: Send + Sync + 'static {
     /// Everything needed to resume a run, and its lease for `owner` (a new fencing version):
     /// the run, its node rows, events, outputs, open timers, unconsumed signals and the store's
     /// clock. Errors: [`StoreError::NotFound`]; [`StoreError::Busy`] while another owner's
-    /// lease has not expired.
+    /// lease has not expired (never for a finished run: its lease guards nothing).
     fn load_run<'a>(
         &'a self,
         run: &'a str,
@@ -152,14 +152,16 @@ pub trait Store: Send + Sync + 'static {
     /// those runs at once.
     fn release<'a>(&'a self, owner: &'a Owner, held: &'a [Lease]) -> StoreFuture<'a, ()>;
 
-    /// The unfinished runs of `workflows` a worker may pick up now, by the store's clock,
-    /// oldest first, at most `limit`: no lease holds them (none, or it expired), and a
-    /// `waiting` run is due (its wake-up time has come).
+    /// The unfinished runs of `workflows` that `owner` may pick up now, by the store's clock,
+    /// oldest first, at most `limit`: no other owner's lease holds them (none, `owner`'s own,
+    /// or it expired), and a `waiting` run is due (its wake-up time has come, or one of its
+    /// tasks is done).
     ///
     /// The default lists the runs and compares with this process's clock: right for a store
     /// of one machine. A store shared by machines answers by its own clock.
     fn due_runs<'a>(
         &'a self,
+        owner: &'a Owner,
         workflows: &'a [String],
         limit: u32,
     ) -> StoreFuture<'a, Vec<RunSummary>> {
@@ -177,7 +179,7 @@ pub trait Store: Send + Sync + 'static {
             let runs = self.list_runs(&filter).await?;
             Ok(runs
                 .into_iter()
-                .filter(|run| run.is_due(now) && workflows.contains(&run.workflow))
+                .filter(|run| run.is_due_for(owner, now) && workflows.contains(&run.workflow))
                 .take(limit as usize)
                 .collect())
         })
@@ -533,6 +535,21 @@ impl RunSummary {
             self.status != RunStatus::Waiting || self.wake_at_ms.is_some_and(|at| at <= now);
         let free = self.owner.is_none() || self.lease_until_ms.is_none_or(|until| until <= now);
         !self.status.is_finished() && awake && free
+    }
+
+    /// As [`RunSummary::is_due`], for `owner`: a run whose lease `owner` holds is free for it
+    /// (a run it stopped, or unloaded without giving its lease back because the store could not
+    /// be reached, is taken back at once).
+    pub fn is_due_for(&self, owner: &Owner, now: u64) -> bool {
+        let mine = self.owner.as_deref() == Some(owner.as_str());
+        match mine {
+            true => RunSummary {
+                owner: None,
+                ..self.clone()
+            }
+            .is_due(now),
+            false => self.is_due(now),
+        }
     }
 }
 

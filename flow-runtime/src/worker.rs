@@ -231,14 +231,15 @@ impl<S: Store + Clone> Worker<S> {
         self.workflows().into_iter().map(str::to_owned).collect()
     }
 
-    /// Claims up to `limit` tasks and starts executing them.
-    async fn claim(&self, limit: usize, executing: &mut Vec<Executing>) -> Result<(), StoreError> {
+    /// Claims up to `limit` tasks; returns their executions, to start.
+    async fn claim(&self, limit: usize) -> Result<Vec<Executing>, StoreError> {
         let names = self.names();
         let limit = u32::try_from(limit).unwrap_or(u32::MAX);
         let claims = self
             .store
             .claim_tasks(&self.owner, &names, limit, self.task_lease)
             .await?;
+        let mut executing = Vec::new();
         for claim in claims {
             let Some(registered) = self.workflows.get(claim.workflow.as_str()) else {
                 continue;
@@ -251,7 +252,7 @@ impl<S: Store + Clone> Worker<S> {
             );
             executing.push(Executing { claim, future });
         }
-        Ok(())
+        Ok(executing)
     }
 
     /// Starts resuming `run`, if its workflow is registered.
@@ -361,7 +362,8 @@ impl<S: Store + Clone> Worker<S> {
                     .map(|f| f.run.clone())
                     .chain(refused.iter().cloned())
                     .collect();
-                match self.due(self.max_runs - flying.len(), &skip).await {
+                let due = self.due(self.max_runs - flying.len(), &skip);
+                match driving(due, &mut flying, &mut executing, &mut report).await {
                     Ok(runs) => flying.extend(runs.iter().filter_map(|run| self.start(run))),
                     Err(DurableError::Store(error)) if error.is_retryable() => retry = true,
                     Err(error) => {
@@ -371,11 +373,9 @@ impl<S: Store + Clone> Worker<S> {
                 }
             }
             if !stopping && tasks && !retry && executing.len() < self.max_tasks {
-                match self
-                    .claim(self.max_tasks - executing.len(), &mut executing)
-                    .await
-                {
-                    Ok(()) => {}
+                let claim = self.claim(self.max_tasks - executing.len());
+                match driving(claim, &mut flying, &mut executing, &mut report).await {
+                    Ok(claimed) => executing.extend(claimed),
                     // A store of one process: this worker only resumes runs.
                     Err(StoreError::Unsupported { .. }) => tasks = false,
                     Err(error) if error.is_retryable() => retry = true,
@@ -387,7 +387,8 @@ impl<S: Store + Clone> Worker<S> {
             }
             if !executing.is_empty() && renewed.elapsed() >= renew_every {
                 let held: Vec<TaskClaim> = executing.iter().map(|e| e.claim.clone()).collect();
-                match self.store.heartbeat_tasks(&held, self.task_lease).await {
+                let heartbeat = self.store.heartbeat_tasks(&held, self.task_lease);
+                match driving(heartbeat, &mut flying, &mut executing, &mut report).await {
                     Ok(lost) => {
                         renewed = tokio::time::Instant::now();
                         let before = executing.len();
@@ -474,6 +475,26 @@ fn refused_for_good(error: &DurableError) -> bool {
         ),
         _ => true,
     }
+}
+
+/// Awaits one of the loop's own requests to the store while polling the runs and tasks in
+/// flight: a request in flight holds a pooled connection, and inside a transaction the rows it
+/// locked, until it is polled to its end. Left unpolled while the loop waits (for a free
+/// connection, or for a row such a transaction locked: a heartbeat of a task whose completion is
+/// half done), the worker would wait for itself.
+async fn driving<T>(
+    request: impl Future<Output = T>,
+    flying: &mut Vec<InFlight>,
+    executing: &mut Vec<Executing>,
+    report: &mut WorkerReport,
+) -> T {
+    let mut request = pin!(request);
+    poll_fn(|cx| {
+        poll_all(flying, &mut report.resumed, &mut report.unloaded, cx);
+        poll_tasks(executing, report, cx);
+        request.as_mut().poll(cx)
+    })
+    .await
 }
 
 /// A run the worker drives.

@@ -583,7 +583,7 @@ async fn check(store: &PostgresStore, schema: &str, orders: &[u64], context: &st
 const RUNS: u64 = 200;
 
 /// How long the killer kills.
-const KILLING: Duration = Duration::from_secs(10);
+const KILLING: Duration = Duration::from_secs(6);
 
 /// How long the runs may take to finish once the killing stopped: a run whose decider was killed
 /// keeps its lease (60 s) until it expires.

@@ -53,7 +53,7 @@ fn current() -> Attempt {
 
 /// Whether an attempt fails its first try: decided by its key, so the same in every process.
 fn flaky(attempt: &Attempt) -> bool {
-    attempt.attempt() == 1 && fnv1a(&[attempt.key().as_bytes()]) % 4 == 0
+    attempt.attempt() == 1 && fnv1a(&[attempt.key().as_bytes()]).is_multiple_of(4)
 }
 
 /// Whether the last step of the run for `order` fails for good (its attempts all fail, and the
@@ -192,15 +192,15 @@ async fn effect(key: String, value: u64) {
 
 impl World {
     async fn connection(&self) -> Result<Arc<tokio_postgres::Client>, tokio_postgres::Error> {
-        if let Some(client) = self
+        let kept = self
             .client
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+            .clone();
+        if let Some(client) = kept
+            && !client.is_closed()
         {
-            if !client.is_closed() {
-                return Ok(client);
-            }
+            return Ok(client);
         }
         let (client, connection) =
             tokio_postgres::connect(&self.url, tokio_postgres::NoTls).await?;
@@ -260,7 +260,7 @@ fn fleet_worker() {
 // --- The parent --------------------------------------------------------------------------------
 
 /// The two tests share the one server (one stops it): one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// How many worker processes run.
 const WORKERS: usize = 4;
@@ -591,7 +591,7 @@ const SETTLE: Duration = Duration::from_secs(100);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_killed_with_sigkill_lose_nothing() {
-    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let _serial = SERIAL.lock().await;
     let started = Instant::now();
     let seed = seed();
     eprintln!("fleet: FLOW_FLEET_SEED={seed}");
@@ -693,7 +693,7 @@ const RESTART_RUNS: u64 = 100;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_ride_out_a_database_restart() {
-    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let _serial = SERIAL.lock().await;
     let started = Instant::now();
     let url = testing::server();
     let port = port_of(&url);
@@ -757,7 +757,7 @@ async fn workers_ride_out_a_database_restart() {
 /// and every worker stalled). Short claims, so that heartbeats are frequent.
 #[tokio::test(flavor = "current_thread")]
 async fn a_worker_keeps_driving_its_transactions_while_it_asks_the_store() {
-    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let _serial = SERIAL.lock().await;
     let url = testing::server();
     let schema = testing::fresh_schema("inproc");
     let store = prepare(&url, &schema).await;

@@ -249,7 +249,9 @@ fn fleet_worker() {
         let worker = Worker::new(store)
             .register::<Fleet>()
             .poll_interval(Duration::from_millis(20))
-            .task_lease(Duration::from_secs(1));
+            .task_lease(Duration::from_secs(1))
+            // A killed worker's runs move to another after this.
+            .run_lease(Duration::from_secs(2));
         let ended = worker.run(std::future::pending()).await;
         // A worker never ends on its own: the parent sees it exit and fails.
         eprintln!("fleet worker {} ended: {ended:?}", std::process::id());

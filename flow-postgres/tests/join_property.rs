@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use flow_postgres::{PostgresOptions, PostgresStore, testing};
 use flow_runtime::store::{
     Batch, Committed, Created, NewRun, Owner, RunFilter, Store, StoreError, StoredEvent,
-    TaskChange, TaskClaim, TaskCommitted, TaskOutcome,
+    StoredOutput, TaskChange, TaskClaim, TaskCommitted, TaskOutcome,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -179,6 +179,15 @@ async fn decide(
         for task in &done {
             batch.events.push(event(seq, "Completed", task.node));
             batch.tasks.push(TaskChange::Close { node: task.node });
+            // As the scheduler does: the journaled completion makes the output the node's.
+            if let TaskOutcome::Completed { type_name, bytes } = &task.outcome {
+                batch.outputs.push(StoredOutput {
+                    node: task.node,
+                    instance: String::new(),
+                    type_name: type_name.clone(),
+                    bytes: bytes.clone(),
+                });
+            }
             seq += 1;
         }
         batch.events.push(event(seq, "Requested", join));

@@ -3,17 +3,13 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use flow::prelude::*;
-use flow_runtime::store::{
-    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Owner, RunFilter,
-    RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent, StoredSignal,
-};
 use flow_sqlite::SqliteStore;
 use serde_json::Value;
+
+mod common;
+use common::Failing;
 
 #[derive(Debug)]
 struct Never;
@@ -98,60 +94,6 @@ workflow! {
     }
 }
 
-/// A store whose commit number `fail_at` fails: the run stops there, as after a crash.
-#[derive(Clone)]
-struct Failing {
-    inner: SqliteStore,
-    commits: Arc<AtomicUsize>,
-    fail_at: usize,
-}
-
-impl Store for Failing {
-    fn create_run(&self, run: NewRun) -> StoreFuture<'_, Created> {
-        self.inner.create_run(run)
-    }
-    fn load_run<'a>(
-        &'a self,
-        run: &'a str,
-        owner: &'a Owner,
-        lease: Duration,
-    ) -> StoreFuture<'a, Loaded> {
-        self.inner.load_run(run, owner, lease)
-    }
-    fn list_runs<'a>(&'a self, filter: &'a RunFilter) -> StoreFuture<'a, Vec<RunSummary>> {
-        self.inner.list_runs(filter)
-    }
-    fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
-        self.inner.events(run, from_seq)
-    }
-    fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
-        if self.commits.fetch_add(1, Ordering::SeqCst) == self.fail_at {
-            return Box::pin(std::future::ready(Err(StoreError::Closed)));
-        }
-        self.inner.commit(batch)
-    }
-    fn due_timers(&self, horizon: Duration, limit: u32) -> StoreFuture<'_, Vec<DueTimer>> {
-        self.inner.due_timers(horizon, limit)
-    }
-    fn send_signal(&self, signal: NewSignal) -> StoreFuture<'_, SignalSent> {
-        self.inner.send_signal(signal)
-    }
-    fn signals<'a>(&'a self, run: &'a str, after: u64) -> StoreFuture<'a, Vec<StoredSignal>> {
-        self.inner.signals(run, after)
-    }
-    fn heartbeat<'a>(
-        &'a self,
-        owner: &'a Owner,
-        held: &'a [Lease],
-        lease: Duration,
-    ) -> StoreFuture<'a, Vec<Lease>> {
-        self.inner.heartbeat(owner, held, lease)
-    }
-    fn release<'a>(&'a self, owner: &'a Owner, held: &'a [Lease]) -> StoreFuture<'a, ()> {
-        self.inner.release(owner, held)
-    }
-}
-
 /// Held while a store is open in this process and while a child runs: a child forked while
 /// another test's store is open holds a copy of that store's lock until it execs, which would
 /// make a store dropped just then still look locked to the next child.
@@ -183,11 +125,7 @@ fn store(name: &str) -> PathBuf {
             .await
             .expect("runs");
         assert_eq!(done.result.expect("succeeds"), "shipped item-1");
-        let failing = Failing {
-            inner: store.clone(),
-            commits: Arc::new(AtomicUsize::new(0)),
-            fail_at: 1,
-        };
+        let failing = Failing::new(store.clone(), 1);
         let stopped = Order::runner()
             .durable(&failing, "stopped")
             .execute(2)

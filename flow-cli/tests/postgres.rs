@@ -2,17 +2,13 @@
 //! read it, `signal` refuses an ended run, and a server that cannot be reached is exit code 4.
 
 use std::process::{Command, Output};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use flow::prelude::*;
 use flow_postgres::{PostgresOptions, PostgresStore, testing};
-use flow_runtime::store::{
-    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Owner, RunFilter,
-    RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent, StoredSignal,
-};
 use serde_json::Value;
+
+mod common;
+use common::Failing;
 
 #[derive(Debug)]
 struct Never;
@@ -41,60 +37,6 @@ workflow! {
             sent = Operation(ship(&item)),
         }
         => sent.clone()
-    }
-}
-
-/// A store whose commit number `fail_at` fails: the run stops there, as after a crash.
-#[derive(Clone)]
-struct Failing {
-    inner: PostgresStore,
-    commits: Arc<AtomicUsize>,
-    fail_at: usize,
-}
-
-impl Store for Failing {
-    fn create_run(&self, run: NewRun) -> StoreFuture<'_, Created> {
-        self.inner.create_run(run)
-    }
-    fn load_run<'a>(
-        &'a self,
-        run: &'a str,
-        owner: &'a Owner,
-        lease: Duration,
-    ) -> StoreFuture<'a, Loaded> {
-        self.inner.load_run(run, owner, lease)
-    }
-    fn list_runs<'a>(&'a self, filter: &'a RunFilter) -> StoreFuture<'a, Vec<RunSummary>> {
-        self.inner.list_runs(filter)
-    }
-    fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
-        self.inner.events(run, from_seq)
-    }
-    fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
-        if self.commits.fetch_add(1, Ordering::SeqCst) == self.fail_at {
-            return Box::pin(std::future::ready(Err(StoreError::Closed)));
-        }
-        self.inner.commit(batch)
-    }
-    fn due_timers(&self, horizon: Duration, limit: u32) -> StoreFuture<'_, Vec<DueTimer>> {
-        self.inner.due_timers(horizon, limit)
-    }
-    fn send_signal(&self, signal: NewSignal) -> StoreFuture<'_, SignalSent> {
-        self.inner.send_signal(signal)
-    }
-    fn signals<'a>(&'a self, run: &'a str, after: u64) -> StoreFuture<'a, Vec<StoredSignal>> {
-        self.inner.signals(run, after)
-    }
-    fn heartbeat<'a>(
-        &'a self,
-        owner: &'a Owner,
-        held: &'a [Lease],
-        lease: Duration,
-    ) -> StoreFuture<'a, Vec<Lease>> {
-        self.inner.heartbeat(owner, held, lease)
-    }
-    fn release<'a>(&'a self, owner: &'a Owner, held: &'a [Lease]) -> StoreFuture<'a, ()> {
-        self.inner.release(owner, held)
     }
 }
 
@@ -189,11 +131,7 @@ fn resume_runs_a_stopped_run_of_a_postgres_store() {
             ..PostgresOptions::default()
         };
         let store = PostgresStore::connect_with(&url, options).expect("a store");
-        let failing = Failing {
-            inner: store,
-            commits: Arc::new(AtomicUsize::new(0)),
-            fail_at: 1,
-        };
+        let failing = Failing::new(store, 1);
         let stopped = Order::runner()
             .durable(&failing, "stopped")
             .execute(3)

@@ -31,8 +31,8 @@ use crate::runner::{Runner, Workflow};
 use crate::slot::Slot;
 use crate::store::{
     Created, Lease, Loaded, NewRun, NodeRow, Owner, RunFilter, RunStatus, Store, StoreError,
-    StoredEvent, StoredSignal, StoredTimer, TaskClaim, TaskOutcome, TaskResult, TimerChange,
-    TimerKey, TimerKind, fnv1a,
+    StoredEvent, StoredOutput, StoredSignal, StoredTimer, TaskClaim, TaskOutcome, TaskResult,
+    TimerChange, TimerKey, TimerKind, fnv1a,
 };
 
 mod signals;
@@ -576,6 +576,30 @@ pub(crate) struct TaskExec {
 }
 
 impl JournalSetup {
+    /// The setup of a run with nothing to replay under `lease`, extended by `extend` at each
+    /// commit; the other fields are set by the caller where they differ.
+    fn new(store: Arc<dyn Store>, lease: Lease, extend: Duration) -> JournalSetup {
+        JournalSetup {
+            store,
+            lease,
+            extend,
+            events: Vec::new(),
+            outputs: HashMap::new(),
+            timers: Vec::new(),
+            now_ms: 0,
+            signals: Vec::new(),
+            signal_poll: SIGNAL_POLL,
+            error: Mutex::new(None),
+            unload: None,
+            waiting: false,
+            unloaded: Mutex::new(None),
+            distributed: false,
+            unload_tasks: false,
+            tasks: Vec::new(),
+            task: None,
+        }
+    }
+
     pub(crate) fn fail(&self, error: DurableError) {
         let mut slot = self.error.lock().unwrap_or_else(PoisonError::into_inner);
         if slot.is_none() {
@@ -778,23 +802,11 @@ impl<W: DurableWorkflow> DurableRunner<W> {
         match self.store.create_run(run).await? {
             Created::New { lease, next_seq } => {
                 let setup = JournalSetup {
-                    store: self.store,
-                    lease,
-                    extend: LEASE,
-                    events: Vec::new(),
-                    outputs: HashMap::new(),
-                    timers: Vec::new(),
-                    now_ms: 0,
-                    signals: Vec::new(),
                     signal_poll: self.signal_poll,
-                    error: Mutex::new(None),
                     unload,
-                    waiting: false,
-                    unloaded: Mutex::new(None),
                     distributed: self.distributed,
                     unload_tasks,
-                    tasks: Vec::new(),
-                    task: None,
+                    ..JournalSetup::new(self.store, lease, LEASE)
                 };
                 debug_assert_eq!(next_seq, 0);
                 Ok((self.options, setup, input))
@@ -1065,38 +1077,21 @@ pub(crate) async fn execute_task<W: DurableWorkflow>(
             run: claim.run.clone(),
             why: error.to_string(),
         })?;
+    let lease = Lease {
+        run: claim.run.clone(),
+        owner: claim.owner.clone(),
+        version: claim.version,
+        until_ms: claim.until_ms,
+    };
     let setup = Arc::new(JournalSetup {
-        store,
-        lease: Lease {
-            run: claim.run.clone(),
-            owner: claim.owner.clone(),
-            version: claim.version,
-            until_ms: claim.until_ms,
-        },
-        extend: Duration::ZERO,
-        events: Vec::new(),
-        outputs: inputs
-            .outputs
-            .into_iter()
-            .filter(|o| o.instance.is_empty())
-            .map(|o| (o.node, o.bytes))
-            .collect(),
-        timers: Vec::new(),
-        now_ms: 0,
-        signals: Vec::new(),
-        signal_poll: SIGNAL_POLL,
-        error: Mutex::new(None),
-        unload: None,
-        waiting: false,
-        unloaded: Mutex::new(None),
+        outputs: by_node(inputs.outputs),
         distributed: true,
-        unload_tasks: false,
-        tasks: Vec::new(),
         task: Some(TaskExec {
             node: claim.node,
             attempt: claim.attempt,
             outcome: Mutex::new(None),
         }),
+        ..JournalSetup::new(store, lease, Duration::ZERO)
     });
     let options = RunOptions {
         journal: Some(Arc::clone(&setup)),
@@ -1213,30 +1208,28 @@ fn check_loaded<W: DurableWorkflow>(
     let distributed = stored.distributed == Some(true);
     stored.apply(&mut options);
     let setup = JournalSetup {
-        store: Arc::clone(store),
-        lease: loaded.lease,
-        extend,
         events: loaded.events,
-        outputs: loaded
-            .outputs
-            .into_iter()
-            .filter(|o| o.instance.is_empty())
-            .map(|o| (o.node, o.bytes))
-            .collect(),
+        outputs: by_node(loaded.outputs),
         timers: loaded.timers,
         now_ms: loaded.now_ms,
         signals: loaded.signals,
-        signal_poll: SIGNAL_POLL,
-        error: Mutex::new(None),
         unload,
         waiting: loaded.run.status == RunStatus::Waiting,
-        unloaded: Mutex::new(None),
         distributed,
         unload_tasks,
         tasks: loaded.tasks,
-        task: None,
+        ..JournalSetup::new(Arc::clone(store), loaded.lease, extend)
     };
     Ok((options, setup, input))
+}
+
+/// The stored outputs of a run's own nodes (not of nest instances), by node.
+fn by_node(outputs: Vec<StoredOutput>) -> HashMap<u32, Vec<u8>> {
+    outputs
+        .into_iter()
+        .filter(|o| o.instance.is_empty())
+        .map(|o| (o.node, o.bytes))
+        .collect()
 }
 
 /// Runs a prepared durable run: the workflow's own run, with the journal in its options.

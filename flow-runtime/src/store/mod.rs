@@ -531,25 +531,25 @@ impl RunSummary {
     /// time has come. A `running` or `compensating` run was stopped while it ran: its timers
     /// are not what it waits for.
     pub fn is_due(&self, now: u64) -> bool {
-        let awake =
-            self.status != RunStatus::Waiting || self.wake_at_ms.is_some_and(|at| at <= now);
-        let free = self.owner.is_none() || self.lease_until_ms.is_none_or(|until| until <= now);
-        !self.status.is_finished() && awake && free
+        self.due(None, now)
     }
 
     /// As [`RunSummary::is_due`], for `owner`: a run whose lease `owner` holds is free for it
     /// (a run it stopped, or unloaded without giving its lease back because the store could not
     /// be reached, is taken back at once).
     pub fn is_due_for(&self, owner: &Owner, now: u64) -> bool {
-        let mine = self.owner.as_deref() == Some(owner.as_str());
-        match mine {
-            true => RunSummary {
-                owner: None,
-                ..self.clone()
-            }
-            .is_due(now),
-            false => self.is_due(now),
-        }
+        self.due(Some(owner), now)
+    }
+
+    fn due(&self, asking: Option<&Owner>, now: u64) -> bool {
+        let awake =
+            self.status != RunStatus::Waiting || self.wake_at_ms.is_some_and(|at| at <= now);
+        let free = match &self.owner {
+            None => true,
+            Some(holder) if asking.is_some_and(|a| a.as_str() == holder) => true,
+            Some(_) => self.lease_until_ms.is_none_or(|until| until <= now),
+        };
+        !self.status.is_finished() && awake && free
     }
 }
 

@@ -25,7 +25,7 @@ static ALLOCATOR: Counting = Counting;
 /// One module per operation, with every workflow this bench runs calling it as `op`.
 mod imm {
     use crate::common::ops::imm as op;
-    use flow::workflow;
+    use flowdag::workflow;
 
     include!("generated/chain_10.rs");
     include!("generated/chain_50.rs");
@@ -45,7 +45,7 @@ mod imm {
 /// A `ForEach` whose body yields once per item, `()` output: what `ForEach` itself holds.
 mod each {
     use crate::common::ops::yld as op;
-    use flow::workflow;
+    use flowdag::workflow;
 
     workflow! {
         /// `items` items, at most 64 instances in flight.

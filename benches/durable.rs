@@ -24,18 +24,18 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flow_runtime::store::{
+use flowdag_runtime::store::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner,
     RunFilter, RunSummary, SignalSent, Store, StoreFuture, StoredEvent, StoredOutput, StoredSignal,
 };
-use flow_sqlite::{Durability, SqliteOptions, SqliteStore};
+use flowdag_sqlite::{Durability, SqliteOptions, SqliteStore};
 use rusqlite::{Connection, params};
 use tokio::runtime::Runtime;
 
 /// The durable workflows, with the immediate operation.
 mod wf {
     use crate::common::ops::imm as op;
-    use flow::workflow;
+    use flowdag::workflow;
 
     include!("generated/durable_chain_20.rs");
     include!("generated/durable_chain_100.rs");

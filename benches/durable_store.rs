@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use flow_runtime::store::{Batch, Created, Lease, NewRun, Owner, Store, StoredEvent};
-use flow_sqlite::SqliteStore;
+use flowdag_runtime::store::{Batch, Created, Lease, NewRun, Owner, Store, StoredEvent};
+use flowdag_sqlite::SqliteStore;
 use rusqlite::{Connection, params};
 
 const LEASE: Duration = Duration::from_secs(600);

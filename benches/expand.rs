@@ -1,6 +1,6 @@
 //! How long `workflow!` takes to expand generated workflows of 100, 500 and 1000 nodes.
 //!
-//! The macro's logic is the plain library `flow-macros-core`, which this bench calls directly
+//! The macro's logic is the plain library `flowdag-macros-core`, which this bench calls directly
 //! on the tokens of the generated workflows, with proc-macro2's fallback implementation (outside
 //! the compiler). Inside rustc the same code talks to the compiler through the proc-macro
 //! bridge: benches/compile_time.sh reads that time from `-Z time-passes`.
@@ -43,7 +43,7 @@ fn main() {
     println!("|---|---:|---:|---:|---|");
     for &(shape, nodes, source) in SOURCES {
         let tokens = input(source);
-        let output = flow_macros_core::workflow(tokens.clone()).to_string();
+        let output = flowdag_macros_core::workflow(tokens.clone()).to_string();
         println!(
             "| {shape} | {nodes} | {} | {} | {} |",
             tokens.to_string().len(),
@@ -63,7 +63,7 @@ fn main() {
         group.bench_function(format!("{shape}_{nodes}"), |b| {
             b.iter_batched(
                 || tokens.clone(),
-                flow_macros_core::workflow,
+                flowdag_macros_core::workflow,
                 BatchSize::SmallInput,
             )
         });

@@ -23,10 +23,10 @@ use std::io::{Read, Write};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use flow::prelude::*;
-use flow_postgres::{PostgresOptions, PostgresStore, testing};
-use flow_runtime::store::{RunFilter, Store};
-use flow_runtime::worker::Worker;
+use flowdag::prelude::*;
+use flowdag_postgres::{PostgresOptions, PostgresStore, testing};
+use flowdag_runtime::store::{RunFilter, Store};
+use flowdag_runtime::worker::Worker;
 use tokio_postgres::{Client, NoTls};
 
 /// Runs per configuration, and nodes per run (the workflow below).
@@ -288,7 +288,7 @@ async fn fleet(url: &str, client: &Client, workers: usize) -> Result<Fleetrun, E
     };
     let succeeded = store
         .list_runs(&RunFilter {
-            statuses: vec![flow_runtime::store::RunStatus::Succeeded],
+            statuses: vec![flowdag_runtime::store::RunStatus::Succeeded],
             ..RunFilter::default()
         })
         .await?

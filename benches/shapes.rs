@@ -32,7 +32,7 @@ macro_rules! workflows {
     ($($variant:ident),*) => {$(
         /// The workflows with the operation of the same name.
         mod $variant {
-            use flow::workflow;
+            use flowdag::workflow;
             use crate::common::ops::$variant as op;
             include!("generated/chain_1000.rs");
             include!("generated/fan_1000.rs");
@@ -47,7 +47,7 @@ workflows!(imm, yld);
 /// The fan with the gated operation: its nodes finish one per turn of the runtime.
 mod gated {
     use crate::common::gate::gated as op;
-    use flow::workflow;
+    use flowdag::workflow;
     include!("generated/fan_1000.rs");
 }
 
@@ -55,7 +55,7 @@ mod gated {
 /// the body of `foreach_10k`.
 mod control {
     use crate::common::ops::{after, yld};
-    use flow::workflow;
+    use flowdag::workflow;
 
     workflow! {
         /// One item of `foreach_10k`: one operation that yields once.
@@ -108,8 +108,8 @@ const ITEMS_SUM: u64 = ITEMS * (ITEMS + 1) / 2;
 /// one-node workflow `control::Item` (as the `ForEach`'s body would be); the sum of the output
 /// `Vec` (in input order).
 async fn flow_for_each(items: u64) -> u64 {
-    use flow::__private::{ForEachConfig, NestCtx, NestKind, for_each};
-    use flow::Workflow;
+    use flowdag::__private::{ForEachConfig, NestCtx, NestKind, for_each};
+    use flowdag::Workflow;
     let ctx = NestCtx::detached("each", NestKind::ForEach, &control::Item::GRAPH);
     let config = ForEachConfig {
         max_concurrency: IN_FLIGHT,
@@ -430,12 +430,12 @@ macro_rules! observer_group {
         bench(&mut g, "noop_observer", rt, || {
             <$workflow>::runner()
                 .record(false)
-                .observer(|_: &flow::Event| {})
+                .observer(|_: &flowdag::Event| {})
                 .execute(black_box(0))
         });
         g.bench_function("recorder", |b| {
             b.iter_batched(
-                flow::Recorder::new,
+                flowdag::Recorder::new,
                 |recorder| {
                     let outcome = rt.block_on(
                         <$workflow>::runner()

@@ -22,7 +22,7 @@ static ALLOCATOR: Counting = Counting;
 /// The mixed workflow with each operation.
 mod imm {
     use crate::common::ops::imm as op;
-    use flow::workflow;
+    use flowdag::workflow;
 
     include!("common/mixed.rs");
 }
@@ -30,7 +30,7 @@ mod imm {
 /// The mixed workflow with each operation.
 mod yld {
     use crate::common::ops::yld as op;
-    use flow::workflow;
+    use flowdag::workflow;
 
     include!("common/mixed.rs");
 }

@@ -14,7 +14,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 /// An error from the order service.
 #[derive(Debug)]

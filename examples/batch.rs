@@ -10,7 +10,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 /// How many lines the batch charges.
 const LINES: u32 = 10_000;
@@ -113,7 +113,7 @@ async fn main() {
         .collect();
 
     // The bar counts the instances of `charged` (the run itself has one node).
-    let progress = flow::Progress::instances("charged", lines.len() as u64);
+    let progress = flowdag::Progress::instances("charged", lines.len() as u64);
     let started = Instant::now();
     let outcome = Batch::runner().observer(progress).execute(&lines).await;
     let elapsed = started.elapsed();

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-use flow::prelude::*;
+use flowdag::prelude::*;
 use tokio::time::sleep;
 
 // ----- The domain. -----
@@ -144,7 +144,7 @@ mod payments {
     use std::sync::atomic::{AtomicU32, Ordering};
 
     use super::{Order, Receipt, Reservation};
-    use flow::prelude::*;
+    use flowdag::prelude::*;
 
     /// How many requests the gateway will still drop: it drops the first one it gets, a
     /// transient failure that a retry gets past.

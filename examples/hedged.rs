@@ -10,7 +10,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 /// An error from a replica.
 #[derive(Debug)]

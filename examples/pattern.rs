@@ -23,7 +23,7 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use flow::prelude::*;
+use flowdag::prelude::*;
 use tokio::time::{Instant, sleep};
 
 /// When the run started, so that steps can print offsets from it.

@@ -11,7 +11,7 @@ use std::convert::Infallible;
 use std::fmt;
 use std::time::Duration;
 
-use flow::prelude::*;
+use flowdag::prelude::*;
 use tokio::time::Instant;
 
 /// The pause between two tries.

@@ -10,7 +10,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 /// A transient failure: the first attempt of every seventh item fails.
 #[derive(Debug)]
@@ -81,7 +81,7 @@ workflow! {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let progress = flow::Progress::new();
+    let progress = flowdag::Progress::new();
     let outcome = Batch::runner().observer(progress).execute(()).await;
     println!("{}", outcome.report);
     match outcome.result {

@@ -13,7 +13,7 @@ use std::convert::Infallible;
 use std::fmt;
 use std::time::Duration;
 
-use flow::prelude::*;
+use flowdag::prelude::*;
 use tokio::time::{Instant, sleep};
 
 // ----- The domain: plain types and plain async functions, nothing flow-specific. -----

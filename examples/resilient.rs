@@ -8,7 +8,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 /// An error from one of the pretend services.
 #[derive(Debug)]

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 /// Why a step of the order flow failed.
 #[derive(Debug)]

@@ -1,6 +1,6 @@
 //! Keeps `docs/dsl.md` true. Its Rust code blocks (```rust and ```rust,ignore), joined in order and followed by
 //! `tests/data/dsl-reference-main.rs`, must equal `tests/ui-pass/dsl-reference.rs`, which the
-//! compile test (`tests/compiletest.rs`) builds and runs. After editing the reference, refresh the
+//! compile test (`tests/dsl_compiletest.rs`) builds and runs. After editing the reference, refresh the
 //! file with `DSL_REFERENCE=overwrite cargo test --test dsl_reference`.
 
 use std::path::Path;

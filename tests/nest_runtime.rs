@@ -1,8 +1,8 @@
 //! The runtime of nested runs under a workflow `workflow!` generated: a sub-workflow run by
 //! `child` inside an ordinary operation, with a detached context.
 
-use flow::__private::{NestCtx, NestKind, child};
-use flow::prelude::*;
+use flowdag::__private::{NestCtx, NestKind, child};
+use flowdag::prelude::*;
 
 #[derive(Debug)]
 struct Declined;

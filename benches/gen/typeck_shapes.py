@@ -11,7 +11,7 @@ time"); SHAPE chain, fan or layered. The mock runtime mirrors the `Pair`/`Op`/`B
 signatures, which is what the type checker sees of the generated code; the compile-time tables in
 docs/performance.md came from it.
 
-Writes one Rust file (edition 2024, no deps): a mock of flow-runtime (same signatures as
+Writes one Rust file (edition 2024, no deps): a mock of flowdag-runtime (same signatures as
 flow-runtime/src/nodes.rs and the scheduler) and one generated workflow of N nodes in VARIANT.
 """
 

@@ -23,7 +23,7 @@
 //! # mod hidden { pub struct Order; }
 //! # #[cfg(any())]
 //! fn main() -> std::process::ExitCode {
-//!     flow_cli::Cli::new().register::<Order>().run()
+//!     flowdag_cli::Cli::new().register::<Order>().run()
 //! }
 //! # fn main() {}
 //! ```
@@ -50,14 +50,14 @@ use std::pin::Pin;
 use std::process::ExitCode;
 
 use clap::{Arg, ArgAction, ArgMatches, Command};
-use flow_postgres::{PostgresOptions, PostgresStore};
-use flow_runtime::Outcome;
-use flow_runtime::durable::{DurableError, DurableWorkflow, resume};
-use flow_runtime::store::{
+use flowdag_postgres::{PostgresOptions, PostgresStore};
+use flowdag_runtime::Outcome;
+use flowdag_runtime::durable::{DurableError, DurableWorkflow, resume};
+use flowdag_runtime::store::{
     NewSignal, RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, Store, StoreError,
     StoredEvent, StoredSignal,
 };
-use flow_sqlite::SqliteStore;
+use flowdag_sqlite::SqliteStore;
 use serde_json::{Value, json};
 
 mod table;
@@ -205,7 +205,7 @@ impl fmt::Display for CliError {
                 }
                 write!(
                     f,
-                    "; resume it from a binary that registers it: `flow_cli::Cli::new().register::<{workflow}>().run()`, or with a `flow::Worker`"
+                    "; resume it from a binary that registers it: `flowdag_cli::Cli::new().register::<{workflow}>().run()`, or with a `flowdag::Worker`"
                 )
             }
             CliError::Resume(error) => write!(f, "{error}"),

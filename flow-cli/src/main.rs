@@ -1,6 +1,6 @@
 //! `flow`: the generic command line of durable flow runs (`flow --help`). It knows no workflow,
-//! so `flow resume` is for a binary of the user's that registers them (see `flow_cli::Cli`).
+//! so `flow resume` is for a binary of the user's that registers them (see `flowdag_cli::Cli`).
 
 fn main() -> std::process::ExitCode {
-    flow_cli::Cli::new().run()
+    flowdag_cli::Cli::new().run()
 }

@@ -1,11 +1,11 @@
 //! The `flow` binary on real stores: its output, its exit codes and its errors; and `resume`
-//! through `flow_cli::Cli` with a registered workflow.
+//! through `flowdag_cli::Cli` with a registered workflow.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use flow::prelude::*;
-use flow_sqlite::SqliteStore;
+use flowdag::prelude::*;
+use flowdag_sqlite::SqliteStore;
 use serde_json::Value;
 
 mod common;
@@ -66,7 +66,7 @@ async fn charge(order: u64) -> Result<u64, Refused> {
 
 /// Order 1: the first attempt fails, the second refunds. Order 2: every attempt fails.
 async fn refund(order: u64) -> Result<(), Refused> {
-    let attempt = flow_runtime::durable::attempt().map_or(1, |a| a.attempt());
+    let attempt = flowdag_runtime::durable::attempt().map_or(1, |a| a.attempt());
     match (order, attempt) {
         (1, 2) => Ok(()),
         _ => Err(Refused("the bank is down")),
@@ -460,7 +460,7 @@ fn resume_needs_the_workflow_and_runs_it_when_registered() {
         1,
         "run `stopped` is a run of `Order`, which this binary does not know",
     );
-    let cli = flow_cli::Cli::new().register::<Order>();
+    let cli = flowdag_cli::Cli::new().register::<Order>();
     let mut out = Vec::new();
     let serial = serial();
     cli.run_with(["flow", "resume", db, "stopped"], &mut out)

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use flow_runtime::store::{NewRun, Owner, Store};
-use flow_sqlite::SqliteStore;
+use flowdag_runtime::store::{NewRun, Owner, Store};
+use flowdag_sqlite::SqliteStore;
 
 fn flow(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_flow"))

@@ -3,8 +3,8 @@
 
 use std::process::{Command, Output};
 
-use flow::prelude::*;
-use flow_postgres::{PostgresOptions, PostgresStore, testing};
+use flowdag::prelude::*;
+use flowdag_postgres::{PostgresOptions, PostgresStore, testing};
 use serde_json::Value;
 
 mod common;
@@ -146,7 +146,7 @@ fn resume_runs_a_stopped_run_of_a_postgres_store() {
             .await
             .expect("the lease expires");
     });
-    let cli = flow_cli::Cli::new().register::<Order>();
+    let cli = flowdag_cli::Cli::new().register::<Order>();
     let mut out = Vec::new();
     cli.run_with(
         ["flow", "resume", &url, "stopped", "--schema", &schema],

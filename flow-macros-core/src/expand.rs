@@ -3,7 +3,7 @@
 //! The generated code is small per node: a closure that binds the node's inputs and builds its
 //! future from the user's expression. Everything else is constant tables (the `GRAPH`) and one
 //! call into the runtime's scheduler, which is ordinary code compiled once. Generated code names
-//! the runtime only through `::flow::__private` (or `path::__private` under
+//! the runtime only through `::flowdag::__private` (or `path::__private` under
 //! `#[flow(crate = path)]`), and builds its tables through `const fn`s, never struct literals.
 //!
 //! Per workflow it emits a unit struct (a generic one for a generic workflow: `generics.rs`),
@@ -111,7 +111,7 @@ fn errors(cx: Ctxt) -> TokenStream {
 
 pub(crate) struct Names<'a> {
     pub(crate) workflow: &'a Workflow,
-    /// The path of the runtime's hidden module: `::flow::__private`, or the one
+    /// The path of the runtime's hidden module: `::flowdag::__private`, or the one
     /// `#[flow(crate = path)]` names.
     pub(crate) private: TokenStream,
     pub(crate) checked: &'a Checked,
@@ -504,11 +504,11 @@ pub(crate) fn respan(tokens: &TokenStream, span: Span) -> TokenStream {
         .collect()
 }
 
-/// `::flow::__private`, or `path::__private` under `#[flow(crate = path)]`.
+/// `::flowdag::__private`, or `path::__private` under `#[flow(crate = path)]`.
 fn private_path(workflow: &Workflow) -> TokenStream {
     match &workflow.krate {
         Some(path) => quote!(#path::__private),
-        None => quote!(::flow::__private),
+        None => quote!(::flowdag::__private),
     }
 }
 
@@ -747,7 +747,7 @@ pub(crate) fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
                 }
             };
             // A step that awaits before it reaches its operation is listened to until the
-            // operation's defaults come (`flow_runtime::Deferred`).
+            // operation's defaults come (`flowdag_runtime::Deferred`).
             let future = if crate::operation::awaits_inside(quote!(#expr)) {
                 quote!(#private::Deferred::new(#future))
             } else {
@@ -1074,7 +1074,7 @@ pub(crate) fn graph_const(names: &Names<'_>) -> TokenStream {
     }}
 }
 
-/// The scheduling tables of a plan (see `flow_runtime::Plan`).
+/// The scheduling tables of a plan (see `flowdag_runtime::Plan`).
 struct Tables {
     pred_count: Vec<u32>,
     succ_start: Vec<u32>,
@@ -1084,7 +1084,7 @@ struct Tables {
     join_succ: Vec<u32>,
 }
 
-/// Flag bits of a successor entry, as `flow_runtime::Plan` defines them.
+/// Flag bits of a successor entry, as `flowdag_runtime::Plan` defines them.
 const DATA_FLAG: u32 = 1 << 31;
 const CAUGHT_FLAG: u32 = 1 << 30;
 const JOIN_FLAG: u32 = 1 << 29;

@@ -89,7 +89,7 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
 
     let private = match &krate {
         Some(path) => quote!(#path::__private),
-        None => quote!(::flow::__private),
+        None => quote!(::flowdag::__private),
     };
     let policy = policy.tokens(&private);
     let body = &function.block;

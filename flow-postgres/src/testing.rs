@@ -30,7 +30,7 @@ pub fn server() -> String {
     match url {
         Ok(url) => url.clone(),
         Err(why) => panic!(
-            "no PostgreSQL server for the tests of flow-postgres: {why}\n\
+            "no PostgreSQL server for the tests of flowdag-postgres: {why}\n\
              Set FLOW_PG_URL to a server's URL (postgres://user@host:port/db), or install \
              PostgreSQL (Debian: `apt-get install postgresql`) so that `bash .ci/postgres start` \
              can start a throwaway cluster (it installs the package itself when it runs as root \

@@ -133,7 +133,7 @@ thread_local! {
 /// task), `None` anywhere else.
 ///
 /// ```
-/// assert!(flow_runtime::durable::attempt().is_none());
+/// assert!(flowdag_runtime::durable::attempt().is_none());
 /// ```
 pub fn attempt() -> Option<Attempt> {
     CURRENT.with(|c| c.borrow().as_ref().map(|ctx| ctx.attempt.clone()))
@@ -721,7 +721,7 @@ impl<W: DurableWorkflow> DurableRunner<W> {
     /// [`Worker`](crate::worker::Worker) claims them (in any process sharing the store), its
     /// outputs pass through the store, and its decisions (what runs next, joins, retries,
     /// compensation) are made by the owner of its lease, one at a time. Stored with the run.
-    /// Needs a store shared by processes (`flow-postgres`); see `docs/scale-out.md`.
+    /// Needs a store shared by processes (`flowdag-postgres`); see `docs/scale-out.md`.
     pub fn distributed(mut self) -> Self {
         self.distributed = true;
         self
@@ -754,7 +754,7 @@ impl<W: DurableWorkflow> DurableRunner<W> {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # fn f<W: flow_runtime::durable::DurableWorkflow>(runner: flow_runtime::durable::DurableRunner<W>) {
+    /// # fn f<W: flowdag_runtime::durable::DurableWorkflow>(runner: flowdag_runtime::durable::DurableRunner<W>) {
     /// // Runs waiting a minute or more hold no memory.
     /// let unloading = runner.unload_when_waiting(Duration::from_secs(60));
     /// # let _ = unloading;

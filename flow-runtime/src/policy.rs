@@ -149,7 +149,7 @@ pub enum CancelReason {
 /// [`CancelToken::cancel`] from anywhere.
 ///
 /// ```
-/// let token = flow_runtime::CancelToken::new();
+/// let token = flowdag_runtime::CancelToken::new();
 /// let for_run = token.clone();
 /// assert!(!for_run.is_cancelled());
 /// token.cancel();

@@ -70,7 +70,7 @@ pub trait Workflow {
 /// Neither the runner nor its run spawns anything: the run's future does all the work when it
 /// is awaited, and it is `Send` whenever the workflow's operations' futures are.
 ///
-/// See the `flow` crate (`flow::Runner`) for an example.
+/// See the `flowdag` crate (`flowdag::Runner`) for an example.
 #[must_use = "a runner does nothing until `execute` or `run` is awaited"]
 pub struct Runner<W> {
     options: RunOptions,
@@ -143,7 +143,7 @@ impl<W: Workflow> Runner<W> {
     /// `Signal` steps wait until a `Pick` chooses another event, the run's deadline passes or
     /// the run is cancelled.
     ///
-    /// See the `flow` crate (`flow::Signals`) for an example.
+    /// See the `flowdag` crate (`flowdag::Signals`) for an example.
     pub fn signals(&mut self) -> Signals {
         self.options
             .signals

@@ -3,7 +3,7 @@
 //!
 //! A random workflow is generated as a tree of `Sequential`, `Parallel`, `Conditional` and
 //! `Operation` steps, compiled to a [`Graph`] the way `workflow!` compiles it, and run by
-//! [`flow_runtime::__private::execute_nodes`] on tokio's paused clock with a hand-written [`Nodes`] set that logs
+//! [`flowdag_runtime::__private::execute_nodes`] on tokio's paused clock with a hand-written [`Nodes`] set that logs
 //! every start, end and decision. The model walks the same nodes in topological order and
 //! applies the rules of the design one node at a time; the two must agree on every status, on
 //! the run's result, on the failures it lists and on the causes of aborts.
@@ -30,7 +30,7 @@
 //! counts.
 //!
 //! Each property runs 1,000 random workflows; `FLOW_MODEL_CASES` sets another number, for a
-//! long hunt (`FLOW_MODEL_CASES=200000 cargo test -p flow-runtime --release --test model`)
+//! long hunt (`FLOW_MODEL_CASES=200000 cargo test -p flowdag-runtime --release --test model`)
 //! or a quick look.
 
 mod nest_model;
@@ -45,12 +45,12 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use flow_runtime::__private::{
+use flowdag_runtime::__private::{
     Arm, Control, Gate, Leaf, NestCtx, NestInfo, NestKind, Nodes, Plan, Rest, Rule, RunOptions,
     RunState, Slot, execute_nodes, unreachable_run,
 };
-use flow_runtime::NodeStatus::{Aborted, Completed, Failed, Skipped, Withdrawn};
-use flow_runtime::{
+use flowdag_runtime::NodeStatus::{Aborted, Completed, Failed, Skipped, Withdrawn};
+use flowdag_runtime::{
     Edge, EdgeKind, FailurePolicy, Graph, NodeError, NodeInfo, NodeKind, NodeStatus, Outcome,
     Runner, Workflow,
 };
@@ -1539,7 +1539,7 @@ fn run(wf: &Wf, graph: &'static Graph, options: RunOptions) -> Result<Observed, 
         .events()
         .iter()
         .filter_map(|e| match (&e.kind, e.node) {
-            (flow_runtime::EventKind::Won { arms }, Some(node)) => {
+            (flowdag_runtime::EventKind::Won { arms }, Some(node)) => {
                 Some((node as usize, arms.clone()))
             }
             _ => None,

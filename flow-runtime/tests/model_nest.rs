@@ -27,11 +27,11 @@ mod nest_model;
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
-use flow_runtime::__private::{
+use flowdag_runtime::__private::{
     Control, Decide, Edge, EdgeKind, FailurePolicy, Graph, Instant as Step, NestCtx, NestInfo,
     NestKind, NestOp, NodeInfo, NodeKind, Op, Pair, Plan, RunOptions, RunState, execute_nodes,
 };
-use flow_runtime::{EventKind, NodeError, NodeStatus, Report};
+use flowdag_runtime::{EventKind, NodeError, NodeStatus, Report};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use tokio::time::{Instant, sleep_until};

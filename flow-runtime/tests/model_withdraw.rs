@@ -20,13 +20,13 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use flow_runtime::__private::{
+use flowdag_runtime::__private::{
     Control, Instant, Leaf, Nodes, Plan, RunOptions, RunState, execute_nodes,
 };
-use flow_runtime::NodeStatus::{
+use flowdag_runtime::NodeStatus::{
     Aborted, Completed, Failed, Idle, Ready, Running, Skipped, Waiting, Withdrawn,
 };
-use flow_runtime::{
+use flowdag_runtime::{
     Edge, EdgeKind, FailurePolicy, Graph, NodeError, NodeInfo, NodeKind, NodeStatus,
 };
 use proptest::prelude::*;

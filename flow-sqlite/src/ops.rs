@@ -1,11 +1,11 @@
-//! What each request of the [`Store`](flow_runtime::store::Store) trait does to the file. Every
+//! What each request of the [`Store`](flowdag_runtime::store::Store) trait does to the file. Every
 //! function runs on the writer thread, inside the group's transaction and its own savepoint, so
 //! an error leaves nothing of it behind.
 
 use std::path::Path;
 use std::time::Duration;
 
-use flow_runtime::store::{
+use flowdag_runtime::store::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner, RunEnd,
     RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, StoreError, StoredEvent,
     StoredOutput, StoredPath, StoredSignal, StoredTimer, TimerChange, TimerKey, TimerKind,

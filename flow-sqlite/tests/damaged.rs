@@ -6,8 +6,10 @@ mod common;
 
 use std::time::Duration;
 
-use flow_runtime::store::{Batch, Created, NewRun, NodeRow, Owner, Store, StoreError, StoredEvent};
-use flow_sqlite::SqliteStore;
+use flowdag_runtime::store::{
+    Batch, Created, NewRun, NodeRow, Owner, Store, StoreError, StoredEvent,
+};
+use flowdag_sqlite::SqliteStore;
 use rusqlite::Connection;
 
 const LEASE: Duration = Duration::from_secs(60);

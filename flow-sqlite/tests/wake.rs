@@ -6,11 +6,11 @@ mod common;
 
 use std::time::Duration;
 
-use flow_runtime::store::{
+use flowdag_runtime::store::{
     Batch, Created, Lease, NewRun, NewSignal, Owner, RunFilter, SignalMode, SignalSent, Store,
     StoredEvent, TimerChange, TimerKey, TimerKind, WaitChange, now_ms,
 };
-use flow_sqlite::SqliteStore;
+use flowdag_sqlite::SqliteStore;
 
 const LEASE: Duration = Duration::from_secs(600);
 

@@ -3,7 +3,7 @@
 //! `Terminate` that reads a node.
 #![deny(warnings, unused, missing_docs)]
 
-use flow::prelude::*;
+use flowdag::prelude::*;
 use std::convert::Infallible;
 
 async fn add(x: &u64, y: u64) -> Result<u64, Infallible> {

@@ -1,6 +1,6 @@
 //! `compensate = ..` reads the step's own output, what the step reads, the parameters, and
 //! any step that runs before it; inside a `ForEach` body too.
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 async fn reserve(item: &str) -> Result<u32, std::io::Error> {
     Ok(item.len() as u32)

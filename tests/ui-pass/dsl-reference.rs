@@ -2,7 +2,7 @@
 #![allow(dead_code, missing_docs, unused_imports)]
 
 // ---- docs/dsl.md, block 0
-use flow::prelude::*;
+use flowdag::prelude::*;
 use std::convert::Infallible;
 use std::fmt;
 

@@ -2,7 +2,7 @@
 //! and const parameters, a `where` clause, and a lifetime that only the parameters name.
 #![deny(warnings, unused, missing_docs)]
 
-use flow::prelude::*;
+use flowdag::prelude::*;
 use std::convert::Infallible;
 
 async fn pick<'a, T>(items: &'a [T], at: &usize) -> Result<&'a T, Infallible> {

@@ -3,7 +3,7 @@
 //! parameters, a nest inside a body, a `while` loop, and a child workflow.
 #![deny(warnings, unused, missing_docs)]
 
-use flow::prelude::*;
+use flowdag::prelude::*;
 use std::convert::Infallible;
 
 async fn add(x: &u64, y: u64) -> Result<u64, Infallible> {

@@ -4,7 +4,7 @@
 //! that rustc could suggest it for a misspelling).
 #![deny(warnings, unused, missing_docs)]
 
-use flow::prelude::*;
+use flowdag::prelude::*;
 use std::convert::Infallible;
 
 async fn add(x: &u64, y: u64) -> Result<u64, Infallible> {

@@ -1,6 +1,6 @@
 //! An operation whose future is not `Send` (it holds an `Rc` across an await) still makes a
 //! workflow that compiles and runs; only its run future is not `Send`.
-use flow::prelude::*;
+use flowdag::prelude::*;
 use std::rc::Rc;
 
 async fn local(n: u32) -> Result<u32, std::io::Error> {

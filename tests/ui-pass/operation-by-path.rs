@@ -1,8 +1,8 @@
 //! Steps may call an operation by path, and an `#[operation]` fn keeps its signature.
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 mod payments {
-    use flow::prelude::*;
+    use flowdag::prelude::*;
 
     #[derive(Debug)]
     pub struct Declined;

@@ -2,7 +2,7 @@
 //! that bind lifetimes of their own (`fn(&str)`, `dyn Fn(&str)`, `for<'x>`) keep them.
 use std::borrow::Cow;
 
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 struct Ctx {
     base: u64,

@@ -1,7 +1,7 @@
 //! Closure parameters and a `let` in a nested block bind `user`: there `user` is that binding (a `&str`), not
 //! the node `user` (a `u64`). Reading the node here would be an error twice over: the step runs
 //! beside `user` in a `Parallel`, and a `u64` has no `len`.
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 async fn load_user() -> Result<u64, std::io::Error> {
     Ok(7)

@@ -1,6 +1,6 @@
 //! The run future of a workflow whose operations' futures are `Send` is `Send`, and can be
 //! handed to anything with a `tokio::spawn`-like bound.
-use flow::prelude::*;
+use flowdag::prelude::*;
 use std::future::Future;
 
 async fn fetch(id: u64) -> Result<u64, std::io::Error> {

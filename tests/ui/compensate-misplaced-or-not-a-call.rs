@@ -1,4 +1,4 @@
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 async fn reserve() -> Result<u32, std::io::Error> {
     Ok(1)

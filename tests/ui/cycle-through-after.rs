@@ -1,4 +1,4 @@
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 async fn step() -> Result<u32, std::io::Error> {
     Ok(1)

@@ -1,4 +1,4 @@
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 async fn step(id: u64) -> Result<u64, std::io::Error> {
     Ok(id)

@@ -1,4 +1,4 @@
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 async fn greet(name: &str) -> Result<String, std::io::Error> {
     Ok(format!("hello {name}"))

@@ -1,4 +1,4 @@
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 async fn step() -> Result<u32, std::io::Error> {
     Ok(1)
@@ -8,7 +8,7 @@ workflow! {
     #[flow(krate = ::flow)]
     #[flow(speed = fast)]
     #[flow(crate = "flow")]
-    #[flow(crate = ::flow::<u8>)]
+    #[flow(crate = ::flowdag::<u8>)]
     #[flow(crate)]
     Misconfigured() {
         Operation(step())

@@ -1,4 +1,4 @@
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 async fn show<T: std::fmt::Display>(value: &T) -> Result<String, std::io::Error> {
     Ok(value.to_string())

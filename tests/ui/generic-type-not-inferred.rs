@@ -1,4 +1,4 @@
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 async fn make<T: Default>() -> Result<T, std::io::Error> {
     Ok(T::default())

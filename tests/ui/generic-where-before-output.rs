@@ -1,4 +1,4 @@
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 async fn first<T: Clone>(items: &[T]) -> Result<T, std::io::Error> {
     items.first().cloned().ok_or_else(|| std::io::Error::other("empty"))

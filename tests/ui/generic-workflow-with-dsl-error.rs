@@ -1,4 +1,4 @@
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 async fn echo<T: Clone>(value: &T) -> Result<T, std::io::Error> {
     Ok(value.clone())

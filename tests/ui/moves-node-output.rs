@@ -1,4 +1,4 @@
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 async fn fetch() -> Result<String, std::io::Error> {
     Ok(String::new())

@@ -1,4 +1,4 @@
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 async fn charge(line: &u32) -> Result<u32, std::io::Error> {
     Ok(*line)

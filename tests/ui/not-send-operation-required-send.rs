@@ -1,4 +1,4 @@
-use flow::prelude::*;
+use flowdag::prelude::*;
 use std::rc::Rc;
 
 async fn local() -> Result<u32, std::io::Error> {

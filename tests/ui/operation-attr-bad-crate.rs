@@ -1,4 +1,4 @@
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 #[operation(crate = "flow")]
 async fn fetch(id: u64) -> Result<u64, std::io::Error> {

@@ -1,4 +1,4 @@
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 #[operation(colour = "red")]
 async fn fetch(id: u64) -> Result<u64, std::io::Error> {

@@ -1,4 +1,4 @@
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 async fn check(a: &str, b: &str) -> Result<bool, std::io::Error> {
     Ok(a.len() < b.len())

@@ -1,4 +1,4 @@
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 async fn len(text: &str) -> Result<usize, std::io::Error> {
     Ok(text.len())

@@ -1,4 +1,4 @@
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 async fn expire() -> Result<(), std::io::Error> {
     Ok(())

@@ -1,4 +1,4 @@
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 async fn replica(n: u32) -> Result<u32, std::io::Error> {
     Ok(n)

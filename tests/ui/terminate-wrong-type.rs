@@ -1,4 +1,4 @@
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 async fn lookup() -> Result<Option<u32>, std::io::Error> {
     Ok(Some(1))

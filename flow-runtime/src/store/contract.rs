@@ -4,7 +4,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use flow_runtime::store::{MemoryStore, Store, contract};
+//! use flowdag_runtime::store::{MemoryStore, Store, contract};
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 //! contract::all(|| Arc::new(MemoryStore::new()) as Arc<dyn Store>).await;

@@ -13,7 +13,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use flow_runtime::store::{Batch, Committed, MemoryStore, NewRun, Owner, Store, StoredEvent};
+//! use flowdag_runtime::store::{Batch, Committed, MemoryStore, NewRun, Owner, Store, StoredEvent};
 //!
 //! # futures_lite_block_on(async {
 //! let store = MemoryStore::new();
@@ -29,7 +29,7 @@
 //! // The answer was lost and the batch is sent again: nothing is written twice.
 //! assert_eq!(store.commit(batch).await?, Committed::AlreadyApplied { next_seq: 1 });
 //! assert_eq!(store.events("order-42", 0).await?.len(), 1);
-//! # Ok::<(), flow_runtime::store::StoreError>(())
+//! # Ok::<(), flowdag_runtime::store::StoreError>(())
 //! # }).unwrap();
 //! # fn futures_lite_block_on<F: std::future::Future>(f: F) -> F::Output {
 //! #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)

@@ -8,12 +8,12 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use flow_runtime::__private::{
+use flowdag_runtime::__private::{
     FailurePolicy, ForEachConfig, Graph, LoopConfig, NestCtx, NodeInfo, NodeKind, Plan, RunOptions,
     Slot, complete, execute, for_each, for_each_collect, for_each_stream, for_each_stream_collect,
     repeat_until, repeat_while, require,
 };
-use flow_runtime::{NodeError, NodeStatus, Outcome, WorkflowError};
+use flowdag_runtime::{NodeError, NodeStatus, Outcome, WorkflowError};
 use futures_core::Stream;
 use proptest::prelude::*;
 use tokio::time::sleep;

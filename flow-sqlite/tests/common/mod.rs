@@ -5,7 +5,7 @@ use std::path::PathBuf;
 /// An empty directory of its own for the test `name` (removed and made again).
 pub fn dir(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join("flow-sqlite")
+        .join("flowdag-sqlite")
         .join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a temporary directory");

@@ -1,0 +1,163 @@
+//! Workers on PostgreSQL whose database cannot be reached when they start, and goes away while
+//! they run: they wait (retrying with backoff), do not exit, and finish every run once the
+//! database is back. The database is reached through a TCP relay the test starts and stops;
+//! the server itself is the project's test cluster (`flowdag_postgres::testing::server`).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use flowdag::Worker;
+use flowdag::prelude::*;
+use flowdag::store::{RunFilter, RunStatus, Store};
+use flowdag_postgres::{PostgresOptions, PostgresStore, testing};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+/// A TCP relay from `listen` to the server; stopping it drops every connection it carries.
+struct Relay {
+    pipes: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    accept: JoinHandle<()>,
+}
+
+impl Relay {
+    async fn start(listen: SocketAddr, server: SocketAddr) -> Relay {
+        let listener = TcpListener::bind(listen).await.expect("the relay's port");
+        let pipes = Arc::new(Mutex::new(Vec::new()));
+        let carried = Arc::clone(&pipes);
+        let accept = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let pipe = tokio::spawn(async move {
+                    if let Ok(mut outbound) = TcpStream::connect(server).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                carried.lock().expect("the relay's pipes").push(pipe);
+            }
+        });
+        Relay { pipes, accept }
+    }
+
+    fn stop(self) {
+        self.accept.abort();
+        for pipe in self.pipes.lock().expect("the relay's pipes").drain(..) {
+            pipe.abort();
+        }
+    }
+}
+
+/// `postgres://user@host:port/db` → (`host:port`, the URL with `relay` in its place).
+fn through(url: &str, relay: SocketAddr) -> (SocketAddr, String) {
+    let (head, rest) = url
+        .split_once('@')
+        .expect("the test server's URL names its user");
+    let (place, tail) = rest
+        .split_once('/')
+        .expect("the test server's URL names its database");
+    let server = place
+        .parse()
+        .unwrap_or_else(|e| panic!("the test server listens on TCP at `{place}`: {e}"));
+    (server, format!("{head}@{relay}/{tail}"))
+}
+
+fn free_port() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("its address")
+}
+
+async fn add(order: u64, n: u64) -> Result<u64, std::io::Error> {
+    Ok(order + n)
+}
+
+workflow! {
+    #[flow(durable)]
+    Sum(order: u64) -> u64 {
+        Sequential {
+            Parallel {
+                a = Operation(add(order, 1)),
+                b = Operation(add(order, 2)),
+            },
+            total = Operation(add(a, b)),
+        }
+        => total
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_wait_for_an_unreachable_database_and_go_on() {
+    let schema = testing::fresh_schema("unreachable_workers");
+    let options = || PostgresOptions {
+        schema: schema.clone(),
+        connect_timeout: Duration::from_millis(500),
+        ..PostgresOptions::default()
+    };
+    let direct = PostgresStore::connect_with(&testing::server(), options()).expect("a store");
+    for order in 0..4 {
+        Sum::runner()
+            .durable(&direct, format!("sum-{order}"))
+            .distributed()
+            .submit(order)
+            .await
+            .expect("submitted");
+    }
+    let relay_at = free_port();
+    let (server, relayed) = through(&testing::server(), relay_at);
+    let store = PostgresStore::connect_with(&relayed, options()).expect("a store");
+    let worker = Worker::new(store)
+        .register::<Sum>()
+        .poll_interval(Duration::from_millis(10))
+        .task_lease(Duration::from_secs(2));
+    let stop = tokio::sync::Notify::new();
+    let operate = async {
+        // Down at the start: the worker retries.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let relay = Relay::start(relay_at, server).await;
+        // Up until a run has finished, then down again mid-run, then up for good.
+        let start = Instant::now();
+        let finished = |runs: &[flowdag::store::RunSummary]| {
+            runs.iter()
+                .filter(|r| r.status == RunStatus::Succeeded)
+                .count()
+        };
+        while start.elapsed() < Duration::from_secs(20) {
+            let runs = direct
+                .list_runs(&RunFilter::default())
+                .await
+                .expect("lists");
+            if finished(&runs) >= 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        relay.stop();
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let relay = Relay::start(relay_at, server).await;
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(30) {
+            let runs = direct
+                .list_runs(&RunFilter::default())
+                .await
+                .expect("lists");
+            if finished(&runs) == runs.len() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        stop.notify_waiters();
+        relay
+    };
+    let (report, relay) = tokio::join!(worker.run(stop.notified()), operate);
+    let report = report.expect("the worker rode the outages out");
+    relay.stop();
+    assert!(
+        report.store_retries >= 2,
+        "the worker retried while the database was away: {report:?}"
+    );
+    for order in 0..4 {
+        let outcome = Sum::resume(&direct, &format!("sum-{order}"))
+            .await
+            .expect("finished");
+        assert_eq!(outcome.result.expect("succeeded"), 2 * order + 3);
+    }
+    testing::drop_schemas("unreachable_workers").await;
+}

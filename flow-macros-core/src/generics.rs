@@ -187,7 +187,11 @@ impl VisitMut for Elided<'_, '_> {
             );
         }
         // For the skeleton: a type that `Input` can hold.
-        *ty = syn::parse_quote!(());
+        *ty = Type::Tuple(syn::TypeTuple {
+            attrs: Vec::new(),
+            paren_token: Default::default(),
+            elems: syn::punctuated::Punctuated::new(),
+        });
     }
 
     // `fn(&T)` and `for<'b> Fn(&'b T)` bind lifetimes of their own: left as written.

@@ -79,6 +79,25 @@ fn single_ident(expr: &Expr) -> Option<&Ident> {
     }
 }
 
+/// `(*name)`, spanned on the name.
+fn deref(ident: &Ident) -> Expr {
+    let span = ident.span();
+    let path = Expr::Path(syn::ExprPath {
+        attrs: Vec::new(),
+        qself: None,
+        path: ident.clone().into(),
+    });
+    Expr::Paren(syn::ExprParen {
+        attrs: Vec::new(),
+        paren_token: syn::token::Paren(span),
+        expr: Box::new(Expr::Unary(syn::ExprUnary {
+            attrs: Vec::new(),
+            op: syn::UnOp::Deref(syn::Token![*](span)),
+            expr: Box::new(path),
+        })),
+    })
+}
+
 /// Every name `pat` binds.
 fn pattern_names(pat: &Pat, out: &mut Vec<String>) {
     struct Collect<'a>(&'a mut Vec<String>);
@@ -166,8 +185,7 @@ impl VisitMut for Walker<'_> {
             if self.free(ident) {
                 let ident = ident.clone();
                 if self.rewrite {
-                    let span = ident.span();
-                    *expr = syn::parse_quote_spanned!(span=> (*#ident));
+                    *expr = deref(&ident);
                 }
                 self.found.push(ident);
             } else {

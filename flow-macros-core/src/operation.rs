@@ -92,11 +92,19 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
         None => quote!(::flow::__private),
     };
     let policy = policy.tokens(&private);
+    // The new body is written as tokens around the user's block, never parsed again.
     let body = &function.block;
-    *function.block = syn::parse_quote!({
+    let spec = quote! {
         const __FLOW_OPERATION: #private::OperationSpec = #private::operation_spec(#display, #policy);
-        #private::OperationScope::new(&__FLOW_OPERATION, async move #body).await
-    });
+    };
+    let scope = quote!(#private::OperationScope::new(&__FLOW_OPERATION, async move #body).await);
+    *function.block = syn::Block {
+        brace_token: Default::default(),
+        stmts: vec![
+            syn::Stmt::Item(syn::Item::Verbatim(spec)),
+            syn::Stmt::Expr(syn::Expr::Verbatim(scope), None),
+        ],
+    };
     quote!(#function)
 }
 

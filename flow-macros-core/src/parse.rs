@@ -537,6 +537,7 @@ pub(crate) fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
             return None;
         }
     };
+    let name = name.and_then(|name| step_name(name, cx));
     let rest: Vec<TokenTree> = trees.collect();
     let kind = keyword.to_string();
     // A `Race` or a `Parallel(min = k)` may be named: the name binds its winners; a `Signal`
@@ -633,6 +634,29 @@ pub(crate) fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
             None
         }
     }
+}
+
+/// A step's name binds the step's output in the expressions that read it, so it must be an
+/// identifier Rust can bind: not a keyword (`fn`, `match`, `self`) and not `_`. Anything else is
+/// reported on the name, and the step is parsed as if it had none.
+fn step_name(name: Ident, cx: &mut Ctxt) -> Option<Ident> {
+    // `Ident`'s parser refuses exactly the words that cannot be a binding.
+    if syn::parse2::<Ident>(quote::ToTokens::to_token_stream(&name)).is_ok() {
+        return Some(name);
+    }
+    let text = name.to_string();
+    let message = match text.as_str() {
+        "_" => "`_` cannot name a step; remove `_ =` to leave the step unnamed, or give it a name".to_string(),
+        // The four keywords a raw identifier cannot spell.
+        "self" | "Self" | "super" | "crate" => format!(
+            "`{text}` is a Rust keyword and cannot name a step, not even as a raw identifier; choose another name"
+        ),
+        _ => format!(
+            "`{text}` is a Rust keyword and cannot name a step; choose another name, or write the raw identifier `r#{text}`"
+        ),
+    };
+    cx.error(name.span(), message);
+    None
 }
 
 /// `'label: step`: the label (Rust's loop-label syntax), then the step it names.

@@ -121,9 +121,8 @@ fn assert_code(source: &str) {
     }
 }
 
-/// Expands `source`, which must give errors, among them one containing each of `expected`.
-#[track_caller]
 /// Checks that `source` gives exactly one error, and that it contains `expected`.
+#[track_caller]
 fn assert_one_error(source: &str, expected: &str) {
     let errors = assert_errors(source, &[expected]);
     assert_eq!(
@@ -133,6 +132,8 @@ fn assert_one_error(source: &str, expected: &str) {
     );
 }
 
+/// Expands `source`, which must give errors, among them one containing each of `expected`.
+#[track_caller]
 fn assert_errors(source: &str, expected: &[&str]) -> Vec<String> {
     match check(parse(source)) {
         Ok(Verdict::Errors(errors)) => {
@@ -1425,6 +1426,12 @@ const NASTY: &[&str] = &[
     "W() { Loop(max = 1, prev = a) { a = Operation(f()) } until (a) }",
     "W() { Loop(max = 1, prev = p) while (p.is_none() && a) { a = Operation(f()) } }",
     "W() { Loop(max = 0, on_max = maybe) { a = Operation(f()) } until (a) }",
+    "W() { Loop(max = 1, prev = self) while (self.is_none()) { a = Operation(f()) } }",
+    // Keywords as the names a body binds: the body's reads become closure parameters.
+    "W() { Loop(max = 3) { fn = Operation(page(last)) => p } until (p) }",
+    "W() { Loop(max = 3, prev = p) while (p.is_none()) { self = Operation(f()) } }",
+    "W() { ForEach(x in xs) { match = Operation(f(x)), _ = Operation(g(x)) } }",
+    "W() { Pick { fn = Signal(s: u8) => { Operation(f()) }, Delay(\"1s\") => { Operation(g()) } } }",
     "W() { Workflow }",
     "W() { Workflow() }",
     "W() { Workflow(Child) }",
@@ -1689,6 +1696,25 @@ fn invalid_inputs_give_their_messages() {
         &["unexpected tokens after the workflow's body"],
     );
     assert_errors("W() { a = }", &["expected a step after `a =`"]);
+    assert_one_error(
+        "W() { Loop(max = 3, prev = last) while (last.is_none()) { fn = Operation(page(last)) } }",
+        "`fn` is a Rust keyword and cannot name a step; choose another name, or write the raw identifier `r#fn`",
+    );
+    assert_one_error(
+        "W() { self = Operation(f()) }",
+        "`self` is a Rust keyword and cannot name a step, not even as a raw identifier",
+    );
+    assert_one_error(
+        "W() { _ = Operation(f()) }",
+        "`_` cannot name a step; remove `_ =` to leave the step unnamed",
+    );
+    assert_one_error(
+        "W() { Loop(max = 1, prev = self) while (self.is_none()) { a = Operation(f()) } }",
+        "`self` is a Rust keyword and cannot name the previous iteration's output",
+    );
+    assert_code(
+        "W() { Loop(max = 3, prev = last) while (last.is_none()) { r#fn = Operation(page(last)) } }",
+    );
     assert_errors("W() { a = 1 }", &["expected a step after `a =`: one of"]);
     assert_errors(
         "W() { Operation(f()) => }",

@@ -216,7 +216,10 @@ pub fn check_bodies(
             .iter()
             .filter_map(|n| n.name.as_ref().map(Ident::to_string))
             .collect();
-        let infer: syn::Type = syn::parse_quote!(_);
+        let infer = syn::Type::Infer(syn::TypeInfer {
+            attrs: Vec::new(),
+            underscore_token: Default::default(),
+        });
         let mut params: Vec<Param> = Vec::new();
         let mut seen: HashSet<String> = HashSet::new();
         let mut outer: Vec<Ident> = binding.iter().map(|(b, _)| (*b).clone()).collect();
@@ -251,10 +254,8 @@ pub fn check_bodies(
                         "this `until` test reads no step of the loop's body, so every iteration would give it the same answer; test what an iteration computes, as in `until (st.ready)` with `st = Operation(..)` in the body",
                     );
                 }
-                let out: Expr = output.unwrap_or_else(|| syn::parse_quote!(()));
-                let span = test.span();
-                let test: Expr = syn::parse_quote_spanned!(span=> { let __flow_test: bool = #test; __flow_test });
-                output = Some(tuple(vec![out, test]));
+                let out = output.unwrap_or_else(|| tuple(Vec::new()));
+                output = Some(tuple(vec![out, bool_test(test)]));
             }
         }
         let display = &displays[def.node];
@@ -320,4 +321,55 @@ fn check_while(repeat: &Loop, body_reads: &[Ident], kind: &str, cx: &mut Ctxt) {
             ),
         );
     }
+}
+
+/// `{ let __flow_test: bool = test; __flow_test }` on the test's span, so that a test that is
+/// no `bool` is reported on the user's tokens. Built as syntax: the test is not parsed again.
+fn bool_test(test: &Expr) -> Expr {
+    let span = test.span();
+    let var = Ident::new("__flow_test", span);
+    let binding = syn::Pat::Type(syn::PatType {
+        attrs: Vec::new(),
+        pat: Box::new(syn::Pat::Ident(syn::PatIdent {
+            attrs: Vec::new(),
+            by_ref: None,
+            mutability: None,
+            ident: var.clone(),
+            subpat: None,
+        })),
+        colon_token: syn::Token![:](span),
+        ty: Box::new(syn::Type::Path(syn::TypePath {
+            attrs: Vec::new(),
+            qself: None,
+            path: Ident::new("bool", span).into(),
+        })),
+    });
+    let local = syn::Stmt::Local(syn::Local {
+        attrs: Vec::new(),
+        let_token: syn::Token![let](span),
+        modifiers: syn::LocalModifiers::default(),
+        pat: binding,
+        init: Some(syn::LocalInit {
+            eq_token: syn::Token![=](span),
+            expr: Box::new(test.clone()),
+            diverge: None,
+        }),
+        semi_token: syn::Token![;](span),
+    });
+    let value = syn::Stmt::Expr(
+        Expr::Path(syn::ExprPath {
+            attrs: Vec::new(),
+            qself: None,
+            path: var.into(),
+        }),
+        None,
+    );
+    Expr::Block(syn::ExprBlock {
+        attrs: Vec::new(),
+        label: None,
+        block: syn::Block {
+            brace_token: syn::token::Brace(span),
+            stmts: vec![local, value],
+        },
+    })
 }

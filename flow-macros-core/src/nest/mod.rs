@@ -129,12 +129,31 @@ pub struct CheckedNest {
     pub body: Option<(Workflow, Checked)>,
 }
 
-/// `|a, b| (x, y)`, built without reparsing `x` and `y` (a `Cancel`'s target is no
-/// expression).
+/// `|a, b| (x, y)`, built as syntax rather than parsed: `x` and `y` need not be expressions
+/// that parse (a `Cancel`'s target is none), and nothing the user wrote is parsed again.
 fn closure(params: Vec<&Ident>, body: Vec<Expr>) -> Expr {
-    let mut closure: syn::ExprClosure = syn::parse_quote!(|#(#params),*| ());
-    closure.body = Box::new(tuple(body));
-    Expr::Closure(closure)
+    let inputs = params.into_iter().map(|ident| {
+        syn::Pat::Ident(syn::PatIdent {
+            attrs: Vec::new(),
+            by_ref: None,
+            mutability: None,
+            ident: ident.clone(),
+            subpat: None,
+        })
+    });
+    Expr::Closure(syn::ExprClosure {
+        attrs: Vec::new(),
+        lifetimes: None,
+        modifiers: syn::ClosureModifiers::default(),
+        constness: None,
+        asyncness: None,
+        capture: None,
+        inputs_begin: Default::default(),
+        inputs: inputs.collect(),
+        inputs_end: Default::default(),
+        output: syn::ReturnType::Default,
+        body: Box::new(tuple(body)),
+    })
 }
 
 fn tuple(elems: Vec<Expr>) -> Expr {

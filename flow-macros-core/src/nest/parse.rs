@@ -368,6 +368,9 @@ fn known_len(source: &Expr) -> Option<usize> {
     }
 }
 
+const PREV: &str =
+    "`prev` takes the name that binds the previous iteration's output, as in `prev = last`";
+
 const LOOP_UNTIL: &str = "`Loop(max = 10) { steps => output } until (test)`";
 const LOOP_WHILE: &str = "`Loop(max = 10, prev = last) while (test) { steps => output }`";
 
@@ -484,15 +487,25 @@ fn repeat(
                 }
             }
             "prev" => match &opt.value {
-                OptValue::Other(expr) if matches!(&**expr, Expr::Path(p) if p.path.get_ident().is_some()) => {
-                    if let Expr::Path(p) = &**expr {
-                        out.prev = p.path.get_ident().cloned();
-                    }
-                }
-                other => cx.error(
-                    other.span(),
-                    "`prev` takes the name that binds the previous iteration's output, as in `prev = last`",
-                ),
+                OptValue::Other(expr) => match &**expr {
+                    Expr::Path(p) => match p.path.get_ident() {
+                        Some(prev) => {
+                            // `self`, `Self`, `super` and `crate` read as paths, but bind
+                            // nothing. Reported, and kept, so that the test that reads it
+                            // adds no error of its own; no code is generated.
+                            if syn::parse2::<Ident>(prev.to_token_stream()).is_err() {
+                                cx.error(
+                                    prev.span(),
+                                    format!("`{prev}` is a Rust keyword and cannot name the previous iteration's output; choose another name, as in `prev = last`"),
+                                );
+                            }
+                            out.prev = Some(prev.clone());
+                        }
+                        None => cx.error(p.span(), PREV),
+                    },
+                    other => cx.error(other.span(), PREV),
+                },
+                other => cx.error(other.span(), PREV),
             },
             "after" => after_option(opt, &mut out.after, cx),
             "on_max" => {

@@ -1354,6 +1354,8 @@ const NASTY: &[&str] = &[
     "W() { _ = Operation(f()), Operation(g(_)) }",
     "W() -> u32 { _ = Operation(f()) => _ }",
     "W() { r#match = Operation(f()), Operation(g(r#match)) }",
+    // A misspelled raw name: the node it is close to is a raw identifier.
+    "W() { r#match = Operation(f()), Operation(g(&r#matc)) }",
     "W() { r#a = Operation(f()), Operation(g(a)) }",
     "W() { a = Operation(f()), Operation(g(r#a)) }",
     "W() { \u{e9}t\u{e9} = Operation(f()), Operation(g(&\u{e9}t\u{e9})) }",
@@ -1715,6 +1717,8 @@ fn invalid_inputs_give_their_messages() {
     assert_code(
         "W() { Loop(max = 3, prev = last) while (last.is_none()) { r#fn = Operation(page(last)) } }",
     );
+    // rustc reports the misspelling, with the raw name as its suggestion.
+    assert_code("W() { r#type = Operation(f()), Operation(g(&r#typ)) }");
     assert_errors("W() { a = 1 }", &["expected a step after `a =`: one of"]);
     assert_errors(
         "W() { Operation(f()) => }",

@@ -188,6 +188,15 @@ pub fn add_edges(dag: &mut Dag, uses: &[Vec<Use>], soft_reads: Vec<(usize, usize
 /// the names it reads that are): the generated code binds each, unused, so that when rustc finds
 /// no such name it suggests the node.
 pub fn hints(dag: &Dag, raw: &[Vec<Ident>], readable: &HashSet<String>) -> Vec<Vec<Ident>> {
+    // Each readable name's own identifier (a raw one stays raw), by its text.
+    let mut idents: HashMap<String, &Ident> = HashMap::new();
+    for node in &dag.nodes {
+        if let Some(name) = &node.name
+            && readable.contains(&name.to_string())
+        {
+            idents.entry(name.to_string()).or_insert(name);
+        }
+    }
     // Sorted, so that a tie between two close names is decided the same way every time.
     let mut candidates: Vec<&str> = readable.iter().map(String::as_str).collect();
     candidates.sort_unstable();
@@ -201,8 +210,11 @@ pub fn hints(dag: &Dag, raw: &[Vec<Ident>], readable: &HashSet<String>) -> Vec<V
                     && !read.iter().any(|r| r == close)
                     && !hints.iter().any(|h| h == close)
                     && !names::mentions(&node.expr, close)
+                    && let Some(&ident) = idents.get(close)
                 {
-                    hints.push(Ident::new(close, other.span()));
+                    let mut hint = ident.clone();
+                    hint.set_span(other.span());
+                    hints.push(hint);
                 }
             }
             hints

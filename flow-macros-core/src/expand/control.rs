@@ -8,6 +8,7 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 
+use super::gates::gate_order;
 use super::names::Names;
 use super::nest;
 use super::rules;
@@ -101,7 +102,10 @@ pub fn tables(names: &Names<'_>) -> ControlTables {
     tables.signals = signals::table(checked, pos, private);
     gate_tables(checked, pos, private, &mut tables);
     instants(checked, pos, private, &mut tables);
-    rules::tables(checked, pos, private, &mut tables);
+    let rows = rules::tables(checked, pos, private, &mut tables.scopes);
+    tables.rules = rows.rules;
+    tables.sections = rows.sections;
+    tables.node_sections = rows.node_sections;
     tables
 }
 
@@ -145,29 +149,6 @@ fn instants(checked: &Checked, pos: &[usize], private: &TokenStream, tables: &mu
             _ => quote!(#private::Instant::None),
         })
         .collect();
-}
-
-/// The gate blocks (indices into `Dag::gates`) in the order of their nodes: the order of
-/// `Control::gates`.
-pub fn gate_order(checked: &Checked, pos: &[usize]) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..checked.dag.gates.len()).collect();
-    order.sort_by_key(|&g| pos[checked.dag.gates[g].node]);
-    order
-}
-
-/// For each node id, the arm (an index into `Control::arms`) whose exit it is, if any.
-pub fn arm_of_exit(checked: &Checked, pos: &[usize]) -> Vec<Option<u32>> {
-    let mut arm_of = vec![None; checked.dag.nodes.len()];
-    let mut next = 0u32;
-    for g in gate_order(checked, pos) {
-        for arm in &checked.dag.gates[g].arms {
-            for &exit in &arm.exits {
-                arm_of[exit] = Some(next);
-            }
-            next += 1;
-        }
-    }
-    arm_of
 }
 
 /// `Control::gates`, `Control::arms`, and one scope per arm (its nodes, withdrawn together).

@@ -17,6 +17,7 @@
 mod compensations;
 mod control;
 mod durable;
+mod gates;
 mod generics;
 mod input;
 mod interface;

@@ -5,7 +5,7 @@ use quote::{quote, quote_spanned};
 use syn::Ident;
 use syn::spanned::Spanned;
 
-use super::control::gate_order;
+use super::gates::gate_order;
 use super::names::Names;
 use super::nest;
 use super::operation::awaits_inside;

@@ -1,6 +1,6 @@
 //! The scheduling tables of a plan: predecessor counts, successor lists and joins.
 
-use super::control::arm_of_exit;
+use super::gates::arm_of_exit;
 use crate::check::Checked;
 use crate::graph::{Kind, edge};
 

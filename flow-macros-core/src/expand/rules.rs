@@ -3,13 +3,29 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 
-use super::control::ControlTables;
 use crate::check::Checked;
 use crate::parse::rules::Rule;
 
-/// Fills the trigger-rule and critical-section tables. `pos[id]` is node `id`'s runtime
-/// index.
-pub fn tables(checked: &Checked, pos: &[usize], private: &TokenStream, out: &mut ControlTables) {
+/// The rows of the trigger-rule and critical-section tables of `Control`.
+#[derive(Default)]
+pub struct Rows {
+    /// One `Rule::..` per node, or none.
+    pub rules: Vec<TokenStream>,
+    /// `Section { .. }` rows.
+    pub sections: Vec<TokenStream>,
+    /// Per node, the sections it belongs to; or none.
+    pub node_sections: Vec<Vec<u32>>,
+}
+
+/// The trigger-rule and critical-section tables; each section's nodes go to `scopes`.
+/// `pos[id]` is node `id`'s runtime index.
+pub fn tables(
+    checked: &Checked,
+    pos: &[usize],
+    private: &TokenStream,
+    scopes: &mut Vec<Vec<u32>>,
+) -> Rows {
+    let mut out = Rows::default();
     let dag = &checked.dag;
     if dag.nodes.iter().any(|n| n.rule != Rule::Default) {
         out.rules = checked
@@ -23,7 +39,7 @@ pub fn tables(checked: &Checked, pos: &[usize], private: &TokenStream, out: &mut
             .collect();
     }
     if dag.sections.is_empty() {
-        return;
+        return out;
     }
     let mut groups: Vec<String> = Vec::new();
     let mut node_sections: Vec<Vec<u32>> = vec![Vec::new(); pos.len()];
@@ -41,10 +57,11 @@ pub fn tables(checked: &Checked, pos: &[usize], private: &TokenStream, out: &mut
         for &member in &members {
             node_sections[member as usize].push(index as u32);
         }
-        let scope = out.scopes.len() as u32;
-        out.scopes.push(members);
+        let scope = scopes.len() as u32;
+        scopes.push(members);
         out.sections
             .push(quote!(#private::Section { group: #group, scope: #scope }));
     }
     out.node_sections = node_sections;
+    out
 }

@@ -12,16 +12,19 @@
 //! assert!(!output.contains("compile_error"));
 //! ```
 
-// The layers, bottom up; a module imports only from its own layer and the layers below it.
-// `tests/layers.rs` holds the same table and fails on an import that breaks it.
+// The layers, bottom up. A module imports from its own layer and from the layers it may
+// import, never from a layer above it. `tests/layers.rs` holds the same table and fails on an
+// import (`use crate::..`, a `crate::..` path in code, `super::..`) that breaks it.
 //
-// | layer  | modules            | may import                   |
-// |--------|--------------------|------------------------------|
-// | base   | `ctxt`, `suggest`  | base                         |
-// | parse  | `parse`            | base                         |
-// | graph  | `graph`            | base, parse                  |
-// | check  | `check`            | base, parse, graph           |
-// | expand | `expand`           | base, parse, graph, check    |
+// | layer  | modules           | may import                |
+// |--------|-------------------|---------------------------|
+// | base   | `ctxt`, `suggest` | -                         |
+// | parse  | `parse`           | base                      |
+// | graph  | `graph`           | base, parse               |
+// | check  | `check`           | base, parse, graph        |
+// | expand | `expand`          | base, parse, graph, check |
+//
+// `lib.rs` itself declares the modules, and its entry points call `expand`.
 //
 // A feature (signals, rules, nests, `Pick`, options) has a file in each stage it takes part
 // in: `parse/signals.rs` reads its syntax, `check/signals.rs` checks it, `expand/signals.rs`

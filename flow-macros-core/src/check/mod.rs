@@ -43,6 +43,7 @@ pub struct Use {
 
 /// A checked graph: nodes in a topological order, ready to expand.
 pub struct Checked {
+    /// The graph, with the edges of the reads.
     pub dag: Dag,
     /// Node ids in execution order: every edge goes from an earlier to a later position.
     pub order: Vec<usize>,
@@ -67,8 +68,11 @@ pub struct Checked {
 
 /// A checked nest: its body as a checked workflow (none for a sub-workflow step).
 pub struct CheckedNest {
+    /// The nest's node.
     pub node: usize,
+    /// The step as parsed.
     pub step: std::rc::Rc<NestStep>,
+    /// The body as a workflow of its own, and its checked graph.
     pub body: Option<(Workflow, Checked)>,
 }
 

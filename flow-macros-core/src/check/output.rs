@@ -16,6 +16,7 @@ use crate::suggest::did_you_mean;
 pub struct Scope<'a> {
     /// Node names, by name.
     pub names: &'a HashMap<String, usize>,
+    /// The parameters' names.
     pub params: &'a HashSet<String>,
     /// The names inside nest bodies.
     pub inner: &'a HashMap<String, usize>,

@@ -17,9 +17,11 @@ use crate::suggest::{at_line, closest};
 
 /// What decides how one node reads another.
 pub struct Reads<'a> {
+    /// The graph.
     pub dag: &'a Dag,
     /// Node names, by name.
     pub names: &'a HashMap<String, usize>,
+    /// Which nodes come before which.
     pub ancestors: &'a Ancestors,
     /// Each `Cancel` node, with the nodes it withdraws, sorted.
     pub cancels: &'a [(usize, Vec<usize>)],

@@ -14,10 +14,12 @@ use crate::parse::Workflow;
 
 /// A checked workflow (or nest body) on its way to code, with the runtime index of each node.
 pub struct Names<'a> {
+    /// The workflow (or the nest body, as a workflow of its own).
     pub workflow: &'a Workflow,
     /// The path of the runtime's hidden module: `::flow::__private`, or the one
     /// `#[flow(crate = path)]` names.
     pub private: TokenStream,
+    /// Its checked graph.
     pub checked: &'a Checked,
     /// Position of each node id in execution order: the node's runtime index.
     pub pos: Vec<usize>,

@@ -6,11 +6,17 @@ use crate::graph::{Kind, edge};
 
 /// The scheduling tables of a plan (see `flow_runtime::Plan`).
 pub struct Tables {
+    /// Per node, how many predecessors it waits for.
     pub pred_count: Vec<u32>,
+    /// Per node, where its successors start in `succ` (one more entry at the end).
     pub succ_start: Vec<u32>,
+    /// The successor entries: a node, a join or an arm, with flags.
     pub succ: Vec<u32>,
+    /// Per join, how many sources it waits for.
     pub join_pred_count: Vec<u32>,
+    /// Per join, where its targets start in `join_succ`.
     pub join_succ_start: Vec<u32>,
+    /// The targets of the joins.
     pub join_succ: Vec<u32>,
 }
 

@@ -20,7 +20,9 @@ use crate::suggest::on_line;
 
 /// The state of one build: the DAG so far, and where the step being built sits.
 pub(super) struct Builder<'a> {
+    /// The graph so far.
     pub(super) dag: Dag,
+    /// Where the errors found while building go.
     pub(super) cx: &'a mut Ctxt,
     /// The enclosing branches, outermost first.
     pub(super) branches: Vec<(usize, bool)>,
@@ -113,6 +115,7 @@ impl Builder<'_> {
         (entries, exits)
     }
 
+    /// Builds one step; returns (entries, exits).
     pub(super) fn step(&mut self, step: &Step) -> (Vec<usize>, Vec<usize>) {
         match step {
             Step::Operation(op) => {
@@ -168,6 +171,7 @@ impl Builder<'_> {
         }
     }
 
+    /// Reports a block without steps.
     pub(super) fn non_empty(&mut self, block: &BlockStep, kind: &str) {
         if block.steps.is_empty() {
             self.cx.error(

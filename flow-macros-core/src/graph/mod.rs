@@ -94,8 +94,11 @@ pub mod edge {
 pub struct GateBlock {
     /// The gate's node.
     pub node: usize,
+    /// A `Race` (or a `Pick`), rather than a `Parallel(min = k)`.
     pub race: bool,
+    /// How many arms must complete for the gate to fire.
     pub min: u32,
+    /// `rest = cancel`: the other arms are withdrawn when the gate fires.
     pub rest_cancel: bool,
     /// Each child of the block: its nodes (all depths) and its exits.
     pub arms: Vec<ArmBlock>,
@@ -111,6 +114,7 @@ pub struct ArmBlock {
 
 /// A node of the DAG.
 pub struct Node {
+    /// What the node is.
     pub kind: Kind,
     /// The binding, for a named operation.
     pub name: Option<Ident>,
@@ -120,7 +124,9 @@ pub struct Node {
     pub keyword: Ident,
     /// The call of an operation, or the test of a decision.
     pub expr: Expr,
+    /// The names in `after = [..]`.
     pub after: Vec<Ident>,
+    /// Its resilience options.
     pub policy: Policy,
     /// The enclosing branches, outermost first: (decision, is the `then` branch).
     pub branches: Vec<(usize, bool)>,
@@ -132,6 +138,7 @@ pub struct Node {
     pub when_span: Option<Span>,
     /// For a decision: the nodes of each branch, at all depths.
     pub then_nodes: Vec<usize>,
+    /// For a decision: the nodes of its `else` branch.
     pub else_nodes: Vec<usize>,
     /// For a `Signal` or `Delay` step: what it waits for.
     pub waits: Option<Waits>,
@@ -146,6 +153,7 @@ impl Node {
 
 /// A workflow's graph, or a nest body's.
 pub struct Dag {
+    /// The nodes, by id: in source order.
     pub nodes: Vec<Node>,
     /// Edges keyed by (from, to), with the reasons they exist.
     pub edges: BTreeMap<(usize, usize), u8>,
@@ -170,7 +178,9 @@ pub struct Dag {
 /// A labelled step or block: the nodes it holds are the ids `nodes` (a block's nodes are
 /// built one after the other, so they are a range).
 pub struct Region {
+    /// The label, as written.
     pub label: syn::Lifetime,
+    /// The ids of its nodes.
     pub nodes: std::ops::Range<usize>,
 }
 
@@ -192,7 +202,10 @@ pub struct SectionDef {
 
 /// A nest node of a graph, with its step and its body's DAG (taken when the body is checked).
 pub struct NestDef {
+    /// The nest's node.
     pub node: usize,
+    /// The step as parsed.
     pub step: std::rc::Rc<NestStep>,
+    /// The body's graph (none for a sub-workflow step, or a body that did not parse).
     pub body: Option<Dag>,
 }

@@ -7,6 +7,7 @@ use syn::{Attribute, Expr, Ident, LitInt, LitStr, Type, Visibility};
 
 /// A whole `workflow!` invocation.
 pub struct Workflow {
+    /// The attributes other than `#[flow(..)]`, for the workflow's type.
     pub attrs: Vec<Attribute>,
     /// `#[flow(failure = FailFast)]`.
     pub fail_fast: bool,
@@ -14,16 +15,22 @@ pub struct Workflow {
     pub krate: Option<syn::Path>,
     /// `#[flow(durable)]`: the `durable` token.
     pub durable: Option<Ident>,
+    /// The workflow type's visibility.
     pub vis: Visibility,
+    /// The workflow's name, which names its type.
     pub name: Ident,
     /// `<'a, T: Clone>` after the name, with the `where` clause written after the output type
     /// (or after the parameters when there is none), as in a `fn`.
     pub generics: syn::Generics,
+    /// The parameters, as written (a duplicate too).
     pub params: Vec<Param>,
+    /// `-> Type`.
     pub output_ty: Option<Type>,
     /// The steps of the body, run in sequence.
     pub body: Vec<Step>,
+    /// The braces around the body.
     pub body_span: Span,
+    /// The output expression after `=>`, when it parsed.
     pub output: Option<Expr>,
     /// Whether the body has `=>` (even when what follows it did not parse).
     pub has_output: bool,
@@ -31,7 +38,9 @@ pub struct Workflow {
 
 /// A workflow parameter `name: Type`.
 pub struct Param {
+    /// The parameter's name.
     pub name: Ident,
+    /// The parameter's type.
     pub ty: Type,
 }
 
@@ -77,12 +86,15 @@ pub struct OpStep {
     pub keyword: Ident,
     /// The async call.
     pub call: Expr,
+    /// Its options.
     pub options: Vec<Opt>,
 }
 
 /// A block: `Sequential`, `Parallel` or `Race`, with its options and its steps.
 pub struct BlockStep {
+    /// Its options.
     pub options: Vec<Opt>,
+    /// The steps of the block.
     pub steps: Vec<Step>,
     /// The braces around the steps.
     pub brace: Span,
@@ -90,7 +102,9 @@ pub struct BlockStep {
 
 /// `Cancel(target)`.
 pub struct CancelStep {
+    /// The step's keyword, as written.
     pub keyword: Ident,
+    /// What it withdraws.
     pub target: CancelTarget,
 }
 
@@ -114,6 +128,7 @@ impl CancelTarget {
 
 /// `Terminate(value)`.
 pub struct TermStep {
+    /// The step's keyword, as written.
     pub keyword: Ident,
     /// The run's output.
     pub value: Expr,
@@ -125,15 +140,21 @@ pub struct GateStep {
     pub name: Option<Ident>,
     /// `Race` or `Parallel`, as written.
     pub keyword: Ident,
+    /// A `Race`, rather than a `Parallel(min = k)`.
     pub race: bool,
+    /// Its options and its arms.
     pub block: BlockStep,
 }
 
 /// `Conditional(test) { then } else { otherwise }`.
 pub struct CondStep {
+    /// The step's keyword, as written.
     pub keyword: Ident,
+    /// The test.
     pub test: Expr,
+    /// The steps run when the test is true.
     pub then: Vec<Step>,
+    /// The braces around them.
     pub then_brace: Span,
     /// The `else` keyword's span and the branch's steps.
     pub otherwise: Option<(Span, Vec<Step>)>,
@@ -141,7 +162,9 @@ pub struct CondStep {
 
 /// `key = value` in a step's options.
 pub struct Opt {
+    /// The option's name.
     pub key: Ident,
+    /// Its value.
     pub value: OptValue,
 }
 
@@ -169,12 +192,15 @@ impl OptValue {
 
 /// `name = Signal(signal: Type, transient)`.
 pub struct SignalStep {
+    /// The binding of the step's output.
     pub name: Option<Ident>,
+    /// The step's keyword, as written.
     pub keyword: Ident,
     /// The signal's name.
     pub signal: Ident,
     /// The payload's type.
     pub ty: Type,
+    /// `transient`: refused when sent while no step waits.
     pub transient: bool,
     /// What is inside the parentheses, for the node's label.
     pub args: TokenStream,
@@ -182,7 +208,9 @@ pub struct SignalStep {
 
 /// `name = Delay("48h")` or `Delay(expr)`.
 pub struct DelayStep {
+    /// The binding of the step's output.
     pub name: Option<Ident>,
+    /// The step's keyword, as written.
     pub keyword: Ident,
     /// The literal or the `Duration` expression.
     pub after: Expr,
@@ -192,20 +220,27 @@ pub struct DelayStep {
 
 /// `Pick { trigger => { steps }, .. }`.
 pub struct PickStep {
+    /// The step's keyword, as written.
     pub keyword: Ident,
+    /// Its arms, in source order.
     pub arms: Vec<PickArm>,
 }
 
 /// One arm: a `Signal` or `Delay` step, and the steps it starts.
 pub struct PickArm {
+    /// The `Signal` or `Delay` step that chooses the arm.
     pub trigger: Step,
+    /// The steps it starts.
     pub body: Vec<Step>,
 }
 
 /// `[name =] ForEach(..) { .. }`, `[name =] Loop(..) ..` or `[name =] Workflow(Child(..))`.
 pub struct NestStep {
+    /// The binding of the step's output.
     pub name: Option<Ident>,
+    /// The step's keyword, as written.
     pub keyword: Ident,
+    /// Which kind of nest, with its own parts.
     pub what: What,
     /// The body as a workflow of its own (no body for a sub-workflow step): its steps and its
     /// output; the rest of it is filled when it is checked.
@@ -225,7 +260,9 @@ pub struct ForEach {
     pub item: Ident,
     /// `item in stream expr`.
     pub stream: bool,
+    /// What it iterates.
     pub source: Expr,
+    /// `max_concurrency = N`.
     pub max_concurrency: Option<u32>,
     /// `min = k`: the `ForEach` completes once `k` instances did.
     pub min: Option<u32>,
@@ -245,6 +282,7 @@ pub struct Loop {
     pub prev: Option<Ident>,
     /// `on_max = stop`.
     pub stop_at_max: bool,
+    /// The test.
     pub test: Expr,
     /// `while (test) { .. }`, or `{ .. } until (test)`.
     pub while_: bool,
@@ -269,7 +307,9 @@ pub struct SubWorkflow {
 /// `Complete(name)`: completes the `ForEach` `name` with the outputs of the instances that
 /// completed, and withdraws the others.
 pub struct CompleteStep {
+    /// The step's keyword, as written.
     pub keyword: Ident,
+    /// The `ForEach` it completes.
     pub target: Ident,
 }
 

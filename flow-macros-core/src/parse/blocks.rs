@@ -35,6 +35,7 @@ fn parse_options(group: &proc_macro2::Group, cx: &mut Ctxt) -> Vec<Opt> {
     }
 }
 
+/// Parses the rest of a block after its keyword: `(options)` if any, then `{ steps }`.
 pub fn block(keyword: Ident, rest: Vec<TokenTree>, cx: &mut Ctxt) -> Option<BlockStep> {
     let mut i = 0;
     let mut options = Vec::new();
@@ -63,6 +64,7 @@ pub fn block(keyword: Ident, rest: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Bloc
     })
 }
 
+/// Parses the rest of a `Conditional` after its keyword: `(test) { .. }`, then `else { .. }`.
 pub fn conditional(keyword: Ident, rest: Vec<TokenTree>, cx: &mut Ctxt) -> Option<CondStep> {
     let Some(test) = group(rest.first(), Delimiter::Parenthesis) else {
         cx.error(

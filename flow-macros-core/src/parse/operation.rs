@@ -14,9 +14,11 @@ use crate::suggest::did_you_mean;
 
 /// An operation: the function as written, and the defaults its options give.
 pub struct Operation {
+    /// The function, as written.
     pub function: ItemFn,
     /// The name shown in reports: `name = ".."`, or the function's name.
     pub display: String,
+    /// Its resilience options.
     pub policy: Policy,
     /// `crate = path`: where generated code finds flow (`::flow` when `None`).
     pub krate: Option<syn::Path>,

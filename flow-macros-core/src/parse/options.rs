@@ -60,7 +60,9 @@ pub fn options_after(input: ParseStream) -> syn::Result<Vec<Opt>> {
 /// Options of an `Operation`.
 #[derive(Default)]
 pub struct OpOptions {
+    /// `after = [..]`.
     pub after: Vec<Ident>,
+    /// The resilience options.
     pub policy: Policy,
     /// `when = ..`, and where it is written.
     pub rule: Option<(Rule, Span)>,
@@ -73,6 +75,7 @@ pub struct OpOptions {
 /// Options of a `Parallel` block.
 #[derive(Default)]
 pub struct ParallelOptions {
+    /// `max_concurrency = N`.
     pub max_concurrency: Option<u32>,
     /// `exclusive = "group"`.
     pub exclusive: Option<LitStr>,
@@ -222,6 +225,7 @@ pub struct GateOptions {
     pub min: u32,
     /// `rest = cancel` (the default): withdraw the other arms when the gate fires.
     pub rest_cancel: bool,
+    /// `max_concurrency = N`.
     pub max_concurrency: Option<u32>,
     /// `exclusive = "group"`: the whole block is a critical section.
     pub exclusive: Option<LitStr>,

@@ -11,10 +11,15 @@ use crate::ctxt::Ctxt;
 /// back at run time (step, then operation default, then built-in default).
 #[derive(Default, Clone, PartialEq, Eq)]
 pub struct Policy {
+    /// `timeout`: how long one attempt may take.
     pub timeout_ms: Option<u64>,
+    /// `retries`: how many times a failed attempt is tried again.
     pub retries: Option<u32>,
+    /// `backoff`: how long to wait before a retry.
     pub backoff: Option<Backoff>,
+    /// `jitter`: whether the backoff is randomised.
     pub jitter: Option<bool>,
+    /// `deadline`: how long the step may take, retries included.
     pub deadline_ms: Option<u64>,
 }
 

@@ -14,6 +14,7 @@ syn::custom_keyword!(stream);
 
 const FOR_EACH: &str = "`ForEach(item in items) { steps => output }`";
 
+/// Parses the rest of a `ForEach` step after its keyword.
 pub fn for_each(
     name: Option<Ident>,
     keyword: Ident,

@@ -17,6 +17,7 @@ const PREV: &str =
 const LOOP_UNTIL: &str = "`Loop(max = 10) { steps => output } until (test)`";
 const LOOP_WHILE: &str = "`Loop(max = 10, prev = last) while (test) { steps => output }`";
 
+/// Parses the rest of a `Loop` step after its keyword.
 pub fn repeat(
     name: Option<Ident>,
     keyword: Ident,

@@ -16,6 +16,7 @@ use crate::parse::tokens::{call_args, parse_within};
 const WORKFLOW: &str =
     "`Workflow(Payment(ctx, &order))`: the child workflow's type and the arguments of its `run`";
 
+/// Parses the rest of a sub-workflow step (`Workflow(..)`) after its keyword.
 pub fn workflow_step(
     name: Option<Ident>,
     keyword: Ident,

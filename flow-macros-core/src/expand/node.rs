@@ -33,7 +33,7 @@ pub fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
     let expr = names.rewrite(&node.expr, uses.iter().map(|u| &u.ident));
     let span = node.expr.span();
     let var = node_ident(names.pos[id]);
-    // Unused bindings that let rustc suggest a node for a misspelled name (`validate::Checked`).
+    // Unused bindings that let rustc suggest a node for a misspelled name (`Checked::hints`).
     let hints = checked.hints[id].iter().map(
         |hint| quote!(#[allow(unused_variables)] let #hint = ::core::marker::PhantomData::<()>;),
     );

@@ -1,6 +1,6 @@
-//! The logic of flow's macros, as a plain library: the proc-macro crate `flow-macros` wraps
+//! The logic of flow's macros, as a plain library: the proc-macro crate `flowdag-macros` wraps
 //! these functions in one-line entry points, and tests and benches call them directly. Use the
-//! macros through the `flow` crate; this crate's interface follows `flow-macros`, not semver.
+//! macros through the `flow` crate; this crate's interface follows `flowdag-macros`, not semver.
 //!
 //! `workflow!` runs a pipeline of four stages, one folder each: `parse` turns the DSL into an
 //! AST that keeps the user's tokens, `graph` builds the DAG, `check` runs every check and
@@ -8,7 +8,7 @@
 //!
 //! ```
 //! let input: proc_macro2::TokenStream = "Hello() { Operation(greet()) }".parse().unwrap();
-//! let output = flow_macros_core::workflow(input).to_string();
+//! let output = flowdag_macros_core::workflow(input).to_string();
 //! assert!(!output.contains("compile_error"));
 //! ```
 

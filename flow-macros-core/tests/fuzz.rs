@@ -1,6 +1,6 @@
 //! Property and fuzz tests: `workflow!` never panics, whatever it is given.
 //!
-//! Every input goes through [`flow_macros_core::workflow`] under `catch_unwind`, and the output must be
+//! Every input goes through [`flowdag_macros_core::workflow`] under `catch_unwind`, and the output must be
 //! either code without `compile_error!` that parses as a Rust file, or a set of
 //! `compile_error!` invocations (beside the workflow's skeleton, which must parse too).
 //!
@@ -13,7 +13,7 @@
 //!
 //! The seed is fixed so that runs are reproducible; `PROPTEST_RNG_SEED=<u64>` and
 //! `PROPTEST_CASES=<n>` override it and the case counts for a longer hunt, as in
-//! `PROPTEST_CASES=50000 PROPTEST_RNG_SEED=7 cargo test -p flow-macros-core --test fuzz`.
+//! `PROPTEST_CASES=50000 PROPTEST_RNG_SEED=7 cargo test -p flowdag-macros-core --test fuzz`.
 
 use std::cell::Cell;
 use std::fmt::Write as _;
@@ -39,7 +39,7 @@ enum Verdict {
 
 /// Expands `input` and checks the property; `Err` explains how it was broken.
 fn check(input: TokenStream) -> Result<Verdict, String> {
-    check_with(flow_macros_core::workflow, input)
+    check_with(flowdag_macros_core::workflow, input)
 }
 
 fn check_with(
@@ -1878,7 +1878,7 @@ fn node_code_holds_no_constant_of_its_own() {
     // functions (docs/architecture.md, "Nodes of one shape share code"): a node's closure may
     // hold the user's expression, never a literal of the macro's own, such as the name of the
     // node it reads.
-    let output = flow_macros_core::workflow(parse(
+    let output = flowdag_macros_core::workflow(parse(
         "W(x: u64) -> u64 { Sequential { a = Operation(f(x)), b = Operation(g(a)), \
          c = Operation(g(b)), Operation(h(&a, &c)) } => c }",
     ))

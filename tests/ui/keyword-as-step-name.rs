@@ -1,4 +1,4 @@
-use flow::prelude::*;
+use flowdag::prelude::*;
 
 async fn page(last: &Option<&()>) -> Result<u32, std::io::Error> {
     Ok(u32::from(last.is_some()))

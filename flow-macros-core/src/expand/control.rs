@@ -1,4 +1,4 @@
-//! The control tables of a workflow (`flow_runtime::Control`): races and joins of k of n,
+//! The control tables of a workflow (`flowdag_runtime::Control`): races and joins of k of n,
 //! trigger rules, cancel scopes, `Terminate`, critical sections and signals.
 //!
 //! A workflow that uses none of them gets no table at all, so its generated code is the same

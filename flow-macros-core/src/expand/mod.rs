@@ -3,7 +3,7 @@
 //! The generated code is small per node: a closure that binds the node's inputs and builds its
 //! future from the user's expression. Everything else is constant tables (the `GRAPH`) and one
 //! call into the runtime's scheduler, which is ordinary code compiled once. Generated code names
-//! the runtime only through `::flow::__private` (or `path::__private` under
+//! the runtime only through `::flowdag::__private` (or `path::__private` under
 //! `#[flow(crate = path)]`), and builds its tables through `const fn`s, never struct literals.
 //!
 //! Per workflow it emits a unit struct (a generic one for a generic workflow: `generics.rs`),

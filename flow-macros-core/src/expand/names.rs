@@ -16,7 +16,7 @@ use crate::parse::Workflow;
 pub struct Names<'a> {
     /// The workflow (or the nest body, as a workflow of its own).
     pub workflow: &'a Workflow,
-    /// The path of the runtime's hidden module: `::flow::__private`, or the one
+    /// The path of the runtime's hidden module: `::flowdag::__private`, or the one
     /// `#[flow(crate = path)]` names.
     pub private: TokenStream,
     /// Its checked graph.

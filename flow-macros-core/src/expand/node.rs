@@ -150,7 +150,7 @@ pub fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
                 }
             };
             // A step that awaits before it reaches its operation is listened to until the
-            // operation's defaults come (`flow_runtime::Deferred`).
+            // operation's defaults come (`flowdag_runtime::Deferred`).
             let future = if awaits_inside(quote!(#expr)) {
                 quote!(#private::Deferred::new(#future))
             } else {

@@ -40,7 +40,7 @@ pub fn operation(args: TokenStream, item: TokenStream) -> TokenStream {
 
     let private = match &krate {
         Some(path) => quote!(#path::__private),
-        None => quote!(::flow::__private),
+        None => quote!(::flowdag::__private),
     };
     let policy = policy::tokens(&policy, &private);
     // The new body is written as tokens around the user's block, never parsed again.

@@ -4,7 +4,7 @@ use super::gates::arm_of_exit;
 use crate::check::Checked;
 use crate::graph::{Kind, edge};
 
-/// The scheduling tables of a plan (see `flow_runtime::Plan`).
+/// The scheduling tables of a plan (see `flowdag_runtime::Plan`).
 pub struct Tables {
     /// Per node, how many predecessors it waits for.
     pub pred_count: Vec<u32>,
@@ -20,7 +20,7 @@ pub struct Tables {
     pub join_succ: Vec<u32>,
 }
 
-/// Flag bits of a successor entry, as `flow_runtime::Plan` defines them.
+/// Flag bits of a successor entry, as `flowdag_runtime::Plan` defines them.
 const DATA_FLAG: u32 = 1 << 31;
 const CAUGHT_FLAG: u32 = 1 << 30;
 const JOIN_FLAG: u32 = 1 << 29;

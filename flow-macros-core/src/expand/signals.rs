@@ -20,7 +20,7 @@ pub fn keys(
         let key = Ident::new(&key_name(signal), signal.span());
         let text = signal.to_string();
         let doc = format!(
-            "The key of the signal `{text}`: send it to a run with `Signals::send` (from the runner's `signals()`), or to a durable run with `flow::durable::send_signal`."
+            "The key of the signal `{text}`: send it to a run with `Signals::send` (from the runner's `signals()`), or to a durable run with `flowdag::durable::send_signal`."
         );
         let span = ty.span();
         let key_ty = quote_spanned!(span=> #private::SignalKey<#ty>);

@@ -18,11 +18,11 @@ pub fn respan(tokens: &TokenStream, span: Span) -> TokenStream {
         .collect()
 }
 
-/// `::flow::__private`, or `path::__private` under `#[flow(crate = path)]`.
+/// `::flowdag::__private`, or `path::__private` under `#[flow(crate = path)]`.
 pub fn private_path(workflow: &Workflow) -> TokenStream {
     match &workflow.krate {
         Some(path) => quote!(#path::__private),
-        None => quote!(::flow::__private),
+        None => quote!(::flowdag::__private),
     }
 }
 

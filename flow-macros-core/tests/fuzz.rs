@@ -121,9 +121,8 @@ fn assert_code(source: &str) {
     }
 }
 
-/// Expands `source`, which must give errors, among them one containing each of `expected`.
-#[track_caller]
 /// Checks that `source` gives exactly one error, and that it contains `expected`.
+#[track_caller]
 fn assert_one_error(source: &str, expected: &str) {
     let errors = assert_errors(source, &[expected]);
     assert_eq!(
@@ -133,6 +132,8 @@ fn assert_one_error(source: &str, expected: &str) {
     );
 }
 
+/// Expands `source`, which must give errors, among them one containing each of `expected`.
+#[track_caller]
 fn assert_errors(source: &str, expected: &[&str]) -> Vec<String> {
     match check(parse(source)) {
         Ok(Verdict::Errors(errors)) => {
@@ -1353,6 +1354,8 @@ const NASTY: &[&str] = &[
     "W() { _ = Operation(f()), Operation(g(_)) }",
     "W() -> u32 { _ = Operation(f()) => _ }",
     "W() { r#match = Operation(f()), Operation(g(r#match)) }",
+    // A misspelled raw name: the node it is close to is a raw identifier.
+    "W() { r#match = Operation(f()), Operation(g(&r#matc)) }",
     "W() { r#a = Operation(f()), Operation(g(a)) }",
     "W() { a = Operation(f()), Operation(g(r#a)) }",
     "W() { \u{e9}t\u{e9} = Operation(f()), Operation(g(&\u{e9}t\u{e9})) }",
@@ -1425,6 +1428,12 @@ const NASTY: &[&str] = &[
     "W() { Loop(max = 1, prev = a) { a = Operation(f()) } until (a) }",
     "W() { Loop(max = 1, prev = p) while (p.is_none() && a) { a = Operation(f()) } }",
     "W() { Loop(max = 0, on_max = maybe) { a = Operation(f()) } until (a) }",
+    "W() { Loop(max = 1, prev = self) while (self.is_none()) { a = Operation(f()) } }",
+    // Keywords as the names a body binds: the body's reads become closure parameters.
+    "W() { Loop(max = 3) { fn = Operation(page(last)) => p } until (p) }",
+    "W() { Loop(max = 3, prev = p) while (p.is_none()) { self = Operation(f()) } }",
+    "W() { ForEach(x in xs) { match = Operation(f(x)), _ = Operation(g(x)) } }",
+    "W() { Pick { fn = Signal(s: u8) => { Operation(f()) }, Delay(\"1s\") => { Operation(g()) } } }",
     "W() { Workflow }",
     "W() { Workflow() }",
     "W() { Workflow(Child) }",
@@ -1689,6 +1698,27 @@ fn invalid_inputs_give_their_messages() {
         &["unexpected tokens after the workflow's body"],
     );
     assert_errors("W() { a = }", &["expected a step after `a =`"]);
+    assert_one_error(
+        "W() { Loop(max = 3, prev = last) while (last.is_none()) { fn = Operation(page(last)) } }",
+        "`fn` is a Rust keyword and cannot name a step; choose another name, or write the raw identifier `r#fn`",
+    );
+    assert_one_error(
+        "W() { self = Operation(f()) }",
+        "`self` is a Rust keyword and cannot name a step, not even as a raw identifier",
+    );
+    assert_one_error(
+        "W() { _ = Operation(f()) }",
+        "`_` cannot name a step; remove `_ =` to leave the step unnamed",
+    );
+    assert_one_error(
+        "W() { Loop(max = 1, prev = self) while (self.is_none()) { a = Operation(f()) } }",
+        "`self` is a Rust keyword and cannot name the previous iteration's output",
+    );
+    assert_code(
+        "W() { Loop(max = 3, prev = last) while (last.is_none()) { r#fn = Operation(page(last)) } }",
+    );
+    // rustc reports the misspelling, with the raw name as its suggestion.
+    assert_code("W() { r#type = Operation(f()), Operation(g(&r#typ)) }");
     assert_errors("W() { a = 1 }", &["expected a step after `a =`: one of"]);
     assert_errors(
         "W() { Operation(f()) => }",

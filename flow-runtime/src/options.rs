@@ -34,9 +34,9 @@ pub struct RunOptions {
     /// The run is an instance of a nest node (a `ForEach` item, a `Loop` iteration, a child
     /// workflow), which shares the mailbox of the run holding it.
     pub(crate) instance: bool,
-    /// A durable run's store, lease and journal to replay (`durable::drive`).
-    #[cfg(feature = "durable")]
-    pub(crate) journal: Option<Arc<crate::durable::JournalSetup>>,
+    /// What watches and steers the run from outside the engine (the scheduler's `Hook`, set
+    /// by a durable run's driver): carried to the scheduler untouched.
+    pub(crate) hook: Attached,
     /// The step of each compensation leaf of the node set, in leaf order (after the graph's
     /// nodes): empty for a workflow without `compensate = ..` (`scheduler/saga.rs`).
     pub(crate) compensations: &'static [u32],
@@ -57,8 +57,7 @@ impl Default for RunOptions {
             sink: None,
             pool: None,
             instance: false,
-            #[cfg(feature = "durable")]
-            journal: None,
+            hook: Attached::default(),
             compensations: &[],
         }
     }
@@ -78,3 +77,36 @@ impl std::fmt::Debug for RunOptions {
             .finish()
     }
 }
+
+/// A value handed to the run beside its options, opaque here (the scheduler's `Hook`). A clone
+/// of the options does not carry it: it belongs to one run.
+#[derive(Default)]
+pub(crate) struct Attached(Option<Box<dyn std::any::Any + Send>>);
+
+impl Attached {
+    pub(crate) fn new<T: std::any::Any + Send>(value: T) -> Attached {
+        Attached(Some(Box::new(value)))
+    }
+
+    /// Takes the value, if it is a `T`.
+    pub(crate) fn take<T: std::any::Any>(&mut self) -> Option<T> {
+        let value = self.0.take()?;
+        match value.downcast::<T>() {
+            Ok(value) => Some(*value),
+            Err(value) => {
+                self.0 = Some(value);
+                None
+            }
+        }
+    }
+}
+
+impl Clone for Attached {
+    fn clone(&self) -> Attached {
+        Attached(None)
+    }
+}
+
+// SAFETY: the value is reached only through `&mut Attached` (`take`), never through
+// `&Attached`, so sharing `&Attached` between threads shares nothing of it.
+unsafe impl Sync for Attached {}

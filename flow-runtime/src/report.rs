@@ -59,7 +59,41 @@ pub struct Report {
     log: EventLog,
     #[cfg_attr(feature = "serde", serde(skip))]
     graph: &'static Graph,
+    #[cfg_attr(feature = "serde", serde(skip))]
+    hook: HookEnd,
 }
+
+/// What a run's hook gave back when the run ended (see `scheduler/hook.rs`), for the code that
+/// attached the hook to take with [`Report::take_hook_end`]; nothing for a run without one. A
+/// clone of the report does not carry it.
+#[derive(Default)]
+pub(crate) struct HookEnd(Option<Box<dyn std::any::Any + Send>>);
+
+impl HookEnd {
+    pub(crate) fn new<T: std::any::Any + Send>(value: T) -> HookEnd {
+        HookEnd(Some(Box::new(value)))
+    }
+}
+
+impl Clone for HookEnd {
+    fn clone(&self) -> HookEnd {
+        HookEnd(None)
+    }
+}
+
+impl fmt::Debug for HookEnd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "HookEnd(..)"
+        } else {
+            "HookEnd"
+        })
+    }
+}
+
+// SAFETY: the value is reached only through `&mut HookEnd` (`Report::take_hook_end`), never
+// through `&HookEnd`, so sharing `&HookEnd` between threads shares nothing of it.
+unsafe impl Sync for HookEnd {}
 
 /// The parts a [`Report`] is made of, gathered by the scheduler.
 pub(crate) struct ReportParts {
@@ -71,6 +105,7 @@ pub(crate) struct ReportParts {
     pub nests: Vec<NestReport>,
     pub compensations: Vec<crate::saga::Compensation>,
     pub log: Option<EventLog>,
+    pub hook: HookEnd,
 }
 
 impl Report {
@@ -112,6 +147,19 @@ impl Report {
             compensations: parts.compensations,
             log,
             graph: parts.graph,
+            hook: parts.hook,
+        }
+    }
+
+    /// Takes what the run's hook gave back, if it is a `T`.
+    pub(crate) fn take_hook_end<T: std::any::Any>(&mut self) -> Option<T> {
+        let value = self.hook.0.take()?;
+        match value.downcast::<T>() {
+            Ok(value) => Some(*value),
+            Err(value) => {
+                self.hook.0 = Some(value);
+                None
+            }
         }
     }
 

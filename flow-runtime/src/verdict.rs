@@ -8,7 +8,7 @@ use crate::events::{EventLog, RunId};
 use crate::graph::{Graph, NodeKind, Rule};
 use crate::nest::NestReport;
 use crate::policy::CancelReason;
-use crate::report::{NodeReport, Outcome, Report, ReportParts};
+use crate::report::{HookEnd, NodeReport, Outcome, Report, ReportParts};
 use crate::scope::OperationSpec;
 use crate::status::NodeStatus;
 
@@ -143,6 +143,8 @@ pub struct Finished {
     pub(crate) nests: Vec<NestReport>,
     /// What a failed run did to undo its completed steps, in the order it did it.
     pub(crate) compensations: Vec<crate::saga::Compensation>,
+    /// What the run's hook gave back, if it had one.
+    pub(crate) hook: HookEnd,
 }
 
 impl Finished {
@@ -177,6 +179,7 @@ impl Finished {
             terminated: _,
             nests,
             compensations,
+            hook,
         } = self;
         let attempts = |id: usize, status: NodeStatus| attempts_of(&extras.attempts, id, status);
         let report = Report::new(ReportParts {
@@ -187,6 +190,7 @@ impl Finished {
             log,
             nests,
             compensations: compensations.clone(),
+            hook,
             nodes: graph
                 .nodes
                 .iter()

@@ -13,8 +13,7 @@
 
 mod attempt;
 mod gate;
-#[cfg(feature = "durable")]
-mod journal;
+mod hook;
 mod rules;
 mod saga;
 mod settle;
@@ -34,10 +33,13 @@ use crate::nodes::{Leaves, Nodes, Table};
 use crate::options::RunOptions;
 use crate::panic::deadline_timer;
 use crate::policy::{CancelReason, FailurePolicy, NodePolicy};
+use crate::report::HookEnd;
 use crate::run_state::RunState;
 use crate::status::NodeStatus;
 use crate::verdict::{Extras, Finished, Verdict, attempts_of};
 use crate::wake::WakeSet;
+
+pub(crate) use hook::{Before, Hook, HookFuture, Run, RunEnd, Scope, Steps};
 
 const NO_CAUSE: u32 = u32::MAX;
 
@@ -150,7 +152,7 @@ struct Recording {
     log: Option<EventLog>,
     observers: Vec<Arc<dyn Observer>>,
     /// The run is a nest instance whose events go to the root's sink, a root whose nest
-    /// instances send theirs to its sink, or a durable run (its events go to its journal):
+    /// instances send theirs to its sink, or a hooked run (its events go to its hook):
     /// each event takes [`Scheduler::emit_nested`].
     nested: bool,
     /// A nest instance: the root's sink, where a copy of each event goes with `path`.
@@ -345,13 +347,19 @@ struct Scheduler {
     lean: bool,
     /// Where the run's lists go back when it finishes (a nest instance's run).
     pool: Option<Arc<StatePool>>,
-    /// A durable run's journal (`journal.rs`): `None` for every other run.
-    #[cfg(feature = "durable")]
-    journal: Option<Box<journal::Journal>>,
+    /// What watches and steers the run from outside the engine (`hook.rs`): `None` for a
+    /// plain run.
+    hook: Option<Box<dyn Hook>>,
 }
 
 impl Scheduler {
+    #[cfg(test)]
     fn new(graph: &'static Graph, options: &RunOptions) -> Self {
+        Scheduler::hooked_by(graph, options, None)
+    }
+
+    /// The scheduler of a run of `graph` with `options`, and `hook` if it has one.
+    fn hooked_by(graph: &'static Graph, options: &RunOptions, hook: Option<Box<dyn Hook>>) -> Self {
         let plan = &graph.plan;
         let node_state = |&count| NodeState {
             status: NodeStatus::Idle,
@@ -440,8 +448,11 @@ impl Scheduler {
             arms: Vec::new(),
             cancelled: None,
             seed: 0,
-            recording: (options.record || !options.observers.is_empty() || options.sink.is_some())
-                .then(|| Recording::new(plan, options)),
+            recording: (options.record
+                || !options.observers.is_empty()
+                || options.sink.is_some()
+                || hook.is_some())
+            .then(|| Recording::new(plan, options)),
             decided: None,
             nest_home: None,
             report: options.report,
@@ -452,18 +463,14 @@ impl Scheduler {
             group_holder: Vec::new(),
             section_freed: false,
             pool: options.pool.clone(),
-            #[cfg(feature = "durable")]
-            journal: options
-                .journal
-                .as_ref()
-                .map(|setup| journal::Journal::new(setup, graph)),
+            hook,
         };
-        #[cfg(feature = "durable")]
-        if scheduler.journal.is_some()
-            && let Some(recording) = scheduler.recording.as_deref_mut()
-        {
-            // The journal takes every event, on `emit`'s out-of-line path.
-            recording.nested = true;
+        if let Some(hook) = scheduler.hook.as_deref_mut() {
+            hook.attach(graph);
+            if let Some(recording) = scheduler.recording.as_deref_mut() {
+                // The hook takes every event, on `emit`'s out-of-line path.
+                recording.nested = true;
+            }
         }
         if !plan.control.nests.is_empty() {
             scheduler.nest_home = Some(Box::new(NestHome {
@@ -489,7 +496,7 @@ impl Scheduler {
             scheduler.init_gates();
         }
         // A nest node gets its context when it starts, on the long way.
-        // A durable run records (`durable::drive`), so it is never lean.
+        // A hooked run records, so it is never lean.
         scheduler.lean = plan.policies.is_empty()
             && scheduler.recording.is_none()
             && plan.control.nests.is_empty()
@@ -535,7 +542,7 @@ impl Scheduler {
         }
     }
 
-    /// [`Scheduler::emit`] in a run with nests, or a durable run: a root first sequences the events its
+    /// [`Scheduler::emit`] in a run with nests, or a hooked run: a root first sequences the events its
     /// instances sent (they happened before this one); an instance sends a copy of its event,
     /// with its path and on the root's clock, to the root's sink.
     #[cold]
@@ -559,9 +566,8 @@ impl Scheduler {
         recording.seq += 1;
         #[cfg(feature = "tracing")]
         trace_event(self.graph, &event);
-        #[cfg(feature = "durable")]
-        if let Some(journal) = &mut self.journal {
-            journal.record(&event);
+        if let Some(hook) = &mut self.hook {
+            hook.record(&event);
         }
         if let Some(sink) = &recording.forward {
             sink.push(Event {
@@ -823,24 +829,19 @@ impl Scheduler {
         true
     }
 
-    /// Whether the run has no journal, or its journal's replay has ended.
+    /// Whether the run's cancel token and deadline count: always, unless its hook holds them
+    /// off.
     #[inline]
-    fn journal_live(&self) -> bool {
-        #[cfg(feature = "durable")]
-        if let Some(journal) = &self.journal {
-            return journal.is_live();
-        }
-        true
+    fn live(&self) -> bool {
+        self.hook.as_deref().is_none_or(Hook::live)
     }
 
-    /// What is left of the run's deadline `full`: a resumed durable run's counts from the
-    /// run's start (its stored timer).
+    /// What is left of the run's deadline `full` (its hook may have started it earlier).
     fn deadline_left(&self, full: std::time::Duration) -> std::time::Duration {
-        #[cfg(feature = "durable")]
-        if let Some(journal) = &self.journal {
-            return journal.deadline_left(full);
+        match &self.hook {
+            Some(hook) => hook.deadline_left(full),
+            None => full,
         }
-        full
     }
 
     /// Ends the run early: the halt is applied before anything else is started or polled.
@@ -912,7 +913,28 @@ impl Scheduler {
             terminated: self.terminated,
             nests,
             compensations: Vec::new(),
+            hook: HookEnd::default(),
         }
+    }
+
+    /// Ends a hooked run: judges it, emits `RunFinished`, and hands the hook the run's end;
+    /// the run ends once the hook's last work has.
+    async fn finish_hooked(mut self) -> Finished {
+        let (statuses, verdict, succeeded) = self.conclude();
+        let end = if self.cancelled.is_some() {
+            RunEnd::Cancelled
+        } else if succeeded {
+            RunEnd::Succeeded
+        } else {
+            RunEnd::Failed
+        };
+        let handed = match self.hook.take() {
+            Some(hook) => hook.finish(end).await,
+            None => HookEnd::default(),
+        };
+        let mut finished = self.into_finished(statuses, verdict);
+        finished.hook = handed;
+        finished
     }
 }
 
@@ -973,7 +995,7 @@ fn spans() -> bool {
 /// where the set lives.
 pub(crate) async fn run_nodes<P, N>(
     graph: &'static Graph,
-    options: RunOptions,
+    mut options: RunOptions,
     mut nodes: Pin<P>,
 ) -> Finished
 where
@@ -989,22 +1011,28 @@ where
         false => options.signals.clone().map(FinishOnDrop),
         true => None,
     };
-    let mut scheduler = Scheduler::new(graph, &options);
-    #[cfg(feature = "durable")]
-    if let Some(setup) = &options.journal
-        && let Some(task) = &setup.task
+    let hook = options.hook.take::<Box<dyn Hook>>();
+    let mut scheduler = Scheduler::hooked_by(graph, &options, hook);
+    if scheduler
+        .hook
+        .as_deref()
+        .is_some_and(|hook| hook.steps().alone())
     {
-        // A worker executing one task of a distributed run: no run loop, no journal.
-        if journal::start_task_run(&scheduler, table.leaves(), setup, task) {
-            // Moved in as `&mut`: a shared borrow held across the await would ask `Sync`.
-            let (run, nodes) = (&mut scheduler, &mut table);
-            std::future::poll_fn(move |cx| {
-                journal::poll_task_run(run, nodes.leaves(), setup, task, cx)
-            })
-            .await;
-        }
+        // The hook drives the node set itself: no run loop.
+        // Moved in as `&mut`: a shared borrow held across the await would ask `Sync`.
+        let (run, nodes) = (&mut scheduler, &mut table);
+        std::future::poll_fn(move |cx| {
+            run.hooked(
+                nodes.leaves(),
+                None,
+                None,
+                |steps, run| steps.poll_alone(run, cx),
+                Poll::Ready(()),
+            )
+        })
+        .await;
         scheduler.stop_all(table.leaves());
-        return scheduler.finish();
+        return Box::pin(scheduler.finish_hooked()).await;
     }
     // The nodes' own wakers, made when the first node needs one.
     let mut wakes = None;
@@ -1030,13 +1058,10 @@ where
     };
     let mut cancelled = std::pin::pin!(cancelled);
     let watched = token.is_some() || deadline.is_some();
-    #[cfg(feature = "durable")]
-    if let (Some(journal), Some(deadline), Some(after)) = (
-        scheduler.journal.as_deref_mut(),
-        &deadline,
-        options.deadline,
-    ) {
-        journal.deadline = Some((deadline.deadline(), after));
+    if let (Some(hook), Some(deadline), Some(after)) =
+        (scheduler.hook.as_deref_mut(), &deadline, options.deadline)
+    {
+        hook.deadline_set(deadline.deadline(), after);
     }
     let drains = scheduler
         .recording
@@ -1056,9 +1081,9 @@ where
     };
     std::future::poll_fn(|cx| {
         let leaves = table.leaves();
-        // A durable run's deadline and token count once its replay has ended.
+        // A hooked run's deadline and token count once its hook says so.
         if watched
-            && scheduler.journal_live()
+            && scheduler.live()
             && let Some(reason) = halted(cx)
         {
             scheduler.set_halt(Halt::Cancelled(reason));
@@ -1070,13 +1095,18 @@ where
             // The instances' events of this wake-up reach the log and the observers now.
             scheduler.drain_nested();
         }
-        #[cfg(feature = "durable")]
-        if scheduler.journal.is_some() {
-            let poll = scheduler.journal_poll(leaves, &mut wakes, cx, poll);
-            // A deadline that passed while the run was stopped ends it once it is live.
+        if scheduler.hook.is_some() {
+            let poll = scheduler.hooked(
+                leaves,
+                Some(&mut wakes),
+                None,
+                |steps, run| steps.after_poll(run, cx, poll),
+                poll,
+            );
+            // A deadline that passed while the hook held it off ends the run once it counts.
             if poll.is_pending()
                 && watched
-                && scheduler.journal_live()
+                && scheduler.live()
                 && let Some(reason) = halted(cx)
             {
                 scheduler.set_halt(Halt::Cancelled(reason));
@@ -1099,11 +1129,10 @@ where
         ))
         .await
     };
-    #[cfg(feature = "durable")]
-    if scheduler.journal.is_some() {
-        // Boxed: inline, its state (a second scheduler, the last commit) would grow every
+    if scheduler.hook.is_some() {
+        // Boxed: inline, its state (a second scheduler, the hook's last work) would grow every
         // run's future, which tokio moves.
-        return Box::pin(journal::finish_journaled(scheduler))
+        return Box::pin(scheduler.finish_hooked())
             .await
             .compensated(compensations);
     }

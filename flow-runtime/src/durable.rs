@@ -41,27 +41,24 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::error::{IntoNodeResult, NodeError};
 use crate::graph::Graph;
 use crate::options::{Attached, RunOptions};
 use crate::policy::FailurePolicy;
 use crate::report::Outcome;
 use crate::runner::{Runner, Workflow};
 use crate::scheduler::Hook;
-use crate::slot::Slot;
 use crate::store::{
     Created, Lease, Loaded, NewRun, NodeRow, Owner, RunFilter, RunStatus, Store, StoreError,
     StoredEvent, StoredOutput, StoredSignal, StoredTimer, TaskClaim, TaskOutcome, TaskResult,
     TimerChange, TimerKey, TimerKind, fnv1a,
 };
 
+pub(crate) mod generated;
 mod journal;
-mod signals;
+pub(crate) mod stored_signals;
 
-pub use signals::send_signal;
-#[doc(hidden)]
-pub use signals::{DurableSignal, durable_signal};
-pub(crate) use signals::{SignalCtx, Taken};
+pub use stored_signals::send_signal;
+pub(crate) use stored_signals::{SignalCtx, Taken};
 
 /// The version of the journal's meaning (which events exist and when the scheduler emits
 /// them): part of every graph hash, so a run journaled by another format is refused.
@@ -194,67 +191,6 @@ fn unreachable_ctx() -> AttemptCtx {
         signal: None,
     }
 }
-
-/// The first thing a durable node's future does: when the scheduler restores the node from
-/// the journal, puts the stored output in `slot` and returns the node's result; `None` when the
-/// node runs for real. Called by generated code.
-pub fn restore_output<T: DeserializeOwned>(
-    slot: &Slot<T>,
-    node: &'static str,
-) -> Option<Result<(), NodeError>> {
-    let bytes = CURRENT.with(|c| c.borrow_mut().as_mut().and_then(|ctx| ctx.restore.take()))?;
-    Some(match serde_json::from_slice::<T>(&bytes) {
-        Ok(value) => {
-            slot.put(value);
-            Ok(())
-        }
-        Err(error) => Err(NodeError::Failed(
-            format!(
-                "the stored output of `{node}` cannot be read as `{}`: {error}",
-                std::any::type_name::<T>()
-            )
-            .into(),
-        )),
-    })
-}
-
-/// As [`restore_output`] for a node without output: whether it is restored (and must not run).
-pub fn restoring() -> bool {
-    CURRENT.with(|c| {
-        c.borrow_mut()
-            .as_mut()
-            .and_then(|ctx| ctx.restore.take())
-            .is_some()
-    })
-}
-
-/// Stores a durable operation's result in its slot and hands its JSON to the scheduler, which
-/// journals it with the node's completion. Called by generated code, spanned on the user's
-/// call, so that an output that cannot be stored is an error on it.
-pub fn complete_durable<R>(slot: &Slot<R::Ok>, result: R) -> Result<(), NodeError>
-where
-    R: IntoNodeResult,
-    R::Ok: Durable,
-{
-    let value = result.into_node_result()?;
-    let captured = CURRENT.with(|c| c.borrow().is_some());
-    if captured {
-        let bytes = serde_json::to_vec(&value).map_err(|error| {
-            NodeError::Failed(format!("the output cannot be stored: {error}").into())
-        })?;
-        CURRENT.with(|c| {
-            if let Some(ctx) = c.borrow_mut().as_mut() {
-                ctx.captured = Some((std::any::type_name::<R::Ok>(), bytes));
-            }
-        });
-    }
-    slot.put(value);
-    Ok(())
-}
-
-/// A compile-time check that a value can be stored: generated code calls it on each
-/// parameter type and the output type of a durable workflow, spanned on the type.
-pub fn assert_durable<T: Durable>() {}
 
 /// Why a durable run could not start, resume or go on.
 #[derive(Debug, Clone, PartialEq)]
@@ -737,8 +673,8 @@ impl<W: DurableWorkflow> DurableRunner<W> {
     /// # let _ = unloading;
     /// # }
     /// ```
-    pub fn unload_when_waiting(self, after: Duration) -> Unloading<W> {
-        Unloading {
+    pub fn unload_when_waiting(self, after: Duration) -> UnloadingRunner<W> {
+        UnloadingRunner {
             runner: self,
             after,
         }
@@ -829,12 +765,12 @@ impl<W: DurableWorkflow> fmt::Debug for DurableRunner<W> {
 /// A durable run that is unloaded while it waits:
 /// [`DurableRunner::unload_when_waiting`] makes one.
 #[must_use = "a durable runner does nothing until `execute` is awaited"]
-pub struct Unloading<W> {
+pub struct UnloadingRunner<W> {
     runner: DurableRunner<W>,
     after: Duration,
 }
 
-impl<W: DurableWorkflow> Unloading<W> {
+impl<W: DurableWorkflow> UnloadingRunner<W> {
     /// Runs the workflow with `input` as [`DurableRunner::execute`] does, until it ends
     /// ([`Ended::Finished`]) or is unloaded while it waits ([`Ended::Unloaded`]).
     ///
@@ -852,16 +788,16 @@ impl<W: DurableWorkflow> Unloading<W> {
     }
 }
 
-impl<W: DurableWorkflow> fmt::Debug for Unloading<W> {
+impl<W: DurableWorkflow> fmt::Debug for UnloadingRunner<W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Unloading")
+        f.debug_struct("UnloadingRunner")
             .field("runner", &self.runner)
             .field("after", &self.after)
             .finish()
     }
 }
 
-/// How the future of a run that may be unloaded ended: [`Unloading::execute`],
+/// How the future of a run that may be unloaded ended: [`UnloadingRunner::execute`],
 /// [`resume_or_unload`].
 // Returned once per run, and mostly `Finished`: boxing the outcome would only add an
 // allocation.

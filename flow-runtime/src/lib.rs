@@ -29,6 +29,7 @@
 // Outside the layers: nest (nested graphs; its plain types `NestKind`, `NodePath` are read by
 // graph, events and error, and its context uses options, report and runner) and drivers
 // (the nest nodes' futures, over nest).
+mod compensation;
 mod delay;
 mod drivers;
 #[cfg(feature = "durable")]
@@ -46,7 +47,6 @@ mod progress;
 mod report;
 mod run_state;
 mod runner;
-mod saga;
 mod scheduler;
 mod scope;
 mod signal;
@@ -78,9 +78,9 @@ pub mod features {
     #[cfg(feature = "progress")]
     pub use crate::progress::Progress;
 }
+pub use compensation::{Compensation, CompensationOutcome};
 pub use report::{NodeReport, Outcome, Report, TraceColumn, TraceMatrix};
 pub use runner::{Runner, Workflow};
-pub use saga::{Compensation, CompensationOutcome};
 pub use signal::{SendError, SignalKey, Signals};
 pub use status::NodeStatus;
 
@@ -125,10 +125,13 @@ pub mod __private {
     };
 
     #[cfg(feature = "durable")]
-    pub use crate::durable::{
-        Durable, DurableError, DurableWorkflow, assert_durable, complete_durable, durable_signal,
-        restore_output, restoring, resume, resume_all,
+    pub use crate::durable::generated::{
+        assert_durable, complete_durable, restore_output, restoring,
     };
+    #[cfg(feature = "durable")]
+    pub use crate::durable::stored_signals::durable_signal;
+    #[cfg(feature = "durable")]
+    pub use crate::durable::{Durable, DurableError, DurableWorkflow, resume, resume_all};
     #[cfg(feature = "durable")]
     pub use crate::store::Store;
 

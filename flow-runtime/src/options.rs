@@ -38,7 +38,7 @@ pub struct RunOptions {
     /// by a durable run's driver): carried to the scheduler untouched.
     pub(crate) hook: Attached,
     /// The step of each compensation leaf of the node set, in leaf order (after the graph's
-    /// nodes): empty for a workflow without `compensate = ..` (`scheduler/saga.rs`).
+    /// nodes): empty for a workflow without `compensate = ..` (`scheduler/compensate.rs`).
     pub(crate) compensations: &'static [u32],
 }
 

@@ -55,7 +55,7 @@ pub struct Report {
     elapsed: Option<Duration>,
     nodes: Vec<NodeReport>,
     nests: Vec<NestReport>,
-    compensations: Vec<crate::saga::Compensation>,
+    compensations: Vec<crate::compensation::Compensation>,
     log: EventLog,
     #[cfg_attr(feature = "serde", serde(skip))]
     graph: &'static Graph,
@@ -103,7 +103,7 @@ pub(crate) struct ReportParts {
     pub elapsed: Option<Duration>,
     pub nodes: Vec<NodeReport>,
     pub nests: Vec<NestReport>,
-    pub compensations: Vec<crate::saga::Compensation>,
+    pub compensations: Vec<crate::compensation::Compensation>,
     pub log: Option<EventLog>,
     pub hook: HookEnd,
 }
@@ -195,7 +195,7 @@ impl Report {
 
     /// What the failed run did to undo its completed steps (`compensate = ..` options), in the
     /// order it did it: empty for a run that succeeded or had nothing to compensate.
-    pub fn compensations(&self) -> &[crate::saga::Compensation] {
+    pub fn compensations(&self) -> &[crate::compensation::Compensation] {
         &self.compensations
     }
 

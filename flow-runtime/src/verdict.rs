@@ -142,7 +142,7 @@ pub struct Finished {
     /// What the nest nodes that started did, in node order.
     pub(crate) nests: Vec<NestReport>,
     /// What a failed run did to undo its completed steps, in the order it did it.
-    pub(crate) compensations: Vec<crate::saga::Compensation>,
+    pub(crate) compensations: Vec<crate::compensation::Compensation>,
     /// What the run's hook gave back, if it had one.
     pub(crate) hook: HookEnd,
 }
@@ -156,7 +156,10 @@ impl Finished {
     }
 
     /// The run, with what its compensation phase did.
-    pub(crate) fn compensated(mut self, compensations: Vec<crate::saga::Compensation>) -> Self {
+    pub(crate) fn compensated(
+        mut self,
+        compensations: Vec<crate::compensation::Compensation>,
+    ) -> Self {
         self.compensations = compensations;
         self
     }

@@ -461,7 +461,7 @@ impl Journal {
     }
 }
 
-/// What the compensation phase (`saga.rs`) needs of the journal.
+/// What the compensation phase (`scheduler/compensate.rs`, through the hook) needs of the journal.
 impl Journal {
     /// Commits everything pending (after the commit in flight, if any). `false` when a commit
     /// failed or the replay diverged: the run stops.

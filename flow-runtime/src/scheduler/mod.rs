@@ -12,10 +12,10 @@
 //! node's end and decides what it makes ready, skipped or aborted.
 
 mod attempt;
+mod compensate;
 mod gate;
 mod hook;
 mod rules;
-mod saga;
 mod settle;
 
 use std::future::Future;
@@ -1122,7 +1122,7 @@ where
     let compensations = if options.compensations.is_empty() {
         Vec::new()
     } else {
-        Box::pin(saga::compensate(
+        Box::pin(compensate::compensate(
             &mut scheduler,
             &mut table,
             options.compensations,

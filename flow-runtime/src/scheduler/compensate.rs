@@ -20,11 +20,11 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use super::{Before, Halt, Hook, Scheduler, Scope};
+use crate::compensation::{Compensation, CompensationOutcome};
 use crate::error::{NodeError, render};
 use crate::events::EventKind;
 use crate::nodes::{Nodes, Table};
 use crate::panic::{panic_message, timer};
-use crate::saga::{Compensation, CompensationOutcome};
 use crate::status::NodeStatus;
 use crate::verdict::Verdict;
 

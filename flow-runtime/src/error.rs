@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::nest::NodePath;
+use crate::path::NodePath;
 use crate::policy::CancelReason;
 
 /// The boxed error type an operation's error is stored as.

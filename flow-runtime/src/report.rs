@@ -10,8 +10,13 @@ use std::time::Duration;
 use crate::error::WorkflowError;
 use crate::events::{EventKind, EventLog, RunId};
 use crate::graph::Graph;
-use crate::nest::{NestKind, NestReport, NodePath};
+use crate::path::{NestKind, NodePath};
 use crate::status::NodeStatus;
+
+mod summary;
+
+pub use summary::NestReport;
+pub(crate) use summary::Summary;
 
 /// What happened to one node in a run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +65,7 @@ pub struct Report {
     #[cfg_attr(feature = "serde", serde(skip))]
     graph: &'static Graph,
     #[cfg_attr(feature = "serde", serde(skip))]
+    #[cfg_attr(not(feature = "durable"), allow(dead_code))]
     hook: HookEnd,
 }
 
@@ -70,6 +76,7 @@ pub struct Report {
 pub(crate) struct HookEnd(Option<Box<dyn std::any::Any + Send>>);
 
 impl HookEnd {
+    #[cfg_attr(not(feature = "durable"), allow(dead_code))]
     pub(crate) fn new<T: std::any::Any + Send>(value: T) -> HookEnd {
         HookEnd(Some(Box::new(value)))
     }
@@ -152,6 +159,7 @@ impl Report {
     }
 
     /// Takes what the run's hook gave back, if it is a `T`.
+    #[cfg_attr(not(feature = "durable"), allow(dead_code))]
     pub(crate) fn take_hook_end<T: std::any::Any>(&mut self) -> Option<T> {
         let value = self.hook.0.take()?;
         match value.downcast::<T>() {

@@ -25,6 +25,10 @@
 //! [`Run`] is what a hook may do to a run: read statuses and attempts, emit events, settle,
 //! fail, start or stop nodes, set their timers, halt the run, poll it again.
 
+// The hooks of this crate are a durable run's journal and a worker's task (feature `durable`):
+// without it, nothing attaches one.
+#![cfg_attr(not(feature = "durable"), allow(dead_code))]
+
 use std::any::Any;
 use std::future::Future;
 use std::pin::Pin;

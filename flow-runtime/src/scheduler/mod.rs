@@ -26,22 +26,33 @@ use std::task::{Context, Poll};
 
 use tokio::time::Sleep;
 
+use crate::events::EventSink;
 use crate::events::{Event, EventKind, EventLog, Observer, RunId};
 use crate::graph::{Graph, NestInfo, NodeKind, Plan};
-use crate::nest::{EventSink, NestCtx, NestReport, NestShared, NodePath};
+use crate::nest_ctx::{NestCtx, NestShared};
 use crate::nodes::{Leaves, Nodes, Table};
-use crate::options::RunOptions;
+use crate::options::{Pool, RunOptions};
 use crate::panic::deadline_timer;
+use crate::path::NodePath;
 use crate::policy::{CancelReason, FailurePolicy, NodePolicy};
 use crate::report::HookEnd;
+use crate::report::NestReport;
 use crate::run_state::RunState;
 use crate::status::NodeStatus;
 use crate::verdict::{Extras, Finished, Verdict, attempts_of};
 use crate::wake::WakeSet;
 
+#[cfg_attr(not(feature = "durable"), allow(unused_imports))]
 pub(crate) use hook::{Before, Hook, HookFuture, Run, RunEnd, Scope, Steps};
 
 const NO_CAUSE: u32 = u32::MAX;
+
+/// In `Scheduler::catchable`: nothing can catch the failure or must run after it.
+const NOT_CATCHABLE: u8 = 0;
+/// In `Scheduler::catchable`: a `Conditional` test may catch the failure.
+const BY_TEST: u8 = 1;
+/// In `Scheduler::catchable`: a step with a trigger rule must run after the failure.
+const BY_RULE: u8 = 2;
 
 /// The scope of a withdrawal that takes every node that has not ended (`Terminate`).
 pub(crate) const ALL_NODES: u32 = u32::MAX;
@@ -52,46 +63,15 @@ pub(crate) const ALL_NODES: u32 = u32::MAX;
 const SHARED_WAKER_LIMIT: usize = 16;
 
 /// The lists a finished run's scheduler leaves behind, kept to be reused by the next run
-/// that takes them from the same [`StatePool`].
-pub(crate) struct StateBuffers {
+/// that takes them from the same [`Pool`] (a nest node's instances: design §4.4, one set per
+/// place in flight), so that after the first instances an instance's scheduler allocates
+/// nothing. Its box goes back and forth with it.
+#[derive(Default)]
+struct StateBuffers {
     nodes: Vec<NodeState>,
     ready: Vec<u32>,
     due: Vec<u32>,
     shared: Vec<u32>,
-}
-
-/// Scheduler lists reused from run to run: a nest node's instances (design §4.4, one set per
-/// place in flight) take a set when they start and give it back when they finish, so that
-/// after the first instances an instance's scheduler allocates nothing. Holds at most as many
-/// sets as instances were in flight at once; freed with the nest node's context.
-#[derive(Default)]
-pub(crate) struct StatePool {
-    free: std::sync::Mutex<Vec<StateBuffers>>,
-}
-
-impl StatePool {
-    fn take(&self) -> Option<StateBuffers> {
-        self.free
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .pop()
-    }
-
-    /// How many sets of lists wait to be reused.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.free
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .len()
-    }
-
-    fn give(&self, buffers: StateBuffers) {
-        self.free
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(buffers);
-    }
 }
 
 /// One node's record during a run: where it stands, what reached it, and (while it runs) its
@@ -345,8 +325,9 @@ struct Scheduler {
     /// `#[operation]`'s defaults were heard, nobody records events and no subscriber can want
     /// a span. Cleared when an operation is heard.
     lean: bool,
-    /// Where the run's lists go back when it finishes (a nest instance's run).
-    pool: Option<Arc<StatePool>>,
+    /// Where the run's lists go back when it finishes (a nest instance's run), and the box
+    /// they go back in (the one they came in, once there is one).
+    pool: Option<(Arc<Pool>, Option<Box<StateBuffers>>)>,
     /// What watches and steers the run from outside the engine (`hook.rs`): `None` for a
     /// plain run.
     hook: Option<Box<dyn Hook>>,
@@ -371,8 +352,9 @@ impl Scheduler {
             attempt: 0,
         };
         // A nest instance reuses the lists of an instance that finished (cleared, not freed).
-        let reused = options.pool.as_deref().and_then(StatePool::take);
-        let (mut nodes, ready, due, shared) = match reused {
+        let mut reused = options.pool.as_deref().and_then(Pool::take::<StateBuffers>);
+        let taken = reused.as_deref_mut().map(std::mem::take);
+        let (mut nodes, ready, due, shared) = match taken {
             None => (
                 plan.pred_count.iter().map(node_state).collect(),
                 // Room for the usual widths up front: growing these lists showed in profiles.
@@ -462,7 +444,7 @@ impl Scheduler {
             section_left: Vec::new(),
             group_holder: Vec::new(),
             section_freed: false,
-            pool: options.pool.clone(),
+            pool: options.pool.clone().map(|pool| (pool, reused)),
             hook,
         };
         if let Some(hook) = scheduler.hook.as_deref_mut() {
@@ -876,13 +858,15 @@ impl Scheduler {
         } else {
             Verdict::judge(self.graph, &statuses, &self.caught)
         };
-        if let Some(pool) = self.pool.take() {
-            pool.give(StateBuffers {
+        if let Some((pool, set)) = self.pool.take() {
+            let mut set = set.unwrap_or_default();
+            *set = StateBuffers {
                 nodes: std::mem::take(&mut self.nodes),
                 ready: std::mem::take(&mut self.ready),
                 due: std::mem::take(&mut self.due),
                 shared: std::mem::take(&mut self.shared),
-            });
+            };
+            pool.give(set);
         }
         let succeeded = self.cancelled.is_none() && (self.terminated || verdict.succeeded);
         self.emit(None, 0, || EventKind::RunFinished { succeeded });

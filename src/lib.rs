@@ -6,7 +6,7 @@
 //! a small runtime runs the steps concurrently inside the caller's task.
 //!
 //! ```
-//! use flow::prelude::*;
+//! use flowdag::prelude::*;
 //! # use std::convert::Infallible;
 //! #
 //! # #[derive(Debug)]
@@ -58,7 +58,7 @@
 //!
 //! // The graph is a constant, built at compile time.
 //! println!("{}", UserSummary::GRAPH.to_mermaid());
-//! # Ok::<(), flow::WorkflowError>(())
+//! # Ok::<(), flowdag::WorkflowError>(())
 //! # }).unwrap();
 //! ```
 //!
@@ -77,31 +77,31 @@
 /// The rest of this page is the language reference, `docs/dsl.md` in the repository.
 ///
 #[doc = include_str!("../docs/dsl.md")]
-pub use flow_macros::workflow;
+pub use flowdag_macros::workflow;
 
 /// Gives an operation defaults (`name`, `timeout`, `retries`, `backoff`, …) that every step
 /// calling it inherits. See [`workflow!`], section "Operations and `#[operation]`".
-pub use flow_macros::operation;
+pub use flowdag_macros::operation;
 
 /// The items of optional features (`progress`: `Progress`, `ProgressBar`), whichever are on.
 // With no feature on the module is empty and the glob imports nothing.
 #[allow(unused_imports)]
-pub use flow_runtime::features::*;
-pub use flow_runtime::{
+pub use flowdag_runtime::features::*;
+pub use flowdag_runtime::{
     AppendError, ChannelObserver, Event, EventKind, EventStream, Observer, Recorder, RunId,
     TraceColumn, TraceMatrix, channel,
 };
-pub use flow_runtime::{
+pub use flowdag_runtime::{
     Backoff, BoxError, CancelReason, CancelToken, Edge, EdgeKind, FailurePolicy, Graph,
     IntoNodeResult, NodeFailure, NodeInfo, NodeKind, NodePolicy, NodeReport, NodeStatus,
 };
-pub use flow_runtime::{Compensation, CompensationOutcome};
-pub use flow_runtime::{NestKind, NestReport, NodePath, PathStep};
+pub use flowdag_runtime::{Compensation, CompensationOutcome};
+pub use flowdag_runtime::{NestKind, NestReport, NodePath, PathStep};
 
 /// # Example
 ///
 /// ```
-/// use flow::prelude::*;
+/// use flowdag::prelude::*;
 /// # use std::convert::Infallible;
 /// # async fn load(n: u32) -> Result<u32, Infallible> { Ok(n) }
 /// # async fn double(n: &u32) -> Result<u32, Infallible> { Ok(n * 2) }
@@ -123,12 +123,12 @@ pub use flow_runtime::{NestKind, NestReport, NodePath, PathStep};
 /// # Ok::<(), WorkflowError>(())
 /// # }).unwrap();
 /// ```
-pub use flow_runtime::Outcome;
+pub use flowdag_runtime::Outcome;
 
 /// # Example
 ///
 /// ```
-/// use flow::prelude::*;
+/// use flowdag::prelude::*;
 /// # use std::convert::Infallible;
 /// # async fn ping(host: &str) -> Result<u32, Infallible> { Ok(host.len() as u32) }
 ///
@@ -151,12 +151,12 @@ pub use flow_runtime::Outcome;
 /// println!("{report}"); // a table: one line per node with its status, attempts and time
 /// # });
 /// ```
-pub use flow_runtime::Report;
+pub use flowdag_runtime::Report;
 
 /// # Example
 ///
 /// ```
-/// use flow::prelude::*;
+/// use flowdag::prelude::*;
 /// # #[derive(Debug)]
 /// # struct Unreachable;
 /// # impl std::fmt::Display for Unreachable {
@@ -187,12 +187,12 @@ pub use flow_runtime::Report;
 /// assert!(!error.is_cancelled());
 /// # });
 /// ```
-pub use flow_runtime::WorkflowError;
+pub use flowdag_runtime::WorkflowError;
 
 /// # Example
 ///
 /// ```
-/// use flow::prelude::*;
+/// use flowdag::prelude::*;
 /// # #[derive(Debug, PartialEq)]
 /// # struct Declined { code: u16 }
 /// # impl std::fmt::Display for Declined {
@@ -227,12 +227,12 @@ pub use flow_runtime::WorkflowError;
 /// assert!(matches!(ship, NodeError::Aborted { cause: "receipt" }));
 /// # });
 /// ```
-pub use flow_runtime::NodeError;
+pub use flowdag_runtime::NodeError;
 
 /// # Example
 ///
 /// ```
-/// use flow::prelude::*;
+/// use flowdag::prelude::*;
 /// # use std::convert::Infallible;
 /// # async fn step(n: u8) -> Result<u8, Infallible> { Ok(n) }
 ///
@@ -261,12 +261,12 @@ pub use flow_runtime::NodeError;
 /// assert_eq!(log.statuses(), [NodeStatus::Completed, NodeStatus::Completed]);
 /// # });
 /// ```
-pub use flow_runtime::EventLog;
+pub use flowdag_runtime::EventLog;
 
 /// One run of a workflow, to configure and start: `MyWorkflow::runner()` makes one.
 ///
 /// ```
-/// use flow::prelude::*;
+/// use flowdag::prelude::*;
 /// # #[derive(Debug)]
 /// # struct Unavailable;
 /// # impl std::fmt::Display for Unavailable {
@@ -307,13 +307,13 @@ pub use flow_runtime::EventLog;
 /// # Ok::<(), WorkflowError>(())
 /// # }).unwrap();
 /// ```
-pub use flow_runtime::Runner;
-pub use flow_runtime::Workflow;
+pub use flowdag_runtime::Runner;
+pub use flowdag_runtime::Workflow;
 
 /// # Example
 ///
 /// ```
-/// use flow::prelude::*;
+/// use flowdag::prelude::*;
 /// # #[derive(Debug)]
 /// # struct Approval { by: &'static str }
 /// # async fn ship(a: &Approval) -> Result<String, std::convert::Infallible> { Ok(a.by.to_string()) }
@@ -340,10 +340,10 @@ pub use flow_runtime::Workflow;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # }).unwrap();
 /// ```
-pub use flow_runtime::Signals;
-pub use flow_runtime::{SendError, SignalKey};
+pub use flowdag_runtime::Signals;
+pub use flowdag_runtime::{SendError, SignalKey};
 
-/// Everything a workflow file needs: `use flow::prelude::*;`.
+/// Everything a workflow file needs: `use flowdag::prelude::*;`.
 ///
 /// The macros, the types a run returns ([`Outcome`], [`Report`], [`WorkflowError`],
 /// [`NodeError`], [`NodeStatus`]), the runner and its options ([`Runner`], [`Workflow`],
@@ -365,12 +365,12 @@ pub mod prelude {
 /// without running again what completed; attempts in flight run again with the same
 /// idempotency key ([`attempt`]). A run that waits long can be unloaded
 /// (`unload_when_waiting`) and resumed by a [`Worker`](crate::Worker) when it is due.
-/// `docs/durability.md` states the guarantees; `flow-sqlite` is the store that survives the
+/// `docs/durability.md` states the guarantees; `flowdag-sqlite` is the store that survives the
 /// process.
 ///
 /// ```
-/// use flow::prelude::*;
-/// use flow::store::MemoryStore;
+/// use flowdag::prelude::*;
+/// use flowdag::store::MemoryStore;
 /// # use std::convert::Infallible;
 /// # async fn charge(order: u64) -> Result<String, Infallible> { Ok(format!("receipt {order}")) }
 ///
@@ -396,31 +396,31 @@ pub mod prelude {
 /// ```
 #[cfg(feature = "durable")]
 pub mod durable {
-    pub use flow_runtime::durable::{
+    pub use flowdag_runtime::durable::{
         Attempt, Durable, DurableError, DurableRunner, DurableWorkflow, GraphChange, attempt,
         graph_changes, graph_rows, resume, resume_all, send_signal,
     };
-    pub use flow_runtime::durable::{Ended, UnloadingRunner, resume_or_unload};
+    pub use flowdag_runtime::durable::{Ended, UnloadingRunner, resume_or_unload};
 }
 
 /// Storage for durable runs (feature `durable`): the `Store` trait and `MemoryStore`.
 #[cfg(feature = "durable")]
-pub use flow_runtime::store;
+pub use flowdag_runtime::store;
 
 /// The idempotency key of the attempt being polled, inside an operation of a durable run.
 #[cfg(feature = "durable")]
-pub use flow_runtime::durable::attempt;
+pub use flowdag_runtime::durable::attempt;
 
 /// The worker that resumes the unfinished runs of a store (feature `durable`).
 #[cfg(feature = "durable")]
-pub use flow_runtime::worker::{Resumed, Unloaded, Worker, WorkerReport};
+pub use flowdag_runtime::worker::{Resumed, Unloaded, Worker, WorkerReport};
 
 /// The interface between the code `workflow!` and `#[operation]` generate and the runtime.
 ///
 /// **Not a public API**: it may change in any release, patch releases included. Generated code
-/// names everything through this module (`::flow::__private::…`, or `path::__private` under
+/// names everything through this module (`::flowdag::__private::…`, or `path::__private` under
 /// `#[flow(crate = path)]`), so users depend on `flow` alone.
 #[doc(hidden)]
 pub mod __private {
-    pub use flow_runtime::__private::*;
+    pub use flowdag_runtime::__private::*;
 }

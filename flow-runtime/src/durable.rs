@@ -4,7 +4,7 @@
 //! that were in flight run again with the same idempotency key ([`attempt`]).
 //!
 //! ```ignore
-//! // `flow` with the `durable` feature; `flow_sqlite::SqliteStore` keeps runs in a file.
+//! // `flow` with the `durable` feature; `flowdag_sqlite::SqliteStore` keeps runs in a file.
 //! let store = SqliteStore::open("target/runs.db")?;
 //! let outcome = Checkout::runner().durable(&store, "order-42").execute(42).await?;
 //! // After a crash, in a new process on the same file:
@@ -151,7 +151,7 @@ thread_local! {
 /// task), `None` anywhere else.
 ///
 /// ```
-/// assert!(flow_runtime::durable::attempt().is_none());
+/// assert!(flowdag_runtime::durable::attempt().is_none());
 /// ```
 pub fn attempt() -> Option<Attempt> {
     CURRENT.with(|c| c.borrow().as_ref().map(|ctx| ctx.attempt.clone()))
@@ -634,7 +634,7 @@ impl<W: DurableWorkflow> DurableRunner<W> {
     /// [`Worker`](crate::worker::Worker) claims them (in any process sharing the store), its
     /// outputs pass through the store, and its decisions (what runs next, joins, retries,
     /// compensation) are made by the owner of its lease, one at a time. Stored with the run.
-    /// Needs a store shared by processes (`flow-postgres`); see `docs/scale-out.md`.
+    /// Needs a store shared by processes (`flowdag-postgres`); see `docs/scale-out.md`.
     pub fn distributed(mut self) -> Self {
         self.distributed = true;
         self
@@ -667,7 +667,7 @@ impl<W: DurableWorkflow> DurableRunner<W> {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # fn f<W: flow_runtime::durable::DurableWorkflow>(runner: flow_runtime::durable::DurableRunner<W>) {
+    /// # fn f<W: flowdag_runtime::durable::DurableWorkflow>(runner: flowdag_runtime::durable::DurableRunner<W>) {
     /// // Runs waiting a minute or more hold no memory.
     /// let unloading = runner.unload_when_waiting(Duration::from_secs(60));
     /// # let _ = unloading;

@@ -317,7 +317,7 @@ impl EventLog {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use flow_runtime::{Event, EventKind, EventLog, NodeStatus, RunId};
+    /// use flowdag_runtime::{Event, EventKind, EventLog, NodeStatus, RunId};
     ///
     /// let event = |seq, node: Option<u32>, kind| Event {
     ///     run: RunId(1),
@@ -338,7 +338,7 @@ impl EventLog {
     ///
     /// // By node index: `fetch` completed, `store` is still running.
     /// assert_eq!(log.statuses(), [NodeStatus::Completed, NodeStatus::Running]);
-    /// # Ok::<(), flow_runtime::AppendError>(())
+    /// # Ok::<(), flowdag_runtime::AppendError>(())
     /// ```
     pub fn statuses(&self) -> Vec<NodeStatus> {
         let own = || self.events.iter().filter(|event| event.path.is_none());
@@ -408,7 +408,7 @@ impl<F: Fn(&Event) + Send + Sync> Observer for F {
 /// share the record.
 ///
 /// ```
-/// let recorder = flow_runtime::Recorder::new();
+/// let recorder = flowdag_runtime::Recorder::new();
 /// assert!(recorder.events().is_empty());
 /// ```
 #[derive(Debug, Clone, Default)]

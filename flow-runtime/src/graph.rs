@@ -13,8 +13,8 @@ use crate::policy::{FailurePolicy, NodePolicy};
 /// inspect a workflow.
 ///
 /// ```
-/// # use flow_runtime::__private::Plan;
-/// # use flow_runtime::{Edge, EdgeKind, Graph, NodeInfo, NodeKind};
+/// # use flowdag_runtime::__private::Plan;
+/// # use flowdag_runtime::{Edge, EdgeKind, Graph, NodeInfo, NodeKind};
 /// # const G: Graph = Graph::__new(
 /// #     "Demo",
 /// #     &[NodeInfo::__new("a", NodeKind::Operation, "a()", 3, 5), NodeInfo::__new("b", NodeKind::Operation, "b(&a)", 4, 5)],

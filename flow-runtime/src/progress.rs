@@ -21,7 +21,7 @@ use crate::path::NodePath;
 /// the caller expects: the bar of a run that is one long `ForEach`.
 ///
 /// ```no_run
-/// # use flow_runtime::features::Progress;
+/// # use flowdag_runtime::features::Progress;
 /// // The bar of the run's nodes and its nest nodes' instances.
 /// let progress = Progress::new();
 /// // Checkout::runner().observer(progress).execute(..)

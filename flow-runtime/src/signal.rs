@@ -8,8 +8,8 @@
 //! mechanism of its own, and a run that waits for a signal costs nothing while idle.
 //!
 //! ```
-//! use flow_runtime::{SendError, SignalKey};
-//! # use flow_runtime::__private::{Mailbox, SignalInfo};
+//! use flowdag_runtime::{SendError, SignalKey};
+//! # use flowdag_runtime::__private::{Mailbox, SignalInfo};
 //! # #[derive(Debug, PartialEq)]
 //! # struct Approval { by: &'static str }
 //! const APPROVE: SignalKey<Approval> = SignalKey::__new("approve");

@@ -11,7 +11,7 @@
 //! waits for a `Delay` due later than the threshold, or for a signal) is unloaded: its state
 //! stays in the store, the worker holds nothing of it, and picks it up again when it is due.
 //!
-//! On a store shared by processes (`flow-postgres`), the worker also executes the tasks of
+//! On a store shared by processes (`flowdag-postgres`), the worker also executes the tasks of
 //! distributed runs (`DurableRunner::distributed`): it claims the operations' attempts of the
 //! registered workflows' runs, up to [`Worker::max_tasks`] at a time, executes each with its
 //! idempotency key, renews its claims by heartbeat, and stores their outcomes; the runs
@@ -24,8 +24,8 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use flow_runtime::store::MemoryStore;
-//! use flow_runtime::worker::Worker;
+//! use flowdag_runtime::store::MemoryStore;
+//! use flowdag_runtime::worker::Worker;
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 //! let store = MemoryStore::new();
@@ -34,7 +34,7 @@
 //! // Until the shutdown future completes (Ctrl-C in a service); then the runs in flight end.
 //! let report = worker.run(tokio::time::sleep(Duration::from_millis(50))).await?;
 //! assert!(report.polls >= 2);
-//! # Ok::<(), flow_runtime::durable::DurableError>(())
+//! # Ok::<(), flowdag_runtime::durable::DurableError>(())
 //! # }).unwrap();
 //! ```
 

@@ -221,19 +221,19 @@ impl<T> fmt::Debug for DurableSignal<'_, T> {
 /// `SignalReceived` and stores the payload as the step's output.
 ///
 /// ```
-/// use flow_runtime::durable::send_signal;
-/// use flow_runtime::store::{MemoryStore, NewRun, Owner, SignalSent};
-/// use flow_runtime::SignalKey;
+/// use flowdag_runtime::durable::send_signal;
+/// use flowdag_runtime::store::{MemoryStore, NewRun, Owner, SignalSent};
+/// use flowdag_runtime::SignalKey;
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// # let store = MemoryStore::new();
-/// # use flow_runtime::store::Store;
+/// # use flowdag_runtime::store::Store;
 /// # let lease = std::time::Duration::from_secs(30);
 /// # store.create_run(NewRun::new("order-42", "Order", 1, Owner::new("me"), lease)).await?;
 /// # const APPROVE: SignalKey<bool> = SignalKey::__new("approve");
 /// // `Order::APPROVE`, the key `workflow!` declares for `Signal(approve: bool)`.
 /// let sent = send_signal(&store, "order-42", APPROVE, true).await?;
 /// assert!(matches!(sent, SignalSent::Stored { .. }));
-/// # Ok::<(), flow_runtime::durable::DurableError>(())
+/// # Ok::<(), flowdag_runtime::durable::DurableError>(())
 /// # }).unwrap();
 /// ```
 ///

@@ -359,24 +359,48 @@ pub mod prelude {
     pub use crate::{SendError, SignalKey, Signals};
 }
 
-/// The interface between the code `workflow!` and `#[operation]` generate and the runtime.
+/// Durable runs (feature `durable`): a workflow declared `#[flow(durable)]` runs with a store
+/// and a run id (`W::runner().durable(&store, "order-42").execute(input)`), journals every
+/// event before it acts on it, and resumes after a crash (`W::resume(&store, "order-42")`)
+/// without running again what completed; attempts in flight run again with the same
+/// idempotency key ([`attempt`]). A run that waits long can be unloaded
+/// (`unload_when_waiting`) and resumed by a [`Worker`](crate::Worker) when it is due.
+/// `docs/durability.md` states the guarantees; `flowdag-sqlite` is the store that survives the
+/// process.
 ///
-/// **Not a public API**: it may change in any release, patch releases included. Generated code
-/// names everything through this module (`::flowdag::__private::…`, or `path::__private` under
-/// `#[flow(crate = path)]`), so users depend on `flowdag` alone.
-/// Durable runs (feature `durable`): see `docs/durability.md`.
+/// ```
+/// use flowdag::prelude::*;
+/// use flowdag::store::MemoryStore;
+/// # use std::convert::Infallible;
+/// # async fn charge(order: u64) -> Result<String, Infallible> { Ok(format!("receipt {order}")) }
 ///
-/// A workflow declared `#[flow(durable)]` runs with a store and a run id
-/// (`W::runner().durable(&store, "order-42").execute(input)`), journals every event before it
-/// acts on it, and resumes after a crash (`W::resume(&store, "order-42")`) without running
-/// again what completed.
+/// workflow! {
+///     #[flow(durable)]
+///     Checkout(order: u64) -> String {
+///         Sequential {
+///             receipt = Operation(charge(order)),
+///         }
+///         => receipt.clone()
+///     }
+/// }
+///
+/// # futures::executor::block_on(async {
+/// let store = MemoryStore::new();
+/// let outcome = Checkout::runner().durable(&store, "order-42").execute(42).await?;
+/// assert_eq!(outcome.into_result()?, "receipt 42");
+/// // The run has finished: resuming it gives its result again, without running anything.
+/// let again = Checkout::resume(&store, "order-42").await?;
+/// assert_eq!(again.into_result()?, "receipt 42");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
 #[cfg(feature = "durable")]
 pub mod durable {
     pub use flowdag_runtime::durable::{
         Attempt, Durable, DurableError, DurableRunner, DurableWorkflow, GraphChange, attempt,
         graph_changes, graph_rows, resume, resume_all, send_signal,
     };
-    pub use flowdag_runtime::durable::{Ended, Unloading, resume_or_unload};
+    pub use flowdag_runtime::durable::{Ended, UnloadingRunner, resume_or_unload};
 }
 
 /// Storage for durable runs (feature `durable`): the `Store` trait and `MemoryStore`.
@@ -391,6 +415,11 @@ pub use flowdag_runtime::durable::attempt;
 #[cfg(feature = "durable")]
 pub use flowdag_runtime::worker::{Resumed, Unloaded, Worker, WorkerReport};
 
+/// The interface between the code `workflow!` and `#[operation]` generate and the runtime.
+///
+/// **Not a public API**: it may change in any release, patch releases included. Generated code
+/// names everything through this module (`::flowdag::__private::…`, or `path::__private` under
+/// `#[flow(crate = path)]`), so users depend on `flow` alone.
 #[doc(hidden)]
 pub mod __private {
     pub use flowdag_runtime::__private::*;

@@ -28,7 +28,7 @@ use std::task::{Context, Poll};
 use futures_core::Stream;
 
 use crate::error::{NodeError, WorkflowError};
-use crate::nest::NestCtx;
+use crate::nest_ctx::NestCtx;
 use crate::options::RunOptions;
 use crate::report::Outcome;
 use crate::slot::Slot;

@@ -1,12 +1,31 @@
 //! Durable runs (feature `durable`): a workflow declared `#[flow(durable)]` runs with a
 //! [`Store`] and a run id, writes every event to the store's journal before it acts on it, and
-//! resumes after a crash from that journal.
+//! resumes after a crash from that journal: nothing that completed runs again, and the attempts
+//! that were in flight run again with the same idempotency key ([`attempt`]).
 //!
-//! This module holds the user-facing side: [`DurableWorkflow`] (implemented by the macro),
-//! [`DurableRunner`], [`resume`], [`resume_all`], unloading a waiting run ([`Unloading`],
-//! [`resume_or_unload`], [`Ended`]), [`DurableError`], the idempotency key
-//! ([`attempt`], [`Attempt`]) and graph fingerprints ([`graph_rows`], [`GraphChange`]). The
-//! write-ahead gate and the replay live in the scheduler (`scheduler/journal.rs`).
+//! ```ignore
+//! // `flow` with the `durable` feature; `flowdag_sqlite::SqliteStore` keeps runs in a file.
+//! let store = SqliteStore::open("target/runs.db")?;
+//! let outcome = Checkout::runner().durable(&store, "order-42").execute(42).await?;
+//! // After a crash, in a new process on the same file:
+//! Checkout::resume(&store, "order-42").await?;
+//! ```
+//!
+//! - Start or resume one run with [`DurableRunner`] (`W::runner().durable(&store, id)`), resume
+//!   runs by id with [`resume`] and [`resume_all`]; a [`Worker`](crate::worker::Worker)
+//!   resumes every due run of a store.
+//! - A run that waits (a long `Delay`, a `Signal`) can give up its memory and its lease while
+//!   it waits: [`DurableRunner::unload_when_waiting`], [`resume_or_unload`]; such a run's
+//!   future ends as [`Ended::Unloaded`].
+//! - A distributed run ([`DurableRunner::distributed`], [`DurableRunner::submit`]) has its
+//!   operations executed by whichever worker claims them.
+//! - [`send_signal`] sends a `Signal` step its payload through the store.
+//! - [`DurableError`] says why a run could not start, resume or go on; [`graph_rows`] and
+//!   [`GraphChange`] are how a changed workflow is recognized and refused.
+//!
+//! `docs/durability.md` states the guarantees. How it is built: the run's journal
+//! (`durable/journal.rs`) is the scheduler's hook, the one interface through which the
+//! scheduler knows of durable runs (`scheduler/hook.rs`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -15,32 +34,31 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::num::NonZeroUsize;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::error::{IntoNodeResult, NodeError};
 use crate::graph::Graph;
-use crate::options::RunOptions;
+use crate::options::{Attached, RunOptions};
 use crate::policy::FailurePolicy;
 use crate::report::Outcome;
 use crate::runner::{Runner, Workflow};
-use crate::slot::Slot;
+use crate::scheduler::Hook;
 use crate::store::{
     Created, Lease, Loaded, NewRun, NodeRow, Owner, RunFilter, RunStatus, Store, StoreError,
     StoredEvent, StoredOutput, StoredSignal, StoredTimer, TaskClaim, TaskOutcome, TaskResult,
     TimerChange, TimerKey, TimerKind, fnv1a,
 };
 
-mod signals;
+pub(crate) mod generated;
+mod journal;
+pub(crate) mod stored_signals;
 
-pub use signals::send_signal;
-#[doc(hidden)]
-pub use signals::{DurableSignal, durable_signal};
-pub(crate) use signals::{SignalCtx, Taken};
+pub use stored_signals::send_signal;
+pub(crate) use stored_signals::{SignalCtx, Taken};
 
 /// The version of the journal's meaning (which events exist and when the scheduler emits
 /// them): part of every graph hash, so a run journaled by another format is refused.
@@ -173,67 +191,6 @@ fn unreachable_ctx() -> AttemptCtx {
         signal: None,
     }
 }
-
-/// The first thing a durable node's future does: when the scheduler restores the node from
-/// the journal, puts the stored output in `slot` and returns the node's result; `None` when the
-/// node runs for real. Called by generated code.
-pub fn restore_output<T: DeserializeOwned>(
-    slot: &Slot<T>,
-    node: &'static str,
-) -> Option<Result<(), NodeError>> {
-    let bytes = CURRENT.with(|c| c.borrow_mut().as_mut().and_then(|ctx| ctx.restore.take()))?;
-    Some(match serde_json::from_slice::<T>(&bytes) {
-        Ok(value) => {
-            slot.put(value);
-            Ok(())
-        }
-        Err(error) => Err(NodeError::Failed(
-            format!(
-                "the stored output of `{node}` cannot be read as `{}`: {error}",
-                std::any::type_name::<T>()
-            )
-            .into(),
-        )),
-    })
-}
-
-/// As [`restore_output`] for a node without output: whether it is restored (and must not run).
-pub fn restoring() -> bool {
-    CURRENT.with(|c| {
-        c.borrow_mut()
-            .as_mut()
-            .and_then(|ctx| ctx.restore.take())
-            .is_some()
-    })
-}
-
-/// Stores a durable operation's result in its slot and hands its JSON to the scheduler, which
-/// journals it with the node's completion. Called by generated code, spanned on the user's
-/// call, so that an output that cannot be stored is an error on it.
-pub fn complete_durable<R>(slot: &Slot<R::Ok>, result: R) -> Result<(), NodeError>
-where
-    R: IntoNodeResult,
-    R::Ok: Durable,
-{
-    let value = result.into_node_result()?;
-    let captured = CURRENT.with(|c| c.borrow().is_some());
-    if captured {
-        let bytes = serde_json::to_vec(&value).map_err(|error| {
-            NodeError::Failed(format!("the output cannot be stored: {error}").into())
-        })?;
-        CURRENT.with(|c| {
-            if let Some(ctx) = c.borrow_mut().as_mut() {
-                ctx.captured = Some((std::any::type_name::<R::Ok>(), bytes));
-            }
-        });
-    }
-    slot.put(value);
-    Ok(())
-}
-
-/// A compile-time check that a value can be stored: generated code calls it on each
-/// parameter type and the output type of a durable workflow, spanned on the type.
-pub fn assert_durable<T: Durable>() {}
 
 /// Why a durable run could not start, resume or go on.
 #[derive(Debug, Clone, PartialEq)]
@@ -529,8 +486,8 @@ pub fn graph_changes(stored: &[NodeRow], now: &[NodeRow]) -> Vec<GraphChange> {
     changes
 }
 
-/// What a durable run's scheduler needs: the store, the lease, and (on resume) the journal to
-/// replay; and where it leaves an error that stopped the run.
+/// What a durable run's journal starts from: the store, the lease, and (on resume) the journal
+/// to replay.
 pub(crate) struct JournalSetup {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) lease: Lease,
@@ -546,15 +503,11 @@ pub(crate) struct JournalSetup {
     pub(crate) signals: Vec<StoredSignal>,
     /// How often a run whose `Signal` step waits asks the store for new signals.
     pub(crate) signal_poll: Duration,
-    /// The error that stopped the run, if one did.
-    pub(crate) error: Mutex<Option<DurableError>>,
     /// Unload the run when all its running nodes wait longer than this
     /// ([`DurableRunner::unload_when_waiting`]).
     pub(crate) unload: Option<Duration>,
     /// The run was loaded from the status `Waiting`: its first commit sets it `Running` again.
     pub(crate) waiting: bool,
-    /// The run was unloaded, with its wake-up time (`Ended::Unloaded`).
-    pub(crate) unloaded: Mutex<Option<Option<u64>>>,
     /// The run is distributed: its operations are tasks for any worker
     /// ([`DurableRunner::distributed`]).
     pub(crate) distributed: bool,
@@ -562,17 +515,6 @@ pub(crate) struct JournalSetup {
     pub(crate) unload_tasks: bool,
     /// The done tasks loaded with the run, whose outcomes it has not journaled yet.
     pub(crate) tasks: Vec<TaskResult>,
-    /// Executing one task (a worker's side, `scheduler/remote.rs`): the run only restores the
-    /// stored outputs and runs this attempt; nothing is journaled.
-    pub(crate) task: Option<TaskExec>,
-}
-
-/// The task a worker executes, and its outcome once the attempt has ended.
-#[derive(Debug)]
-pub(crate) struct TaskExec {
-    pub(crate) node: u32,
-    pub(crate) attempt: u32,
-    pub(crate) outcome: Mutex<Option<TaskOutcome>>,
 }
 
 impl JournalSetup {
@@ -589,41 +531,12 @@ impl JournalSetup {
             now_ms: 0,
             signals: Vec::new(),
             signal_poll: SIGNAL_POLL,
-            error: Mutex::new(None),
             unload: None,
             waiting: false,
-            unloaded: Mutex::new(None),
             distributed: false,
             unload_tasks: false,
             tasks: Vec::new(),
-            task: None,
         }
-    }
-
-    pub(crate) fn fail(&self, error: DurableError) {
-        let mut slot = self.error.lock().unwrap_or_else(PoisonError::into_inner);
-        if slot.is_none() {
-            *slot = Some(error);
-        }
-    }
-
-    fn take_error(&self) -> Option<DurableError> {
-        self.error
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-    }
-
-    /// The run was unloaded and its status `Waiting` is committed.
-    pub(crate) fn set_unloaded(&self, wake_at_ms: Option<u64>) {
-        *self.unloaded.lock().unwrap_or_else(PoisonError::into_inner) = Some(wake_at_ms);
-    }
-
-    fn take_unloaded(&self) -> Option<Option<u64>> {
-        self.unloaded
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
     }
 }
 
@@ -760,8 +673,8 @@ impl<W: DurableWorkflow> DurableRunner<W> {
     /// # let _ = unloading;
     /// # }
     /// ```
-    pub fn unload_when_waiting(self, after: Duration) -> Unloading<W> {
-        Unloading {
+    pub fn unload_when_waiting(self, after: Duration) -> UnloadingRunner<W> {
+        UnloadingRunner {
             runner: self,
             after,
         }
@@ -852,12 +765,12 @@ impl<W: DurableWorkflow> fmt::Debug for DurableRunner<W> {
 /// A durable run that is unloaded while it waits:
 /// [`DurableRunner::unload_when_waiting`] makes one.
 #[must_use = "a durable runner does nothing until `execute` is awaited"]
-pub struct Unloading<W> {
+pub struct UnloadingRunner<W> {
     runner: DurableRunner<W>,
     after: Duration,
 }
 
-impl<W: DurableWorkflow> Unloading<W> {
+impl<W: DurableWorkflow> UnloadingRunner<W> {
     /// Runs the workflow with `input` as [`DurableRunner::execute`] does, until it ends
     /// ([`Ended::Finished`]) or is unloaded while it waits ([`Ended::Unloaded`]).
     ///
@@ -875,16 +788,16 @@ impl<W: DurableWorkflow> Unloading<W> {
     }
 }
 
-impl<W: DurableWorkflow> fmt::Debug for Unloading<W> {
+impl<W: DurableWorkflow> fmt::Debug for UnloadingRunner<W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Unloading")
+        f.debug_struct("UnloadingRunner")
             .field("runner", &self.runner)
             .field("after", &self.after)
             .finish()
     }
 }
 
-/// How the future of a run that may be unloaded ended: [`Unloading::execute`],
+/// How the future of a run that may be unloaded ended: [`UnloadingRunner::execute`],
 /// [`resume_or_unload`].
 // Returned once per run, and mostly `Finished`: boxing the outcome would only add an
 // allocation.
@@ -1077,33 +990,18 @@ pub(crate) async fn execute_task<W: DurableWorkflow>(
             run: claim.run.clone(),
             why: error.to_string(),
         })?;
-    let lease = Lease {
-        run: claim.run.clone(),
-        owner: claim.owner.clone(),
-        version: claim.version,
-        until_ms: claim.until_ms,
-    };
-    let setup = Arc::new(JournalSetup {
-        outputs: by_node(inputs.outputs),
-        distributed: true,
-        task: Some(TaskExec {
-            node: claim.node,
-            attempt: claim.attempt,
-            outcome: Mutex::new(None),
-        }),
-        ..JournalSetup::new(store, lease, Duration::ZERO)
-    });
+    let task = journal::TaskRun::new(
+        &claim.run,
+        by_node(inputs.outputs),
+        claim.node,
+        claim.attempt,
+    );
     let options = RunOptions {
-        journal: Some(Arc::clone(&setup)),
+        hook: Attached::new(task as Box<dyn Hook>),
         ..RunOptions::default()
     };
-    let _ = W::__execute::<'static>(options, W::__input::<'static>(input)).await;
-    let outcome = setup.task.as_ref().and_then(|task| {
-        task.outcome
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-    });
+    let mut ran = W::__execute::<'static>(options, W::__input::<'static>(input)).await;
+    let outcome = ran.report.take_hook_end::<Option<TaskOutcome>>().flatten();
     outcome.ok_or_else(|| {
         DurableError::Store(StoreError::Invalid {
             why: format!(
@@ -1232,31 +1130,29 @@ fn by_node(outputs: Vec<StoredOutput>) -> HashMap<u32, Vec<u8>> {
         .collect()
 }
 
-/// Runs a prepared durable run: the workflow's own run, with the journal in its options.
+/// Runs a prepared durable run: the workflow's own run, with its journal handed to the
+/// scheduler beside the options (the scheduler's `Hook`).
 fn drive<W: DurableWorkflow, R: Shape<W::Output>>(
     (mut options, setup, input): Prepared<W>,
 ) -> Drive<impl Future<Output = Outcome<W::Output>>, R> {
-    let setup = Arc::new(setup);
     options.record = true;
     options.report = true;
-    options.journal = Some(Arc::clone(&setup));
+    options.hook = Attached::new(journal::Journal::new(setup) as Box<dyn Hook>);
     Drive {
         run: W::__execute::<'static>(options, W::__input::<'static>(input)),
-        setup,
         shape: PhantomData,
     }
 }
 
 pin_project_lite::pin_project! {
     /// The future of a durable run: the workflow's run, whose result is replaced by the error
-    /// that stopped it, if one did (or, shaped as [`Ended`], by its unloading). Written by
-    /// hand (not an `async` block) so that the run's future can be spawned: an `async` block
-    /// generic over the workflow trips rustc's higher-ranked `Send` check
-    /// (rust-lang/rust#100013).
+    /// that stopped it, if one did (or, shaped as [`Ended`], by its unloading): what the
+    /// journal gave back when the run ended. Written by hand (not an `async` block) so that
+    /// the run's future can be spawned: an `async` block generic over the workflow trips
+    /// rustc's higher-ranked `Send` check (rust-lang/rust#100013).
     struct Drive<F, R> {
         #[pin]
         run: F,
-        setup: Arc<JournalSetup>,
         shape: PhantomData<fn() -> R>,
     }
 }
@@ -1266,10 +1162,12 @@ impl<F: Future<Output = Outcome<T>>, T, R: Shape<T>> Future for Drive<F, R> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let outcome = std::task::ready!(this.run.poll(cx));
-        Poll::Ready(match this.setup.take_error() {
+        let mut outcome = std::task::ready!(this.run.poll(cx));
+        let end = outcome.report.take_hook_end::<journal::JournalEnd>();
+        let (error, unloaded) = end.map_or((None, None), |end| (end.error, end.unloaded));
+        Poll::Ready(match error {
             Some(error) => Err(error),
-            None => Ok(R::shape(outcome, this.setup.take_unloaded())),
+            None => Ok(R::shape(outcome, unloaded)),
         })
     }
 }

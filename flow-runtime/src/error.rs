@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::nest::NodePath;
+use crate::path::NodePath;
 use crate::policy::CancelReason;
 
 /// The boxed error type an operation's error is stored as.
@@ -137,7 +137,7 @@ pub struct WorkflowError {
     /// The nest instance that failed (`charge[3]`), for a run nested in another.
     path: Option<NodePath>,
     /// What the run did to undo its completed steps (`compensate = ..`).
-    compensations: Vec<crate::saga::Compensation>,
+    compensations: Vec<crate::compensation::Compensation>,
 }
 
 impl WorkflowError {
@@ -156,13 +156,16 @@ impl WorkflowError {
     }
 
     /// Records what the run's compensation phase did.
-    pub(crate) fn set_compensations(&mut self, compensations: Vec<crate::saga::Compensation>) {
+    pub(crate) fn set_compensations(
+        &mut self,
+        compensations: Vec<crate::compensation::Compensation>,
+    ) {
         self.compensations = compensations;
     }
 
     /// What the failed run did to undo its completed steps (`compensate = ..` options), in the
     /// order it did it: empty when no completed step has a compensation.
-    pub fn compensations(&self) -> &[crate::saga::Compensation] {
+    pub fn compensations(&self) -> &[crate::compensation::Compensation] {
         &self.compensations
     }
 
@@ -170,7 +173,7 @@ impl WorkflowError {
     pub fn compensated(&self) -> bool {
         self.compensations
             .iter()
-            .all(crate::saga::Compensation::is_compensated)
+            .all(crate::compensation::Compensation::is_compensated)
     }
 
     /// Names the nest instance this error is the failure of.
@@ -302,7 +305,7 @@ impl fmt::Display for WorkflowError {
         for compensation in self.compensations.iter().filter(|c| !c.is_compensated()) {
             if matches!(
                 compensation.outcome(),
-                crate::saga::CompensationOutcome::Failed { .. }
+                crate::compensation::CompensationOutcome::Failed { .. }
             ) {
                 write!(f, "; {compensation}")?;
             }

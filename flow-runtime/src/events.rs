@@ -9,7 +9,7 @@
 use std::fmt;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -58,7 +58,7 @@ pub struct Event {
     /// The nest instance the node belongs to (`charge[3]`), when the event comes from an
     /// instance of a `ForEach`, a `Loop` or a sub-workflow step; then `node` and `node_name`
     /// are the node's in the body's graph. `None` for the workflow's own nodes.
-    pub path: Option<crate::nest::NodePath>,
+    pub path: Option<crate::path::NodePath>,
 }
 
 /// What an [`Event`] records.
@@ -489,4 +489,46 @@ impl futures_core::Stream for EventStream {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
         self.receiver.poll_recv(cx)
     }
+}
+
+/// Where the events of a recorded run's nest instances wait for the run at the top (the
+/// *root*) to sequence them: every instance, at any depth, pushes its events here with their
+/// path; the root drains the buffer into its own log and observers, in order, each time it has
+/// polled its nodes and before each event of its own.
+pub(crate) struct EventSink {
+    /// The root run's id, which every nested event carries.
+    pub(crate) run: RunId,
+    /// The root run's start: nested events are timed from it, on the root's timeline.
+    pub(crate) start: tokio::time::Instant,
+    events: Mutex<Vec<Event>>,
+}
+
+impl EventSink {
+    pub(crate) fn new(run: RunId, start: tokio::time::Instant) -> EventSink {
+        EventSink {
+            run,
+            start,
+            events: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Queues a nested event (its `seq` is given when the root drains it).
+    pub(crate) fn push(&self, event: Event) {
+        lock(&self.events).push(event);
+    }
+
+    /// Moves the queued events into `into` (emptied first), keeping the buffer's capacity.
+    pub(crate) fn take(&self, into: &mut Vec<Event>) {
+        into.clear();
+        let mut events = lock(&self.events);
+        if !events.is_empty() {
+            std::mem::swap(&mut *events, into);
+        }
+    }
+}
+
+/// Locks `mutex`, whether or not a panic poisoned it: every value guarded here stays valid
+/// between statements.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

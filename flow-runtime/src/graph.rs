@@ -422,7 +422,7 @@ pub struct NestInfo {
     /// The nest node.
     pub node: u32,
     /// What kind of nest it is.
-    pub kind: crate::nest::NestKind,
+    pub kind: crate::path::NestKind,
     /// The graph of its body (of the child workflow, for a sub-workflow step).
     pub body: &'static Graph,
 }
@@ -666,7 +666,7 @@ impl Graph {
     }
 
     /// DOT, with each node filled by its status when `statuses` is given.
-    pub(crate) fn render_dot(&self, statuses: Option<&[crate::NodeStatus]>) -> String {
+    pub(crate) fn render_dot(&self, statuses: Option<&[crate::status::NodeStatus]>) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "digraph {} {{", quote_dot(self.name));
         out.push_str("    rankdir=TB;\n    node [fontname=\"Helvetica\", fontsize=11];\n    edge [fontname=\"Helvetica\", fontsize=9];\n");
@@ -690,7 +690,7 @@ impl Graph {
         out: &mut String,
         prefix: &str,
         indent: &str,
-        statuses: Option<&[crate::NodeStatus]>,
+        statuses: Option<&[crate::status::NodeStatus]>,
         open: &mut Vec<*const Graph>,
     ) {
         for (id, node) in self.nodes.iter().enumerate() {
@@ -776,7 +776,7 @@ impl Graph {
     }
 
     /// Mermaid, with a class per status when `statuses` is given.
-    pub(crate) fn render_mermaid(&self, statuses: Option<&[crate::NodeStatus]>) -> String {
+    pub(crate) fn render_mermaid(&self, statuses: Option<&[crate::status::NodeStatus]>) -> String {
         let mut out = String::from("flowchart TD\n");
         let mut branch = Vec::new();
         self.mermaid_body(
@@ -792,11 +792,11 @@ impl Graph {
         }
         if let Some(statuses) = statuses {
             for status in [
-                crate::NodeStatus::Completed,
-                crate::NodeStatus::Failed,
-                crate::NodeStatus::Aborted,
-                crate::NodeStatus::Skipped,
-                crate::NodeStatus::Withdrawn,
+                crate::status::NodeStatus::Completed,
+                crate::status::NodeStatus::Failed,
+                crate::status::NodeStatus::Aborted,
+                crate::status::NodeStatus::Skipped,
+                crate::status::NodeStatus::Withdrawn,
             ] {
                 let members: Vec<String> = statuses
                     .iter()
@@ -888,9 +888,9 @@ impl Graph {
 fn nest_title(graph: &Graph, nest: &NestInfo) -> String {
     let name = graph.nodes.get(nest.node as usize).map_or("?", |n| n.name);
     let kind = match nest.kind {
-        crate::nest::NestKind::ForEach => "ForEach",
-        crate::nest::NestKind::Loop => "Loop",
-        crate::nest::NestKind::Workflow => "Workflow",
+        crate::path::NestKind::ForEach => "ForEach",
+        crate::path::NestKind::Loop => "Loop",
+        crate::path::NestKind::Workflow => "Workflow",
     };
     let body = nest.body.name;
     let own = body.len() == name.len()
@@ -905,8 +905,8 @@ fn nest_title(graph: &Graph, nest: &NestInfo) -> String {
 }
 
 /// The fill colour of a status in pictures.
-pub(crate) fn status_color(status: crate::NodeStatus) -> &'static str {
-    use crate::NodeStatus::*;
+pub(crate) fn status_color(status: crate::status::NodeStatus) -> &'static str {
+    use crate::status::NodeStatus::*;
     match status {
         Completed => "#b7e4c7",
         Failed => "#f4a6a6",

@@ -1,7 +1,7 @@
 //! The runtime of [flow](https://docs.rs/flowdag): the scheduler that runs the code `workflow!`
 //! generates, node statuses, errors and the static graph.
 //!
-//! Use it through the `flowdag` crate, which re-exports everything here; generated code reaches it
+//! Use it through the `flow` crate, which re-exports everything here; generated code reaches it
 //! only through `::flowdag::__private`.
 //!
 //! ```
@@ -10,25 +10,33 @@
 //! assert_eq!(FailurePolicy::default(), FailurePolicy::ContinueIndependent);
 //! ```
 
-// The modules in layers: each uses only modules of the layers above it (`use crate::…`), so
-// no two depend on each other.
+// The modules in layers, lowest first: each imports (`use crate::…`, or a `crate::…` path)
+// only modules of the layers before its own, so the import graph has no cycle.
+// `tests/layers.rs` holds the same table and fails on an import against it.
 //
-//   status, policy, slot, wake          plain data, output cells, the nodes' wakers
+//   status, policy, slot, wake, path,   plain data: statuses, policies, output cells, wakers,
+//   compensation                        paths in nested graphs, compensation records
 //   error, graph, events, scope         errors, the static graph, events, operation defaults
-//   panic, signal                       caught panics' messages, timers; signals and mailboxes
-//   run_state, report, options          what a decision's test sees, the report, a run's options
-//   nodes, delay                        the node set; the node of a `Delay` step
-//   verdict                             the end of a run: `Finished`, `Verdict`
-//   scheduler (mod, attempt, settle)    the run loop: its state, attempts, settling
+//   panic, signal, run_state, progress  timers and panics; mailboxes; what a test reads; a bar
+//   report                              the report (with `report/summary.rs`: a `Report` holds
+//                                       `NestReport`s, which hold `Report`s)
+//   options, verdict                    a run's options; the end of a run (`Finished`)
+//   nest_ctx                            what a nest node's driver gets from its run
+//   nodes                               the node set (`Leaf::nest` takes a `NestCtx`)
+//   scheduler, delay                    the run loop (one folder; durable runs only through its
+//                                       hook, `scheduler/hook.rs`); the node of a `Delay` step
 //   support                             what generated code calls: `execute*`, `input`, ...
 //   runner                              `Workflow` and `Runner`: the public entry points
-//   progress                            an observer (feature `progress`)
-//   store                               durable runs' storage (feature `durable`): uses events, nest
-//   worker                              resumes unfinished durable runs (feature `durable`): uses durable, store
+//   nest                                nest nodes, the sub-workflow driver (runs `Workflow`s)
+//   drivers                             the drivers of `ForEach` and `Loop` nodes
+//   store, durable, worker              durable runs (feature `durable`): storage, the journal
+//                                       (the scheduler's hook) and the user's side, the worker
+//   lib                                 re-exports and `__private`
 //
-// Outside the layers: nest (nested graphs; its plain types `NestKind`, `NodePath` are read by
-// graph, events and error, and its context uses options, report and runner) and drivers
-// (the nest nodes' futures, over nest).
+// A run is recursive (a nest node's driver runs nested `execute`s, whose nodes may be nest
+// nodes), but through the `Workflow` trait and the closures generated code hands over, not
+// through imports: `nest` and `drivers` sit above the scheduler they call back into.
+mod compensation;
 mod delay;
 mod drivers;
 #[cfg(feature = "durable")]
@@ -37,16 +45,17 @@ mod error;
 mod events;
 mod graph;
 mod nest;
+mod nest_ctx;
 mod nodes;
 mod options;
 mod panic;
+mod path;
 mod policy;
 #[cfg(feature = "progress")]
 mod progress;
 mod report;
 mod run_state;
 mod runner;
-mod saga;
 mod scheduler;
 mod scope;
 mod signal;
@@ -66,8 +75,9 @@ pub use events::{
     RunId, channel,
 };
 pub use graph::{Edge, EdgeKind, Graph, NodeInfo, NodeKind};
-pub use nest::{NestKind, NestReport, NodePath, PathStep};
+pub use path::{NestKind, NodePath, PathStep};
 pub use policy::{Backoff, CancelReason, CancelToken, FailurePolicy, NodePolicy};
+pub use report::NestReport;
 /// The items of optional features, whichever are enabled: the facade re-exports this module
 /// whole, so a feature turned on anywhere in the build shows its items through `flowdag`.
 pub mod features {
@@ -78,9 +88,9 @@ pub mod features {
     #[cfg(feature = "progress")]
     pub use crate::progress::Progress;
 }
+pub use compensation::{Compensation, CompensationOutcome};
 pub use report::{NodeReport, Outcome, Report, TraceColumn, TraceMatrix};
 pub use runner::{Runner, Workflow};
-pub use saga::{Compensation, CompensationOutcome};
 pub use signal::{SendError, SignalKey, Signals};
 pub use status::NodeStatus;
 
@@ -105,15 +115,18 @@ pub mod __private {
         Arm, Control, Edge, EdgeKind, Gate, Graph, Instant, NestInfo, NodeInfo, NodeKind, Plan,
         Rest, Rule, Section, SignalInfo,
     };
-    pub use crate::nest::{ChildRun, Nest, NestCtx, NestKind, NestOp, child};
+    pub use crate::nest::{ChildRun, Nest, NestOp, child};
+    pub use crate::nest_ctx::NestCtx;
     pub use crate::nodes::{ArenaOp, Decide, Decision, Idle, IntoNodes, Leaf, Nodes, Op, Pair};
     pub use crate::options::RunOptions;
+    pub use crate::options::with_mailbox;
+    pub use crate::path::NestKind;
     pub use crate::policy::{Backoff, CancelToken, FailurePolicy, NodePolicy};
     pub use crate::report::Outcome;
     pub use crate::run_state::RunState;
     pub use crate::runner::{Runner, Workflow, unreachable_run};
     pub use crate::scope::{Deferred, OperationScope, OperationSpec};
-    pub use crate::signal::{Environment, Mailbox, SignalKey, WaitSignal, signal, with_mailbox};
+    pub use crate::signal::{Environment, Mailbox, SignalKey, WaitSignal, signal};
     pub use crate::slot::{Slot, TermCell};
     pub use crate::support::{
         compensated, complete, discard, execute, execute_in_arena, execute_nodes, input, require,
@@ -125,10 +138,13 @@ pub mod __private {
     };
 
     #[cfg(feature = "durable")]
-    pub use crate::durable::{
-        Durable, DurableError, DurableWorkflow, assert_durable, complete_durable, durable_signal,
-        restore_output, restoring, resume, resume_all,
+    pub use crate::durable::generated::{
+        assert_durable, complete_durable, restore_output, restoring,
     };
+    #[cfg(feature = "durable")]
+    pub use crate::durable::stored_signals::durable_signal;
+    #[cfg(feature = "durable")]
+    pub use crate::durable::{Durable, DurableError, DurableWorkflow, resume, resume_all};
     #[cfg(feature = "durable")]
     pub use crate::store::Store;
 

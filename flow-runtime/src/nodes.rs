@@ -60,7 +60,7 @@ pub trait Leaf {
 
     /// Gives a nest node (`ForEach`, `Loop`, sub-workflow step) its context, before its first
     /// attempt starts. No effect on any other node.
-    fn nest(self: Pin<&mut Self>, ctx: crate::nest::NestCtx) {
+    fn nest(self: Pin<&mut Self>, ctx: crate::nest_ctx::NestCtx) {
         let _ = ctx;
     }
 

@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::events::{Event, EventKind, Observer};
-use crate::nest::NodePath;
+use crate::path::NodePath;
 
 /// An [`Observer`] that drives an indicatif progress bar.
 ///
@@ -233,7 +233,7 @@ mod tests {
 
     use super::*;
     use crate::events::RunId;
-    use crate::nest::{NestKind, NodePath, PathStep};
+    use crate::path::{NestKind, NodePath, PathStep};
 
     fn event(path: Option<NodePath>, node: Option<(u32, &'static str)>, kind: EventKind) -> Event {
         Event {

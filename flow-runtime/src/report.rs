@@ -10,8 +10,13 @@ use std::time::Duration;
 use crate::error::WorkflowError;
 use crate::events::{EventKind, EventLog, RunId};
 use crate::graph::Graph;
-use crate::nest::{NestKind, NestReport, NodePath};
+use crate::path::{NestKind, NodePath};
 use crate::status::NodeStatus;
+
+mod summary;
+
+pub use summary::NestReport;
+pub(crate) use summary::Summary;
 
 /// What happened to one node in a run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,11 +60,47 @@ pub struct Report {
     elapsed: Option<Duration>,
     nodes: Vec<NodeReport>,
     nests: Vec<NestReport>,
-    compensations: Vec<crate::saga::Compensation>,
+    compensations: Vec<crate::compensation::Compensation>,
     log: EventLog,
     #[cfg_attr(feature = "serde", serde(skip))]
     graph: &'static Graph,
+    #[cfg_attr(feature = "serde", serde(skip))]
+    #[cfg_attr(not(feature = "durable"), allow(dead_code))]
+    hook: HookEnd,
 }
+
+/// What a run's hook gave back when the run ended (see `scheduler/hook.rs`), for the code that
+/// attached the hook to take with [`Report::take_hook_end`]; nothing for a run without one. A
+/// clone of the report does not carry it.
+#[derive(Default)]
+pub(crate) struct HookEnd(Option<Box<dyn std::any::Any + Send>>);
+
+impl HookEnd {
+    #[cfg_attr(not(feature = "durable"), allow(dead_code))]
+    pub(crate) fn new<T: std::any::Any + Send>(value: T) -> HookEnd {
+        HookEnd(Some(Box::new(value)))
+    }
+}
+
+impl Clone for HookEnd {
+    fn clone(&self) -> HookEnd {
+        HookEnd(None)
+    }
+}
+
+impl fmt::Debug for HookEnd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "HookEnd(..)"
+        } else {
+            "HookEnd"
+        })
+    }
+}
+
+// SAFETY: the value is reached only through `&mut HookEnd` (`Report::take_hook_end`), never
+// through `&HookEnd`, so sharing `&HookEnd` between threads shares nothing of it.
+unsafe impl Sync for HookEnd {}
 
 /// The parts a [`Report`] is made of, gathered by the scheduler.
 pub(crate) struct ReportParts {
@@ -69,8 +110,9 @@ pub(crate) struct ReportParts {
     pub elapsed: Option<Duration>,
     pub nodes: Vec<NodeReport>,
     pub nests: Vec<NestReport>,
-    pub compensations: Vec<crate::saga::Compensation>,
+    pub compensations: Vec<crate::compensation::Compensation>,
     pub log: Option<EventLog>,
+    pub hook: HookEnd,
 }
 
 impl Report {
@@ -112,6 +154,20 @@ impl Report {
             compensations: parts.compensations,
             log,
             graph: parts.graph,
+            hook: parts.hook,
+        }
+    }
+
+    /// Takes what the run's hook gave back, if it is a `T`.
+    #[cfg_attr(not(feature = "durable"), allow(dead_code))]
+    pub(crate) fn take_hook_end<T: std::any::Any>(&mut self) -> Option<T> {
+        let value = self.hook.0.take()?;
+        match value.downcast::<T>() {
+            Ok(value) => Some(*value),
+            Err(value) => {
+                self.hook.0 = Some(value);
+                None
+            }
         }
     }
 
@@ -147,7 +203,7 @@ impl Report {
 
     /// What the failed run did to undo its completed steps (`compensate = ..` options), in the
     /// order it did it: empty for a run that succeeded or had nothing to compensate.
-    pub fn compensations(&self) -> &[crate::saga::Compensation] {
+    pub fn compensations(&self) -> &[crate::compensation::Compensation] {
         &self.compensations
     }
 

@@ -429,19 +429,6 @@ impl<T> fmt::Debug for WaitSignal<'_, T> {
     }
 }
 
-/// `options` with a mailbox for `graph`'s signals (the runner's, or a new private one), and
-/// that mailbox: what the generated code of a workflow with `Signal` steps starts with.
-pub fn with_mailbox(
-    mut options: crate::options::RunOptions,
-    graph: &'static crate::graph::Graph,
-) -> (crate::options::RunOptions, Arc<Mailbox>) {
-    let mailbox = options
-        .signals
-        .get_or_insert_with(|| Mailbox::new(graph.plan.control.signals))
-        .clone();
-    (options, mailbox)
-}
-
 #[cfg(test)]
 mod tests {
     use std::task::Waker;

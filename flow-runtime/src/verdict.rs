@@ -6,9 +6,9 @@ use std::sync::Arc;
 use crate::error::{NodeError, NodeFailure, WorkflowError, render};
 use crate::events::{EventLog, RunId};
 use crate::graph::{Graph, NodeKind, Rule};
-use crate::nest::NestReport;
 use crate::policy::CancelReason;
-use crate::report::{NodeReport, Outcome, Report, ReportParts};
+use crate::report::NestReport;
+use crate::report::{HookEnd, NodeReport, Outcome, Report, ReportParts};
 use crate::scope::OperationSpec;
 use crate::status::NodeStatus;
 
@@ -142,7 +142,9 @@ pub struct Finished {
     /// What the nest nodes that started did, in node order.
     pub(crate) nests: Vec<NestReport>,
     /// What a failed run did to undo its completed steps, in the order it did it.
-    pub(crate) compensations: Vec<crate::saga::Compensation>,
+    pub(crate) compensations: Vec<crate::compensation::Compensation>,
+    /// What the run's hook gave back, if it had one.
+    pub(crate) hook: HookEnd,
 }
 
 impl Finished {
@@ -154,7 +156,10 @@ impl Finished {
     }
 
     /// The run, with what its compensation phase did.
-    pub(crate) fn compensated(mut self, compensations: Vec<crate::saga::Compensation>) -> Self {
+    pub(crate) fn compensated(
+        mut self,
+        compensations: Vec<crate::compensation::Compensation>,
+    ) -> Self {
         self.compensations = compensations;
         self
     }
@@ -177,6 +182,7 @@ impl Finished {
             terminated: _,
             nests,
             compensations,
+            hook,
         } = self;
         let attempts = |id: usize, status: NodeStatus| attempts_of(&extras.attempts, id, status);
         let report = Report::new(ReportParts {
@@ -187,6 +193,7 @@ impl Finished {
             log,
             nests,
             compensations: compensations.clone(),
+            hook,
             nodes: graph
                 .nodes
                 .iter()

@@ -121,7 +121,8 @@ pub struct Resumed {
 }
 
 /// A run the worker unloaded while it waits ([`Worker::unload_after`]): it is in the store
-/// with the status `waiting`, and is picked up again when it is due.
+/// with the status `waiting`, and is picked up again when it is due. The same event as
+/// [`Ended::Unloaded`], with the run it happened to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unloaded {
     /// The run's id.

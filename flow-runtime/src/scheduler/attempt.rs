@@ -165,10 +165,15 @@ impl Scheduler {
     /// first.
     #[inline(never)]
     fn start_first(&mut self, leaves: &mut Leaves<'_>, node: u32) -> Result<(), NodeError> {
-        #[cfg(feature = "durable")]
-        if self.journal.is_some() {
-            // Polled as soon as its `Requested` is durable; until then `poll_watched` passes it.
-            return self.hold_first(node);
+        if self.hook.is_some() {
+            // The hook starts it, now or later; until then `poll_watched` passes it.
+            return self.hooked(
+                leaves,
+                None,
+                None,
+                |steps, run| steps.request(run, node, false),
+                Ok(()),
+            );
         }
         if let Some(after) = self.plan().policy(node as usize).deadline() {
             self.watch(node).deadline = Some(timer(after)?);
@@ -413,12 +418,10 @@ impl Scheduler {
             Polled::Failed(error) => (Some(error), None),
             Polled::Given(result, heard) => (None, Some((result, heard))),
         };
-        #[cfg(feature = "durable")]
-        if let Some(journal) = &self.journal
-            && journal.is_waiting(node)
+        if let Some(hook) = &self.hook
+            && hook.holds(node)
         {
-            // Requested and not started (its `Requested` is not durable yet), or replayed
-            // between two attempts.
+            // Its hook holds it: no attempt to poll.
             return None;
         }
         loop {
@@ -439,20 +442,31 @@ impl Scheduler {
                 if backoff.as_mut().poll(cx).is_pending() {
                     return None;
                 }
-                #[cfg(feature = "durable")]
-                if self.journal.is_some() {
-                    self.hold_retry(node);
-                    return None;
+                if self.hook.is_some() {
+                    let requested = self.hooked(
+                        leaves,
+                        None,
+                        None,
+                        |steps, run| steps.request(run, node, true),
+                        Ok(()),
+                    );
+                    return requested.err().map(Err);
                 }
                 if let Err(error) = self.start_attempt(leaves, node) {
                     return Some(Err(error));
                 }
             }
             let had_deadline = self.timer(node, |w| &mut w.deadline).is_some();
-            #[cfg(feature = "durable")]
-            let polled = self.poll_journaled(leaves, node, cx, given.take());
-            #[cfg(not(feature = "durable"))]
-            let polled = self.poll_attempt(leaves, node, cx, given.take());
+            let polled = match self.hook.is_some() {
+                true => self.hooked(
+                    leaves,
+                    None,
+                    given.take(),
+                    |steps, run| steps.poll(run, node, cx),
+                    Poll::Pending,
+                ),
+                false => self.poll_attempt(leaves, node, cx, given.take()),
+            };
             let error = match polled {
                 Poll::Pending => {
                     // A deadline that this poll made (an `#[operation]`'s default, heard on the

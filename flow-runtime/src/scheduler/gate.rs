@@ -3,8 +3,7 @@
 //! as `min` is out of reach. Reached only from those entries: a workflow without gates never
 //! runs any of this.
 
-use super::settle::NOT_CATCHABLE;
-use super::{ArmState, Fired, GateState, Halt, NO_CAUSE, Scheduler, Settle};
+use super::{ArmState, Fired, GateState, Halt, NO_CAUSE, NOT_CATCHABLE, Scheduler, Settle};
 use crate::events::EventKind;
 use crate::graph::{Gate, Plan, Rest};
 use crate::policy::FailurePolicy;

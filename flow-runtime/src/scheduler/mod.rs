@@ -12,11 +12,10 @@
 //! node's end and decides what it makes ready, skipped or aborted.
 
 mod attempt;
+mod compensate;
 mod gate;
-#[cfg(feature = "durable")]
-mod journal;
+mod hook;
 mod rules;
-mod saga;
 mod settle;
 
 use std::future::Future;
@@ -27,19 +26,33 @@ use std::task::{Context, Poll};
 
 use tokio::time::Sleep;
 
+use crate::events::EventSink;
 use crate::events::{Event, EventKind, EventLog, Observer, RunId};
 use crate::graph::{Graph, NestInfo, NodeKind, Plan};
-use crate::nest::{EventSink, NestCtx, NestReport, NestShared, NodePath};
+use crate::nest_ctx::{NestCtx, NestShared};
 use crate::nodes::{Leaves, Nodes, Table};
-use crate::options::RunOptions;
+use crate::options::{Pool, RunOptions};
 use crate::panic::deadline_timer;
+use crate::path::NodePath;
 use crate::policy::{CancelReason, FailurePolicy, NodePolicy};
+use crate::report::HookEnd;
+use crate::report::NestReport;
 use crate::run_state::RunState;
 use crate::status::NodeStatus;
 use crate::verdict::{Extras, Finished, Verdict, attempts_of};
 use crate::wake::WakeSet;
 
+#[cfg_attr(not(feature = "durable"), allow(unused_imports))]
+pub(crate) use hook::{Before, Hook, HookFuture, Run, RunEnd, Scope, Steps};
+
 const NO_CAUSE: u32 = u32::MAX;
+
+/// In `Scheduler::catchable`: nothing can catch the failure or must run after it.
+const NOT_CATCHABLE: u8 = 0;
+/// In `Scheduler::catchable`: a `Conditional` test may catch the failure.
+const BY_TEST: u8 = 1;
+/// In `Scheduler::catchable`: a step with a trigger rule must run after the failure.
+const BY_RULE: u8 = 2;
 
 /// The scope of a withdrawal that takes every node that has not ended (`Terminate`).
 pub(crate) const ALL_NODES: u32 = u32::MAX;
@@ -50,46 +63,15 @@ pub(crate) const ALL_NODES: u32 = u32::MAX;
 const SHARED_WAKER_LIMIT: usize = 16;
 
 /// The lists a finished run's scheduler leaves behind, kept to be reused by the next run
-/// that takes them from the same [`StatePool`].
-pub(crate) struct StateBuffers {
+/// that takes them from the same [`Pool`] (a nest node's instances: design §4.4, one set per
+/// place in flight), so that after the first instances an instance's scheduler allocates
+/// nothing. Its box goes back and forth with it.
+#[derive(Default)]
+struct StateBuffers {
     nodes: Vec<NodeState>,
     ready: Vec<u32>,
     due: Vec<u32>,
     shared: Vec<u32>,
-}
-
-/// Scheduler lists reused from run to run: a nest node's instances (design §4.4, one set per
-/// place in flight) take a set when they start and give it back when they finish, so that
-/// after the first instances an instance's scheduler allocates nothing. Holds at most as many
-/// sets as instances were in flight at once; freed with the nest node's context.
-#[derive(Default)]
-pub(crate) struct StatePool {
-    free: std::sync::Mutex<Vec<StateBuffers>>,
-}
-
-impl StatePool {
-    fn take(&self) -> Option<StateBuffers> {
-        self.free
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .pop()
-    }
-
-    /// How many sets of lists wait to be reused.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.free
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .len()
-    }
-
-    fn give(&self, buffers: StateBuffers) {
-        self.free
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(buffers);
-    }
 }
 
 /// One node's record during a run: where it stands, what reached it, and (while it runs) its
@@ -150,7 +132,7 @@ struct Recording {
     log: Option<EventLog>,
     observers: Vec<Arc<dyn Observer>>,
     /// The run is a nest instance whose events go to the root's sink, a root whose nest
-    /// instances send theirs to its sink, or a durable run (its events go to its journal):
+    /// instances send theirs to its sink, or a hooked run (its events go to its hook):
     /// each event takes [`Scheduler::emit_nested`].
     nested: bool,
     /// A nest instance: the root's sink, where a copy of each event goes with `path`.
@@ -343,15 +325,22 @@ struct Scheduler {
     /// `#[operation]`'s defaults were heard, nobody records events and no subscriber can want
     /// a span. Cleared when an operation is heard.
     lean: bool,
-    /// Where the run's lists go back when it finishes (a nest instance's run).
-    pool: Option<Arc<StatePool>>,
-    /// A durable run's journal (`journal.rs`): `None` for every other run.
-    #[cfg(feature = "durable")]
-    journal: Option<Box<journal::Journal>>,
+    /// Where the run's lists go back when it finishes (a nest instance's run), and the box
+    /// they go back in (the one they came in, once there is one).
+    pool: Option<(Arc<Pool>, Option<Box<StateBuffers>>)>,
+    /// What watches and steers the run from outside the engine (`hook.rs`): `None` for a
+    /// plain run.
+    hook: Option<Box<dyn Hook>>,
 }
 
 impl Scheduler {
+    #[cfg(test)]
     fn new(graph: &'static Graph, options: &RunOptions) -> Self {
+        Scheduler::hooked_by(graph, options, None)
+    }
+
+    /// The scheduler of a run of `graph` with `options`, and `hook` if it has one.
+    fn hooked_by(graph: &'static Graph, options: &RunOptions, hook: Option<Box<dyn Hook>>) -> Self {
         let plan = &graph.plan;
         let node_state = |&count| NodeState {
             status: NodeStatus::Idle,
@@ -363,8 +352,9 @@ impl Scheduler {
             attempt: 0,
         };
         // A nest instance reuses the lists of an instance that finished (cleared, not freed).
-        let reused = options.pool.as_deref().and_then(StatePool::take);
-        let (mut nodes, ready, due, shared) = match reused {
+        let mut reused = options.pool.as_deref().and_then(Pool::take::<StateBuffers>);
+        let taken = reused.as_deref_mut().map(std::mem::take);
+        let (mut nodes, ready, due, shared) = match taken {
             None => (
                 plan.pred_count.iter().map(node_state).collect(),
                 // Room for the usual widths up front: growing these lists showed in profiles.
@@ -440,8 +430,11 @@ impl Scheduler {
             arms: Vec::new(),
             cancelled: None,
             seed: 0,
-            recording: (options.record || !options.observers.is_empty() || options.sink.is_some())
-                .then(|| Recording::new(plan, options)),
+            recording: (options.record
+                || !options.observers.is_empty()
+                || options.sink.is_some()
+                || hook.is_some())
+            .then(|| Recording::new(plan, options)),
             decided: None,
             nest_home: None,
             report: options.report,
@@ -451,19 +444,15 @@ impl Scheduler {
             section_left: Vec::new(),
             group_holder: Vec::new(),
             section_freed: false,
-            pool: options.pool.clone(),
-            #[cfg(feature = "durable")]
-            journal: options
-                .journal
-                .as_ref()
-                .map(|setup| journal::Journal::new(setup, graph)),
+            pool: options.pool.clone().map(|pool| (pool, reused)),
+            hook,
         };
-        #[cfg(feature = "durable")]
-        if scheduler.journal.is_some()
-            && let Some(recording) = scheduler.recording.as_deref_mut()
-        {
-            // The journal takes every event, on `emit`'s out-of-line path.
-            recording.nested = true;
+        if let Some(hook) = scheduler.hook.as_deref_mut() {
+            hook.attach(graph);
+            if let Some(recording) = scheduler.recording.as_deref_mut() {
+                // The hook takes every event, on `emit`'s out-of-line path.
+                recording.nested = true;
+            }
         }
         if !plan.control.nests.is_empty() {
             scheduler.nest_home = Some(Box::new(NestHome {
@@ -489,7 +478,7 @@ impl Scheduler {
             scheduler.init_gates();
         }
         // A nest node gets its context when it starts, on the long way.
-        // A durable run records (`durable::drive`), so it is never lean.
+        // A hooked run records, so it is never lean.
         scheduler.lean = plan.policies.is_empty()
             && scheduler.recording.is_none()
             && plan.control.nests.is_empty()
@@ -535,7 +524,7 @@ impl Scheduler {
         }
     }
 
-    /// [`Scheduler::emit`] in a run with nests, or a durable run: a root first sequences the events its
+    /// [`Scheduler::emit`] in a run with nests, or a hooked run: a root first sequences the events its
     /// instances sent (they happened before this one); an instance sends a copy of its event,
     /// with its path and on the root's clock, to the root's sink.
     #[cold]
@@ -559,9 +548,8 @@ impl Scheduler {
         recording.seq += 1;
         #[cfg(feature = "tracing")]
         trace_event(self.graph, &event);
-        #[cfg(feature = "durable")]
-        if let Some(journal) = &mut self.journal {
-            journal.record(&event);
+        if let Some(hook) = &mut self.hook {
+            hook.record(&event);
         }
         if let Some(sink) = &recording.forward {
             sink.push(Event {
@@ -823,24 +811,19 @@ impl Scheduler {
         true
     }
 
-    /// Whether the run has no journal, or its journal's replay has ended.
+    /// Whether the run's cancel token and deadline count: always, unless its hook holds them
+    /// off.
     #[inline]
-    fn journal_live(&self) -> bool {
-        #[cfg(feature = "durable")]
-        if let Some(journal) = &self.journal {
-            return journal.is_live();
-        }
-        true
+    fn live(&self) -> bool {
+        self.hook.as_deref().is_none_or(Hook::live)
     }
 
-    /// What is left of the run's deadline `full`: a resumed durable run's counts from the
-    /// run's start (its stored timer).
+    /// What is left of the run's deadline `full` (its hook may have started it earlier).
     fn deadline_left(&self, full: std::time::Duration) -> std::time::Duration {
-        #[cfg(feature = "durable")]
-        if let Some(journal) = &self.journal {
-            return journal.deadline_left(full);
+        match &self.hook {
+            Some(hook) => hook.deadline_left(full),
+            None => full,
         }
-        full
     }
 
     /// Ends the run early: the halt is applied before anything else is started or polled.
@@ -875,13 +858,15 @@ impl Scheduler {
         } else {
             Verdict::judge(self.graph, &statuses, &self.caught)
         };
-        if let Some(pool) = self.pool.take() {
-            pool.give(StateBuffers {
+        if let Some((pool, set)) = self.pool.take() {
+            let mut set = set.unwrap_or_default();
+            *set = StateBuffers {
                 nodes: std::mem::take(&mut self.nodes),
                 ready: std::mem::take(&mut self.ready),
                 due: std::mem::take(&mut self.due),
                 shared: std::mem::take(&mut self.shared),
-            });
+            };
+            pool.give(set);
         }
         let succeeded = self.cancelled.is_none() && (self.terminated || verdict.succeeded);
         self.emit(None, 0, || EventKind::RunFinished { succeeded });
@@ -912,7 +897,28 @@ impl Scheduler {
             terminated: self.terminated,
             nests,
             compensations: Vec::new(),
+            hook: HookEnd::default(),
         }
+    }
+
+    /// Ends a hooked run: judges it, emits `RunFinished`, and hands the hook the run's end;
+    /// the run ends once the hook's last work has.
+    async fn finish_hooked(mut self) -> Finished {
+        let (statuses, verdict, succeeded) = self.conclude();
+        let end = if self.cancelled.is_some() {
+            RunEnd::Cancelled
+        } else if succeeded {
+            RunEnd::Succeeded
+        } else {
+            RunEnd::Failed
+        };
+        let handed = match self.hook.take() {
+            Some(hook) => hook.finish(end).await,
+            None => HookEnd::default(),
+        };
+        let mut finished = self.into_finished(statuses, verdict);
+        finished.hook = handed;
+        finished
     }
 }
 
@@ -973,7 +979,7 @@ fn spans() -> bool {
 /// where the set lives.
 pub(crate) async fn run_nodes<P, N>(
     graph: &'static Graph,
-    options: RunOptions,
+    mut options: RunOptions,
     mut nodes: Pin<P>,
 ) -> Finished
 where
@@ -989,22 +995,28 @@ where
         false => options.signals.clone().map(FinishOnDrop),
         true => None,
     };
-    let mut scheduler = Scheduler::new(graph, &options);
-    #[cfg(feature = "durable")]
-    if let Some(setup) = &options.journal
-        && let Some(task) = &setup.task
+    let hook = options.hook.take::<Box<dyn Hook>>();
+    let mut scheduler = Scheduler::hooked_by(graph, &options, hook);
+    if scheduler
+        .hook
+        .as_deref()
+        .is_some_and(|hook| hook.steps().alone())
     {
-        // A worker executing one task of a distributed run: no run loop, no journal.
-        if journal::start_task_run(&scheduler, table.leaves(), setup, task) {
-            // Moved in as `&mut`: a shared borrow held across the await would ask `Sync`.
-            let (run, nodes) = (&mut scheduler, &mut table);
-            std::future::poll_fn(move |cx| {
-                journal::poll_task_run(run, nodes.leaves(), setup, task, cx)
-            })
-            .await;
-        }
+        // The hook drives the node set itself: no run loop.
+        // Moved in as `&mut`: a shared borrow held across the await would ask `Sync`.
+        let (run, nodes) = (&mut scheduler, &mut table);
+        std::future::poll_fn(move |cx| {
+            run.hooked(
+                nodes.leaves(),
+                None,
+                None,
+                |steps, run| steps.poll_alone(run, cx),
+                Poll::Ready(()),
+            )
+        })
+        .await;
         scheduler.stop_all(table.leaves());
-        return scheduler.finish();
+        return Box::pin(scheduler.finish_hooked()).await;
     }
     // The nodes' own wakers, made when the first node needs one.
     let mut wakes = None;
@@ -1030,13 +1042,10 @@ where
     };
     let mut cancelled = std::pin::pin!(cancelled);
     let watched = token.is_some() || deadline.is_some();
-    #[cfg(feature = "durable")]
-    if let (Some(journal), Some(deadline), Some(after)) = (
-        scheduler.journal.as_deref_mut(),
-        &deadline,
-        options.deadline,
-    ) {
-        journal.deadline = Some((deadline.deadline(), after));
+    if let (Some(hook), Some(deadline), Some(after)) =
+        (scheduler.hook.as_deref_mut(), &deadline, options.deadline)
+    {
+        hook.deadline_set(deadline.deadline(), after);
     }
     let drains = scheduler
         .recording
@@ -1056,9 +1065,9 @@ where
     };
     std::future::poll_fn(|cx| {
         let leaves = table.leaves();
-        // A durable run's deadline and token count once its replay has ended.
+        // A hooked run's deadline and token count once its hook says so.
         if watched
-            && scheduler.journal_live()
+            && scheduler.live()
             && let Some(reason) = halted(cx)
         {
             scheduler.set_halt(Halt::Cancelled(reason));
@@ -1070,13 +1079,18 @@ where
             // The instances' events of this wake-up reach the log and the observers now.
             scheduler.drain_nested();
         }
-        #[cfg(feature = "durable")]
-        if scheduler.journal.is_some() {
-            let poll = scheduler.journal_poll(leaves, &mut wakes, cx, poll);
-            // A deadline that passed while the run was stopped ends it once it is live.
+        if scheduler.hook.is_some() {
+            let poll = scheduler.hooked(
+                leaves,
+                Some(&mut wakes),
+                None,
+                |steps, run| steps.after_poll(run, cx, poll),
+                poll,
+            );
+            // A deadline that passed while the hook held it off ends the run once it counts.
             if poll.is_pending()
                 && watched
-                && scheduler.journal_live()
+                && scheduler.live()
                 && let Some(reason) = halted(cx)
             {
                 scheduler.set_halt(Halt::Cancelled(reason));
@@ -1092,18 +1106,17 @@ where
     let compensations = if options.compensations.is_empty() {
         Vec::new()
     } else {
-        Box::pin(saga::compensate(
+        Box::pin(compensate::compensate(
             &mut scheduler,
             &mut table,
             options.compensations,
         ))
         .await
     };
-    #[cfg(feature = "durable")]
-    if scheduler.journal.is_some() {
-        // Boxed: inline, its state (a second scheduler, the last commit) would grow every
+    if scheduler.hook.is_some() {
+        // Boxed: inline, its state (a second scheduler, the hook's last work) would grow every
         // run's future, which tokio moves.
-        return Box::pin(journal::finish_journaled(scheduler))
+        return Box::pin(scheduler.finish_hooked())
             .await
             .compensated(compensations);
     }

@@ -5,22 +5,15 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use super::rules::{rule_runs, runs_after_failure};
-use super::{ALL_NODES, Halt, NO_CAUSE, Scheduler, Settle};
+use super::{ALL_NODES, BY_RULE, BY_TEST, Halt, NO_CAUSE, NOT_CATCHABLE, Scheduler, Settle};
 use crate::error::{NodeError, render};
 use crate::events::EventKind;
 use crate::graph::{Instant, NodeKind, Plan};
-use crate::nest::NestShared;
+use crate::nest_ctx::NestShared;
 use crate::nodes::Leaves;
 use crate::panic::panic_message;
 use crate::policy::FailurePolicy;
 use crate::status::NodeStatus;
-
-/// In `Scheduler::catchable`: nothing can catch the failure or must run after it.
-pub(super) const NOT_CATCHABLE: u8 = 0;
-/// In `Scheduler::catchable`: a `Conditional` test may catch the failure.
-const BY_TEST: u8 = 1;
-/// In `Scheduler::catchable`: a step with a trigger rule must run after the failure.
-const BY_RULE: u8 = 2;
 
 impl Scheduler {
     /// `node`'s final error rendered once, kept for the report to share with the event.

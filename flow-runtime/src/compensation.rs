@@ -2,7 +2,7 @@
 //!
 //! A step written `Operation(charge(&order), compensate = refund(&charge))` has a
 //! compensation. When a run fails, the scheduler runs the compensations of the steps that
-//! completed, one at a time, in reverse graph order (`scheduler/saga.rs`), and records what
+//! completed, one at a time, in reverse graph order (`scheduler/compensate.rs`), and records what
 //! each did as a [`Compensation`], which the run's [`Report`](crate::Report) and
 //! [`WorkflowError`](crate::WorkflowError) list.
 

@@ -18,14 +18,13 @@
 use std::future::poll_fn;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::time::Duration;
 
-use super::{Halt, Scheduler};
+use super::{Before, Halt, Hook, Scheduler, Scope};
+use crate::compensation::{Compensation, CompensationOutcome};
 use crate::error::{NodeError, render};
 use crate::events::EventKind;
 use crate::nodes::{Nodes, Table};
 use crate::panic::{panic_message, timer};
-use crate::saga::{Compensation, CompensationOutcome};
 use crate::status::NodeStatus;
 use crate::verdict::Verdict;
 
@@ -44,15 +43,9 @@ impl Scheduler {
     }
 }
 
-/// The idempotency key an attempt of a compensation of a durable run is polled with.
-#[cfg(feature = "durable")]
-type Ctx = crate::durable::AttemptCtx;
-#[cfg(not(feature = "durable"))]
-type Ctx = ();
-
 /// Runs the compensations of a failed run's completed steps (see the module's doc) and returns
-/// what each did, in the order they ran; nothing when the run did not fail. In a durable run
-/// whose journal breaks (a commit fails, the replay diverges), the phase stops there.
+/// what each did, in the order they ran; nothing when the run did not fail. In a hooked run
+/// whose hook cannot go on ([`Before::Stop`], a failed [`Hook::tend`]), the phase stops there.
 pub(super) async fn compensate<N: Nodes>(
     scheduler: &mut Scheduler,
     table: &mut Table<'_, N>,
@@ -61,9 +54,8 @@ pub(super) async fn compensate<N: Nodes>(
     if !scheduler.ended_failed() {
         return Vec::new();
     }
-    #[cfg(feature = "durable")]
-    if let Some(journal) = scheduler.journal.as_deref_mut() {
-        journal.compensating();
+    if let Some(hook) = scheduler.hook.as_deref_mut() {
+        hook.compensating();
     }
     let base = scheduler.len();
     let mut done = Vec::new();
@@ -92,8 +84,7 @@ pub(super) async fn compensate<N: Nodes>(
 }
 
 /// Runs one compensation (leaf `leaf` of the table, for step `node`) until it succeeds or its
-/// step's policy has no retry left, emitting its events. `None`: a durable run's journal
-/// broke.
+/// step's policy has no retry left, emitting its events. `None`: the run's hook cannot go on.
 async fn compensate_one<N: Nodes>(
     scheduler: &mut Scheduler,
     table: &mut Table<'_, N>,
@@ -131,22 +122,14 @@ async fn compensate_one<N: Nodes>(
             });
         }
         let delay = backoff.delay(attempt);
-        let replayed = replaying(scheduler);
         scheduler.emit(Some(node), attempt, || EventKind::CompensationRetrying {
             error,
             delay,
         });
-        // A replay that has the next attempt in its journal waited already; one that ends in
-        // this backoff waits what is left of it; live, the backoff (its timer) is durable
-        // before the wait.
-        let wait = match (replayed, replaying(scheduler)) {
-            (_, true) => Duration::ZERO,
-            (true, false) => backoff_left(scheduler, node),
-            (false, false) if delay.is_zero() => delay,
-            (false, false) => match flush(scheduler).await {
-                true => delay,
-                false => return None,
-            },
+        // The hook may shorten the wait (it has waited before) or make its own work first.
+        let wait = match scheduler.hook.as_deref_mut() {
+            Some(hook) => hook.compensation_backoff(node, delay).await?,
+            None => delay,
         };
         if !wait.is_zero()
             && let Ok(sleep) = timer(wait)
@@ -157,52 +140,36 @@ async fn compensate_one<N: Nodes>(
     }
 }
 
-/// Waits for `sleep`; a durable run renews its lease meanwhile. `false`: the journal broke.
+/// Waits for `sleep`; a hooked run's hook works meanwhile. `false`: it cannot go on.
 async fn wait_keeping_lease(scheduler: &mut Scheduler, sleep: impl Future<Output = ()>) -> bool {
-    #[cfg(feature = "durable")]
-    if let Some(journal) = scheduler.journal.as_deref_mut() {
-        return journal.keep_lease(sleep).await.is_some();
+    match scheduler.hook.as_deref_mut() {
+        Some(hook) => tended(hook, sleep).await.is_some(),
+        None => {
+            sleep.await;
+            true
+        }
     }
-    let _ = scheduler;
-    sleep.await;
-    true
 }
 
-/// What is left of the backoff of `node`'s compensation in a durable run whose replay ended in
-/// it.
-fn backoff_left(scheduler: &Scheduler, node: u32) -> Duration {
-    #[cfg(feature = "durable")]
-    if let Some(journal) = scheduler.journal.as_deref() {
-        return journal.compensation_backoff_left(node);
-    }
-    let _ = (scheduler, node);
-    Duration::ZERO
+/// Drives `work` while `hook` does its own work ([`Hook::tend`]); `None` when the hook cannot
+/// go on: the work is dropped.
+async fn tended<F: Future>(hook: &mut dyn Hook, work: F) -> Option<F::Output> {
+    let mut work = std::pin::pin!(work);
+    poll_fn(|cx| {
+        if let std::task::Poll::Ready(out) = work.as_mut().poll(cx) {
+            return std::task::Poll::Ready(Some(out));
+        }
+        match hook.tend(cx) {
+            true => std::task::Poll::Pending,
+            false => std::task::Poll::Ready(None),
+        }
+    })
+    .await
 }
 
-/// Commits what a durable run has pending; `false` when its journal broke. `true` at once
-/// for any other run.
-async fn flush(scheduler: &mut Scheduler) -> bool {
-    #[cfg(feature = "durable")]
-    if let Some(journal) = scheduler.journal.as_deref_mut() {
-        return journal.flush().await;
-    }
-    let _ = scheduler;
-    true
-}
-
-/// Whether a durable run is replaying its journal.
-fn replaying(scheduler: &Scheduler) -> bool {
-    #[cfg(feature = "durable")]
-    if let Some(journal) = scheduler.journal.as_deref() {
-        return journal.replaying();
-    }
-    let _ = scheduler;
-    false
-}
-
-/// Attempt `attempt` of a compensation. In a durable run: the attempt's end, if the journal
-/// has it (replay: the compensation does not run again); else its `Compensating` is committed
-/// first, and the attempt runs with its idempotency key. `None`: the journal broke.
+/// Attempt `attempt` of a compensation. A hooked run asks its hook first: the attempt may have
+/// ended before (it does not run again), and it runs inside the hook's scope while the hook
+/// works. `None`: the hook cannot go on.
 async fn run_attempt<N: Nodes>(
     scheduler: &mut Scheduler,
     table: &mut Table<'_, N>,
@@ -211,37 +178,42 @@ async fn run_attempt<N: Nodes>(
     attempt: u32,
     timeout: Option<std::time::Duration>,
 ) -> Option<Result<(), NodeError>> {
-    #[cfg(feature = "durable")]
-    if let Some(journal) = scheduler.journal.as_deref_mut() {
-        if journal.is_broken() {
-            return None;
-        }
-        if let Some(end) = journal.compensation_end(node, attempt) {
-            return Some(end.map_err(|text| NodeError::Failed(text.into())));
-        }
-        if !journal.flush().await {
-            return None;
-        }
-        let name = scheduler.graph.nodes[node as usize].name;
-        let ctx = journal.compensation_ctx(name, attempt);
-        return journal
-            .keep_lease(attempt_once(table, leaf, timeout, Some(ctx)))
-            .await;
+    let name = scheduler.graph.nodes[node as usize].name;
+    let Some(hook) = scheduler.hook.as_deref_mut() else {
+        return Some(attempt_once(table, leaf, timeout, None).await);
+    };
+    match hook.before_compensation(node, name, attempt).await {
+        Before::Stop => None,
+        Before::Ended(end) => Some(end.map_err(|text| NodeError::Failed(text.into()))),
+        Before::Run(scope) => tended(hook, attempt_once(table, leaf, timeout, scope)).await,
     }
-    let _ = (scheduler, node, attempt);
-    Some(attempt_once(table, leaf, timeout, None).await)
 }
 
-/// Calls `f` with the attempt's context set (a durable run's idempotency key).
-fn within<R>(ctx: &mut Option<Ctx>, f: impl FnOnce() -> R) -> R {
-    #[cfg(feature = "durable")]
-    if let Some(given) = ctx.take() {
-        let (result, given) = crate::durable::with_attempt(given, f);
-        *ctx = Some(given);
-        return result;
+/// Calls `f` inside the attempt's scope, if it has one.
+fn within<R>(scope: &mut Option<Box<dyn Scope>>, f: impl FnOnce() -> R) -> R {
+    let Some(scope) = scope else {
+        return f();
+    };
+    let mut f = Some(f);
+    let mut out = None;
+    scope.within(&mut || {
+        if let Some(f) = f.take() {
+            out = Some(f());
+        }
+    });
+    match out {
+        Some(out) => out,
+        // A scope that did not call its closure: the attempt is polled outside it.
+        None => match f.take() {
+            Some(f) => f(),
+            None => unreachable_scope(),
+        },
     }
-    let _ = ctx;
-    f()
+}
+
+#[cold]
+fn unreachable_scope() -> ! {
+    unreachable!("the closure ran, so its output is set")
 }
 
 /// One attempt of a compensation: starts its leaf and polls it to the end, with the step's
@@ -250,7 +222,7 @@ async fn attempt_once<N: Nodes>(
     table: &mut Table<'_, N>,
     leaf: usize,
     timeout: Option<std::time::Duration>,
-    mut ctx: Option<Ctx>,
+    mut ctx: Option<Box<dyn Scope>>,
 ) -> Result<(), NodeError> {
     let started = within(&mut ctx, || {
         catch_unwind(AssertUnwindSafe(|| table.leaves()[leaf].as_mut().start()))

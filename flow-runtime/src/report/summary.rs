@@ -6,9 +6,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{NestKind, PathStep};
+use super::Report;
 use crate::error::{NodeError, WorkflowError};
-use crate::report::Report;
+use crate::path::{NestKind, PathStep};
 
 /// How many failures a [`NestReport`] lists (with their instance); the rest are counted.
 pub(crate) const FAILURES_KEPT: usize = 100;

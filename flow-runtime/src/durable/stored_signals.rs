@@ -2,7 +2,7 @@
 //! while it is polled ([`SignalCtx`]), and the typed sender [`send_signal`].
 //!
 //! In a durable run, a `Signal` step takes its payload from the run's store, never from the
-//! in-memory mailbox: the scheduler's journal (`scheduler/inbox.rs`) keeps the run's
+//! in-memory mailbox: the run's journal (`durable/journal/inbox.rs`) keeps the run's
 //! unconsumed signals, polls the store for new ones while a step waits, and hands one signal
 //! at a time to the waiting step through the attempt's context. The step decodes it into its
 //! type: on success its `SignalReceived`, its `Completed`, its output and the signal's

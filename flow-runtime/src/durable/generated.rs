@@ -1,0 +1,71 @@
+//! What the code `#[flow(durable)]` generates calls, re-exported by `__private` only: each
+//! step's future restores its stored output first ([`restore_output`], [`restoring`]) and hands
+//! its output to the journal ([`complete_durable`]); [`assert_durable`] checks at compile time
+//! that a parameter or output type can be stored.
+
+use serde::de::DeserializeOwned;
+
+use super::{CURRENT, Durable};
+use crate::error::{IntoNodeResult, NodeError};
+use crate::slot::Slot;
+
+/// The first thing a durable node's future does: when the scheduler restores the node from
+/// the journal, puts the stored output in `slot` and returns the node's result; `None` when the
+/// node runs for real. Called by generated code.
+pub fn restore_output<T: DeserializeOwned>(
+    slot: &Slot<T>,
+    node: &'static str,
+) -> Option<Result<(), NodeError>> {
+    let bytes = CURRENT.with(|c| c.borrow_mut().as_mut().and_then(|ctx| ctx.restore.take()))?;
+    Some(match serde_json::from_slice::<T>(&bytes) {
+        Ok(value) => {
+            slot.put(value);
+            Ok(())
+        }
+        Err(error) => Err(NodeError::Failed(
+            format!(
+                "the stored output of `{node}` cannot be read as `{}`: {error}",
+                std::any::type_name::<T>()
+            )
+            .into(),
+        )),
+    })
+}
+
+/// As [`restore_output`] for a node without output: whether it is restored (and must not run).
+pub fn restoring() -> bool {
+    CURRENT.with(|c| {
+        c.borrow_mut()
+            .as_mut()
+            .and_then(|ctx| ctx.restore.take())
+            .is_some()
+    })
+}
+
+/// Stores a durable operation's result in its slot and hands its JSON to the scheduler, which
+/// journals it with the node's completion. Called by generated code, spanned on the user's
+/// call, so that an output that cannot be stored is an error on it.
+pub fn complete_durable<R>(slot: &Slot<R::Ok>, result: R) -> Result<(), NodeError>
+where
+    R: IntoNodeResult,
+    R::Ok: Durable,
+{
+    let value = result.into_node_result()?;
+    let captured = CURRENT.with(|c| c.borrow().is_some());
+    if captured {
+        let bytes = serde_json::to_vec(&value).map_err(|error| {
+            NodeError::Failed(format!("the output cannot be stored: {error}").into())
+        })?;
+        CURRENT.with(|c| {
+            if let Some(ctx) = c.borrow_mut().as_mut() {
+                ctx.captured = Some((std::any::type_name::<R::Ok>(), bytes));
+            }
+        });
+    }
+    slot.put(value);
+    Ok(())
+}
+
+/// A compile-time check that a value can be stored: generated code calls it on each
+/// parameter type and the output type of a durable workflow, spanned on the type.
+pub fn assert_durable<T: Durable>() {}

@@ -1,0 +1,505 @@
+//! Distributed runs (`DurableRunner::distributed`): operations executed as tasks by any
+//! worker.
+//!
+//! The owner of a distributed run's lease decides it exactly as it decides any durable run:
+//! the same replay, the same write-ahead gate, the same settling. Only an operation's attempt
+//! is not run here. The batch with its `Requested` opens a task
+//! ([`TaskChange::Open`]); its "future" is the task's outcome, which a worker stores
+//! (`Store::complete_task`) and the run takes from the store: loaded with the run
+//! (`Loaded::tasks`) or fetched every `signal_poll` while a task runs. A completed outcome is
+//! restored through the node's own future, as a replayed completion is (the output is in the
+//! store already); a failed one is the attempt's error, which retries, timeouts and failure
+//! policies treat as any other. The batch journaling the outcome, or giving up the attempt,
+//! closes the task ([`TaskChange::Close`]).
+//!
+//! A worker executes a task with a [`TaskRun`] hook: the workflow's own run, whose node set the
+//! hook drives itself. It restores the stored outputs into their slots and runs the one
+//! attempt, with its idempotency key, journals nothing, and gives back the attempt's outcome.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use tokio::time::Sleep;
+
+use super::Journal;
+use crate::durable::{JournalSetup, attempt_ctx, with_attempt};
+use crate::error::NodeError;
+use crate::events::{Event, EventKind};
+use crate::graph::{Graph, NodeKind};
+use crate::panic::{panic_message, timer};
+use crate::report::HookEnd;
+use crate::scheduler::{Hook, HookFuture, Run, RunEnd, Steps};
+use crate::status::NodeStatus;
+use crate::store::{
+    Batch, StoreFuture, StoredOutput, TaskChange, TaskOutcome, TaskResult, TimerChange, TimerKey,
+    TimerKind,
+};
+
+/// A distributed run's side of its tasks.
+pub(super) struct Tasks {
+    /// Which nodes are operations (executed as tasks).
+    remote: Box<[bool]>,
+    /// Outcomes known and not yet taken by their node.
+    results: Vec<TaskResult>,
+    /// Nodes whose stored attempt timeout was loaded with the run and not used yet: the
+    /// attempt in flight waits what is left of it.
+    loaded_timeouts: Vec<u32>,
+    /// The next look at the store, while a task runs.
+    sleep: Option<Pin<Box<Sleep>>>,
+    /// A look at the store in flight.
+    fetch: Option<StoreFuture<'static, Vec<TaskResult>>>,
+}
+
+impl Tasks {
+    pub(super) fn new(setup: &JournalSetup, graph: &'static Graph) -> Option<Box<Tasks>> {
+        if !setup.distributed {
+            return None;
+        }
+        Some(Box::new(Tasks {
+            remote: graph
+                .nodes
+                .iter()
+                .map(|node| node.kind == NodeKind::Operation)
+                .collect(),
+            results: setup.tasks.clone(),
+            loaded_timeouts: setup
+                .timers
+                .iter()
+                .filter(|t| t.key.kind == TimerKind::Timeout)
+                .filter_map(|t| t.key.node)
+                .collect(),
+            sleep: None,
+            fetch: None,
+        }))
+    }
+
+    fn is_remote(&self, node: u32) -> bool {
+        self.remote.get(node as usize).copied().unwrap_or(false)
+    }
+
+    /// The task changes an event of the live run implies: an operation's `Requested` opens
+    /// its task, the end of its attempt (journaled, retried, given up, withdrawn) closes it.
+    pub(super) fn record(&self, event: &Event, pending: &mut Batch) {
+        let Some(node) = event.node.filter(|&n| self.is_remote(n)) else {
+            return;
+        };
+        match &event.kind {
+            EventKind::Requested => pending.tasks.push(TaskChange::Open {
+                node,
+                attempt: event.attempt,
+            }),
+            EventKind::Completed { .. }
+            | EventKind::Failed { .. }
+            | EventKind::Retrying { .. }
+            | EventKind::Aborted { .. }
+            | EventKind::Withdrawn { .. } => {
+                pending.tasks.push(TaskChange::Close { node });
+                // The attempt's stored timeout goes with it (the retry's backoff stays).
+                pending.timers.push(TimerChange::Clear {
+                    key: timeout_key(node),
+                });
+            }
+            _ => {}
+        }
+    }
+
+    /// Takes the outcome of `node`'s `attempt`, if it is known; drops outcomes of its earlier
+    /// attempts (given up before they ended).
+    fn take(&mut self, node: u32, attempt: u32) -> Option<TaskOutcome> {
+        self.results
+            .retain(|r| r.node != node || r.attempt >= attempt);
+        let i = self
+            .results
+            .iter()
+            .position(|r| r.node == node && r.attempt == attempt)?;
+        Some(self.results.swap_remove(i).outcome)
+    }
+
+    fn has(&self, node: u32, attempt: u32) -> bool {
+        self.results
+            .iter()
+            .any(|r| r.node == node && r.attempt == attempt)
+    }
+
+    /// Keeps the outcomes fetched from the store (the newest of each node).
+    fn add(&mut self, fetched: Vec<TaskResult>) {
+        for result in fetched {
+            match self.results.iter_mut().find(|r| r.node == result.node) {
+                Some(known) => *known = result,
+                None => self.results.push(result),
+            }
+        }
+    }
+}
+
+/// The stored timeout of `node`'s attempt in flight.
+fn timeout_key(node: u32) -> TimerKey {
+    TimerKey {
+        node: Some(node),
+        instance: String::new(),
+        kind: TimerKind::Timeout,
+    }
+}
+
+/// The run's tasks, if it is distributed.
+fn tasks<'a>(run: &'a mut Run<'_, '_>) -> Option<&'a mut Tasks> {
+    run.hook::<Journal>()?.tasks.as_deref_mut()
+}
+
+/// The timeout of a task's attempt that starts now: what is left of the stored one when
+/// the attempt was in flight when the run was loaded, else the step's full timeout, which
+/// is stored (with the next batch) so that it holds while the run is unloaded.
+pub(super) fn task_timeout(run: &mut Run<'_, '_>, node: u32) -> Option<Duration> {
+    let full = run.policy(node).timeout()?;
+    let journal = run.hook::<Journal>()?;
+    let tasks = journal.tasks.as_deref_mut()?;
+    if let Some(i) = tasks.loaded_timeouts.iter().position(|&n| n == node) {
+        tasks.loaded_timeouts.swap_remove(i);
+        let setup = &journal.setup;
+        if let Some(stored) = setup.timers.iter().find(|t| t.key == timeout_key(node)) {
+            return Some(Duration::from_millis(
+                stored.due_ms.saturating_sub(setup.now_ms),
+            ));
+        }
+    }
+    journal.pending.timers.push(TimerChange::Set {
+        key: timeout_key(node),
+        after: full,
+    });
+    Some(full)
+}
+
+/// Whether `node`'s attempts are tasks for the workers (an operation of a live
+/// distributed run).
+pub(super) fn is_task(run: &mut Run<'_, '_>, node: u32) -> bool {
+    tasks(run).is_some_and(|t| t.is_remote(node))
+}
+
+/// Whether `node` waits for its task's outcome and none is known: unloading counts it as
+/// waiting without a due time (the task's completion makes the run due in the store).
+pub(super) fn task_idle(run: &mut Run<'_, '_>, node: u32) -> bool {
+    let attempt = run.attempt(node);
+    let backoff = run.in_backoff(node);
+    let Some(journal) = run.hook::<Journal>() else {
+        return false;
+    };
+    // Out as a task: not waiting for its `Requested` to commit, not between two attempts.
+    let out = !journal.is_waiting(node) && !backoff;
+    out && journal
+        .tasks
+        .as_deref()
+        .is_some_and(|t| t.is_remote(node) && !t.has(node, attempt))
+}
+
+/// Polls a task's attempt: its outcome once a worker stored it, else its timeout.
+pub(super) fn poll_task(
+    run: &mut Run<'_, '_>,
+    node: u32,
+    cx: &mut Context<'_>,
+) -> Poll<Result<(), NodeError>> {
+    let attempt = run.attempt(node);
+    let outcome = tasks(run).and_then(|t| t.take(node, attempt));
+    match outcome {
+        Some(TaskOutcome::Completed { type_name, bytes }) => {
+            let restored = restore_task(run, node, bytes.clone());
+            // The output becomes the node's with the batch that journals its completion.
+            if let (Poll::Ready(Ok(())), Some(journal)) = (&restored, run.hook::<Journal>()) {
+                journal.pending.outputs.push(StoredOutput {
+                    node,
+                    instance: String::new(),
+                    type_name,
+                    bytes,
+                });
+            }
+            restored
+        }
+        Some(TaskOutcome::Failed { error }) => Poll::Ready(Err(NodeError::Failed(error.into()))),
+        None => {
+            if !run.timeout_passed(node, cx) {
+                return Poll::Pending;
+            }
+            let after = run.policy(node).timeout().unwrap_or_default();
+            run.emit(Some(node), attempt, EventKind::TimedOut { after });
+            Poll::Ready(Err(NodeError::TimedOut(after)))
+        }
+    }
+}
+
+/// Puts a task's output in the node's slot through the node's own future, as a replayed
+/// completion is restored.
+fn restore_task(run: &mut Run<'_, '_>, node: u32, bytes: Vec<u8>) -> Poll<Result<(), NodeError>> {
+    let name = run.graph().nodes[node as usize].name;
+    let attempt = run.attempt(node);
+    let Some(journal) = run.hook::<Journal>() else {
+        return Poll::Ready(Err(NodeError::Internal("a task outside a durable run")));
+    };
+    let mut ctx = journal.ctx(name, attempt);
+    ctx.restore = Some(bytes);
+    let mut noop = Context::from_waker(Waker::noop());
+    let (polled, _) = with_attempt(ctx, || {
+        catch_unwind(AssertUnwindSafe(|| {
+            let mut leaf = run.leaf(node);
+            leaf.as_mut().start();
+            leaf.poll(&mut noop)
+        }))
+    });
+    match polled {
+        Ok(Poll::Ready(result)) => Poll::Ready(result),
+        Ok(Poll::Pending) => Poll::Ready(Err(NodeError::Internal(
+            "a durable step did not restore its task's output",
+        ))),
+        Err(payload) => Poll::Ready(Err(NodeError::Panicked(panic_message(payload)))),
+    }
+}
+
+/// The live distributed run's look for task outcomes, in each round: while a task runs,
+/// asks the store every `signal_poll`; hands each known outcome to its node (which is
+/// polled). Whether a node was handed one.
+pub(super) fn poll_tasks(run: &mut Run<'_, '_>, cx: &mut Context<'_>) -> bool {
+    let mut waiting = Vec::new();
+    for node in 0..run.len() as u32 {
+        if run.status(node) == NodeStatus::Running
+            && is_task(run, node)
+            && !run.hook::<Journal>().is_some_and(|j| j.is_waiting(node))
+        {
+            waiting.push((node, run.attempt(node)));
+        }
+    }
+    let Some(journal) = run.hook::<Journal>() else {
+        return false;
+    };
+    let every = journal.setup.signal_poll;
+    let store = Arc::clone(&journal.setup.store);
+    let run_id = journal.setup.lease.run.clone();
+    let Some(tasks) = journal.tasks.as_deref_mut() else {
+        return false;
+    };
+    if waiting.is_empty() {
+        tasks.sleep = None;
+        tasks.fetch = None;
+        return false;
+    }
+    let mut handed = Vec::new();
+    loop {
+        for &(node, attempt) in &waiting {
+            if tasks.has(node, attempt) && !handed.contains(&node) {
+                handed.push(node);
+            }
+        }
+        if let Some(fetch) = tasks.fetch.as_mut() {
+            match fetch.as_mut().poll(cx) {
+                Poll::Pending => break,
+                Poll::Ready(result) => {
+                    tasks.fetch = None;
+                    // A failed request is made again after the next interval.
+                    if let Ok(results) = result {
+                        tasks.add(results);
+                        continue;
+                    }
+                }
+            }
+        }
+        if tasks.sleep.is_none() {
+            match timer(every) {
+                Ok(sleep) => tasks.sleep = Some(sleep),
+                // No tokio timer: the run takes the outcomes it loaded, and asks no more.
+                Err(_) => break,
+            }
+        }
+        if let Some(sleep) = tasks.sleep.as_mut()
+            && sleep.as_mut().poll(cx).is_pending()
+        {
+            break;
+        }
+        tasks.sleep = None;
+        let store = Arc::clone(&store);
+        let run_id = run_id.clone();
+        tasks.fetch = Some(Box::pin(async move { store.task_results(&run_id).await }));
+    }
+    let dealt = !handed.is_empty();
+    for node in handed {
+        run.due(node);
+    }
+    dealt
+}
+
+/// A worker's execution of one task of a distributed run: the hook of the workflow's own run,
+/// which drives the node set itself. It restores every stored output into its node's slot,
+/// makes the task's attempt and polls it with its idempotency key; the run journals nothing
+/// and settles nothing. Its end is the attempt's [`TaskOutcome`].
+pub(crate) struct TaskRun {
+    run: Arc<str>,
+    /// The run's stored outputs, by node.
+    outputs: HashMap<u32, Vec<u8>>,
+    node: u32,
+    attempt: u32,
+    started: bool,
+    outcome: Option<TaskOutcome>,
+}
+
+impl TaskRun {
+    pub(crate) fn new(
+        run: &str,
+        outputs: HashMap<u32, Vec<u8>>,
+        node: u32,
+        attempt: u32,
+    ) -> Box<TaskRun> {
+        Box::new(TaskRun {
+            run: Arc::from(run),
+            outputs,
+            node,
+            attempt,
+            started: false,
+            outcome: None,
+        })
+    }
+}
+
+/// The calls of a [`TaskRun`]: it drives the node set alone.
+struct TaskSteps;
+
+impl Steps for TaskSteps {
+    fn request(&self, _: &mut Run<'_, '_>, _: u32, _: bool) -> Result<(), NodeError> {
+        Ok(())
+    }
+
+    fn poll(
+        &self,
+        _: &mut Run<'_, '_>,
+        _: u32,
+        _: &mut Context<'_>,
+    ) -> Poll<Result<(), NodeError>> {
+        Poll::Pending
+    }
+
+    fn after_poll(&self, _: &mut Run<'_, '_>, _: &mut Context<'_>, poll: Poll<()>) -> Poll<()> {
+        poll
+    }
+
+    fn alone(&self) -> bool {
+        true
+    }
+
+    fn poll_alone(&self, run: &mut Run<'_, '_>, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(task) = run.hook::<TaskRun>() else {
+            return Poll::Ready(());
+        };
+        if !task.started {
+            task.started = true;
+            if !start_task_run(run) {
+                return Poll::Ready(());
+            }
+        }
+        poll_task_run(run, cx)
+    }
+}
+
+impl Hook for TaskRun {
+    fn attach(&mut self, _: &'static Graph) {}
+
+    fn record(&mut self, _: &Event) {}
+
+    fn steps(&self) -> &'static dyn Steps {
+        &TaskSteps
+    }
+
+    fn as_any(&mut self) -> &mut dyn Any {
+        self
+    }
+
+    fn finish(self: Box<Self>, _: RunEnd) -> HookFuture<'static, HookEnd> {
+        Box::pin(std::future::ready(HookEnd::new(self.outcome)))
+    }
+}
+
+/// A worker's execution of one task, first step: restores every stored output into its
+/// node's slot and makes the task's attempt. `false` when that failed: the outcome is set.
+/// Then [`poll_task_run`] runs the attempt.
+fn start_task_run(run: &mut Run<'_, '_>) -> bool {
+    let graph = run.graph();
+    let len = run.len();
+    let Some(task) = run.hook::<TaskRun>() else {
+        return false;
+    };
+    let (run_id, target) = (Arc::clone(&task.run), task.node);
+    let outputs = std::mem::take(&mut task.outputs);
+    let mut noop = Context::from_waker(Waker::noop());
+    let failed = 'start: {
+        if (target as usize) >= len || graph.nodes[target as usize].kind != NodeKind::Operation {
+            break 'start format!("node {target} of `{}` is not an operation", graph.name);
+        }
+        for (&node, bytes) in &outputs {
+            if node == target || (node as usize) >= len {
+                continue;
+            }
+            let name = graph.nodes[node as usize].name;
+            let mut ctx = attempt_ctx(&run_id, name, 1);
+            ctx.restore = Some(bytes.clone());
+            let (polled, _) = with_attempt(ctx, || {
+                catch_unwind(AssertUnwindSafe(|| {
+                    let mut leaf = run.leaf(node);
+                    leaf.as_mut().start();
+                    leaf.poll(&mut noop)
+                }))
+            });
+            let why = match polled {
+                Ok(Poll::Ready(Ok(()))) => None,
+                Ok(Poll::Ready(Err(error))) => Some(error.to_string()),
+                Ok(Poll::Pending) => Some("its step did not restore it".to_owned()),
+                Err(payload) => Some(panic_message(payload).to_string()),
+            };
+            run.leaf(node).stop();
+            if let Some(why) = why {
+                break 'start format!("the stored output of `{name}` cannot be restored: {why}");
+            }
+        }
+        match catch_unwind(AssertUnwindSafe(|| run.leaf(target).start())) {
+            Ok(()) => return true,
+            Err(payload) => NodeError::Panicked(panic_message(payload)).to_string(),
+        }
+    };
+    if let Some(task) = run.hook::<TaskRun>() {
+        task.outcome = Some(TaskOutcome::Failed { error: failed });
+    }
+    false
+}
+
+/// A worker's execution of one task, second step: polls the attempt with its idempotency
+/// key; once it ends, its outcome (with the output it stored) is set.
+fn poll_task_run(run: &mut Run<'_, '_>, cx: &mut Context<'_>) -> Poll<()> {
+    let graph = run.graph();
+    let Some(task) = run.hook::<TaskRun>() else {
+        return Poll::Ready(());
+    };
+    let target = task.node;
+    let ctx = attempt_ctx(&task.run, graph.nodes[target as usize].name, task.attempt);
+    let (polled, ctx) = with_attempt(ctx, || {
+        catch_unwind(AssertUnwindSafe(|| run.leaf(target).poll(cx)))
+    });
+    let outcome = match polled {
+        Ok(Poll::Pending) => return Poll::Pending,
+        Ok(Poll::Ready(Ok(()))) => {
+            let (type_name, bytes) = ctx.captured.unwrap_or(("", Vec::new()));
+            TaskOutcome::Completed {
+                type_name: type_name.to_owned(),
+                bytes,
+            }
+        }
+        Ok(Poll::Ready(Err(error))) => TaskOutcome::Failed {
+            error: error.to_string(),
+        },
+        Err(payload) => TaskOutcome::Failed {
+            error: NodeError::Panicked(panic_message(payload)).to_string(),
+        },
+    };
+    run.leaf(target).stop();
+    if let Some(task) = run.hook::<TaskRun>() {
+        task.outcome = Some(outcome);
+    }
+    Poll::Ready(())
+}

@@ -5,9 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flow_postgres::testing;
-use flow_runtime::store::{
-    Batch, Committed, Created, NewRun, Owner, Store, StoreError, StoredEvent,
-};
+use flow_store::{Batch, Committed, Created, NewRun, Owner, Store, StoreError, StoredEvent};
 
 const LEASE: Duration = Duration::from_secs(60);
 

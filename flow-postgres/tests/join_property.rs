@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use flow_postgres::{PostgresOptions, PostgresStore, testing};
-use flow_runtime::store::{
+use flow_store::{
     Batch, Committed, Created, NewRun, Owner, RunFilter, Store, StoreError, StoredEvent,
     StoredOutput, TaskChange, TaskClaim, TaskCommitted, TaskOutcome,
 };

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use flow_postgres::{MIGRATIONS, PostgresOptions, PostgresStore, SCHEMA_VERSION, testing};
-use flow_runtime::store::{
+use flow_store::{
     Batch, Committed, Created, NewRun, Owner, RunFilter, Store, StoreError, StoredEvent, TaskChange,
 };
 

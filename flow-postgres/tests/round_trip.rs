@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use flow_postgres::testing;
-use flow_runtime::store::{
+use flow_store::{
     Batch, Committed, Created, NewRun, NodeRow, Owner, Store, StoredEvent, StoredOutput, StoredPath,
 };
 

@@ -23,7 +23,8 @@
 //   support                             what generated code calls: `execute*`, `input`, ...
 //   runner                              `Workflow` and `Runner`: the public entry points
 //   progress                            an observer (feature `progress`)
-//   store                               durable runs' storage (feature `durable`): uses events, nest
+//   store                               the crate flow-store, re-exported, and the stored forms of
+//                                       events and paths (feature `durable`): uses events, nest
 //   worker                              resumes unfinished durable runs (feature `durable`): uses durable, store
 //
 // Outside the layers: nest (nested graphs; its plain types `NestKind`, `NodePath` are read by

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use flow_runtime::store::StoreError;
+use flow_store::StoreError;
 use rusqlite::Connection;
 
 use crate::error::sql_error;

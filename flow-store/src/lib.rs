@@ -61,7 +61,7 @@
 //! the rule of [`Store::due_runs`]; [`RunFilter::matches`] that of [`Store::list_runs`]. The
 //! enums a store keeps as text have a stable name each ([`RunStatus::as_str`],
 //! [`TimerKind::as_str`], [`SignalMode::as_str`], [`StoredPath`]'s `Display`) and parse back
-//! with [`FromStr`](std::str::FromStr).
+//! with [`FromStr`].
 //!
 //! Then run the contract suite from the store's tests, with this crate in the store's
 //! `[dev-dependencies]` with the feature `contract`:

@@ -747,12 +747,28 @@ pub enum SignalMode {
 }
 
 impl SignalMode {
+    /// Both modes, in declaration order.
+    pub const ALL: [SignalMode; 2] = [SignalMode::Kept, SignalMode::Transient];
+
     /// Its stored name: `kept` or `transient`.
     pub fn as_str(self) -> &'static str {
         match self {
             SignalMode::Kept => "kept",
             SignalMode::Transient => "transient",
         }
+    }
+}
+
+impl FromStr for SignalMode {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<SignalMode, StoreError> {
+        SignalMode::ALL
+            .into_iter()
+            .find(|mode| mode.as_str() == s)
+            .ok_or_else(|| StoreError::Invalid {
+                why: format!("unknown signal mode `{s}`; expected kept or transient"),
+            })
     }
 }
 
@@ -1060,12 +1076,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn statuses_and_timer_kinds_round_trip_through_their_names() {
+    fn statuses_timer_kinds_and_signal_modes_round_trip_through_their_names() {
         for status in RunStatus::ALL {
             assert_eq!(status.as_str().parse::<RunStatus>(), Ok(status));
         }
         for kind in TimerKind::ALL {
             assert_eq!(kind.as_str().parse::<TimerKind>(), Ok(kind));
+        }
+        for mode in SignalMode::ALL {
+            assert_eq!(mode.as_str().parse::<SignalMode>(), Ok(mode));
         }
         let err = "sleeping"
             .parse::<RunStatus>()

@@ -21,10 +21,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crash_flow::{Confirm, CrashOrder, CrashStore, RUN, Stop, When, configure, open_world};
-use flow::Worker;
-use flow::durable::send_signal;
-use flow::store::{Owner, RunEnd, RunFilter, Store, StoredEvent};
-use flow_sqlite::{Durability, SqliteOptions, SqliteStore};
+use flowdag::Worker;
+use flowdag::durable::send_signal;
+use flowdag::store::{Owner, RunEnd, RunFilter, Store, StoredEvent};
+use flowdag_sqlite::{Durability, SqliteOptions, SqliteStore};
 use serde_json::{Value, json};
 
 /// The order every run is for.
@@ -119,7 +119,7 @@ fn crash_child() {
 
 /// What the parent compares with the uninterrupted run: the result (or the error and the
 /// compensations), and every step's status and attempts.
-fn summary(outcome: &flow::Outcome<String>) -> Value {
+fn summary(outcome: &flowdag::Outcome<String>) -> Value {
     let result = match &outcome.result {
         Ok(value) => json!({ "ok": value }),
         Err(error) => json!({
@@ -392,7 +392,7 @@ fn scenario(dir: &Path, input: Input, plans: &[Plan], by_worker: bool) -> Result
         let loaded = store
             .load_run(RUN, &Owner::new("checker"), Duration::from_secs(1))
             .await?;
-        Ok::<_, flow::store::StoreError>((events, loaded))
+        Ok::<_, flowdag::store::StoreError>((events, loaded))
     })
     .map_err(|e| e.to_string())?;
     drop(store);

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use flow::Worker;
-use flow::durable::DurableError;
-use flow::prelude::*;
-use flow::store::{
+use flowdag::Worker;
+use flowdag::durable::DurableError;
+use flowdag::prelude::*;
+use flowdag::store::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, MemoryStore, NewRun, NewSignal, Owner,
     RunFilter, RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent, StoredSignal,
     TimerKind,
@@ -345,10 +345,10 @@ workflow! {
 /// resumes it: each resume ends with the uninterrupted result, 1.
 async fn stopped_and_resumed_at_each_commit<W>(name: &str, input: u64)
 where
-    W: flow::durable::DurableWorkflow<Stored = u64, Output = u64>,
+    W: flowdag::durable::DurableWorkflow<Stored = u64, Output = u64>,
 {
     let memory = MemoryStore::new();
-    let reference = flow::Runner::<W>::new()
+    let reference = flowdag::Runner::<W>::new()
         .durable(&memory, format!("{name}-ref"))
         .execute(input)
         .await
@@ -358,14 +358,14 @@ where
         let id = format!("{name}-{n}");
         let mut stopping = Short::new(&memory, Duration::from_secs(60));
         stopping.fail_at = Some(n);
-        let stopped = flow::Runner::<W>::new()
+        let stopped = flowdag::Runner::<W>::new()
             .durable(&stopping, id.as_str())
             .execute(input)
             .await;
         if stopped.is_ok() {
             return;
         }
-        let outcome = flow::durable::resume::<W, _>(&memory, &id)
+        let outcome = flowdag::durable::resume::<W, _>(&memory, &id)
             .await
             .unwrap_or_else(|err| panic!("stopped at commit {n}: {err}"));
         assert_eq!(
@@ -481,7 +481,7 @@ async fn a_compensation_longer_than_the_lease_keeps_it() {
     assert!(
         matches!(
             compensations[0].outcome(),
-            flow::CompensationOutcome::Compensated
+            flowdag::CompensationOutcome::Compensated
         ),
         "{error}"
     );

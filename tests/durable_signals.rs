@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use flow::durable::{DurableError, send_signal};
-use flow::prelude::*;
-use flow::store::{
+use flowdag::durable::{DurableError, send_signal};
+use flowdag::prelude::*;
+use flowdag::store::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, MemoryStore, NewRun, NewSignal, Owner,
     RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, Store, StoreError, StoreFuture,
     StoredEvent, StoredSignal, WaitChange,
@@ -134,7 +134,7 @@ impl std::error::Error for Never {}
 static SHIPPED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 
 async fn ship(order: u64, approval: &Approval) -> Result<String, Never> {
-    if let Some(attempt) = flow::attempt() {
+    if let Some(attempt) = flowdag::attempt() {
         SHIPPED
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -147,7 +147,7 @@ async fn ship(order: u64, approval: &Approval) -> Result<String, Never> {
 static HELD: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 
 async fn hold() -> Result<(), Never> {
-    let run = flow::attempt()
+    let run = flowdag::attempt()
         .map(|a| a.run().to_owned())
         .unwrap_or_default();
     if HELD
@@ -565,14 +565,14 @@ fn sqlite_path(name: &str) -> std::path::PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_on_sqlite_receives_a_signal_sent_through_a_client() {
     let path = sqlite_path("client");
-    let owner = flow_sqlite::SqliteStore::open(&path).expect("the owner opens the store");
+    let owner = flowdag_sqlite::SqliteStore::open(&path).expect("the owner opens the store");
     let run = Approve::runner()
         .durable(&owner, "s-1")
         .signal_poll(Duration::from_millis(20))
         .execute(9);
     let send = async {
         tokio::time::sleep(SETTLE).await;
-        let client = flow_sqlite::SqliteStore::open_client(&path).expect("a client opens it");
+        let client = flowdag_sqlite::SqliteStore::open_client(&path).expect("a client opens it");
         send_signal(&client, "s-1", Approve::APPROVE, ann())
             .await
             .expect("sent through the client")
@@ -596,7 +596,7 @@ async fn a_stopped_run_is_resumed_by_the_worker_once_its_signal_is_sent() {
     let path = sqlite_path("worker");
     let id = "w-1";
     {
-        let first = flow_sqlite::SqliteStore::open(&path).expect("opens");
+        let first = flowdag_sqlite::SqliteStore::open(&path).expect("opens");
         let run = Approve::runner().durable(&first, id).execute(10);
         let stopped = tokio::time::timeout(SETTLE, run).await;
         assert!(stopped.is_err(), "the step waits");
@@ -604,7 +604,7 @@ async fn a_stopped_run_is_resumed_by_the_worker_once_its_signal_is_sent() {
         assert_eq!(kinds(&events, "SignalReceived"), 0);
         // The process ends: its store is closed, the run's lease stays in the file.
     }
-    let client = flow_sqlite::SqliteStore::open_client(&path).expect("a client");
+    let client = flowdag_sqlite::SqliteStore::open_client(&path).expect("a client");
     let before = now_ms();
     send_signal(&client, id, Approve::APPROVE, ann())
         .await
@@ -621,8 +621,8 @@ async fn a_stopped_run_is_resumed_by_the_worker_once_its_signal_is_sent() {
         "the signal makes the run due: {summary:?}"
     );
 
-    let store = flow_sqlite::SqliteStore::open(&path).expect("a new owner");
-    let worker = flow::Worker::new(store.clone())
+    let store = flowdag_sqlite::SqliteStore::open(&path).expect("a new owner");
+    let worker = flowdag::Worker::new(store.clone())
         .register::<Approve>()
         .poll_interval(Duration::from_millis(20));
     let shutdown = {
@@ -793,7 +793,7 @@ fn child_waiting_for_a_signal() {
         .build()
         .expect("a runtime");
     runtime.block_on(async {
-        let store = flow_sqlite::SqliteStore::open(&path).expect("the child opens the store");
+        let store = flowdag_sqlite::SqliteStore::open(&path).expect("the child opens the store");
         let run = Approve::runner().durable(&store, "kill-1").execute(14);
         let announce = async {
             loop {
@@ -843,15 +843,15 @@ async fn a_killed_run_resumes_once_its_signal_is_sent() {
         "the child's run waits"
     );
     // The owner is alive: a client sends all the same.
-    let client = flow_sqlite::SqliteStore::open_client(&path).expect("a client");
+    let client = flowdag_sqlite::SqliteStore::open_client(&path).expect("a client");
     child.kill().expect("SIGKILL the child");
     child.wait().expect("reap the child");
     send_signal(&client, "kill-1", Approve::APPROVE, ann())
         .await
         .expect("sent");
 
-    let store = flow_sqlite::SqliteStore::open(&path).expect("a new owner");
-    let worker = flow::Worker::new(store.clone())
+    let store = flowdag_sqlite::SqliteStore::open(&path).expect("a new owner");
+    let worker = flowdag::Worker::new(store.clone())
         .register::<Approve>()
         .poll_interval(Duration::from_millis(20));
     let shutdown = {

@@ -1,4 +1,4 @@
-//! Durable timers and `flow::Worker`: a `Delay` step's due time is stored with its run, a run
+//! Durable timers and `flowdag::Worker`: a `Delay` step's due time is stored with its run, a run
 //! stopped while it waits resumes waiting only what is left; the worker resumes the unfinished
 //! runs of the workflows it knows (on `MemoryStore` and on `SqliteStore`) once their timer is
 //! due, leaves alone the runs of others and the runs that ended, and its loop stops when told
@@ -8,15 +8,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use flow::durable::DurableError;
-use flow::prelude::*;
-use flow::store::{
+use flowdag::durable::DurableError;
+use flowdag::prelude::*;
+use flowdag::store::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, MemoryStore, NewRun, NewSignal, Owner,
     RunFilter, RunStatus, RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent,
     StoredSignal,
 };
-use flow::{Worker, WorkerReport};
-use flow_sqlite::SqliteStore;
+use flowdag::{Worker, WorkerReport};
+use flowdag_sqlite::SqliteStore;
 
 /// A store whose commit number `fail_at` (counted from 0) fails, as a crash would stop it;
 /// or whose leases are short, so that a run dropped as a killed process would be is free to
@@ -432,7 +432,7 @@ async fn a_run_waiting_longer_than_the_threshold_is_unloaded_and_continues_when_
     let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let sink = Arc::clone(&seen);
     let ended = Reminder::runner()
-        .observer(move |event: &flow::Event| {
+        .observer(move |event: &flowdag::Event| {
             sink.lock()
                 .expect("not poisoned")
                 .push(event.kind.name().to_owned())
@@ -442,7 +442,7 @@ async fn a_run_waiting_longer_than_the_threshold_is_unloaded_and_continues_when_
         .execute(5)
         .await
         .expect("runs");
-    let flow::durable::Ended::Unloaded { wake_at_ms } = ended else {
+    let flowdag::durable::Ended::Unloaded { wake_at_ms } = ended else {
         panic!("the run waits 300 ms, more than 100 ms: it is unloaded");
     };
     let wake_at_ms = wake_at_ms.expect("it waits for a timer");
@@ -467,7 +467,7 @@ async fn a_run_waiting_longer_than_the_threshold_is_unloaded_and_continues_when_
     );
 
     // Resumed before it is due, it waits long again: unloaded again, nothing written.
-    let again = flow::durable::resume_or_unload::<Reminder, _>(&store, id, WAIT / 3)
+    let again = flowdag::durable::resume_or_unload::<Reminder, _>(&store, id, WAIT / 3)
         .await
         .expect("resumes");
     assert!(again.is_unloaded(), "{again:?}");
@@ -477,7 +477,7 @@ async fn a_run_waiting_longer_than_the_threshold_is_unloaded_and_continues_when_
     );
 
     tokio::time::sleep(WAIT).await;
-    let done = flow::durable::resume_or_unload::<Reminder, _>(&store, id, WAIT / 3)
+    let done = flowdag::durable::resume_or_unload::<Reminder, _>(&store, id, WAIT / 3)
         .await
         .expect("resumes")
         .finished()
@@ -592,7 +592,7 @@ async fn a_resumed_run_keeps_its_deadline_counted_from_its_start() {
     let err = outcome.result.expect_err("the deadline passed");
     assert_eq!(
         err.cancel_reason(),
-        Some(flow::CancelReason::Deadline(deadline)),
+        Some(flowdag::CancelReason::Deadline(deadline)),
         "{err}"
     );
     let events = store.events(id, 0).await.expect("reads");
@@ -614,7 +614,7 @@ async fn a_resumed_run_keeps_its_deadline_counted_from_its_start() {
     let err = again.result.expect_err("still cancelled");
     assert_eq!(
         err.cancel_reason(),
-        Some(flow::CancelReason::Deadline(deadline)),
+        Some(flowdag::CancelReason::Deadline(deadline)),
         "{err}"
     );
     assert_eq!(store.events(id, 0).await.expect("reads").len(), journal);
@@ -627,7 +627,7 @@ async fn a_resumed_run_keeps_its_deadline_counted_from_its_start() {
         loaded
             .timers
             .iter()
-            .all(|t| t.key.kind != flow::store::TimerKind::RunDeadline),
+            .all(|t| t.key.kind != flowdag::store::TimerKind::RunDeadline),
         "{:?}",
         loaded.timers
     );
@@ -647,7 +647,7 @@ async fn an_unloaded_run_wakes_at_its_deadline() {
         .execute(5)
         .await
         .expect("runs");
-    let flow::durable::Ended::Unloaded { wake_at_ms } = ended else {
+    let flowdag::durable::Ended::Unloaded { wake_at_ms } = ended else {
         panic!("the run waits longer than 100 ms: it is unloaded");
     };
     let wake_at_ms = wake_at_ms.expect("it waits for timers");
@@ -658,7 +658,7 @@ async fn an_unloaded_run_wakes_at_its_deadline() {
     assert!(stored < run.created_ms + 400, "{stored} {}", run.created_ms);
 
     tokio::time::sleep(deadline).await;
-    let outcome = flow::durable::resume_or_unload::<LateReminder, _>(&store, id, deadline)
+    let outcome = flowdag::durable::resume_or_unload::<LateReminder, _>(&store, id, deadline)
         .await
         .expect("resumes")
         .finished()
@@ -666,7 +666,7 @@ async fn an_unloaded_run_wakes_at_its_deadline() {
     let err = outcome.result.expect_err("cancelled");
     assert_eq!(
         err.cancel_reason(),
-        Some(flow::CancelReason::Deadline(deadline)),
+        Some(flowdag::CancelReason::Deadline(deadline)),
         "{err}"
     );
     assert_eq!(status(&store, id).await, RunStatus::Cancelled);

@@ -3,8 +3,8 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use flow_store::{Batch, Committed, NewRun, Owner, Store, StoredEvent};
-//! use flow_postgres::PostgresStore;
+//! use flowdag_store::{Batch, Committed, NewRun, Owner, Store, StoredEvent};
+//! use flowdag_postgres::PostgresStore;
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! // A URL or a key=value conninfo. Nothing is connected yet: `connect` only reads the string.
@@ -16,7 +16,7 @@
 //! let mut batch = Batch::new(created.lease().expect("a new run"), 0, lease);
 //! batch.events.push(StoredEvent::new(0, "RunStarted"));
 //! assert_eq!(store.commit(batch).await?, Committed::Applied { next_seq: 1 });
-//! # Ok::<(), flow_store::StoreError>(())
+//! # Ok::<(), flowdag_store::StoreError>(())
 //! # }).unwrap();
 //! ```
 //!
@@ -91,7 +91,7 @@
 //!
 //! The client is `tokio-postgres` with no default features but `runtime` (its protocol,
 //! authentication and types crates make most of this crate's 74 dependencies, `cargo tree -p
-//! flow-postgres -e normal`); the pool is this crate's own (a semaphore and a list of idle
+//! flowdag-postgres -e normal`); the pool is this crate's own (a semaphore and a list of idle
 //! connections, about a hundred lines): a pool crate such as `deadpool-postgres` would add its
 //! own runtime abstraction and configuration layer for nothing this store uses.
 //!
@@ -111,7 +111,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flow_store::{
+use flowdag_store::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Owner, RunFilter,
     RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent, StoredSignal, TaskClaim,
     TaskCommitted, TaskInputs, TaskOutcome, TaskResult,

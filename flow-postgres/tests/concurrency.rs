@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flow_postgres::testing;
-use flow_store::{Batch, Committed, Created, NewRun, Owner, Store, StoreError, StoredEvent};
+use flowdag_postgres::testing;
+use flowdag_store::{Batch, Committed, Created, NewRun, Owner, Store, StoreError, StoredEvent};
 
 const LEASE: Duration = Duration::from_secs(60);
 
@@ -121,12 +121,12 @@ async fn a_former_owner_racing_the_new_one_loses() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_chosen_as_a_deadlock_victim_is_run_again() {
     let schema = testing::fresh_schema("deadlock");
-    let options = flow_postgres::PostgresOptions {
+    let options = flowdag_postgres::PostgresOptions {
         schema: schema.clone(),
-        ..flow_postgres::PostgresOptions::default()
+        ..flowdag_postgres::PostgresOptions::default()
     };
     let store = Arc::new(
-        flow_postgres::PostgresStore::connect_with(&testing::server(), options).expect("a store"),
+        flowdag_postgres::PostgresStore::connect_with(&testing::server(), options).expect("a store"),
     );
     let a = Owner::new("a");
     let mut held = Vec::new();

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use flow_postgres::testing;
-use flow_store::{Store, contract};
+use flowdag_postgres::testing;
+use flowdag_store::{Store, contract};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_store_passes_the_contract_suite() {

@@ -23,11 +23,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use flow::Worker;
-use flow::durable::Attempt;
-use flow::prelude::*;
-use flow::store::{RunFilter, RunStatus, Store};
-use flow_postgres::{PostgresOptions, PostgresStore, testing};
+use flowdag::Worker;
+use flowdag::durable::Attempt;
+use flowdag::prelude::*;
+use flowdag::store::{RunFilter, RunStatus, Store};
+use flowdag_postgres::{PostgresOptions, PostgresStore, testing};
 
 // --- The workflow ------------------------------------------------------------------------------
 
@@ -48,7 +48,7 @@ const WORK: Duration = Duration::from_millis(2);
 
 /// The attempt being executed (read before the operation's first await).
 fn current() -> Attempt {
-    flow::attempt().expect("an operation of a durable run knows its attempt")
+    flowdag::attempt().expect("an operation of a durable run knows its attempt")
 }
 
 /// Whether an attempt fails its first try: decided by its key, so the same in every process.

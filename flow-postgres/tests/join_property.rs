@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use flow_postgres::{PostgresOptions, PostgresStore, testing};
-use flow_store::{
+use flowdag_postgres::{PostgresOptions, PostgresStore, testing};
+use flowdag_store::{
     Batch, Committed, Created, NewRun, Owner, RunFilter, Store, StoreError, StoredEvent,
     StoredOutput, TaskChange, TaskClaim, TaskCommitted, TaskOutcome,
 };

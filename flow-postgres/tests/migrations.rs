@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use flow_postgres::{MIGRATIONS, PostgresOptions, PostgresStore, SCHEMA_VERSION, testing};
-use flow_store::{
+use flowdag_postgres::{MIGRATIONS, PostgresOptions, PostgresStore, SCHEMA_VERSION, testing};
+use flowdag_store::{
     Batch, Committed, Created, NewRun, Owner, RunFilter, Store, StoreError, StoredEvent, TaskChange,
 };
 

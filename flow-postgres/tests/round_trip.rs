@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use flow_postgres::testing;
-use flow_store::{
+use flowdag_postgres::testing;
+use flowdag_store::{
     Batch, Committed, Created, NewRun, NodeRow, Owner, Store, StoredEvent, StoredOutput, StoredPath,
 };
 

@@ -1,11 +1,11 @@
-//! The runtime of [flow](https://docs.rs/flow): the scheduler that runs the code `workflow!`
+//! The runtime of [flow](https://docs.rs/flowdag): the scheduler that runs the code `workflow!`
 //! generates, node statuses, errors and the static graph.
 //!
 //! Use it through the `flow` crate, which re-exports everything here; generated code reaches it
-//! only through `::flow::__private`.
+//! only through `::flowdag::__private`.
 //!
 //! ```
-//! use flow_runtime::{FailurePolicy, NodeStatus};
+//! use flowdag_runtime::{FailurePolicy, NodeStatus};
 //! assert!(NodeStatus::Skipped.is_terminal());
 //! assert_eq!(FailurePolicy::default(), FailurePolicy::ContinueIndependent);
 //! ```
@@ -23,7 +23,7 @@
 //   support                             what generated code calls: `execute*`, `input`, ...
 //   runner                              `Workflow` and `Runner`: the public entry points
 //   progress                            an observer (feature `progress`)
-//   store                               the crate flow-store, re-exported, and the stored forms of
+//   store                               the crate flowdag-store, re-exported, and the stored forms of
 //                                       events and paths (feature `durable`): uses events, nest
 //   worker                              resumes unfinished durable runs (feature `durable`): uses durable, store
 //
@@ -90,7 +90,7 @@ pub use status::NodeStatus;
 /// **Not a public API**: everything here may change in any release, patch releases included.
 /// The crates of flow pin each other's exact version, so generated code always meets the
 /// runtime it was generated for. Generated code names every item it uses through this module
-/// (`::flow::__private::…`, re-exported by the facade), and nothing else.
+/// (`::flowdag::__private::…`, re-exported by the facade), and nothing else.
 #[doc(hidden)]
 pub mod __private {
     pub use crate::delay::{Timer, Wait};

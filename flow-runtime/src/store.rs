@@ -1,23 +1,23 @@
-//! Storage for durable runs (feature `durable`): the crate `flow-store` (the [`Store`] trait,
+//! Storage for durable runs (feature `durable`): the crate `flowdag-store` (the [`Store`] trait,
 //! the records a store keeps, [`StoreError`], [`MemoryStore`]), re-exported whole.
 //!
-//! A store depends on `flow-store` alone, never on this engine; what joins the two lives here,
+//! A store depends on `flowdag-store` alone, never on this engine; what joins the two lives here,
 //! on the engine's side: the stored form of an [`Event`] (`StoredEvent::try_from(&event)`), of
 //! a [`NodePath`] (`StoredPath::from(&path)`) and of a [`NestKind`]. See the documentation of
-//! `flow-store` for what a store keeps and how to write one.
+//! `flowdag-store` for what a store keeps and how to write one.
 //!
 //! ```
-//! use flow_runtime::store::{MemoryStore, RunFilter, Store};
+//! use flowdag_runtime::store::{MemoryStore, RunFilter, Store};
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 //! let store = MemoryStore::new();
 //! assert!(store.list_runs(&RunFilter::default()).await?.is_empty());
-//! # Ok::<(), flow_runtime::store::StoreError>(())
+//! # Ok::<(), flowdag_runtime::store::StoreError>(())
 //! # }).unwrap();
 //! ```
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-pub use flow_store::*;
+pub use flowdag_store::*;
 
 use crate::events::Event;
 use crate::nest::{NestKind, NodePath};

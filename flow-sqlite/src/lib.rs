@@ -2,8 +2,8 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use flow_store::{Batch, Committed, NewRun, Owner, Store, StoredEvent};
-//! use flow_sqlite::SqliteStore;
+//! use flowdag_store::{Batch, Committed, NewRun, Owner, Store, StoredEvent};
+//! use flowdag_sqlite::SqliteStore;
 //!
 //! # let dir = std::env::temp_dir().join(format!("flow-sqlite-doc-{}", std::process::id()));
 //! # let _ = std::fs::remove_dir_all(&dir);
@@ -17,7 +17,7 @@
 //! batch.events.push(StoredEvent::new(0, "RunStarted"));
 //! // The future waits on a channel; the writer thread does the disk work.
 //! assert_eq!(store.commit(batch).await?, Committed::Applied { next_seq: 1 });
-//! # Ok::<(), flow_store::StoreError>(())
+//! # Ok::<(), flowdag_store::StoreError>(())
 //! # }).unwrap();
 //! # std::fs::remove_dir_all(&dir).unwrap();
 //! ```
@@ -67,7 +67,7 @@ use std::sync::mpsc::{self, Sender};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use flow_store::{
+use flowdag_store::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Owner, RunFilter,
     RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent, StoredSignal,
 };
@@ -188,8 +188,8 @@ impl SqliteStore {
     /// Blocks while it checks the file, like [`SqliteStore::open`].
     ///
     /// ```
-    /// use flow_store::{NewRun, NewSignal, Owner, SignalMode, SignalSent, Store};
-    /// use flow_sqlite::SqliteStore;
+    /// use flowdag_store::{NewRun, NewSignal, Owner, SignalMode, SignalSent, Store};
+    /// use flowdag_sqlite::SqliteStore;
     /// # let dir = std::env::temp_dir().join(format!("flow-sqlite-client-doc-{}", std::process::id()));
     /// # let _ = std::fs::remove_dir_all(&dir);
     /// # std::fs::create_dir_all(&dir).unwrap();
@@ -206,7 +206,7 @@ impl SqliteStore {
     /// };
     /// assert!(matches!(client.send_signal(signal).await?, SignalSent::Stored { .. }));
     /// assert_eq!(owner.signals("order-42", 0).await?.len(), 1);
-    /// # Ok::<(), flow_store::StoreError>(())
+    /// # Ok::<(), flowdag_store::StoreError>(())
     /// # }).unwrap();
     /// # std::fs::remove_dir_all(&dir).unwrap();
     /// ```

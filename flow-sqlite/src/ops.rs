@@ -1,11 +1,11 @@
-//! What each request of the [`Store`](flow_store::Store) trait does to the file. Every
+//! What each request of the [`Store`](flowdag_store::Store) trait does to the file. Every
 //! function runs on the writer thread, inside the group's transaction and its own savepoint, so
 //! an error leaves nothing of it behind.
 
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use flow_store::{
+use flowdag_store::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner, RunEnd,
     RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, StoreError, StoredEvent,
     StoredOutput, StoredPath, StoredSignal, StoredTimer, TimerChange, TimerKey, TimerKind,

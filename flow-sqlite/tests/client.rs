@@ -8,8 +8,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use flow_sqlite::{SCHEMA_VERSION, SqliteStore};
-use flow_store::{
+use flowdag_sqlite::{SCHEMA_VERSION, SqliteStore};
+use flowdag_store::{
     Batch, Created, NewRun, NewSignal, Owner, RunFilter, SignalMode, SignalSent, Store, StoreError,
     StoredEvent, WaitChange,
 };

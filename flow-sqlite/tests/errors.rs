@@ -10,8 +10,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use flow_sqlite::{SCHEMA_VERSION, SqliteOptions, SqliteStore};
-use flow_store::{
+use flowdag_sqlite::{SCHEMA_VERSION, SqliteOptions, SqliteStore};
+use flowdag_store::{
     Batch, Committed, Created, Lease, NewRun, NewSignal, Owner, SignalMode, Store, StoreError,
     StoredEvent, StoredOutput,
 };
@@ -306,7 +306,7 @@ async fn what_was_committed_survives_closing_the_store() {
     assert_eq!(events[1].format, StoredEvent::FORMAT);
 }
 
-fn assert_in_fewer_transactions(path: &Path, stats: flow_sqlite::WriterStats, runs: u64) {
+fn assert_in_fewer_transactions(path: &Path, stats: flowdag_sqlite::WriterStats, runs: u64) {
     assert!(
         stats.requests >= runs && stats.transactions < stats.requests,
         "{runs} commits sent together share transactions ({}): {stats:?}",
@@ -333,7 +333,7 @@ async fn commits_of_many_runs_share_transactions() {
         assert_eq!(commit.await, Ok(Committed::Applied { next_seq: 2 }));
     }
     let after = store.stats();
-    let during = flow_sqlite::WriterStats {
+    let during = flowdag_sqlite::WriterStats {
         transactions: after.transactions - before.transactions,
         requests: after.requests - before.requests,
     };

@@ -6,8 +6,8 @@ mod common;
 
 use std::time::Duration;
 
-use flow_sqlite::SqliteStore;
-use flow_store::{
+use flowdag_sqlite::SqliteStore;
+use flowdag_store::{
     Batch, Created, Lease, NewRun, NewSignal, Owner, RunFilter, SignalMode, SignalSent, Store,
     StoredEvent, TimerChange, TimerKey, TimerKind, WaitChange,
 };

@@ -3,19 +3,19 @@
 //!
 //! The engine relies on these rules and on nothing else of a store: a store that passes the
 //! suite can stand in for [`MemoryStore`](crate::MemoryStore), SQLite or PostgreSQL under any
-//! durable run. `flow-sqlite` and `flow-postgres` run it, and so does this crate for
+//! durable run. `flowdag-sqlite` and `flowdag-postgres` run it, and so does this crate for
 //! `MemoryStore`.
 //!
 //! # Running it
 //!
 //! Add this crate to the store crate's `[dev-dependencies]` with the feature `contract`
-//! (`flow-store = { version = "0.1", features = ["contract"] }`), and tokio with `rt` and
+//! (`flowdag-store = { version = "0.1", features = ["contract"] }`), and tokio with `rt` and
 //! `macros`. Then, in a test, give [`all`] a function that makes a fresh, empty store (a new
 //! temporary file, a new database schema): each case runs on a store of its own.
 //!
 //! ```
 //! use std::sync::Arc;
-//! use flow_store::{MemoryStore, Store, contract};
+//! use flowdag_store::{MemoryStore, Store, contract};
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 //! // In the store crate: `#[tokio::test] async fn my_store_passes_the_contract() { … }`.

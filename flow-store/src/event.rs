@@ -82,13 +82,13 @@ pub struct StoredStep {
 /// `/` (`order/charge[3]/poll@2`); stores keep it as that text.
 ///
 /// ```
-/// use flow_store::{StepKind, StoredPath};
+/// use flowdag_store::{StepKind, StoredPath};
 ///
 /// let path: StoredPath = "order/charge[3]/poll@2".parse()?;
 /// assert_eq!(path.0[1].kind, StepKind::ForEach);
 /// assert_eq!(path.0[1].index, 3);
 /// assert_eq!(path.to_string(), "order/charge[3]/poll@2");
-/// # Ok::<(), flow_store::StoreError>(())
+/// # Ok::<(), flowdag_store::StoreError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct StoredPath(pub Vec<StoredStep>);

@@ -8,7 +8,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use flow_store::{Batch, Committed, MemoryStore, NewRun, Owner, Store, StoredEvent};
+//! use flowdag_store::{Batch, Committed, MemoryStore, NewRun, Owner, Store, StoredEvent};
 //!
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 //! let store = MemoryStore::new();
@@ -24,12 +24,12 @@
 //! // The answer was lost and the batch is sent again: nothing is written twice.
 //! assert_eq!(store.commit(batch).await?, Committed::AlreadyApplied { next_seq: 1 });
 //! assert_eq!(store.events("order-42", 0).await?.len(), 1);
-//! # Ok::<(), flow_store::StoreError>(())
+//! # Ok::<(), flowdag_store::StoreError>(())
 //! # }).unwrap();
 //! ```
 //!
-//! Users of flow meet this crate as `flow::store`: they pick a store ([`MemoryStore`], or
-//! `SqliteStore` of the crate `flow-sqlite`, or `PostgresStore` of `flow-postgres`) and hand it
+//! Users of flow meet this crate as `flowdag::store`: they pick a store ([`MemoryStore`], or
+//! `SqliteStore` of the crate `flowdag-sqlite`, or `PostgresStore` of `flowdag-postgres`) and hand it
 //! to a durable run or a worker; the engine does the rest. Whoever writes a store depends on
 //! this crate alone, not on the engine.
 //!
@@ -68,14 +68,14 @@
 //!
 //! ```toml
 //! [dev-dependencies]
-//! flow-store = { version = "0.1", features = ["contract"] }
+//! flowdag-store = { version = "0.1", features = ["contract"] }
 //! ```
 //!
 //! ```no_run
 //! # #[cfg(feature = "contract")]
 //! # {
 //! use std::sync::Arc;
-//! use flow_store::{MemoryStore, Store, contract};
+//! use flowdag_store::{MemoryStore, Store, contract};
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 //! // A fresh, empty store of yours for each case (here, the store of this crate).

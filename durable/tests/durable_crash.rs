@@ -858,7 +858,7 @@ fn random_kills_and_double_crashes_are_resumed() {
     let seed = std::env::var("FLOW_CRASH_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(flowdag::store::now_ms);
+        .unwrap_or_else(now_ms);
     let input = Input::ShipFails;
     let reference = reference(input);
     let mut random = Random(seed);
@@ -920,4 +920,10 @@ fn random_kills_and_double_crashes_are_resumed() {
             failures.join("\n\n")
         );
     }
+}
+
+/// Milliseconds since the Unix epoch: a seed that differs from one run of the test to the next.
+fn now_ms() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    u64::try_from(since.expect("after 1970").as_millis()).expect("fits")
 }

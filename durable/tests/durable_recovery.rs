@@ -188,8 +188,7 @@ async fn the_worker_resumes_a_stopped_run_at_once_whatever_its_timers_say() {
     );
     let run = summary(&memory, "bounded").await;
     assert!(
-        run.wake_at_ms
-            .is_some_and(|at| at > flowdag::store::now_ms()),
+        run.wake_at_ms.is_some_and(|at| at > now_ms()),
         "the step's deadline is stored: {run:?}"
     );
 
@@ -490,4 +489,11 @@ async fn a_compensation_longer_than_the_lease_keeps_it() {
         store.empty.load(Ordering::SeqCst) >= 2,
         "renewals were committed"
     );
+}
+
+/// Milliseconds since the Unix epoch by this process's clock: the clock of the stores the tests
+/// use (`MemoryStore`, SQLite).
+fn now_ms() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    u64::try_from(since.expect("after 1970").as_millis()).expect("fits")
 }

@@ -605,7 +605,7 @@ async fn a_stopped_run_is_resumed_by_the_worker_once_its_signal_is_sent() {
         // The process ends: its store is closed, the run's lease stays in the file.
     }
     let client = flowdag_sqlite::SqliteStore::open_client(&path).expect("a client");
-    let before = flowdag::store::now_ms();
+    let before = now_ms();
     send_signal(&client, id, Approve::APPROVE, ann())
         .await
         .expect("sent");
@@ -871,4 +871,11 @@ async fn a_killed_run_resumes_once_its_signal_is_sent() {
     let events = store.events("kill-1", 0).await.expect("reads");
     assert_eq!(kinds(&events, "SignalReceived"), 1, "{events:#?}");
     assert!(store.signals("kill-1", 0).await.expect("reads").is_empty());
+}
+
+/// Milliseconds since the Unix epoch by this process's clock: the clock of the stores the tests
+/// use (`MemoryStore`, SQLite).
+fn now_ms() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    u64::try_from(since.expect("after 1970").as_millis()).expect("fits")
 }

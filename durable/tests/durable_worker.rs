@@ -320,7 +320,7 @@ async fn a_delay_is_journaled_and_a_resumed_run_waits_only_what_is_left() {
         .find(|run| run.id == id)
         .and_then(|run| run.wake_at_ms)
         .expect("a run waiting on a timer wakes when it is due");
-    let now = flowdag::store::now_ms();
+    let now = now_ms();
     assert!(due > now && due <= now + 300, "due {due}, now {now}");
 
     // The worker leaves it alone while its lease lasts (the run renewed it while it waited).
@@ -379,7 +379,7 @@ async fn the_worker_resumes_a_waiting_run_on_sqlite_when_its_timer_is_due() {
         .await
         .expect("the worker resumes the run within 10 s")
         .expect("the store answers");
-    assert!(flowdag::store::now_ms() >= due);
+    assert!(now_ms() >= due);
     let resumed: Vec<&str> = report.resumed.iter().map(|r| r.run.as_str()).collect();
     assert_eq!(resumed, [id.as_str()]);
     assert!(
@@ -670,4 +670,11 @@ async fn an_unloaded_run_wakes_at_its_deadline() {
         "{err}"
     );
     assert_eq!(status(&store, id).await, RunStatus::Cancelled);
+}
+
+/// Milliseconds since the Unix epoch by this process's clock: the clock of the stores the tests
+/// use (`MemoryStore`, SQLite).
+fn now_ms() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    u64::try_from(since.expect("after 1970").as_millis()).expect("fits")
 }

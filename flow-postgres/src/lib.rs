@@ -3,7 +3,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use flowdag_runtime::store::{Batch, Committed, NewRun, Owner, Store, StoredEvent};
+//! use flowdag_store::{Batch, Committed, NewRun, Owner, Store, StoredEvent};
 //! use flowdag_postgres::PostgresStore;
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -16,7 +16,7 @@
 //! let mut batch = Batch::new(created.lease().expect("a new run"), 0, lease);
 //! batch.events.push(StoredEvent::new(0, "RunStarted"));
 //! assert_eq!(store.commit(batch).await?, Committed::Applied { next_seq: 1 });
-//! # Ok::<(), flowdag_runtime::store::StoreError>(())
+//! # Ok::<(), flowdag_store::StoreError>(())
 //! # }).unwrap();
 //! ```
 //!
@@ -111,7 +111,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flowdag_runtime::store::{
+use flowdag_store::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Owner, RunFilter,
     RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent, StoredSignal, TaskClaim,
     TaskCommitted, TaskInputs, TaskOutcome, TaskResult,

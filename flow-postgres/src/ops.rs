@@ -1,4 +1,4 @@
-//! What each request of the [`Store`](flowdag_runtime::store::Store) trait does to the database.
+//! What each request of the [`Store`](flowdag_store::Store) trait does to the database.
 //! Every function runs inside one transaction (`READ COMMITTED`); the caller commits it, or
 //! drops it (a rollback) when the function returns an error. A function that writes to a run
 //! first locks the run's row (`SELECT .. FOR UPDATE`), so the writes of one run are applied one
@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use flowdag_runtime::store::{
+use flowdag_store::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner, RunEnd,
     RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, StoreError, StoredEvent,
     StoredOutput, StoredPath, StoredSignal, StoredTimer, TaskChange, TaskClaim, TaskCommitted,

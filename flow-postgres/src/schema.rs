@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use flowdag_runtime::store::StoreError;
+use flowdag_store::StoreError;
 
 use crate::ops::{Fail, text};
 use crate::pool::{Pooled, quote_ident};

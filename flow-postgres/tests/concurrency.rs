@@ -5,9 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flowdag_postgres::testing;
-use flowdag_runtime::store::{
-    Batch, Committed, Created, NewRun, Owner, Store, StoreError, StoredEvent,
-};
+use flowdag_store::{Batch, Committed, Created, NewRun, Owner, Store, StoreError, StoredEvent};
 
 const LEASE: Duration = Duration::from_secs(60);
 
@@ -128,8 +126,7 @@ async fn a_transaction_chosen_as_a_deadlock_victim_is_run_again() {
         ..flowdag_postgres::PostgresOptions::default()
     };
     let store = Arc::new(
-        flowdag_postgres::PostgresStore::connect_with(&testing::server(), options)
-            .expect("a store"),
+        flowdag_postgres::PostgresStore::connect_with(&testing::server(), options).expect("a store"),
     );
     let a = Owner::new("a");
     let mut held = Vec::new();

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use flowdag_postgres::testing;
-use flowdag_runtime::store::{Store, contract};
+use flowdag_store::{Store, contract};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_store_passes_the_contract_suite() {

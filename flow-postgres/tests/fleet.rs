@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use flowdag::Worker;
 use flowdag::durable::Attempt;
 use flowdag::prelude::*;
-use flowdag::store::{RunFilter, RunStatus, Store, fnv1a};
+use flowdag::store::{RunFilter, RunStatus, Store};
 use flowdag_postgres::{PostgresOptions, PostgresStore, testing};
 
 // --- The workflow ------------------------------------------------------------------------------
@@ -53,7 +53,15 @@ fn current() -> Attempt {
 
 /// Whether an attempt fails its first try: decided by its key, so the same in every process.
 fn flaky(attempt: &Attempt) -> bool {
-    attempt.attempt() == 1 && fnv1a(&[attempt.key().as_bytes()]).is_multiple_of(4)
+    attempt.attempt() == 1 && fnv1a(attempt.key().as_bytes()).is_multiple_of(4)
+}
+
+/// FNV-1a 64: the same hash in every process and every release (std's `DefaultHasher` is not
+/// promised to be).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// Whether the last step of the run for `order` fails for good (its attempts all fail, and the

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use flowdag_postgres::{PostgresOptions, PostgresStore, testing};
-use flowdag_runtime::store::{
+use flowdag_store::{
     Batch, Committed, Created, NewRun, Owner, RunFilter, Store, StoreError, StoredEvent,
     StoredOutput, TaskChange, TaskClaim, TaskCommitted, TaskOutcome,
 };

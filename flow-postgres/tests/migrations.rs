@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use flowdag_postgres::{MIGRATIONS, PostgresOptions, PostgresStore, SCHEMA_VERSION, testing};
-use flowdag_runtime::store::{
+use flowdag_store::{
     Batch, Committed, Created, NewRun, Owner, RunFilter, Store, StoreError, StoredEvent, TaskChange,
 };
 

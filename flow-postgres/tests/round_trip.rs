@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use flowdag_postgres::testing;
-use flowdag_runtime::store::{
+use flowdag_store::{
     Batch, Committed, Created, NewRun, NodeRow, Owner, Store, StoredEvent, StoredOutput, StoredPath,
 };
 

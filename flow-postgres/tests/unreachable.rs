@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use flowdag_postgres::{PostgresOptions, PostgresStore, testing};
-use flowdag_runtime::store::{RunFilter, Store, StoreError};
+use flowdag_store::{RunFilter, Store, StoreError};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
@@ -65,7 +65,7 @@ fn free_port() -> SocketAddr {
     listener.local_addr().expect("its address")
 }
 
-fn unreachable(result: Result<Vec<flowdag_runtime::store::RunSummary>, StoreError>, at: &str) {
+fn unreachable(result: Result<Vec<flowdag_store::RunSummary>, StoreError>, at: &str) {
     match result {
         Err(StoreError::Unreachable { at: found, why }) => {
             assert_eq!(found, at, "Unreachable names the place: {why}");
@@ -101,11 +101,7 @@ async fn a_store_without_a_server_answers_unreachable_and_recovers() {
         started.elapsed()
     );
     let err = store
-        .load_run(
-            "r",
-            &flowdag_runtime::store::Owner::new("a"),
-            Duration::from_secs(1),
-        )
+        .load_run("r", &flowdag_store::Owner::new("a"), Duration::from_secs(1))
         .await
         .expect_err("no server");
     assert!(err.is_retryable(), "Unreachable is retryable: {err}");
@@ -195,16 +191,10 @@ async fn a_request_that_waits_too_long_is_unreachable_and_writes_nothing() {
         ..PostgresOptions::default()
     };
     let store = PostgresStore::connect_with(&testing::server(), options).expect("a store");
-    let a = flowdag_runtime::store::Owner::new("a");
+    let a = flowdag_store::Owner::new("a");
     let lease = Duration::from_secs(60);
     store
-        .create_run(flowdag_runtime::store::NewRun::new(
-            "r",
-            "W",
-            1,
-            a.clone(),
-            lease,
-        ))
+        .create_run(flowdag_store::NewRun::new("r", "W", 1, a.clone(), lease))
         .await
         .expect("creates");
     // Another session holds the run's row: loading it waits past the request timeout.

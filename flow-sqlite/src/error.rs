@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use flowdag_runtime::store::StoreError;
+use flowdag_store::StoreError;
 use rusqlite::ErrorCode;
 
 /// `error`, met while `doing` something with the store at `path`. A value that does not fit

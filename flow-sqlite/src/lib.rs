@@ -2,7 +2,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use flowdag_runtime::store::{Batch, Committed, NewRun, Owner, Store, StoredEvent};
+//! use flowdag_store::{Batch, Committed, NewRun, Owner, Store, StoredEvent};
 //! use flowdag_sqlite::SqliteStore;
 //!
 //! # let dir = std::env::temp_dir().join(format!("flow-sqlite-doc-{}", std::process::id()));
@@ -17,7 +17,7 @@
 //! batch.events.push(StoredEvent::new(0, "RunStarted"));
 //! // The future waits on a channel; the writer thread does the disk work.
 //! assert_eq!(store.commit(batch).await?, Committed::Applied { next_seq: 1 });
-//! # Ok::<(), flowdag_runtime::store::StoreError>(())
+//! # Ok::<(), flowdag_store::StoreError>(())
 //! # }).unwrap();
 //! # std::fs::remove_dir_all(&dir).unwrap();
 //! ```
@@ -67,7 +67,7 @@ use std::sync::mpsc::{self, Sender};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use flowdag_runtime::store::{
+use flowdag_store::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Owner, RunFilter,
     RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent, StoredSignal,
 };
@@ -177,18 +177,18 @@ impl SqliteStore {
     }
 
     /// Opens the existing store in the file `path` as a *client*: without the file's lock, so
-    /// while another process (a `Worker`, the application) owns the store, and without freeing
+    /// while another process (a worker, the application) owns the store, and without freeing
     /// any lease. A client reads ([`Store::list_runs`], [`Store::events`], [`Store::signals`])
     /// and sends signals ([`Store::send_signal`]: a live run of the owner finds the signal at
     /// its next poll of the store, and a signal that a step waits for makes the run due, so a
-    /// `Worker` resumes a run that no process holds). Everything an owner does ([`Store::create_run`],
+    /// worker resumes a run that no process holds). Everything an owner does ([`Store::create_run`],
     /// [`Store::load_run`], [`Store::commit`], [`Store::heartbeat`], [`Store::release`],
     /// [`Store::due_timers`]) is refused with [`StoreError::Invalid`] naming the client mode.
     ///
     /// Blocks while it checks the file, like [`SqliteStore::open`].
     ///
     /// ```
-    /// use flowdag_runtime::store::{NewRun, NewSignal, Owner, SignalMode, SignalSent, Store};
+    /// use flowdag_store::{NewRun, NewSignal, Owner, SignalMode, SignalSent, Store};
     /// use flowdag_sqlite::SqliteStore;
     /// # let dir = std::env::temp_dir().join(format!("flow-sqlite-client-doc-{}", std::process::id()));
     /// # let _ = std::fs::remove_dir_all(&dir);
@@ -206,7 +206,7 @@ impl SqliteStore {
     /// };
     /// assert!(matches!(client.send_signal(signal).await?, SignalSent::Stored { .. }));
     /// assert_eq!(owner.signals("order-42", 0).await?.len(), 1);
-    /// # Ok::<(), flowdag_runtime::store::StoreError>(())
+    /// # Ok::<(), flowdag_store::StoreError>(())
     /// # }).unwrap();
     /// # std::fs::remove_dir_all(&dir).unwrap();
     /// ```

@@ -1,19 +1,32 @@
-//! What each request of the [`Store`](flowdag_runtime::store::Store) trait does to the file. Every
+//! What each request of the [`Store`](flowdag_store::Store) trait does to the file. Every
 //! function runs on the writer thread, inside the group's transaction and its own savepoint, so
 //! an error leaves nothing of it behind.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use flowdag_runtime::store::{
+use flowdag_store::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner, RunEnd,
     RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, StoreError, StoredEvent,
     StoredOutput, StoredPath, StoredSignal, StoredTimer, TimerChange, TimerKey, TimerKind,
-    WaitChange, due_after, now_ms,
+    WaitChange,
 };
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::error::sql_error;
+
+/// Milliseconds since the Unix epoch by this process's clock: the store's clock (one process
+/// owns the file at a time, so no two clocks meet in it).
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// `now + after` in ms, saturating.
+fn due_after(now_ms: u64, after: Duration) -> u64 {
+    now_ms.saturating_add(u64::try_from(after.as_millis()).unwrap_or(u64::MAX))
+}
 
 /// The connection and the file's path, for errors.
 pub(crate) struct Db<'a> {

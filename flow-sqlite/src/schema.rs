@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use flowdag_runtime::store::StoreError;
+use flowdag_store::StoreError;
 use rusqlite::Connection;
 
 use crate::error::sql_error;

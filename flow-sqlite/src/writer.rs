@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 
-use flowdag_runtime::store::StoreError;
+use flowdag_store::StoreError;
 use rusqlite::Connection;
 
 use crate::error::sql_error;

@@ -8,11 +8,11 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use flowdag_runtime::store::{
+use flowdag_sqlite::{SCHEMA_VERSION, SqliteStore};
+use flowdag_store::{
     Batch, Created, NewRun, NewSignal, Owner, RunFilter, SignalMode, SignalSent, Store, StoreError,
     StoredEvent, WaitChange,
 };
-use flowdag_sqlite::{SCHEMA_VERSION, SqliteStore};
 use rusqlite::Connection;
 
 const LEASE: Duration = Duration::from_secs(3600);
@@ -72,7 +72,7 @@ async fn a_client_reads_and_sends_signals_while_the_owner_holds_the_store() {
     assert_eq!(client.events("order-1", 0).await.expect("reads").len(), 2);
 
     // It sends: the owner sees the signal, and the run is due now.
-    let before = flowdag_runtime::store::now_ms();
+    let before = now_ms();
     let sent = client
         .send_signal(signal("order-1", r#"{"by":"ann"}"#))
         .await
@@ -88,7 +88,7 @@ async fn a_client_reads_and_sends_signals_while_the_owner_holds_the_store() {
     );
     let run = &owner.list_runs(&RunFilter::default()).await.expect("lists")[0];
     let wake = run.wake_at_ms.expect("a signal makes the run due");
-    assert!(wake >= before && wake <= flowdag_runtime::store::now_ms());
+    assert!(wake >= before && wake <= now_ms());
     assert_eq!(client.signals("order-1", 0).await.expect("reads").len(), 1);
 
     // The owner's requests are refused, naming the client mode; nothing is written.
@@ -240,4 +240,10 @@ async fn a_client_in_another_process_sends_while_the_owner_runs() {
     assert_eq!(signals.len(), 1);
     assert_eq!(signals[0].id.to_string(), sent);
     assert_eq!(signals[0].payload, b"42");
+}
+
+/// Milliseconds since the Unix epoch by this process's clock: the store's clock.
+fn now_ms() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    u64::try_from(since.expect("after 1970").as_millis()).expect("fits")
 }

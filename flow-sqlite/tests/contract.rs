@@ -5,8 +5,8 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use flowdag_runtime::store::{Store, contract};
 use flowdag_sqlite::{Durability, SqliteOptions, SqliteStore};
+use flowdag_store::{Store, contract};
 
 #[tokio::test]
 async fn sqlite_store_passes_the_contract_suite() {

@@ -6,10 +6,8 @@ mod common;
 
 use std::time::Duration;
 
-use flowdag_runtime::store::{
-    Batch, Created, NewRun, NodeRow, Owner, Store, StoreError, StoredEvent,
-};
 use flowdag_sqlite::SqliteStore;
+use flowdag_store::{Batch, Created, NewRun, NodeRow, Owner, Store, StoreError, StoredEvent};
 use rusqlite::Connection;
 
 const LEASE: Duration = Duration::from_secs(60);

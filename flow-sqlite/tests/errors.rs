@@ -10,11 +10,11 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use flowdag_runtime::store::{
+use flowdag_sqlite::{SCHEMA_VERSION, SqliteOptions, SqliteStore};
+use flowdag_store::{
     Batch, Committed, Created, Lease, NewRun, NewSignal, Owner, SignalMode, Store, StoreError,
     StoredEvent, StoredOutput,
 };
-use flowdag_sqlite::{SCHEMA_VERSION, SqliteOptions, SqliteStore};
 use rusqlite::Connection;
 
 const LEASE: Duration = Duration::from_secs(60);

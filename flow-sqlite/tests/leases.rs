@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use flowdag_runtime::store::{NewRun, Owner, Store, StoreError};
 use flowdag_sqlite::SqliteStore;
+use flowdag_store::{NewRun, Owner, Store, StoreError};
 
 #[tokio::test]
 async fn reopening_frees_the_leases_of_the_previous_process() {

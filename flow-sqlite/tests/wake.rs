@@ -6,11 +6,11 @@ mod common;
 
 use std::time::Duration;
 
-use flowdag_runtime::store::{
-    Batch, Created, Lease, NewRun, NewSignal, Owner, RunFilter, SignalMode, SignalSent, Store,
-    StoredEvent, TimerChange, TimerKey, TimerKind, WaitChange, now_ms,
-};
 use flowdag_sqlite::SqliteStore;
+use flowdag_store::{
+    Batch, Created, Lease, NewRun, NewSignal, Owner, RunFilter, SignalMode, SignalSent, Store,
+    StoredEvent, TimerChange, TimerKey, TimerKind, WaitChange,
+};
 
 const LEASE: Duration = Duration::from_secs(600);
 
@@ -140,4 +140,10 @@ async fn the_wake_time_follows_timers_and_signals_across_commits_that_touch_neit
         wake_at(&store).await.is_some(),
         "a wait opened for a stored signal makes the run due"
     );
+}
+
+/// Milliseconds since the Unix epoch by this process's clock: the store's clock.
+fn now_ms() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    u64::try_from(since.expect("after 1970").as_millis()).expect("fits")
 }

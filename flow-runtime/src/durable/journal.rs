@@ -176,7 +176,7 @@ impl Journal {
         if self.broken {
             return;
         }
-        let stored = match StoredEvent::from_event(event) {
+        let stored = match StoredEvent::try_from(event) {
             Ok(stored) => stored,
             Err(error) => return self.fail(DurableError::Store(error)),
         };

@@ -1,19 +1,45 @@
-//! The contract every [`Store`] must pass (feature `store-tests`).
+//! The contract every [`Store`] must pass (feature `contract`): the rules written on the
+//! methods of [`Store`], as test cases a store crate runs from its own tests.
 //!
-//! A store crate runs it from its tests with a function that makes a fresh, empty store:
+//! The engine relies on these rules and on nothing else of a store: a store that passes the
+//! suite can stand in for [`MemoryStore`](crate::MemoryStore), SQLite or PostgreSQL under any
+//! durable run. `flowdag-sqlite` and `flowdag-postgres` run it, and so does this crate for
+//! `MemoryStore`.
+//!
+//! # Running it
+//!
+//! Add this crate to the store crate's `[dev-dependencies]` with the feature `contract`
+//! (`flowdag-store = { version = "0.1", features = ["contract"] }`), and tokio with `rt` and
+//! `macros`. Then, in a test, give [`all`] a function that makes a fresh, empty store (a new
+//! temporary file, a new database schema): each case runs on a store of its own.
 //!
 //! ```
 //! use std::sync::Arc;
-//! use flowdag_runtime::store::{MemoryStore, Store, contract};
+//! use flowdag_store::{MemoryStore, Store, contract};
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! // In the store crate: `#[tokio::test] async fn my_store_passes_the_contract() { … }`.
 //! contract::all(|| Arc::new(MemoryStore::new()) as Arc<dyn Store>).await;
 //! # });
 //! ```
 //!
-//! Each case is also a public function, to run one alone. A failure panics with the case's
-//! name and what differed. The cases sleep for a few tens of milliseconds where a lease must
-//! expire, so they need a runtime with a real (not paused) clock.
+//! A store that implements the task methods ([`Store::claim_tasks`] and the rest, for runs
+//! whose operations any worker process executes) also runs [`distributed`]; a store of one
+//! process that keeps their defaults ([`StoreError::Unsupported`]) runs [`all`] alone.
+//!
+//! # What to expect
+//!
+//! - Each case is also a public function, to run one alone while a store is being written
+//!   ([`all`] and [`distributed`] name theirs). A failure panics with the case's name, what was
+//!   asked, and what the store answered.
+//! - The cases sleep for a few tens of milliseconds where a lease must expire, so they need a
+//!   tokio runtime with its time driver and a real clock (not paused): `#[tokio::test]` is
+//!   right. [`tasks_exclusive_claims`] spawns eight tasks on the current runtime.
+//! - The suite checks what one client sees of the store: the answers, the errors and their
+//!   order, atomicity (a refused request writes nothing), idempotency, leases and fencing,
+//!   timers, signals, tasks. What only the store can know, it does not: that a commit survives
+//!   a crash or a power cut, that two processes exclude each other, how fast it is. A store
+//!   tests those itself.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -803,7 +829,7 @@ pub async fn list_and_filter(store: &dyn Store) {
 // -- tasks (distributed runs) ----------------------------------------------------------------
 
 /// Runs every case of the tasks of distributed runs, each on a fresh store from `make`: for the
-/// stores shared by worker processes (`MemoryStore`, PostgreSQL), on top of [`all`].
+/// stores that implement the task methods (`MemoryStore`, PostgreSQL), on top of [`all`].
 pub async fn distributed(make: impl Fn() -> Arc<dyn Store>) {
     tasks_claim_and_complete(&*make()).await;
     tasks_lapse_and_fence(&*make()).await;

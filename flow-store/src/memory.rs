@@ -16,7 +16,7 @@ use super::{
 /// clone (the clones share the runs). It passes the same contract suite as the stores on disk.
 ///
 /// ```
-/// use flowdag_runtime::store::{MemoryStore, RunFilter, Store};
+/// use flowdag_store::{MemoryStore, RunFilter, Store};
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let store = MemoryStore::new();
 /// assert!(store.list_runs(&RunFilter::default()).await.unwrap().is_empty());

@@ -11,8 +11,6 @@
 //! due; the run's next owner journals the outcome and closes the task
 //! ([`TaskChange::Close`]).
 
-use std::time::Duration;
-
 use super::{Owner, StoredOutput};
 
 /// A change to a distributed run's tasks, committed with a [`Batch`](super::Batch).
@@ -107,6 +105,3 @@ pub struct TaskInputs {
     /// The outputs stored so far.
     pub outputs: Vec<StoredOutput>,
 }
-
-/// The lease of a task claim by default: a worker heartbeats every third of it.
-pub const TASK_LEASE: Duration = Duration::from_secs(30);

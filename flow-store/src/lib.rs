@@ -1,21 +1,16 @@
-//! Storage for durable runs (feature `durable`): the [`Store`] trait, the records it stores, its
-//! errors, and [`MemoryStore`].
+//! The storage interface of durable flow runs: the [`Store`] trait, the records a store keeps,
+//! [`StoreError`], and [`MemoryStore`]; and, with the feature `contract`, the contract suite
+//! every store must pass (the module `contract`).
 //!
-//! A store is *dumb*: it keeps what the runtime hands it, atomically, and answers conditional
-//! updates. It never makes an event number, never reads an event's meaning, never decides what a
-//! run does next. Every decision is the runtime's, so every store (memory, SQLite, PostgreSQL)
-//! behaves the same, and one contract suite (`store::contract`, feature `store-tests`) checks it.
-//!
-//! The journal of a run is written in [`Batch`]es: the events of one scheduler round with the
-//! outputs, timers, signal consumptions and status they imply, committed in one transaction that
-//! first checks the run's next sequence number and its lease. Re-sending a batch that was applied
-//! (its answer was lost) is acknowledged as [`Committed::AlreadyApplied`] and writes nothing.
+//! A store keeps the journal of each durable run (its events, in order), the outputs of its
+//! completed nodes, its timers, the signals sent to it, its lease, and, for runs distributed
+//! over many worker processes, its tasks. Here is a run's journal written to [`MemoryStore`]:
 //!
 //! ```
 //! use std::time::Duration;
-//! use flowdag_runtime::store::{Batch, Committed, MemoryStore, NewRun, Owner, Store, StoredEvent};
+//! use flowdag_store::{Batch, Committed, MemoryStore, NewRun, Owner, Store, StoredEvent};
 //!
-//! # futures_lite_block_on(async {
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 //! let store = MemoryStore::new();
 //! let owner = Owner::new("worker-1");
 //! let lease = Duration::from_secs(30);
@@ -29,32 +24,90 @@
 //! // The answer was lost and the batch is sent again: nothing is written twice.
 //! assert_eq!(store.commit(batch).await?, Committed::AlreadyApplied { next_seq: 1 });
 //! assert_eq!(store.events("order-42", 0).await?.len(), 1);
-//! # Ok::<(), flowdag_runtime::store::StoreError>(())
+//! # Ok::<(), flowdag_store::StoreError>(())
 //! # }).unwrap();
-//! # fn futures_lite_block_on<F: std::future::Future>(f: F) -> F::Output {
-//! #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+//! ```
+//!
+//! Users of flow meet this crate as `flowdag::store`: they pick a store ([`MemoryStore`], or
+//! `SqliteStore` of the crate `flowdag-sqlite`, or `PostgresStore` of `flowdag-postgres`) and hand it
+//! to a durable run or a worker; the engine does the rest. Whoever writes a store depends on
+//! this crate alone, not on the engine.
+//!
+//! # A store is dumb
+//!
+//! A store keeps what the engine hands it, atomically, and answers conditional updates. It
+//! never makes an event number, never reads an event's meaning (an event's `kind` and `data`
+//! are opaque to it), never decides what a run does next. Every decision is the engine's, so
+//! every store (memory, SQLite, PostgreSQL) behaves the same, and one contract suite checks it.
+//!
+//! The journal of a run is written in [`Batch`]es: the events of one round of the scheduler
+//! with the outputs, timers, signal consumptions and status they imply, committed in one
+//! transaction that first checks the run's next sequence number and its lease. Re-sending a
+//! batch that was applied (its answer was lost) is acknowledged as
+//! [`Committed::AlreadyApplied`] and writes nothing.
+//!
+//! # Writing a store
+//!
+//! Implement [`Store`]: ten required methods, each one atomic step (one transaction of a
+//! database), whose rules are written on the method. The five task methods
+//! ([`Store::claim_tasks`] and the rest) have defaults that answer [`StoreError::Unsupported`]:
+//! a store that serves one process implements them only to run distributed runs.
+//! [`Store::due_runs`] has a default over [`Store::list_runs`] and this process's clock; a
+//! store shared by machines answers it by its own clock.
+//!
+//! What a store needs to apply the rules alike is here too: [`Batch::check_numbering`],
+//! [`Batch::replayed`] (the idempotency of a commit), [`Batch::check_lease`] and [`Batch::gap`]
+//! make the errors [`Store::commit`] must answer, in its order; [`RunSummary::is_due_for`] is
+//! the rule of [`Store::due_runs`]; [`RunFilter::matches`] that of [`Store::list_runs`]. The
+//! enums a store keeps as text have a stable name each ([`RunStatus::as_str`],
+//! [`TimerKind::as_str`], [`SignalMode::as_str`], [`StoredPath`]'s `Display`) and parse back
+//! with [`FromStr`].
+//!
+//! Then run the contract suite from the store's tests, with this crate in the store's
+//! `[dev-dependencies]` with the feature `contract`:
+//!
+//! ```toml
+//! [dev-dependencies]
+//! flowdag-store = { version = "0.1", features = ["contract"] }
+//! ```
+//!
+//! ```no_run
+//! # #[cfg(feature = "contract")]
+//! # {
+//! use std::sync::Arc;
+//! use flowdag_store::{MemoryStore, Store, contract};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! // A fresh, empty store of yours for each case (here, the store of this crate).
+//! contract::all(|| Arc::new(MemoryStore::new()) as Arc<dyn Store>).await;
+//! # });
 //! # }
 //! ```
+//!
+//! The module `contract` says what each case checks, and which stores also run its second
+//! part, `contract::distributed` (the tasks of distributed runs).
 //!
 //! # Why the trait is object-safe
 //!
 //! The scheduler is compiled once for every workflow and must not become generic over the
-//! store; the CLI picks a store from a URL at run time. So stores are used as `Arc<dyn Store>`
-//! and every method returns a [`StoreFuture`], a boxed `Send` future: one allocation per call,
-//! nothing next to a disk flush.
+//! store; a command line picks a store from a URL at run time. So stores are used as
+//! `Arc<dyn Store>` and every method returns a [`StoreFuture`], a boxed `Send` future: one
+//! allocation per call, nothing next to a disk flush.
 //!
 //! # Times
 //!
-//! The runtime passes *durations* (a lease of 30 s, a timer due in 5 min); the store adds them to
-//! its own clock. Stores shared by many processes (PostgreSQL) thus never compare the clocks of
-//! two machines: a lease or a timer is due by the database's clock alone.
+//! The engine passes *durations* (a lease of 30 s, a timer due in 5 min); the store adds them to
+//! its own clock. Every instant a store answers (a lease's end, a timer's due time, when a
+//! signal was sent, [`Loaded::now_ms`]) is in milliseconds since the Unix epoch by that clock.
+//! Stores shared by many processes (PostgreSQL) thus never compare the clocks of two machines:
+//! a lease or a timer is due by the database's clock alone.
 
 mod error;
 mod event;
 mod memory;
 mod task;
 
-#[cfg(any(test, feature = "store-tests"))]
+#[cfg(any(test, feature = "contract"))]
 pub mod contract;
 
 use std::fmt;
@@ -66,16 +119,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use error::StoreError;
-pub use event::{StoredEvent, StoredPath, StoredStep};
+pub use event::{StepKind, StoredEvent, StoredPath, StoredStep};
 pub use memory::MemoryStore;
-pub use task::{
-    TASK_LEASE, TaskChange, TaskClaim, TaskCommitted, TaskInputs, TaskOutcome, TaskResult,
-};
+pub use task::{TaskChange, TaskClaim, TaskCommitted, TaskInputs, TaskOutcome, TaskResult};
 
 /// What every [`Store`] method returns: a boxed `Send` future of the store's answer.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
-/// Storage for durable runs. See the [module documentation](self).
+/// Storage for durable runs. See the [crate documentation](crate).
 ///
 /// Every method is one atomic step of the store: it is applied whole or not at all, and a
 /// future dropped before it completes either applied it or not (a caller that lost an answer
@@ -284,7 +335,7 @@ impl Owner {
         // Not secret, only distinct: the clock, this call's number, and the process id.
         static CALLS: AtomicU64 = AtomicU64::new(0);
         let call = CALLS.fetch_add(1, Ordering::Relaxed);
-        let random = fnv1a(&[
+        let random = mix(&[
             &nanos.to_le_bytes(),
             &call.to_le_bytes(),
             &pid.to_le_bytes(),
@@ -696,12 +747,28 @@ pub enum SignalMode {
 }
 
 impl SignalMode {
+    /// Both modes, in declaration order.
+    pub const ALL: [SignalMode; 2] = [SignalMode::Kept, SignalMode::Transient];
+
     /// Its stored name: `kept` or `transient`.
     pub fn as_str(self) -> &'static str {
         match self {
             SignalMode::Kept => "kept",
             SignalMode::Transient => "transient",
         }
+    }
+}
+
+impl FromStr for SignalMode {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<SignalMode, StoreError> {
+        SignalMode::ALL
+            .into_iter()
+            .find(|mode| mode.as_str() == s)
+            .ok_or_else(|| StoreError::Invalid {
+                why: format!("unknown signal mode `{s}`; expected kept or transient"),
+            })
     }
 }
 
@@ -979,21 +1046,21 @@ pub struct Loaded {
     pub now_ms: u64,
 }
 
-/// Milliseconds since the Unix epoch by this process's clock (the clock of in-process stores).
-pub fn now_ms() -> u64 {
+/// Milliseconds since the Unix epoch by this process's clock: the clock of [`MemoryStore`] and of
+/// the default [`Store::due_runs`].
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// `now + after` in ms, saturating.
-pub fn due_after(now_ms: u64, after: Duration) -> u64 {
+pub(crate) fn due_after(now_ms: u64, after: Duration) -> u64 {
     now_ms.saturating_add(u64::try_from(after.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// FNV-1a 64 over the concatenated `parts`: a hash that is the same in every release and on
-/// every machine (std's `DefaultHasher` is not), for graph fingerprints and input hashes.
-pub fn fnv1a(parts: &[&[u8]]) -> u64 {
+/// FNV-1a 64 over the concatenated `parts`: mixes the parts of [`Owner::process`]'s suffix.
+fn mix(parts: &[&[u8]]) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for part in parts {
         for byte in *part {
@@ -1009,12 +1076,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn statuses_and_timer_kinds_round_trip_through_their_names() {
+    fn statuses_timer_kinds_and_signal_modes_round_trip_through_their_names() {
         for status in RunStatus::ALL {
             assert_eq!(status.as_str().parse::<RunStatus>(), Ok(status));
         }
         for kind in TimerKind::ALL {
             assert_eq!(kind.as_str().parse::<TimerKind>(), Ok(kind));
+        }
+        for mode in SignalMode::ALL {
+            assert_eq!(mode.as_str().parse::<SignalMode>(), Ok(mode));
         }
         let err = "sleeping"
             .parse::<RunStatus>()
@@ -1023,14 +1093,6 @@ mod tests {
             err.to_string().contains("unknown run status `sleeping`"),
             "{err}"
         );
-    }
-
-    #[test]
-    fn fnv1a_is_the_published_function() {
-        // Test vectors of FNV-1a 64.
-        assert_eq!(fnv1a(&[b""]), 0xcbf2_9ce4_8422_2325);
-        assert_eq!(fnv1a(&[b"a"]), 0xaf63_dc4c_8601_ec8c);
-        assert_eq!(fnv1a(&[b"foo", b"bar"]), fnv1a(&[b"foobar"]));
     }
 
     #[test]

@@ -126,7 +126,8 @@ async fn a_transaction_chosen_as_a_deadlock_victim_is_run_again() {
         ..flowdag_postgres::PostgresOptions::default()
     };
     let store = Arc::new(
-        flowdag_postgres::PostgresStore::connect_with(&testing::server(), options).expect("a store"),
+        flowdag_postgres::PostgresStore::connect_with(&testing::server(), options)
+            .expect("a store"),
     );
     let a = Owner::new("a");
     let mut held = Vec::new();

@@ -134,6 +134,8 @@ pub fn check_bodies(
             }
         }
         let display = &displays[def.node];
+        // An identifier: a display name is the node's name or its callee's (`r#type` becomes
+        // `r_type`), or a word numbered with `#` (`foreach_2`).
         let graph_name = Ident::new(
             &display.replace('#', "_"),
             def.step

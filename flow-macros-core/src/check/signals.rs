@@ -18,8 +18,8 @@ pub fn key_name(name: &Ident) -> String {
 }
 
 /// The signals of a workflow, each once: (name, payload type, transient), in source order.
-/// Reports two declarations of one signal that disagree, and names whose keys clash (which
-/// are left out, so that their constants do not add errors of their own).
+/// Reports two declarations of one signal that disagree, and names whose keys clash or are no
+/// identifier (which are left out, so that their constants do not add errors of their own).
 pub fn declared<'a>(dag: &'a Dag, cx: &mut Ctxt) -> Vec<(&'a Ident, &'a Type, bool)> {
     let mut first: BTreeMap<String, (&Ident, &Type, bool)> = BTreeMap::new();
     let mut out: Vec<(&Ident, &Type, bool)> = Vec::new();
@@ -64,6 +64,13 @@ pub fn declared<'a>(dag: &'a Dag, cx: &mut Ctxt) -> Vec<(&'a Ident, &'a Type, bo
             cx.error(
                 signal.span(),
                 format!("a signal cannot be called `{signal}`: its key would be `GRAPH`, the workflow's graph; rename the signal"),
+            );
+        } else if syn::parse_str::<Ident>(&key).is_err() {
+            // Upper-casing an identifier gives an identifier for every character of today's
+            // Unicode; a future letter that did not would otherwise make `Ident::new` panic.
+            cx.error(
+                signal.span(),
+                format!("the signal `{signal}` has no key constant: `{key}`, its name upper-cased, is no Rust identifier; rename the signal"),
             );
         } else if let Some((other, ..)) = out.iter().find(|(other, ..)| key_name(other) == key) {
             cx.error(

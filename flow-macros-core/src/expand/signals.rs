@@ -17,6 +17,7 @@ pub fn keys(
     private: &TokenStream,
 ) -> TokenStream {
     let consts = declared.iter().map(|(signal, ty, transient)| {
+        // An identifier: `check::signals::declared` leaves out the signals whose key is none.
         let key = Ident::new(&key_name(signal), signal.span());
         let text = signal.to_string();
         let doc = format!(

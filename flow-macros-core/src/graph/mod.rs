@@ -1,4 +1,4 @@
-//! Stage 2, the AST → DAG: [`build`] makes one node per `Operation`, one decision node per
+//! Stage 2, the AST → DAG: [`build()`] makes one node per `Operation`, one decision node per
 //! `Conditional`, one per `Signal`, `Delay`, `Cancel`, `Terminate`, `Complete` and nest step, and
 //! one gate node per `Race`, `Parallel(min = k)` and `Pick`.
 //!

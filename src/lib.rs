@@ -364,7 +364,7 @@ pub mod prelude {
 /// event before it acts on it, and resumes after a crash (`W::resume(&store, "order-42")`)
 /// without running again what completed; attempts in flight run again with the same
 /// idempotency key ([`attempt`]). A run that waits long can be unloaded
-/// (`unload_when_waiting`) and resumed by a [`Worker`](crate::Worker) when it is due.
+/// (`unload_when_waiting`) and resumed by a [`Worker`] when it is due.
 /// `docs/durability.md` states the guarantees; `flowdag-sqlite` is the store that survives the
 /// process.
 ///

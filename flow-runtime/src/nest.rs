@@ -31,9 +31,9 @@ pub(crate) use crate::path::{NestKind, NodePath};
 
 /// Runs a sub-workflow step: one instance of workflow `W` (its own graph and options), whose
 /// events go to the parent's log with the path of the step (`payment/charge`) and whose report
-/// is kept whole in the parent's ([`NestReport::report`]). The child's failure is the step's:
+/// is kept whole in the parent's ([`NestReport::report`](crate::NestReport::report)). The child's failure is the step's:
 /// [`NodeError::Workflow`], whose [`source`](std::error::Error::source) is the child's
-/// [`WorkflowError`] (its [`path`](WorkflowError::path) names the step).
+/// [`WorkflowError`](crate::WorkflowError) (its [`path`](crate::WorkflowError::path) names the step).
 ///
 /// # Cancel safety
 ///

@@ -28,7 +28,7 @@ mod reexported {
         /// flow's `execute`, counted.
         pub fn execute<T: IntoNodes>(
             graph: &'static Graph,
-            options: RunOptions,
+            options: RunSetup,
             tree: T,
         ) -> impl Future<Output = Finished> {
             RUNS.with(|runs| runs.set(runs.get() + 1));

@@ -3,7 +3,7 @@
 //!
 //! A driver gets the node's [`NestCtx`] and a *body*: a closure that makes one instance's future
 //! from its item (a `ForEach`) or from the previous iteration's output (a `Loop`), and the
-//! instance's [`RunOptions`]. Each instance is a nested run of the body's graph; its
+//! instance's [`RunSetup`]. Each instance is a nested run of the body's graph; its
 //! [`Outcome`] goes through [`NestCtx`] (which folds its report into the node's summary) and its
 //! state is dropped the moment it ends. Nothing is spawned.
 //!
@@ -15,7 +15,7 @@
 //! instances, the outputs of those in flight and the output `Vec` (no heap at all for a `()`
 //! output).
 //!
-//! Bodies are `Fn(Item, RunOptions) -> Fut`, not `AsyncFn`: a future generic over an `AsyncFn`
+//! Bodies are `Fn(Item, RunSetup) -> Fut`, not `AsyncFn`: a future generic over an `AsyncFn`
 //! whose closure captures a reference is not `Send` for rustc ("implementation of `Send` is
 //! not general enough"), so a workflow with a `ForEach` could not be spawned.
 
@@ -29,8 +29,8 @@ use futures_core::Stream;
 
 use crate::error::{NodeError, WorkflowError};
 use crate::nest_ctx::NestCtx;
-use crate::options::RunOptions;
 use crate::report::Outcome;
+use crate::scheduler::RunSetup;
 use crate::slot::Slot;
 use crate::wake::WakeSet;
 
@@ -139,7 +139,7 @@ pub async fn for_each<I, B, Fut, O>(
 ) -> Result<Vec<O>, NodeError>
 where
     I: IntoIterator,
-    B: Fn(I::Item, RunOptions) -> Fut,
+    B: Fn(I::Item, RunSetup) -> Fut,
     Fut: Future<Output = Outcome<O>>,
 {
     drive::<_, _, _, O, FailFast>(ctx, FromIter(items.into_iter()), config, body).await
@@ -156,7 +156,7 @@ pub async fn for_each_collect<I, B, Fut, O>(
 ) -> Result<Vec<Result<O, WorkflowError>>, NodeError>
 where
     I: IntoIterator,
-    B: Fn(I::Item, RunOptions) -> Fut,
+    B: Fn(I::Item, RunSetup) -> Fut,
     Fut: Future<Output = Outcome<O>>,
 {
     drive::<_, _, _, O, Collect>(ctx, FromIter(items.into_iter()), config, body).await
@@ -172,7 +172,7 @@ pub async fn for_each_stream<S, B, Fut, O>(
 ) -> Result<Vec<O>, NodeError>
 where
     S: Stream,
-    B: Fn(S::Item, RunOptions) -> Fut,
+    B: Fn(S::Item, RunSetup) -> Fut,
     Fut: Future<Output = Outcome<O>>,
 {
     drive::<_, _, _, O, FailFast>(ctx, FromStream(stream), config, body).await
@@ -187,7 +187,7 @@ pub async fn for_each_stream_collect<S, B, Fut, O>(
 ) -> Result<Vec<Result<O, WorkflowError>>, NodeError>
 where
     S: Stream,
-    B: Fn(S::Item, RunOptions) -> Fut,
+    B: Fn(S::Item, RunSetup) -> Fut,
     Fut: Future<Output = Outcome<O>>,
 {
     drive::<_, _, _, O, Collect>(ctx, FromStream(stream), config, body).await
@@ -208,7 +208,7 @@ pub async fn for_each_into<I, B, Fut, O, P>(
 ) -> Result<(), NodeError>
 where
     I: IntoIterator,
-    B: Fn(I::Item, RunOptions) -> Fut,
+    B: Fn(I::Item, RunSetup) -> Fut,
     Fut: Future<Output = Outcome<O>>,
     P: FnOnce(Vec<O>),
 {
@@ -225,7 +225,7 @@ pub async fn for_each_collect_into<I, B, Fut, O, P>(
 ) -> Result<(), NodeError>
 where
     I: IntoIterator,
-    B: Fn(I::Item, RunOptions) -> Fut,
+    B: Fn(I::Item, RunSetup) -> Fut,
     Fut: Future<Output = Outcome<O>>,
     P: FnOnce(Vec<Result<O, WorkflowError>>),
 {
@@ -242,7 +242,7 @@ pub async fn for_each_stream_into<S, B, Fut, O, P>(
 ) -> Result<(), NodeError>
 where
     S: Stream,
-    B: Fn(S::Item, RunOptions) -> Fut,
+    B: Fn(S::Item, RunSetup) -> Fut,
     Fut: Future<Output = Outcome<O>>,
     P: FnOnce(Vec<O>),
 {
@@ -259,7 +259,7 @@ pub async fn for_each_stream_collect_into<S, B, Fut, O, P>(
 ) -> Result<(), NodeError>
 where
     S: Stream,
-    B: Fn(S::Item, RunOptions) -> Fut,
+    B: Fn(S::Item, RunSetup) -> Fut,
     Fut: Future<Output = Outcome<O>>,
     P: FnOnce(Vec<Result<O, WorkflowError>>),
 {
@@ -279,7 +279,7 @@ pub async fn repeat_until<B, Fut, O>(
     body: B,
 ) -> Result<O, NodeError>
 where
-    B: Fn(Option<O>, RunOptions) -> Fut,
+    B: Fn(Option<O>, RunSetup) -> Fut,
     Fut: Future<Output = Outcome<(O, bool)>>,
 {
     let mut prev = None;
@@ -314,7 +314,7 @@ pub async fn repeat_while<T, B, Fut, O>(
 ) -> Result<Option<O>, NodeError>
 where
     T: FnMut(Option<&O>) -> bool,
-    B: Fn(Option<O>, RunOptions) -> Fut,
+    B: Fn(Option<O>, RunSetup) -> Fut,
     Fut: Future<Output = Outcome<O>>,
 {
     let mut prev = None;
@@ -681,7 +681,7 @@ async fn drive<S, B, Fut, O, K>(
 ) -> Result<Vec<K::Out>, NodeError>
 where
     S: Items,
-    B: Fn(S::Item, RunOptions) -> Fut,
+    B: Fn(S::Item, RunSetup) -> Fut,
     Fut: Future<Output = Outcome<O>>,
     K: Keep<O>,
 {
@@ -701,7 +701,7 @@ async fn drive_into<S, B, Fut, O, K, P>(
 ) -> Result<(), NodeError>
 where
     S: Items,
-    B: Fn(S::Item, RunOptions) -> Fut,
+    B: Fn(S::Item, RunSetup) -> Fut,
     Fut: Future<Output = Outcome<O>>,
     K: Keep<O>,
     P: FnOnce(Vec<K::Out>),
@@ -762,7 +762,7 @@ where
     ) -> Poll<Result<Vec<Out>, NodeError>>
     where
         S: Items,
-        B: Fn(S::Item, RunOptions) -> F,
+        B: Fn(S::Item, RunSetup) -> F,
         F: Future<Output = Outcome<O>>,
         K: Keep<O, Out = Out>,
     {

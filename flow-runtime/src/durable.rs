@@ -42,11 +42,12 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::graph::Graph;
-use crate::options::{Attached, RunOptions};
+use crate::options::RunOptions;
 use crate::policy::FailurePolicy;
 use crate::report::Outcome;
 use crate::runner::{Runner, Workflow};
 use crate::scheduler::Hook;
+use crate::scheduler::RunSetup;
 use crate::store::{
     Created, Lease, Loaded, NewRun, NodeRow, Owner, RunFilter, RunStatus, Store, StoreError,
     StoredEvent, StoredOutput, StoredSignal, StoredTimer, TaskClaim, TaskOutcome, TaskResult,
@@ -590,7 +591,7 @@ impl<W: DurableWorkflow> Runner<W> {
     pub fn durable<S: Store + Clone>(self, store: &S, id: impl Into<String>) -> DurableRunner<W> {
         let store: Arc<dyn Store> = Arc::new(store.clone());
         DurableRunner {
-            options: self.__into_options(),
+            options: self.into_options(),
             store,
             id: id.into(),
             owner: Owner::process(),
@@ -996,11 +997,8 @@ pub(crate) async fn execute_task<W: DurableWorkflow>(
         claim.node,
         claim.attempt,
     );
-    let options = RunOptions {
-        hook: Attached::new(task as Box<dyn Hook>),
-        ..RunOptions::default()
-    };
-    let mut ran = W::__execute::<'static>(options, W::__input::<'static>(input)).await;
+    let setup = RunSetup::hooked(RunOptions::default(), task as Box<dyn Hook>);
+    let mut ran = W::__execute::<'static>(setup, W::__input::<'static>(input)).await;
     let outcome = ran.report.take_hook_end::<Option<TaskOutcome>>().flatten();
     outcome.ok_or_else(|| {
         DurableError::Store(StoreError::Invalid {
@@ -1131,15 +1129,15 @@ fn by_node(outputs: Vec<StoredOutput>) -> HashMap<u32, Vec<u8>> {
 }
 
 /// Runs a prepared durable run: the workflow's own run, with its journal handed to the
-/// scheduler beside the options (the scheduler's `Hook`).
+/// scheduler in the run's setup (the scheduler's `Hook`), beside the runner's options.
 fn drive<W: DurableWorkflow, R: Shape<W::Output>>(
     (mut options, setup, input): Prepared<W>,
 ) -> Drive<impl Future<Output = Outcome<W::Output>>, R> {
     options.record = true;
     options.report = true;
-    options.hook = Attached::new(journal::Journal::new(setup) as Box<dyn Hook>);
+    let setup = RunSetup::hooked(options, journal::Journal::new(setup) as Box<dyn Hook>);
     Drive {
-        run: W::__execute::<'static>(options, W::__input::<'static>(input)),
+        run: W::__execute::<'static>(setup, W::__input::<'static>(input)),
         shape: PhantomData,
     }
 }

@@ -20,11 +20,11 @@
 //   panic, signal, run_state, progress  timers and panics; mailboxes; what a test reads; a bar
 //   report                              the report (with `report/summary.rs`: a `Report` holds
 //                                       `NestReport`s, which hold `Report`s)
-//   options, verdict                    a run's options; the end of a run (`Finished`)
+//   options, verdict                    a runner's options; the end of a run (`Finished`)
 //   nest_ctx                            what a nest node's driver gets from its run
 //   nodes                               the node set (`Leaf::nest` takes a `NestCtx`)
-//   scheduler, delay                    the run loop (one folder; durable runs only through its
-//                                       hook, `scheduler/hook.rs`); the node of a `Delay` step
+//   scheduler, delay                    the run loop and a run's setup (one folder; durable runs
+//                                       only through its hook, `scheduler/hook.rs`); a `Delay` step
 //   support                             what generated code calls: `execute*`, `input`, ...
 //   runner                              `Workflow` and `Runner`: the public entry points
 //   nest                                nest nodes, the sub-workflow driver (runs `Workflow`s)
@@ -118,13 +118,12 @@ pub mod __private {
     pub use crate::nest::{ChildRun, Nest, NestOp, child};
     pub use crate::nest_ctx::NestCtx;
     pub use crate::nodes::{ArenaOp, Decide, Decision, Idle, IntoNodes, Leaf, Nodes, Op, Pair};
-    pub use crate::options::RunOptions;
-    pub use crate::options::with_mailbox;
     pub use crate::path::NestKind;
     pub use crate::policy::{Backoff, CancelToken, FailurePolicy, NodePolicy};
     pub use crate::report::Outcome;
     pub use crate::run_state::RunState;
     pub use crate::runner::{Runner, Workflow, unreachable_run};
+    pub use crate::scheduler::{RunSetup, with_mailbox};
     pub use crate::scope::{Deferred, OperationScope, OperationSpec};
     pub use crate::signal::{Environment, Mailbox, SignalKey, WaitSignal, signal};
     pub use crate::slot::{Slot, TermCell};

@@ -3,7 +3,7 @@
 //! graph (a *nest node*), in the run's task.
 //!
 //! A nest node is an ordinary node whose future (the *driver*) runs the instances: each
-//! instance is a nested `execute` of the body's graph, with [`RunOptions`] made by the node's
+//! instance is a nested `execute` of the body's graph, with a `RunSetup` made by the node's
 //! [`NestCtx`]. The scheduler hands the context to the node's leaf when the node starts
 //! ([`Leaf::nest`]); the context carries what an instance shares with the run that holds it:
 //! where its events go, its path, the run's mailbox.

@@ -10,7 +10,6 @@ use std::task::{Context, Poll, Waker};
 use crate::error::WorkflowError;
 use crate::events::EventSink;
 use crate::graph::Graph;
-use crate::options::{Pool, RunOptions};
 use crate::path::{NestKind, NodePath, PathStep};
 use crate::report::Outcome;
 use crate::report::{NestReport, Summary};
@@ -142,24 +141,14 @@ impl NestCtx {
         }
     }
 
-    /// The options of instance `index`'s run. Call it once per instance, when the instance
-    /// starts: it counts the instance as started.
-    pub fn instance(&self, index: u64) -> RunOptions {
+    /// Counts instance `index` as started and returns the path its run reads (to tag the
+    /// events it sends to the root, and for nests of its own): what
+    /// [`NestCtx::instance`] builds the instance's setup from.
+    pub(crate) fn start(&self, index: u64) -> Option<NodePath> {
         lock(&self.shared.summary).started(index);
-        // The instance's run reads its path only to tag the events it sends to the root and
-        // to give it to nests of its own; a failure gets its path in `ended`.
-        let path = (self.sink.is_some() || !self.body.plan.control.nests.is_empty())
-            .then(|| self.path_of(index));
-        RunOptions {
-            record: self.report,
-            report: self.report,
-            signals: self.signals.clone(),
-            path,
-            sink: self.sink.clone(),
-            pool: Some(Arc::clone(&self.pool)),
-            instance: true,
-            ..RunOptions::default()
-        }
+        // A failure gets its path in `ended`.
+        (self.sink.is_some() || !self.body.plan.control.nests.is_empty())
+            .then(|| self.path_of(index))
     }
 
     /// Takes instance `index`'s outcome when it has ended: folds its report into the node's
@@ -250,4 +239,45 @@ impl fmt::Debug for NestCtx {
 /// between statements.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Values a run leaves behind for the next run that takes them from the same pool: a nest
+/// node's instances reuse the scheduler's lists (one set per instance in flight). Opaque here:
+/// the scheduler decides what it keeps. Boxed once, and the same box goes back and forth, so a
+/// set taken and given back allocates nothing.
+#[derive(Default)]
+pub(crate) struct Pool {
+    free: std::sync::Mutex<Vec<Box<dyn std::any::Any + Send>>>,
+}
+
+impl Pool {
+    fn free(&self) -> std::sync::MutexGuard<'_, Vec<Box<dyn std::any::Any + Send>>> {
+        self.free
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A set left by an earlier run, if one is free (and is a `T`).
+    pub(crate) fn take<T: std::any::Any>(&self) -> Option<Box<T>> {
+        let mut free = self.free();
+        let last = free.pop()?;
+        match last.downcast::<T>() {
+            Ok(set) => Some(set),
+            Err(other) => {
+                free.push(other);
+                None
+            }
+        }
+    }
+
+    /// Leaves `set` for the next run.
+    pub(crate) fn give<T: std::any::Any + Send>(&self, set: Box<T>) {
+        self.free().push(set);
+    }
+
+    /// How many sets wait to be reused.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.free().len()
+    }
 }

@@ -21,6 +21,7 @@ use crate::graph::Graph;
 use crate::options::RunOptions;
 use crate::policy::{CancelToken, FailurePolicy};
 use crate::report::Outcome;
+use crate::scheduler::RunSetup;
 use crate::signal::{Mailbox, Signals};
 
 /// A workflow declared with `workflow!`: its static graph, its parameters and its output.
@@ -49,11 +50,11 @@ pub trait Workflow {
     /// The workflow's output: the type after `->` in `workflow!`, or `()`.
     type Output;
 
-    /// Runs the workflow with `options`: the code `workflow!` generates. Not a public API:
-    /// call [`Runner::execute`].
+    /// Runs the workflow from `setup` (the runner's options and what the engine adds): the code
+    /// `workflow!` generates. Not a public API: call [`Runner::execute`].
     #[doc(hidden)]
     fn __execute<'a>(
-        options: RunOptions,
+        setup: RunSetup,
         input: Self::Input<'a>,
     ) -> impl Future<Output = Outcome<Self::Output>>
     where
@@ -161,7 +162,7 @@ impl<W: Workflow> Runner<W> {
     where
         W: 'a,
     {
-        W::__execute(self.options, input)
+        W::__execute(RunSetup::from(self.options), input)
     }
 
     /// Runs the workflow with `input` and returns its output, or a [`WorkflowError`] that
@@ -181,14 +182,20 @@ impl<W: Workflow> Runner<W> {
         self.options.record = false;
         self.options.report = false;
         ResultOnly {
-            run: W::__execute(self.options, input),
+            run: W::__execute(RunSetup::from(self.options), input),
         }
     }
 
-    /// The options this runner has collected: for tests that drive the scheduler directly.
-    /// Not a public API.
+    /// The options this runner has collected, as a run's setup: for tests that drive the
+    /// scheduler directly. Not a public API.
     #[doc(hidden)]
-    pub fn __into_options(self) -> RunOptions {
+    pub fn __into_setup(self) -> RunSetup {
+        RunSetup::from(self.options)
+    }
+
+    /// The options this runner has collected: what a durable run stores and starts from.
+    #[cfg_attr(not(feature = "durable"), allow(dead_code))]
+    pub(crate) fn into_options(self) -> RunOptions {
         self.options
     }
 }

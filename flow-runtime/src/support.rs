@@ -7,8 +7,7 @@ use std::pin::Pin;
 use crate::error::{NodeError, NodeFailure};
 use crate::graph::Graph;
 use crate::nodes::{IntoNodes, Nodes};
-use crate::options::RunOptions;
-use crate::scheduler::run_nodes;
+use crate::scheduler::{RunSetup, run_nodes};
 use crate::slot::Slot;
 use crate::verdict::Finished;
 
@@ -24,10 +23,10 @@ use crate::verdict::Finished;
 /// Dropping the returned future drops every running operation's future.
 pub fn execute<T: IntoNodes>(
     graph: &'static Graph,
-    options: RunOptions,
+    setup: RunSetup,
     tree: T,
 ) -> impl Future<Output = Finished> {
-    execute_nodes(graph, options, tree.inline())
+    execute_nodes(graph, setup, tree.inline())
 }
 
 /// As [`execute`], with each operation's future in one arena allocated per run: for large
@@ -39,19 +38,19 @@ pub fn execute<T: IntoNodes>(
 /// own state); about a fifth of the instructions of such a run were those copies.
 pub fn execute_in_arena<T: IntoNodes>(
     graph: &'static Graph,
-    options: RunOptions,
+    setup: RunSetup,
     tree: T,
 ) -> impl Future<Output = Finished> {
     // The run's own future is `run_nodes`'s, with the box as its argument: no async layer of
     // its own to pass through on every wake-up.
-    run_nodes(graph, options, Box::pin(tree.in_arena()))
+    run_nodes(graph, setup, Box::pin(tree.in_arena()))
 }
 
 /// As [`execute`], over a node set built some other way: any [`Nodes`] implementation whose
 /// nodes match `graph` in number and order.
 pub fn execute_nodes<N: Nodes>(
     graph: &'static Graph,
-    options: RunOptions,
+    setup: RunSetup,
     mut nodes: N,
 ) -> impl Future<Output = Finished> {
     debug_assert!(N::LEN >= graph.nodes.len());
@@ -62,16 +61,16 @@ pub fn execute_nodes<N: Nodes>(
         // SAFETY: `nodes` is a variable of this future's state, which is pinned while it is
         // polled, and it is never moved again: the name now stands for the pinned reference.
         let nodes = unsafe { Pin::new_unchecked(&mut nodes) };
-        run_nodes(graph, options, nodes).await
+        run_nodes(graph, setup, nodes).await
     }
 }
 
-/// The options of a run whose node set holds, after the graph's nodes, one compensation leaf
+/// The setup of a run whose node set holds, after the graph's nodes, one compensation leaf
 /// per step named in `steps` (in that order, which is topological): the code `workflow!`
 /// generates for a workflow with `compensate = ..` options.
-pub fn compensated(mut options: RunOptions, steps: &'static [u32]) -> RunOptions {
-    options.compensations = steps;
-    options
+pub fn compensated(mut setup: RunSetup, steps: &'static [u32]) -> RunSetup {
+    setup.compensations = steps;
+    setup
 }
 
 /// Reads the output of a node that is sure to have completed in a successful run.

@@ -46,7 +46,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use flowdag_runtime::__private::{
-    Arm, Control, Gate, Leaf, NestCtx, NestInfo, NestKind, Nodes, Plan, Rest, Rule, RunOptions,
+    Arm, Control, Gate, Leaf, NestCtx, NestInfo, NestKind, Nodes, Plan, Rest, Rule, RunSetup,
     RunState, Slot, execute_nodes, unreachable_run,
 };
 use flowdag_runtime::NodeStatus::{Aborted, Completed, Failed, Skipped, Withdrawn};
@@ -917,7 +917,7 @@ impl Workflow for Model {
     type Input<'a> = ();
     type Output = ();
 
-    fn __execute<'a>(_: RunOptions, _: ()) -> impl std::future::Future<Output = Outcome<()>> {
+    fn __execute<'a>(_: RunSetup, _: ()) -> impl std::future::Future<Output = Outcome<()>> {
         unreachable_run()
     }
 }
@@ -1476,7 +1476,7 @@ struct Observed {
     log: Log,
 }
 
-fn run(wf: &Wf, graph: &'static Graph, options: RunOptions) -> Result<Observed, String> {
+fn run(wf: &Wf, graph: &'static Graph, options: RunSetup) -> Result<Observed, String> {
     let shared = Rc::new(Shared {
         wf: wf.clone(),
         slots: (0..wf.len()).map(|_| Slot::new()).collect(),
@@ -1728,7 +1728,7 @@ fn check_continue(wf: &Wf, limits: bool, max_concurrency: Option<usize>) -> Resu
     if let Some(limit) = max_concurrency.and_then(NonZeroUsize::new) {
         options = options.max_concurrency(limit);
     }
-    let observed = run(wf, graph, options.__into_options())?;
+    let observed = run(wf, graph, options.__into_setup())?;
     let expected = model_with(wf, Some(&observed)).map_err(|why| {
         format!(
             "{why}\n{graph}statuses: {:?}\nwinners: {:?}\nevents: {:?}",
@@ -1778,7 +1778,7 @@ fn check_fail_fast(wf: &Wf) -> Result<(), String> {
     let expected = model(wf);
     let options = Runner::<Model>::new()
         .failure_policy(FailurePolicy::FailFast)
-        .__into_options();
+        .__into_setup();
     let observed = run(wf, graph, options)?;
     let verdict = fail_fast_verdict(wf, graph, &expected, &observed);
     verdict.map_err(|why| format!("{why}\n{}", describe(graph, &expected, &observed)))
@@ -1790,11 +1790,11 @@ fn check_fail_fast(wf: &Wf) -> Result<(), String> {
 /// model's does.
 fn check_fail_fast_gated(wf: &Wf) -> Result<(), String> {
     let graph = graph(wf, false);
-    let full = run(wf, graph, RunOptions::default())?;
+    let full = run(wf, graph, RunSetup::default())?;
     let expected = model_with(wf, Some(&full))?;
     let options = Runner::<Model>::new()
         .failure_policy(FailurePolicy::FailFast)
-        .__into_options();
+        .__into_setup();
     let observed = run(wf, graph, options)?;
     let verdict = (|| {
         check_order(wf, &observed)?;
@@ -2151,7 +2151,7 @@ fn race(arms: Vec<Step>) -> Step {
 /// hand-written expectations, then the scheduler against the model, with and without limits.
 fn assert_gated_run(body: &[Step], statuses: &[NodeStatus], run_fails: bool) -> (Wf, Expected) {
     let wf = compile(body);
-    let observed = run(&wf, graph(&wf, false), RunOptions::default()).expect("the run ends");
+    let observed = run(&wf, graph(&wf, false), RunSetup::default()).expect("the run ends");
     let expected = model_with(&wf, Some(&observed)).unwrap_or_else(|why| panic!("{why}"));
     assert_eq!(
         expected.status, statuses,
@@ -2501,7 +2501,7 @@ fn fail_fast_stops_on_a_failure_its_conditional_routes_around() {
     let graph = graph(&wf, false);
     let options = Runner::<Model>::new()
         .failure_policy(FailurePolicy::FailFast)
-        .__into_options();
+        .__into_setup();
     let observed = run(&wf, graph, options).expect("the run ends");
     assert_eq!(
         observed.status,
@@ -2531,7 +2531,7 @@ fn gated_generator_covers_the_interesting_cases() {
             .expect("a workflow")
             .current();
         let wf = compile(&body);
-        let observed = run(&wf, graph(&wf, false), RunOptions::default()).expect("the run ends");
+        let observed = run(&wf, graph(&wf, false), RunSetup::default()).expect("the run ends");
         let m = model_with(&wf, Some(&observed)).unwrap_or_else(|why| panic!("{why}"));
         withdrawn += usize::from(observed.status.contains(&Withdrawn));
         ruled_withdrawn += usize::from((0..wf.len()).any(|i| {

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use flowdag_runtime::__private::{
     Control, Decide, Edge, EdgeKind, FailurePolicy, Graph, Instant as Step, NestCtx, NestInfo,
-    NestKind, NestOp, NodeInfo, NodeKind, Op, Pair, Plan, RunOptions, RunState, execute_nodes,
+    NestKind, NestOp, NodeInfo, NodeKind, Op, Pair, Plan, RunSetup, RunState, execute_nodes,
 };
 use flowdag_runtime::{EventKind, NodeError, NodeStatus, Report};
 use proptest::prelude::*;
@@ -142,7 +142,7 @@ where
         );
         let finished = tokio::time::timeout(
             Duration::from_secs(24 * 3600),
-            execute_nodes(graph, RunOptions::default(), nodes),
+            execute_nodes(graph, RunSetup::default(), nodes),
         )
         .await;
         (finished.map(|f| f.output(|| Ok(())).report), t0.elapsed())

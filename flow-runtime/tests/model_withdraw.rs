@@ -21,7 +21,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use flowdag_runtime::__private::{
-    Control, Instant, Leaf, Nodes, Plan, RunOptions, RunState, execute_nodes,
+    Control, Instant, Leaf, Nodes, Plan, RunSetup, RunState, execute_nodes,
 };
 use flowdag_runtime::NodeStatus::{
     Aborted, Completed, Failed, Idle, Ready, Running, Skipped, Waiting, Withdrawn,
@@ -664,7 +664,7 @@ fn run(wf: &Wf, graph: &'static Graph) -> Result<Observed, String> {
                 .collect(),
         };
         // The default options record the log and build the report.
-        let options = RunOptions::default();
+        let options = RunSetup::default();
         tokio::time::timeout(
             Duration::from_secs(365 * 24 * 3600),
             execute_nodes(graph, options, harness),

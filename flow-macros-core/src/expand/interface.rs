@@ -100,7 +100,7 @@ pub fn interface(
             #output_item
 
             fn __execute<#lifetime>(
-                #options: #private::RunOptions,
+                #options: #private::RunSetup,
                 #pattern: <Self as #private::Workflow>::Input<#lifetime>,
             ) -> impl #private::Future<Output = #private::Outcome<#output_ty>> #outlives {
                 #body

@@ -172,7 +172,7 @@ pub fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
                     let item = &each.item;
                     let config = quote!(#private::ForEachConfig { max_concurrency: #max, min: #min, rest_cancel: #rest });
                     let body = quote! {
-                        move |__flow_item, __flow_opts: #private::RunOptions| async move {
+                        move |__flow_item, __flow_opts: #private::RunSetup| async move {
                             let #item = &__flow_item;
                             #instance
                         }
@@ -194,7 +194,7 @@ pub fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
                         .as_ref()
                         .map(|prev| quote!(let #prev = &__flow_prev.as_ref();));
                     let body = quote! {
-                        move |__flow_prev, __flow_opts: #private::RunOptions| async move {
+                        move |__flow_prev, __flow_opts: #private::RunSetup| async move {
                             #prev
                             #instance
                         }
@@ -214,7 +214,7 @@ pub fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
                         quote! {
                             fn __flow_while_body<__FlowB, __FlowF, __FlowO>(body: __FlowB) -> __FlowB
                             where
-                                __FlowB: ::core::ops::Fn(::core::option::Option<__FlowO>, #private::RunOptions) -> __FlowF,
+                                __FlowB: ::core::ops::Fn(::core::option::Option<__FlowO>, #private::RunSetup) -> __FlowF,
                                 __FlowF: #private::Future<Output = #private::Outcome<__FlowO>>,
                             {
                                 body

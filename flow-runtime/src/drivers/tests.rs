@@ -64,7 +64,7 @@ impl std::fmt::Display for Declined {
 impl std::error::Error for Declined {}
 
 /// One instance: a run of `BODY` whose operation is `work`'s future.
-async fn run_one<T, Fut>(opts: RunOptions, work: impl Fn() -> Fut) -> Outcome<T>
+async fn run_one<T, Fut>(opts: RunSetup, work: impl Fn() -> Fut) -> Outcome<T>
 where
     T: Clone,
     Fut: Future<Output = Result<T, Declined>>,
@@ -127,7 +127,7 @@ async fn a_for_each_with_captured_references_is_send_and_its_closure_infers() {
                 nest,
                 for_each_source(vec![1u32, 2, 3]),
                 ForEachConfig::default(),
-                move |item, opts: RunOptions| async move {
+                move |item, opts: RunSetup| async move {
                     let line = &item;
                     let slot = &Slot::new();
                     let node = (move || async move {
@@ -180,7 +180,7 @@ fn timed(
     alive: &Arc<Alive>,
     delay: impl Fn(u64) -> u64 + Copy + 'static,
     fails: impl Fn(u64) -> bool + Copy + 'static,
-) -> impl Fn(u64, RunOptions) -> Pin<Box<dyn Future<Output = Outcome<u64>>>> {
+) -> impl Fn(u64, RunSetup) -> Pin<Box<dyn Future<Output = Outcome<u64>>>> {
     let alive = Arc::clone(alive);
     move |item, opts| {
         let held = alive.hold();
@@ -622,7 +622,7 @@ type Iteration = Pin<Box<dyn Future<Output = Outcome<(u64, bool)>>>>;
 fn counting(
     done_at: u64,
     seen: &Arc<std::sync::Mutex<Vec<Option<u64>>>>,
-) -> impl Fn(Option<u64>, RunOptions) -> Iteration {
+) -> impl Fn(Option<u64>, RunSetup) -> Iteration {
     let seen = Arc::clone(seen);
     move |prev, opts| {
         if let Ok(mut seen) = seen.lock() {
@@ -700,7 +700,7 @@ async fn a_failed_iteration_fails_the_loop_with_its_error() {
 }
 
 /// A while-body: adds 1 to the previous output (0 first).
-fn plus_one(prev: Option<u64>, opts: RunOptions) -> impl Future<Output = Outcome<u64>> {
+fn plus_one(prev: Option<u64>, opts: RunSetup) -> impl Future<Output = Outcome<u64>> {
     let next = prev.map_or(0, |p| p + 1);
     run_one(opts, move || async move { Ok(next) })
 }
@@ -861,7 +861,7 @@ async fn run_with(alive: &Arc<Alive>, graph: &'static Graph) -> (Finished, Optio
         ),
         Decide::new(|_: &RunState| true),
     );
-    let finished = execute_nodes(graph, RunOptions::default(), nodes).await;
+    let finished = execute_nodes(graph, RunSetup::default(), nodes).await;
     let got = out.lock().ok().and_then(|mut o| o.take());
     (finished, got)
 }
@@ -960,7 +960,7 @@ async fn a_complete_step_before_its_for_each_starts_empties_it() {
             Ok(())
         }),
     );
-    let finished = execute_nodes(&EARLY, RunOptions::default(), nodes).await;
+    let finished = execute_nodes(&EARLY, RunSetup::default(), nodes).await;
     assert!(finished.succeeded());
     assert_eq!(out.lock().ok().and_then(|mut o| o.take()), Some(vec![]));
     assert_eq!(alive.most.load(Ordering::SeqCst), 0, "no instance started");
@@ -1026,7 +1026,7 @@ async fn loops_with_captured_references_are_send() {
             let until = repeat_until(
                 nest.clone(),
                 up_to(10),
-                move |prev: Option<u64>, opts: RunOptions| async move {
+                move |prev: Option<u64>, opts: RunSetup| async move {
                     let last = prev.as_ref();
                     let slot = &Slot::new();
                     let node = (move || async move {
@@ -1043,7 +1043,7 @@ async fn loops_with_captured_references_are_send() {
                 nest,
                 up_to(10),
                 |last: Option<&u64>| last.is_none_or(|l| *l < 6),
-                move |prev: Option<u64>, opts: RunOptions| async move {
+                move |prev: Option<u64>, opts: RunSetup| async move {
                     let last = prev.as_ref();
                     let slot = &Slot::new();
                     let node = (move || async move {

@@ -14,6 +14,7 @@ use crate::graph::{Control, Edge, EdgeKind, Graph, NestInfo, NodeInfo, NodeKind,
 use crate::options::RunOptions;
 use crate::policy::FailurePolicy;
 use crate::report::Outcome;
+use crate::scheduler::RunSetup;
 use crate::status::NodeStatus;
 use crate::support::execute;
 
@@ -209,7 +210,9 @@ async fn run_order(options: RunOptions) -> Outcome<()> {
             },),
         ),
     );
-    execute(&ORDER, options, tree).await.output(|| Ok(()))
+    execute(&ORDER, options.into(), tree)
+        .await
+        .output(|| Ok(()))
 }
 
 #[tokio::test(start_paused = true)]
@@ -525,7 +528,7 @@ async fn a_nest_inside_an_instance_sends_its_events_straight_to_the_root() {
         observers: vec![Arc::new(recorder.clone())],
         ..RunOptions::default()
     };
-    let outcome = execute(&LINES, options, (Nest, lines_driver))
+    let outcome = execute(&LINES, options.into(), (Nest, lines_driver))
         .await
         .output(|| Ok(()));
     assert!(outcome.result.is_ok());
@@ -573,7 +576,7 @@ impl crate::runner::Workflow for Payment {
     type Output = u64;
 
     fn __execute<'a>(
-        options: RunOptions,
+        options: RunSetup,
         fails: bool,
     ) -> impl std::future::Future<Output = Outcome<u64>> {
         let node = (move || async move {
@@ -628,7 +631,7 @@ async fn checkout(fails: bool) -> Outcome<()> {
         assert_eq!(receipt, 7);
         Ok(())
     });
-    execute(&CHECKOUT, RunOptions::default(), step)
+    execute(&CHECKOUT, RunSetup::default(), step)
         .await
         .output(|| Ok(()))
 }
@@ -889,7 +892,7 @@ async fn observers_see_an_instances_events_when_they_happen_not_when_the_node_en
         }
         Ok(())
     };
-    let run = execute(&SOLO, options, (Nest, driver));
+    let run = execute(&SOLO, options.into(), (Nest, driver));
     let mut run = std::pin::pin!(async move { run.await.output(|| Ok(())) });
     let early = tokio::time::timeout(Duration::from_millis(500), run.as_mut()).await;
     assert!(early.is_err(), "the second instance still runs");
@@ -932,10 +935,7 @@ impl crate::runner::Workflow for Stuck {
     type Input<'a> = ();
     type Output = ();
 
-    fn __execute<'a>(
-        options: RunOptions,
-        (): (),
-    ) -> impl std::future::Future<Output = Outcome<()>> {
+    fn __execute<'a>(options: RunSetup, (): ()) -> impl std::future::Future<Output = Outcome<()>> {
         let node = (|| async {
             let _guard = CountDrop;
             std::future::pending::<()>().await;
@@ -954,7 +954,9 @@ async fn a_sub_workflow_is_cancelled_with_its_parent() {
         deadline: Some(Duration::from_millis(100)),
         ..RunOptions::default()
     };
-    let outcome = execute(&CHECKOUT, options, step).await.output(|| Ok(()));
+    let outcome = execute(&CHECKOUT, options.into(), step)
+        .await
+        .output(|| Ok(()));
     let error = outcome.result.expect_err("cancelled");
     assert!(error.is_cancelled());
     assert_eq!(

@@ -2,7 +2,7 @@
 //!
 //! The generated node set of a workflow with `compensate = ..` options holds, after its
 //! `graph.nodes.len()` nodes, one more leaf per compensable step (in the order of
-//! `RunOptions::compensations`, which names each one's step; the macro emits them in
+//! `RunSetup::compensations`, which names each one's step; the macro emits them in
 //! topological order). When the forward phase ended failed (a failure reached the end of the
 //! graph, or the run was cancelled or passed its deadline), this phase runs the compensations
 //! of the steps that completed, **one at a time, in reverse topological order**, so that a

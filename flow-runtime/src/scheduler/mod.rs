@@ -17,6 +17,7 @@ mod gate;
 mod hook;
 mod rules;
 mod settle;
+mod setup;
 
 use std::future::Future;
 use std::num::NonZeroUsize;
@@ -29,9 +30,8 @@ use tokio::time::Sleep;
 use crate::events::EventSink;
 use crate::events::{Event, EventKind, EventLog, Observer, RunId};
 use crate::graph::{Graph, NestInfo, NodeKind, Plan};
-use crate::nest_ctx::{NestCtx, NestShared};
+use crate::nest_ctx::{NestCtx, NestShared, Pool};
 use crate::nodes::{Leaves, Nodes, Table};
-use crate::options::{Pool, RunOptions};
 use crate::panic::deadline_timer;
 use crate::path::NodePath;
 use crate::policy::{CancelReason, FailurePolicy, NodePolicy};
@@ -44,6 +44,7 @@ use crate::wake::WakeSet;
 
 #[cfg_attr(not(feature = "durable"), allow(unused_imports))]
 pub(crate) use hook::{Before, Hook, HookFuture, Run, RunEnd, Scope, Steps};
+pub use setup::{RunSetup, with_mailbox};
 
 const NO_CAUSE: u32 = u32::MAX;
 
@@ -185,13 +186,13 @@ struct NestHome {
 impl Recording {
     /// The recording of a run with `options`: a nest instance's events go to the root's
     /// sink too, with the root's run id; a root with nest nodes makes the sink.
-    fn new(plan: &Plan, options: &RunOptions) -> Box<Recording> {
-        let mut log = options.record.then(EventLog::new);
+    fn new(plan: &Plan, setup: &RunSetup) -> Box<Recording> {
+        let mut log = setup.options.record.then(EventLog::new);
         if let Some(log) = &mut log {
             log.reserve(2 * plan.pred_count.len() + 2);
         }
         let start = tokio::time::Instant::now();
-        let forward = options.sink.clone();
+        let forward = setup.sink.clone();
         let run = forward.as_ref().map_or_else(RunId::next, |sink| sink.run);
         let sink = (forward.is_none() && !plan.control.nests.is_empty())
             .then(|| Arc::new(EventSink::new(run, start)));
@@ -200,9 +201,9 @@ impl Recording {
             start,
             seq: 0,
             log,
-            observers: options.observers.clone(),
+            observers: setup.options.observers.clone(),
             nested: forward.is_some() || sink.is_some(),
-            path: forward.as_ref().and(options.path.clone()),
+            path: forward.as_ref().and(setup.path.clone()),
             forward,
             sink,
             drained: Vec::new(),
@@ -335,12 +336,13 @@ struct Scheduler {
 
 impl Scheduler {
     #[cfg(test)]
-    fn new(graph: &'static Graph, options: &RunOptions) -> Self {
-        Scheduler::hooked_by(graph, options, None)
+    fn new(graph: &'static Graph, setup: &RunSetup) -> Self {
+        Scheduler::hooked_by(graph, setup, None)
     }
 
     /// The scheduler of a run of `graph` with `options`, and `hook` if it has one.
-    fn hooked_by(graph: &'static Graph, options: &RunOptions, hook: Option<Box<dyn Hook>>) -> Self {
+    fn hooked_by(graph: &'static Graph, setup: &RunSetup, hook: Option<Box<dyn Hook>>) -> Self {
+        let options = &setup.options;
         let plan = &graph.plan;
         let node_state = |&count| NodeState {
             status: NodeStatus::Idle,
@@ -352,7 +354,7 @@ impl Scheduler {
             attempt: 0,
         };
         // A nest instance reuses the lists of an instance that finished (cleared, not freed).
-        let mut reused = options.pool.as_deref().and_then(Pool::take::<StateBuffers>);
+        let mut reused = setup.pool.as_deref().and_then(Pool::take::<StateBuffers>);
         let taken = reused.as_deref_mut().map(std::mem::take);
         let (mut nodes, ready, due, shared) = match taken {
             None => (
@@ -432,9 +434,9 @@ impl Scheduler {
             seed: 0,
             recording: (options.record
                 || !options.observers.is_empty()
-                || options.sink.is_some()
+                || setup.sink.is_some()
                 || hook.is_some())
-            .then(|| Recording::new(plan, options)),
+            .then(|| Recording::new(plan, setup)),
             decided: None,
             nest_home: None,
             report: options.report,
@@ -444,7 +446,7 @@ impl Scheduler {
             section_left: Vec::new(),
             group_holder: Vec::new(),
             section_freed: false,
-            pool: options.pool.clone().map(|pool| (pool, reused)),
+            pool: setup.pool.clone().map(|pool| (pool, reused)),
             hook,
         };
         if let Some(hook) = scheduler.hook.as_deref_mut() {
@@ -456,9 +458,9 @@ impl Scheduler {
         }
         if !plan.control.nests.is_empty() {
             scheduler.nest_home = Some(Box::new(NestHome {
-                path: options.path.clone(),
+                path: setup.path.clone(),
                 signals: options.signals.clone(),
-                sink: options.sink.clone().or_else(|| {
+                sink: setup.sink.clone().or_else(|| {
                     let recording = scheduler.recording.as_deref()?;
                     Some(Arc::clone(recording.sink.as_ref()?))
                 }),
@@ -979,7 +981,7 @@ fn spans() -> bool {
 /// where the set lives.
 pub(crate) async fn run_nodes<P, N>(
     graph: &'static Graph,
-    mut options: RunOptions,
+    mut setup: RunSetup,
     mut nodes: Pin<P>,
 ) -> Finished
 where
@@ -987,16 +989,17 @@ where
     N: Nodes,
 {
     let mut table = Table::new(nodes.as_mut());
-    debug_assert_eq!(table.len(), graph.nodes.len() + options.compensations.len());
+    debug_assert_eq!(table.len(), graph.nodes.len() + setup.compensations.len());
     // Once the run has ended, or its future is dropped, signals are refused. Declared after
     // the table, so dropped before it: the steps' waits are dropped first. Only the run at the
     // top closes it: a nest's instances share it with that run, which goes on after them.
-    let _mailbox = match options.instance {
-        false => options.signals.clone().map(FinishOnDrop),
+    let _mailbox = match setup.instance {
+        false => setup.options.signals.clone().map(FinishOnDrop),
         true => None,
     };
-    let hook = options.hook.take::<Box<dyn Hook>>();
-    let mut scheduler = Scheduler::hooked_by(graph, &options, hook);
+    let hook = setup.hook.take();
+    let mut scheduler = Scheduler::hooked_by(graph, &setup, hook);
+    let options = &setup.options;
     if scheduler
         .hook
         .as_deref()
@@ -1103,13 +1106,13 @@ where
     })
     .await;
     // A failed run with compensations undoes its completed steps before it ends.
-    let compensations = if options.compensations.is_empty() {
+    let compensations = if setup.compensations.is_empty() {
         Vec::new()
     } else {
         Box::pin(compensate::compensate(
             &mut scheduler,
             &mut table,
-            options.compensations,
+            setup.compensations,
         ))
         .await
     };

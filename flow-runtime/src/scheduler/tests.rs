@@ -14,6 +14,7 @@ use crate::nodes::{Decide, Op, Pair, Table};
 use crate::options::RunOptions;
 use crate::policy::FailurePolicy;
 use crate::run_state::RunState;
+use crate::scheduler::RunSetup;
 use crate::status::NodeStatus;
 
 /// A future that never ends and counts its drops and its starts.
@@ -87,7 +88,7 @@ fn a_withdrawn_running_node_is_dropped_at_once_and_the_run_succeeds() {
         ),
     ));
     let mut table = Table::new(set);
-    let mut scheduler = Scheduler::new(&GRAPH, &RunOptions::default());
+    let mut scheduler = Scheduler::new(&GRAPH, &RunSetup::default());
     let cx = Context::from_waker(Waker::noop());
     let mut wakes = None;
     assert!(scheduler.poll(table.leaves(), &mut wakes, &cx).is_pending());
@@ -172,7 +173,7 @@ fn withdrawing_every_node_drops_the_running_and_never_starts_the_ready() {
         max_concurrency: NonZeroUsize::new(1),
         ..RunOptions::default()
     };
-    let mut scheduler = Scheduler::new(&PAIR, &options);
+    let mut scheduler = Scheduler::new(&PAIR, &RunSetup::from(options));
     let cx = Context::from_waker(Waker::noop());
     let mut wakes = None;
     assert!(scheduler.poll(table.leaves(), &mut wakes, &cx).is_pending());
@@ -278,7 +279,7 @@ fn a_race_drops_the_loser_before_its_gate_writes_the_winner() {
         ),
     ));
     let mut table = Table::new(set);
-    let mut scheduler = Scheduler::new(&RACE, &RunOptions::default());
+    let mut scheduler = Scheduler::new(&RACE, &RunSetup::default());
     let cx = Context::from_waker(Waker::noop());
     assert!(scheduler.poll(table.leaves(), &mut None, &cx).is_ready());
     assert_eq!(DROPS.load(Ordering::SeqCst), 1);
@@ -380,7 +381,7 @@ fn a_loser_due_in_the_same_wake_up_is_withdrawn_before_it_is_polled() {
         Decide::new(|_: &RunState| true),
     ));
     let mut table = Table::new(set);
-    let mut scheduler = Scheduler::new(&FIRST, &RunOptions::default());
+    let mut scheduler = Scheduler::new(&FIRST, &RunSetup::default());
     let cx = Context::from_waker(Waker::noop());
     assert!(scheduler.poll(table.leaves(), &mut None, &cx).is_ready());
     assert_eq!(POLLS.load(Ordering::SeqCst), 0, "never polled");

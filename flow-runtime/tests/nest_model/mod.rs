@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use flowdag_runtime::__private::{
-    FailurePolicy, ForEachConfig, Graph, LoopConfig, NestCtx, NodeInfo, NodeKind, Plan, RunOptions,
+    FailurePolicy, ForEachConfig, Graph, LoopConfig, NestCtx, NodeInfo, NodeKind, Plan, RunSetup,
     Slot, complete, execute, for_each, for_each_collect, for_each_stream, for_each_stream_collect,
     repeat_until, repeat_while, require,
 };
@@ -318,7 +318,7 @@ pub static BODY: Graph = Graph::__new(
 
 /// One instance: a run of `BODY` whose operation sleeps `item.millis` and then fails or puts
 /// out `value`.
-pub async fn instance<T: Clone>(opts: RunOptions, item: Item, value: T) -> Outcome<T> {
+pub async fn instance<T: Clone>(opts: RunSetup, item: Item, value: T) -> Outcome<T> {
     let slot = &Slot::new();
     let value = &value;
     let node = (move || {

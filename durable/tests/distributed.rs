@@ -3,13 +3,18 @@
 //! that dies loses its task to another, which runs the attempt again with the same key.
 //! (`MemoryStore`, workers in this process; the PostgreSQL fleet test runs processes.)
 
-use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use flowdag::durable::Ended;
 use flowdag::prelude::*;
-use flowdag::store::{MemoryStore, RunFilter, RunStatus, Store};
+use flowdag::store::{
+    Batch, Committed, Created, DueTimer, Lease, Loaded, MemoryStore, NewRun, NewSignal, Owner,
+    RunFilter, RunStatus, RunSummary, SignalSent, Store, StoreFuture, StoredEvent, StoredSignal,
+    TaskClaim, TaskCommitted, TaskInputs, TaskOutcome, TaskResult,
+};
 use flowdag::{Worker, WorkerReport};
 
 /// Every attempt executed, by idempotency key, with how many times it ran.
@@ -94,9 +99,9 @@ fn expected(order: u64) -> u64 {
 }
 
 /// Runs `workers` until every run of the store has finished (at most 20 s), then stops them.
-async fn until_all_finished(
-    store: &MemoryStore,
-    workers: Vec<Worker<MemoryStore>>,
+async fn until_all_finished<S: Store + Clone>(
+    store: &S,
+    workers: Vec<Worker<S>>,
 ) -> Vec<WorkerReport> {
     let done = tokio::sync::Notify::new();
     let watch = async {
@@ -478,4 +483,215 @@ async fn timers_and_signals_wake_whichever_worker_is_free() {
 
 fn expected_a(order: u64) -> u64 {
     order * 10 + 100 + u64::from(b'a')
+}
+
+/// A step that takes a while, so that its run waits for it, loaded, beside a `Delay`.
+async fn crawl(base: &u64) -> Result<u64, Declined> {
+    effect();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    Ok(*base)
+}
+
+// A worker picks the run up when `base` is done; it then waits for `crawled`, a task, beside
+// a `Delay`, which keeps it loaded (a worker unloads a run that waits for tasks alone).
+workflow! {
+    #[flow(durable)]
+    Lagging(order: u64) -> u64 {
+        Sequential {
+            base = Operation(load(order)),
+            Parallel {
+                crawled = Operation(crawl(&base)),
+                Delay("250ms"),
+            },
+            total = Operation(part("a", &crawled)),
+        }
+        => total
+    }
+}
+
+/// What [`Watched`] saw: the looks at task outcomes alive per run, those dropped before they
+/// answered, and the commits of a run's unloading made while one of its looks was alive.
+#[derive(Default)]
+struct Seen {
+    live: Mutex<HashMap<String, usize>>,
+    abandoned: AtomicUsize,
+    unloaded_with_a_live_look: AtomicUsize,
+}
+
+/// A `MemoryStore` whose looks at a run's task outcomes take 500 ms (as a request waiting for
+/// a connection of a busy pool does), and that watches what is in flight when a run unloads.
+#[derive(Clone)]
+struct Watched {
+    inner: MemoryStore,
+    seen: Arc<Seen>,
+}
+
+/// One look at task outcomes, counted while it lives.
+struct Look {
+    run: String,
+    seen: Arc<Seen>,
+    answered: bool,
+}
+
+impl Drop for Look {
+    fn drop(&mut self) {
+        let mut live = self.seen.live.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = live.get_mut(&self.run) {
+            *n -= 1;
+        }
+        if !self.answered {
+            self.seen.abandoned.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Store for Watched {
+    fn create_run(&self, run: NewRun) -> StoreFuture<'_, Created> {
+        self.inner.create_run(run)
+    }
+    fn load_run<'a>(
+        &'a self,
+        run: &'a str,
+        owner: &'a Owner,
+        lease: Duration,
+    ) -> StoreFuture<'a, Loaded> {
+        self.inner.load_run(run, owner, lease)
+    }
+    fn list_runs<'a>(&'a self, filter: &'a RunFilter) -> StoreFuture<'a, Vec<RunSummary>> {
+        self.inner.list_runs(filter)
+    }
+    fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
+        self.inner.events(run, from_seq)
+    }
+    fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
+        if batch.status == Some(RunStatus::Waiting) {
+            let live = self.seen.live.lock().unwrap_or_else(|e| e.into_inner());
+            if live.get(&batch.run).copied().unwrap_or(0) > 0 {
+                self.seen
+                    .unloaded_with_a_live_look
+                    .fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        self.inner.commit(batch)
+    }
+    fn due_timers(&self, horizon: Duration, limit: u32) -> StoreFuture<'_, Vec<DueTimer>> {
+        self.inner.due_timers(horizon, limit)
+    }
+    fn send_signal(&self, signal: NewSignal) -> StoreFuture<'_, SignalSent> {
+        self.inner.send_signal(signal)
+    }
+    fn signals<'a>(&'a self, run: &'a str, after: u64) -> StoreFuture<'a, Vec<StoredSignal>> {
+        self.inner.signals(run, after)
+    }
+    fn heartbeat<'a>(
+        &'a self,
+        owner: &'a Owner,
+        held: &'a [Lease],
+        lease: Duration,
+    ) -> StoreFuture<'a, Vec<Lease>> {
+        self.inner.heartbeat(owner, held, lease)
+    }
+    fn release<'a>(&'a self, owner: &'a Owner, held: &'a [Lease]) -> StoreFuture<'a, ()> {
+        self.inner.release(owner, held)
+    }
+    fn due_runs<'a>(
+        &'a self,
+        owner: &'a Owner,
+        workflows: &'a [String],
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<RunSummary>> {
+        self.inner.due_runs(owner, workflows, limit)
+    }
+    fn claim_tasks<'a>(
+        &'a self,
+        owner: &'a Owner,
+        workflows: &'a [String],
+        limit: u32,
+        lease: Duration,
+    ) -> StoreFuture<'a, Vec<TaskClaim>> {
+        self.inner.claim_tasks(owner, workflows, limit, lease)
+    }
+    fn heartbeat_tasks<'a>(
+        &'a self,
+        held: &'a [TaskClaim],
+        lease: Duration,
+    ) -> StoreFuture<'a, Vec<TaskClaim>> {
+        self.inner.heartbeat_tasks(held, lease)
+    }
+    fn complete_task<'a>(
+        &'a self,
+        claim: &'a TaskClaim,
+        outcome: TaskOutcome,
+    ) -> StoreFuture<'a, TaskCommitted> {
+        self.inner.complete_task(claim, outcome)
+    }
+    fn task_results<'a>(&'a self, run: &'a str) -> StoreFuture<'a, Vec<TaskResult>> {
+        *self
+            .seen
+            .live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(run.to_owned())
+            .or_default() += 1;
+        let look = Look {
+            run: run.to_owned(),
+            seen: Arc::clone(&self.seen),
+            answered: false,
+        };
+        Box::pin(async move {
+            // The whole look lives in the future (not only the field it writes).
+            let mut look = look;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let results = self.inner.task_results(run).await;
+            look.answered = true;
+            results
+        })
+    }
+    fn task_inputs<'a>(&'a self, run: &'a str) -> StoreFuture<'a, TaskInputs> {
+        self.inner.task_inputs(run)
+    }
+}
+
+/// A run that unloads while a look at its task outcomes is in flight drops that look first:
+/// on PostgreSQL the look holds a connection of the pool (in the middle of its transaction)
+/// that nothing would poll again, while the unloading's own commit waits for a connection.
+/// With as many such runs as the pool has connections, a worker waited forever.
+#[tokio::test(flavor = "current_thread")]
+async fn a_run_that_unloads_drops_its_look_at_task_outcomes_first() {
+    let store = Watched {
+        inner: MemoryStore::new(),
+        seen: Arc::default(),
+    };
+    let orders = [1u64, 2, 3];
+    for order in orders {
+        Lagging::runner()
+            .durable(&store, format!("lagging-{order}"))
+            .distributed()
+            .submit(order)
+            .await
+            .expect("submitted");
+    }
+    let lagging = |store: &Watched| {
+        Worker::new(store.clone())
+            .register::<Lagging>()
+            .poll_interval(Duration::from_millis(5))
+    };
+    until_all_finished(&store, vec![lagging(&store), lagging(&store)]).await;
+    for order in orders {
+        let id = format!("lagging-{order}");
+        let outcome = Lagging::resume(&store, &id).await.expect("finished");
+        assert_eq!(outcome.result.expect("succeeds"), expected_a(order), "{id}");
+    }
+    // Each run waited for `crawl` beside its `Delay`, loaded, long enough to look at the
+    // store for its outcome (every 100 ms); the `Delay` ended first, and the run unloaded
+    // with that look unanswered.
+    assert!(
+        store.seen.abandoned.load(Ordering::SeqCst) >= 1,
+        "a look at task outcomes was in flight when a run unloaded"
+    );
+    assert_eq!(
+        store.seen.unloaded_with_a_live_look.load(Ordering::SeqCst),
+        0,
+        "no run committed its unloading while its look at task outcomes was alive"
+    );
 }

@@ -136,7 +136,9 @@ pub struct PostgresOptions {
     pub connect_timeout: Duration,
     /// How long one request (its whole transaction) may wait for the server: past it, the
     /// connection is dropped and the answer is [`StoreError::Unreachable`] (the transaction
-    /// was not committed, or it was and a request sent again finds it applied).
+    /// was not committed, or it was and a request sent again finds it applied). A request
+    /// also waits at most this long for a free connection of the pool, and then gets
+    /// `Unreachable` without having sent anything.
     pub request_timeout: Duration,
 }
 
@@ -228,6 +230,7 @@ impl PostgresStore {
             &options.schema,
             options.pool_size,
             options.connect_timeout,
+            options.request_timeout,
         );
         Ok(PostgresStore {
             inner: Arc::new(Inner {

@@ -20,6 +20,10 @@ pub(crate) struct Pool {
     /// `SET search_path` for every new connection: the store's schema.
     setup: String,
     permits: Arc<Semaphore>,
+    /// How many connections may be out at once.
+    size: usize,
+    /// How long a request waits for a free connection (the store's request timeout).
+    wait: Duration,
     idle: Mutex<Vec<Conn>>,
 }
 
@@ -39,7 +43,15 @@ pub(crate) struct Pooled {
 }
 
 impl Pool {
-    pub(crate) fn new(mut config: Config, schema: &str, size: usize, timeout: Duration) -> Pool {
+    /// A pool of at most `size` connections to `config`'s database, made within `timeout`
+    /// each, and handed out within `wait` (past it, a request gets `Unreachable`).
+    pub(crate) fn new(
+        mut config: Config,
+        schema: &str,
+        size: usize,
+        timeout: Duration,
+        wait: Duration,
+    ) -> Pool {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(timeout);
         }
@@ -52,16 +64,31 @@ impl Pool {
             at,
             setup: format!("SET search_path TO {}", quote_ident(schema)),
             permits: Arc::new(Semaphore::new(size.max(1))),
+            size: size.max(1),
+            wait,
             idle: Mutex::new(Vec::new()),
         }
     }
 
-    /// A connection: an idle one that still works, or a new one.
+    /// A connection: an idle one that still works, or a new one. When every connection is
+    /// out for longer than the pool's `wait`, the answer is [`StoreError::Unreachable`]
+    /// (nothing was sent), not an endless wait: a caller that holds connections while it
+    /// asks for another gets an error it can retry.
     pub(crate) async fn get(self: &Arc<Pool>) -> Result<Pooled, StoreError> {
-        let permit = Arc::clone(&self.permits)
-            .acquire_owned()
-            .await
-            .map_err(|_| StoreError::Closed)?;
+        let acquire = Arc::clone(&self.permits).acquire_owned();
+        let permit = match tokio::time::timeout(self.wait, acquire).await {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_)) => return Err(StoreError::Closed),
+            Err(_) => {
+                return Err(StoreError::Unreachable {
+                    at: self.at.clone(),
+                    why: format!(
+                        "none of the pool's {} connections was free within {:?}",
+                        self.size, self.wait
+                    ),
+                });
+            }
+        };
         let idle = loop {
             let conn = self
                 .idle

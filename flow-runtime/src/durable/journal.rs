@@ -366,7 +366,19 @@ impl Journal {
     /// Commits everything pending, the run's end with it, then gives up the run's lease (a
     /// run stopped by a failed commit can be resumed at once). Called once, after
     /// `RunFinished`.
+    ///
+    /// The looks at the store that the run's polls started (for task outcomes and signals)
+    /// are dropped first: nothing polls them any more, and one that holds a connection of the
+    /// store's pool (in the middle of its transaction) would hold it while these commits wait
+    /// for one. With as many such runs as the pool has connections, the worker would wait
+    /// forever.
     async fn finish_run(&mut self, status: RunStatus) {
+        if let Some(tasks) = self.tasks.as_deref_mut() {
+            tasks.stop();
+        }
+        if let Some(inbox) = self.inbox.as_deref_mut() {
+            inbox.stop();
+        }
         match self.unloading {
             Some(wake_at_ms) => self.commit_unload(wake_at_ms).await,
             None => self.commit_end(status).await,

@@ -71,6 +71,13 @@ impl Inbox {
         })
     }
 
+    /// Stops looking at the store: drops the request in flight, if any (which gives its
+    /// connection back to the store's pool) and the wait for the next one.
+    pub(super) fn stop(&mut self) {
+        self.sleep = None;
+        self.fetch = None;
+    }
+
     /// Hands each waiter without a signal the oldest one of its name; wakes those that were
     /// polled already. Whether one was handed a signal.
     fn deal(&mut self) -> bool {

@@ -56,6 +56,13 @@ pub(super) struct Tasks {
 }
 
 impl Tasks {
+    /// Stops looking at the store: drops the request in flight, if any (which gives its
+    /// connection back to the store's pool) and the wait for the next one.
+    pub(super) fn stop(&mut self) {
+        self.sleep = None;
+        self.fetch = None;
+    }
+
     pub(super) fn new(setup: &JournalSetup, graph: &'static Graph) -> Option<Box<Tasks>> {
         if !setup.distributed {
             return None;

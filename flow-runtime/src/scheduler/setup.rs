@@ -53,10 +53,19 @@ impl RunSetup {
 }
 
 impl From<RunOptions> for RunSetup {
+    /// The setup of a run at the top, with nothing added to the runner's options. Every field
+    /// is written out (no `..Default::default()`, which would build default options only to
+    /// drop them): this is on the path of every run.
+    #[inline]
     fn from(options: RunOptions) -> RunSetup {
         RunSetup {
             options,
-            ..RunSetup::default()
+            path: None,
+            sink: None,
+            pool: None,
+            instance: false,
+            compensations: &[],
+            hook: None,
         }
     }
 }

@@ -13,7 +13,7 @@ use flowdag::prelude::*;
 use flowdag::store::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, MemoryStore, NewRun, NewSignal, Owner,
     RunFilter, RunStatus, RunSummary, SignalSent, Store, StoreFuture, StoredEvent, StoredSignal,
-    TaskClaim, TaskCommitted, TaskInputs, TaskOutcome, TaskResult,
+    TaskClaim, TaskCommitted, TaskInputs, TaskOutcome, TaskResult, WorkflowVersion,
 };
 use flowdag::{Worker, WorkerReport};
 
@@ -205,6 +205,71 @@ async fn workers_share_the_tasks_of_distributed_runs() {
         shares.iter().filter(|&&n| n > 0).count() >= 2,
         "the tasks were shared: {shares:?}"
     );
+}
+
+/// `Fan` as another build of the program has it: the same name, another graph.
+mod other_build {
+    use super::load;
+    use flowdag::prelude::*;
+
+    workflow! {
+        #[flow(durable)]
+        pub Fan(order: u64) -> u64 {
+            Sequential {
+                base = Operation(load(order)),
+                again = Operation(load(order)),
+            }
+            => base
+        }
+    }
+}
+
+/// A worker built with another graph of `Fan` neither claims the tasks of the runs started
+/// with this one nor picks those runs up: they are left to the workers that have their graph,
+/// which finish them as if it were not there. (A worker that claimed them would hold each task
+/// for its 30 s lease without executing it.)
+#[tokio::test(flavor = "current_thread")]
+async fn a_worker_with_another_graph_of_the_workflow_takes_none_of_its_runs() {
+    assert_eq!(other_build::Fan::GRAPH.name(), Fan::GRAPH.name());
+    let store = MemoryStore::new();
+    let orders: Vec<u64> = (11..=16).collect();
+    for &order in &orders {
+        Fan::runner()
+            .durable(&store, format!("graphs-{order}"))
+            .distributed()
+            .submit(order)
+            .await
+            .expect("submitted");
+    }
+    let wrong = Worker::new(store.clone())
+        .register::<other_build::Fan>()
+        .poll_interval(Duration::from_millis(1));
+    let reports = until_all_finished(
+        &store,
+        vec![wrong, worker(&store), worker(&store), worker(&store)],
+    )
+    .await;
+    // Checked before `resume`, which would wait for a run's tasks with no worker left.
+    let runs = store.list_runs(&RunFilter::default()).await.expect("lists");
+    assert!(
+        runs.iter().all(|r| r.status == RunStatus::Succeeded),
+        "every run succeeds: {runs:?}"
+    );
+    for &order in &orders {
+        let id = format!("graphs-{order}");
+        let outcome = Fan::resume(&store, &id).await.expect("finished");
+        assert_eq!(outcome.result.expect("succeeds"), expected(order), "{id}");
+    }
+    let wrong = &reports[0];
+    assert_eq!(wrong.tasks_completed, 0, "{wrong:?}");
+    assert_eq!(wrong.tasks_lost, 0, "{wrong:?}");
+    assert!(wrong.resumed.is_empty(), "{wrong:?}");
+    assert!(
+        wrong.polls > 0,
+        "the wrong worker looked at the store: {wrong:?}"
+    );
+    let right: u64 = reports[1..].iter().map(|r| r.tasks_completed).sum();
+    assert!(right >= 6 * orders.len() as u64, "{reports:?}");
 }
 
 /// Runs once per execution: the first execution of a run's first attempt never ends.
@@ -597,7 +662,7 @@ impl Store for Watched {
     fn due_runs<'a>(
         &'a self,
         owner: &'a Owner,
-        workflows: &'a [String],
+        workflows: &'a [WorkflowVersion],
         limit: u32,
     ) -> StoreFuture<'a, Vec<RunSummary>> {
         self.inner.due_runs(owner, workflows, limit)
@@ -605,7 +670,7 @@ impl Store for Watched {
     fn claim_tasks<'a>(
         &'a self,
         owner: &'a Owner,
-        workflows: &'a [String],
+        workflows: &'a [WorkflowVersion],
         limit: u32,
         lease: Duration,
     ) -> StoreFuture<'a, Vec<TaskClaim>> {

@@ -114,7 +114,7 @@ use std::time::Duration;
 use flowdag_store::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Owner, RunFilter,
     RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent, StoredSignal, TaskClaim,
-    TaskCommitted, TaskInputs, TaskOutcome, TaskResult,
+    TaskCommitted, TaskInputs, TaskOutcome, TaskResult, WorkflowVersion,
 };
 use tokio::sync::OnceCell;
 
@@ -405,7 +405,7 @@ impl Store for PostgresStore {
     fn due_runs<'a>(
         &'a self,
         owner: &'a Owner,
-        workflows: &'a [String],
+        workflows: &'a [WorkflowVersion],
         limit: u32,
     ) -> StoreFuture<'a, Vec<RunSummary>> {
         Box::pin(async move {
@@ -418,7 +418,7 @@ impl Store for PostgresStore {
     fn claim_tasks<'a>(
         &'a self,
         owner: &'a Owner,
-        workflows: &'a [String],
+        workflows: &'a [WorkflowVersion],
         limit: u32,
         lease: Duration,
     ) -> StoreFuture<'a, Vec<TaskClaim>> {

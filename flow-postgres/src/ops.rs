@@ -11,6 +11,7 @@ use flowdag_store::{
     RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, StoreError, StoredEvent,
     StoredOutput, StoredPath, StoredSignal, StoredTimer, TaskChange, TaskClaim, TaskCommitted,
     TaskInputs, TaskOutcome, TaskResult, TimerChange, TimerKey, TimerKind, WaitChange,
+    WorkflowVersion,
 };
 use tokio_postgres::Row;
 
@@ -540,18 +541,27 @@ pub(crate) async fn list_runs(tx: &mut Tx<'_>, filter: &RunFilter) -> R<Vec<RunS
     rows.iter().map(summary).collect()
 }
 
+/// `workflows` as the two arrays a statement unnests into `(workflow, graph_hash)` pairs.
+fn versions(workflows: &[WorkflowVersion]) -> (Vec<&str>, Vec<i64>) {
+    workflows
+        .iter()
+        .map(|w| (w.workflow.as_str(), i(w.graph_hash)))
+        .unzip()
+}
+
 pub(crate) async fn due_runs(
     tx: &mut Tx<'_>,
     owner: &Owner,
-    workflows: &[String],
+    workflows: &[WorkflowVersion],
     limit: u32,
 ) -> R<Vec<RunSummary>> {
     let now = now_ms(tx).await?;
+    let (names, graphs) = versions(workflows);
     const SQL: &str =
         "SELECT id, workflow, graph_hash, input_hash, status, next_seq, version, owner,
         lease_until, wake_at, created_ms, updated_ms FROM runs
         WHERE status IN ('running', 'waiting', 'compensating')
-          AND workflow = ANY($1)
+          AND (workflow, graph_hash) IN (SELECT * FROM unnest($1::text[], $5::bigint[]))
           AND (owner IS NULL OR owner = $4 OR lease_until IS NULL OR lease_until <= $2)
           AND (status <> 'waiting' OR wake_at <= $2
                OR EXISTS (SELECT 1 FROM tasks t WHERE t.run = runs.id AND t.status = 'done'))
@@ -560,7 +570,7 @@ pub(crate) async fn due_runs(
         .query(
             "listing the due runs",
             SQL,
-            &[&workflows, &i(now), &i64::from(limit), &owner.as_str()],
+            &[&names, &i(now), &i64::from(limit), &owner.as_str(), &graphs],
         )
         .await?;
     rows.iter().map(summary).collect()
@@ -839,18 +849,19 @@ pub(crate) async fn release(tx: &mut Tx<'_>, owner: &Owner, held: &[Lease]) -> R
 pub(crate) async fn claim_tasks(
     tx: &mut Tx<'_>,
     owner: &Owner,
-    workflows: &[String],
+    workflows: &[WorkflowVersion],
     limit: u32,
     lease: Duration,
 ) -> R<Vec<TaskClaim>> {
     let now = now_ms(tx).await?;
+    let (names, graphs) = versions(workflows);
     let until = i(now).saturating_add(ms(lease));
     // Pick the oldest free tasks, skipping those another claimer has locked this instant,
     // then take each by a compare-and-set on its version.
     const SQL: &str = "WITH picked AS (
             SELECT t.run, t.node, t.version, t.status AS was, r.workflow
             FROM tasks t JOIN runs r ON r.id = t.run
-            WHERE r.workflow = ANY($2)
+            WHERE (r.workflow, r.graph_hash) IN (SELECT * FROM unnest($2::text[], $6::bigint[]))
               AND r.status NOT IN ('succeeded', 'failed', 'cancelled')
               AND (t.status = 'ready' OR (t.status = 'running' AND t.lease_until <= $3))
             ORDER BY t.opened
@@ -867,10 +878,11 @@ pub(crate) async fn claim_tasks(
             SQL,
             &[
                 &owner.as_str(),
-                &workflows,
+                &names,
                 &i(now),
                 &until,
                 &i64::from(limit),
+                &graphs,
             ],
         )
         .await?;

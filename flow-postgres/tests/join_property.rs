@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use flowdag_postgres::{PostgresOptions, PostgresStore, testing};
 use flowdag_store::{
     Batch, Committed, Created, NewRun, Owner, RunFilter, Store, StoreError, StoredEvent,
-    StoredOutput, TaskChange, TaskClaim, TaskCommitted, TaskOutcome,
+    StoredOutput, TaskChange, TaskClaim, TaskCommitted, TaskOutcome, WorkflowVersion,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -95,7 +95,8 @@ async fn execute(
 ) -> Result<Vec<TaskClaim>, StoreError> {
     let mut rng = Rng::new(seed);
     let mut kept = Vec::new();
-    let workflows = [workflow];
+    // Every run of this test is created with graph 1 (`NewRun::new(.., 1, ..)`).
+    let workflows = [WorkflowVersion::new(workflow, 1)];
     let give_up = Instant::now() + CASE_LIMIT;
     while completed.load(Ordering::SeqCst) < preds && Instant::now() < give_up {
         let claims = match store.claim_tasks(&owner, &workflows, 1, CLAIM).await {

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use flowdag_postgres::{MIGRATIONS, PostgresOptions, PostgresStore, SCHEMA_VERSION, testing};
 use flowdag_store::{
-    Batch, Committed, Created, NewRun, Owner, RunFilter, Store, StoreError, StoredEvent, TaskChange,
+    Batch, Committed, Created, NewRun, Owner, RunFilter, Store, StoreError, StoredEvent,
+    TaskChange, WorkflowVersion,
 };
 
 const LEASE: Duration = Duration::from_secs(60);
@@ -81,7 +82,7 @@ async fn a_version_1_schema_is_migrated_to_2_keeping_its_runs() {
         Ok(Committed::Applied { next_seq: 1 })
     );
     let claims = store
-        .claim_tasks(&owner, &["W".to_owned()], 10, LEASE)
+        .claim_tasks(&owner, &[WorkflowVersion::new("W", 1)], 10, LEASE)
         .await
         .expect("claims");
     assert_eq!(claims.len(), 1, "{claims:?}");

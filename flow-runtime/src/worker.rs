@@ -47,10 +47,13 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use crate::durable::{DurableError, DurableWorkflow, Ended, execute_task, resume_shaped};
+use crate::durable::{
+    DurableError, DurableWorkflow, Ended, execute_task, graph_rows, resume_shaped,
+};
 use crate::report::Outcome;
 use crate::store::{
     Owner, RunSummary, Store, StoreError, TASK_LEASE, TaskClaim, TaskCommitted, TaskOutcome,
+    WorkflowVersion,
 };
 
 /// How a worker resumes a run of one registered workflow (unloading it again when it waits
@@ -70,6 +73,9 @@ type ExecuteFn<S> =
 struct Registered<S> {
     resume: ResumeFn<S>,
     execute: ExecuteFn<S>,
+    /// The fingerprint of the workflow's graph: the worker picks up runs and claims tasks of
+    /// runs started with this graph alone.
+    graph_hash: u64,
 }
 
 /// The default lease of a run a worker resumes.
@@ -176,6 +182,7 @@ impl<S: Store + Clone> Worker<S> {
         let registered = Registered {
             resume: resume_erased::<W, S> as ResumeFn<S>,
             execute: execute_erased::<W, S> as ExecuteFn<S>,
+            graph_hash: graph_rows(&W::GRAPH).0,
         };
         self.workflows.insert(W::GRAPH.name(), registered);
         self
@@ -244,9 +251,9 @@ impl<S: Store + Clone> Worker<S> {
     /// The runs the worker would pick up now, oldest first, at most `limit`; `skip` are runs
     /// it drives already.
     async fn due(&self, limit: usize, skip: &[String]) -> Result<Vec<RunSummary>, DurableError> {
-        let names = self.names();
+        let versions = self.versions();
         let asked = u32::try_from(limit.saturating_add(skip.len())).unwrap_or(u32::MAX);
-        let runs = self.store.due_runs(&self.owner, &names, asked).await?;
+        let runs = self.store.due_runs(&self.owner, &versions, asked).await?;
         Ok(runs
             .into_iter()
             .filter(|run| self.workflows.contains_key(run.workflow.as_str()))
@@ -255,8 +262,13 @@ impl<S: Store + Clone> Worker<S> {
             .collect())
     }
 
-    fn names(&self) -> Vec<String> {
-        self.workflows().into_iter().map(str::to_owned).collect()
+    /// The registered workflows, each at the version of its graph this worker has: the runs
+    /// and tasks the store hands it.
+    fn versions(&self) -> Vec<WorkflowVersion> {
+        self.workflows
+            .iter()
+            .map(|(name, registered)| WorkflowVersion::new(*name, registered.graph_hash))
+            .collect()
     }
 
     /// One look at the store: the runs to pick up (at most `runs`, but those of `skip`) and
@@ -269,10 +281,10 @@ impl<S: Store + Clone> Worker<S> {
         let claims = match claims {
             0 => Ok(Vec::new()),
             n => {
-                let names = self.names();
+                let versions = self.versions();
                 let limit = u32::try_from(n).unwrap_or(u32::MAX);
                 self.store
-                    .claim_tasks(&self.owner, &names, limit, self.task_lease)
+                    .claim_tasks(&self.owner, &versions, limit, self.task_lease)
                     .await
             }
         };
@@ -663,8 +675,10 @@ fn execute_and_complete<S: Store + Clone>(
     Box::pin(async move {
         let outcome = match execute(&store, claim.clone()).await {
             Ok(outcome) => outcome,
-            // Another version of the workflow, or the store failing: left for the lease to
-            // lapse; another worker (or this one, later) takes it.
+            // Another version of the workflow (the store hands a worker only tasks of its own
+            // graphs, so only a store that does not keep to that gets here), or the store
+            // failing: left for the lease to lapse; another worker (or this one, later) takes
+            // it.
             Err(DurableError::GraphChanged { .. } | DurableError::Store(_)) => {
                 return TaskEnd::Left;
             }

@@ -48,7 +48,7 @@ use super::{
     Batch, Committed, Created, Lease, NewRun, NewSignal, NodeRow, Owner, RunEnd, RunFilter,
     RunStatus, SignalMode, SignalSent, Store, StoreError, StoredEvent, StoredOutput, TaskChange,
     TaskClaim, TaskCommitted, TaskOutcome, TaskResult, TimerChange, TimerKey, TimerKind,
-    WaitChange,
+    WaitChange, WorkflowVersion,
 };
 
 const LONG: Duration = Duration::from_secs(60);
@@ -76,7 +76,7 @@ fn event(seq: u64, kind: &str, node: Option<u32>) -> StoredEvent {
 }
 
 fn new_run(id: &str, workflow: &str, owner: &Owner, lease: Duration) -> NewRun {
-    let mut run = NewRun::new(id, workflow, 0xF10_0001, owner.clone(), lease);
+    let mut run = NewRun::new(id, workflow, GRAPH, owner.clone(), lease);
     run.nodes = vec![
         NodeRow {
             node: 0,
@@ -838,8 +838,15 @@ pub async fn distributed(make: impl Fn() -> Arc<dyn Store>) {
     tasks_closed_and_reopened(&*make()).await;
 }
 
-fn names(workflows: &[&str]) -> Vec<String> {
-    workflows.iter().map(|w| (*w).to_owned()).collect()
+/// The graph every run of this suite is created with (`new_run`).
+const GRAPH: u64 = 0xF10_0001;
+
+/// `workflows` at the graph of this suite's runs.
+fn names(workflows: &[&str]) -> Vec<WorkflowVersion> {
+    workflows
+        .iter()
+        .map(|w| WorkflowVersion::new(*w, GRAPH))
+        .collect()
 }
 
 /// Commits a batch of one `Requested` per node at `seq` with a task opened for each.
@@ -888,6 +895,12 @@ pub async fn tasks_claim_and_complete(store: &dyn Store) {
         vec![],
         "tasks: a worker that does not know the workflow claims nothing"
     );
+    let other_graph = [WorkflowVersion::new("W", GRAPH + 1)];
+    assert_eq!(
+        store.claim_tasks(&b, &other_graph, 10, LONG).await,
+        Ok(vec![]),
+        "tasks: a worker with another graph of the workflow claims nothing"
+    );
     let claims = claim(store, &b, &["Other", "W"], 10).await;
     assert_eq!(claims.len(), 1, "tasks: one task to claim: {claims:?}");
     let task = &claims[0];
@@ -920,7 +933,7 @@ pub async fn tasks_claim_and_complete(store: &dyn Store) {
         .await
         .unwrap_or_else(|e| panic!("tasks: task_inputs: {e}"));
     assert_eq!(inputs.input, br#"{"id":42}"#.to_vec(), "tasks: the input");
-    assert_eq!(inputs.graph_hash, 0xF10_0001, "tasks: the graph hash");
+    assert_eq!(inputs.graph_hash, GRAPH, "tasks: the graph hash");
     assert_eq!(
         store
             .complete_task(task, completed(br#"{"total":5}"#))
@@ -1179,6 +1192,13 @@ pub async fn tasks_wake_the_run(store: &dyn Store) {
         store.due_runs(&b, &names(&["Other"]), 10).await,
         Ok(vec![]),
         "tasks: due_runs keeps to the workflows asked for"
+    );
+    assert_eq!(
+        store
+            .due_runs(&b, &[WorkflowVersion::new("W", GRAPH + 1)], 10)
+            .await,
+        Ok(vec![]),
+        "tasks: due_runs keeps to the graphs asked for"
     );
 }
 

@@ -204,16 +204,17 @@ pub trait Store: Send + Sync + 'static {
     fn release<'a>(&'a self, owner: &'a Owner, held: &'a [Lease]) -> StoreFuture<'a, ()>;
 
     /// The unfinished runs of `workflows` that `owner` may pick up now, by the store's clock,
-    /// oldest first, at most `limit`: no other owner's lease holds them (none, `owner`'s own,
-    /// or it expired), and a `waiting` run is due (its wake-up time has come, or one of its
-    /// tasks is done).
+    /// oldest first, at most `limit`: runs of one of those workflows *and* started with that
+    /// version of its graph (a worker never picks up a run it cannot decide), that no other
+    /// owner's lease holds (none, `owner`'s own, or it expired), and, when `waiting`, that are
+    /// due (its wake-up time has come, or one of its tasks is done).
     ///
     /// The default lists the runs and compares with this process's clock: right for a store
     /// of one machine. A store shared by machines answers by its own clock.
     fn due_runs<'a>(
         &'a self,
         owner: &'a Owner,
-        workflows: &'a [String],
+        workflows: &'a [WorkflowVersion],
         limit: u32,
     ) -> StoreFuture<'a, Vec<RunSummary>> {
         Box::pin(async move {
@@ -230,7 +231,12 @@ pub trait Store: Send + Sync + 'static {
             let runs = self.list_runs(&filter).await?;
             Ok(runs
                 .into_iter()
-                .filter(|run| run.is_due_for(owner, now) && workflows.contains(&run.workflow))
+                .filter(|run| {
+                    run.is_due_for(owner, now)
+                        && workflows
+                            .iter()
+                            .any(|w| w.covers(&run.workflow, run.graph_hash))
+                })
                 .take(limit as usize)
                 .collect())
         })
@@ -238,16 +244,18 @@ pub trait Store: Send + Sync + 'static {
 
     // -- tasks: the operations of distributed runs, executed by any worker (`task.rs`) -----
 
-    /// Claims up to `limit` tasks of unfinished runs of `workflows` for `owner`, each for
-    /// `lease`: tasks nobody holds, and tasks whose claim lapsed (re-claimed with the same
-    /// attempt, [`TaskClaim::lapsed`]). Each claim is a compare-and-set on the task's version,
-    /// so two workers never hold one task. Oldest tasks first.
+    /// Claims up to `limit` tasks of unfinished runs of `workflows` (each run of one of those
+    /// workflows and started with that version of its graph: a worker never claims a task it
+    /// cannot execute) for `owner`, each for `lease`: tasks nobody holds, and tasks whose
+    /// claim lapsed (re-claimed with the same attempt, [`TaskClaim::lapsed`]). Each claim is a
+    /// compare-and-set on the task's version, so two workers never hold one task. Oldest tasks
+    /// first.
     ///
     /// The default is [`StoreError::Unsupported`]: a store of one process has no tasks.
     fn claim_tasks<'a>(
         &'a self,
         owner: &'a Owner,
-        workflows: &'a [String],
+        workflows: &'a [WorkflowVersion],
         limit: u32,
         lease: Duration,
     ) -> StoreFuture<'a, Vec<TaskClaim>> {
@@ -312,6 +320,34 @@ pub trait Store: Send + Sync + 'static {
         Box::pin(std::future::ready(Err(StoreError::Unsupported {
             what: "task_inputs",
         })))
+    }
+}
+
+/// A workflow at one version of its graph: what a worker can do. A worker picks up runs and
+/// claims tasks of the versions it has, and only those ([`Store::due_runs`],
+/// [`Store::claim_tasks`]): a run started with another graph of the same workflow is left to
+/// a worker that has that graph.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct WorkflowVersion {
+    /// The workflow's name ([`RunSummary::workflow`]).
+    pub workflow: String,
+    /// The fingerprint of its graph ([`RunSummary::graph_hash`]).
+    pub graph_hash: u64,
+}
+
+impl WorkflowVersion {
+    /// Workflow `workflow` with the graph of fingerprint `graph_hash`.
+    pub fn new(workflow: impl Into<String>, graph_hash: u64) -> WorkflowVersion {
+        WorkflowVersion {
+            workflow: workflow.into(),
+            graph_hash,
+        }
+    }
+
+    /// Whether a run of `workflow` started with the graph of fingerprint `graph_hash` is one
+    /// of this version.
+    pub fn covers(&self, workflow: &str, graph_hash: u64) -> bool {
+        self.workflow == workflow && self.graph_hash == graph_hash
     }
 }
 

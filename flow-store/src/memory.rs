@@ -9,7 +9,8 @@ use super::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner, RunEnd,
     RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, Store, StoreError, StoreFuture,
     StoredEvent, StoredOutput, StoredSignal, StoredTimer, TaskChange, TaskClaim, TaskCommitted,
-    TaskInputs, TaskOutcome, TaskResult, TimerChange, TimerKey, WaitChange, due_after, now_ms,
+    TaskInputs, TaskOutcome, TaskResult, TimerChange, TimerKey, WaitChange, WorkflowVersion,
+    due_after, now_ms,
 };
 
 /// A [`Store`] in memory: everything a durable run stores, lost with the process. Cheap to
@@ -385,7 +386,7 @@ impl State {
     fn claim(
         &mut self,
         owner: &Owner,
-        workflows: &[String],
+        workflows: &[WorkflowVersion],
         limit: u32,
         lease: Duration,
     ) -> Vec<TaskClaim> {
@@ -401,7 +402,10 @@ impl State {
             })
             .filter(|((run, _), _)| {
                 self.runs.get(run).is_some_and(|row| {
-                    !row.summary.status.is_finished() && workflows.contains(&row.summary.workflow)
+                    !row.summary.status.is_finished()
+                        && workflows
+                            .iter()
+                            .any(|w| w.covers(&row.summary.workflow, row.summary.graph_hash))
                 })
             })
             .map(|((run, node), task)| (task.opened, run.clone(), *node))
@@ -481,7 +485,7 @@ impl Store for MemoryStore {
     fn claim_tasks<'a>(
         &'a self,
         owner: &'a Owner,
-        workflows: &'a [String],
+        workflows: &'a [WorkflowVersion],
         limit: u32,
         lease: Duration,
     ) -> StoreFuture<'a, Vec<TaskClaim>> {

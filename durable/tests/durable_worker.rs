@@ -393,17 +393,18 @@ async fn the_worker_resumes_a_waiting_run_on_sqlite_when_its_timer_is_due() {
     assert_eq!(kinds(&events, "RunFinished"), 1);
 }
 
-/// A run the worker cannot resume for a reason that would not change (its graph is not the
-/// workflow's) is reported once, and the loop does not try it again at every look.
+/// A run the worker cannot resume for a reason that would not change (its stored input is not
+/// the workflow's parameters) is reported once, and the loop does not try it again at every
+/// look.
 #[tokio::test]
 async fn a_run_refused_for_good_is_reported_once() {
     let store = MemoryStore::new();
     let owner = Owner::new("gone");
     let lease = Duration::from_secs(60);
-    let created = store
-        .create_run(NewRun::new("bad", "Order", 1, owner.clone(), lease))
-        .await
-        .expect("creates");
+    let (graph_hash, _) = flowdag::durable::graph_rows(&Order::GRAPH);
+    let mut run = NewRun::new("bad", "Order", graph_hash, owner.clone(), lease);
+    run.input = b"not the parameters".to_vec();
+    let created = store.create_run(run).await.expect("creates");
     let held = created.lease().expect("a new run").clone();
     store.release(&owner, &[held]).await.expect("releases");
 
@@ -417,7 +418,40 @@ async fn a_run_refused_for_good_is_reported_once() {
     assert!(report.polls >= 5, "{} polls", report.polls);
     assert_eq!(report.resumed.len(), 1, "{:?}", report.resumed);
     let err = report.resumed[0].result.as_ref().expect_err("refused");
-    assert!(matches!(err, DurableError::GraphChanged { .. }), "{err}");
+    assert!(matches!(err, DurableError::Input { .. }), "{err}");
+}
+
+/// A run of a registered workflow started with another graph of it is not this worker's: the
+/// store never hands it over, so the worker neither loads nor reports it, and the run stays as
+/// it was for a worker that has its graph.
+#[tokio::test]
+async fn a_run_of_another_graph_is_left_to_a_worker_that_has_it() {
+    let store = MemoryStore::new();
+    let owner = Owner::new("gone");
+    let lease = Duration::from_secs(60);
+    let created = store
+        .create_run(NewRun::new("old", "Order", 1, owner.clone(), lease))
+        .await
+        .expect("creates");
+    let held = created.lease().expect("a new run").clone();
+    store.release(&owner, &[held]).await.expect("releases");
+    let before = summary(&store, "old").await;
+
+    let worker = Worker::new(store.clone())
+        .register::<Order>()
+        .poll_interval(Duration::from_millis(5));
+    let report = worker
+        .run(tokio::time::sleep(Duration::from_millis(100)))
+        .await
+        .expect("the store answers");
+    assert!(report.polls >= 5, "{} polls", report.polls);
+    assert!(report.resumed.is_empty(), "{:?}", report.resumed);
+    let after = summary(&store, "old").await;
+    assert_eq!(
+        (after.version, after.owner, after.status),
+        (before.version, before.owner, before.status),
+        "never loaded"
+    );
 }
 
 /// A run with a `Delay` longer than the threshold: `.unload_when_waiting(..)` unloads it once

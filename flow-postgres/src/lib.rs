@@ -68,7 +68,10 @@
 //! - A connection refused, reset, closed or timed out (also a server shutting down) is
 //!   [`StoreError::Unreachable`], naming `host:port/dbname` (never the password): workers
 //!   retry it with backoff. The broken connection is dropped; the next call makes a new one.
-//!   A commit whose answer was lost is sent again safely: commits are idempotent.
+//!   A commit whose answer was lost is sent again safely: commits are idempotent. A request
+//!   that waits longer than the request timeout for a free connection of the store's own
+//!   pool is `Unreachable` too (nothing was sent): a pool too small for the load shows as an
+//!   error a worker retries, never as a caller that waits forever.
 //! - A server that answers but refuses the connection (a wrong password, no such database) is
 //!   [`StoreError::Io`] "connecting to `host:port/dbname`": a person must fix it.
 //! - Every other database error is [`StoreError::Io`] naming what was being done and the run
@@ -84,8 +87,9 @@
 //! claims, heartbeats and completions); the server's `max_connections` must cover every
 //! worker's pool. [`PostgresOptions::connect_timeout`] bounds how long a call waits for a new
 //! connection (5 s unless the URL sets `connect_timeout`), [`PostgresOptions::request_timeout`]
-//! how long one request waits for the server (30 s): a server that stops answering is
-//! `Unreachable`, not a hang. Each connection prepares every statement once and reuses it and
+//! how long one request waits for a free connection of the pool and then for the server (30 s
+//! each): a server that stops answering, or a pool that stays exhausted, is `Unreachable`,
+//! not a hang. Each connection prepares every statement once and reuses it and
 //! sets its session's `search_path`: behind a pooler such as PgBouncer, use session pooling
 //! (transaction pooling would mix the sessions of different clients).
 //!

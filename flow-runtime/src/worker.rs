@@ -2,7 +2,8 @@
 //! unfinished runs of a store that no live process holds, in a poll loop.
 //!
 //! A run is picked up when it is unfinished (`running`, `waiting` or `compensating`), its
-//! workflow is registered, no live owner holds its lease, and, if it is `waiting` (nothing
+//! workflow is registered and it was started with the graph the worker has (a run of another
+//! graph is left to a worker that has it), no live owner holds its lease, and, if it is `waiting` (nothing
 //! drives it until a timer or a signal), its wake-up time (its earliest timer) has come. A run
 //! whose process died is picked up once its lease has expired, a run stopped by a failed commit
 //! at once (it released its lease).
@@ -377,9 +378,10 @@ impl<S: Store + Clone> Worker<S> {
     ///
     /// A run that could not be resumed because of the store ([`DurableError::Store`]: busy,
     /// locked, full, closed, an I/O error) is tried again at a later look; one refused for a
-    /// reason a new attempt would meet again (its graph changed, its replay diverged, its input
-    /// cannot be read, its stored content is damaged or invalid, it no longer exists) is
-    /// reported once and left alone. A store that cannot be reached, or answers a retryable
+    /// reason a new attempt would meet again (its replay diverged, its input cannot be read,
+    /// its stored content is damaged or invalid, it no longer exists) is reported once and
+    /// left alone. The store never hands the worker a run started with another graph of a
+    /// registered workflow: that run waits for a worker that has its graph. A store that cannot be reached, or answers a retryable
     /// error, is asked again after a backoff (100 ms, doubling up to 10 s): the worker rides
     /// out a database restart.
     ///
@@ -401,8 +403,8 @@ impl<S: Store + Clone> Worker<S> {
         let mut report = WorkerReport::default();
         let mut stopping = false;
         let mut failed = None;
-        // Runs refused for a reason a new attempt would meet again (a changed graph, a
-        // diverged replay, an unreadable input): not picked up again by this loop.
+        // Runs refused for a reason a new attempt would meet again (a diverged replay, an
+        // unreadable input): not picked up again by this loop.
         let mut refused: Vec<String> = Vec::new();
         let mut seen = 0;
         let mut tasks = self.max_tasks > 0;

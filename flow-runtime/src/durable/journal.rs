@@ -367,18 +367,10 @@ impl Journal {
     /// run stopped by a failed commit can be resumed at once). Called once, after
     /// `RunFinished`.
     ///
-    /// The looks at the store that the run's polls started (for task outcomes and signals)
-    /// are dropped first: nothing polls them any more, and one that holds a connection of the
-    /// store's pool (in the middle of its transaction) would hold it while these commits wait
-    /// for one. With as many such runs as the pool has connections, the worker would wait
-    /// forever.
+    /// The looks at the store that the run's polls started are dropped first
+    /// ([`Journal::stop_looking`]).
     async fn finish_run(&mut self, status: RunStatus) {
-        if let Some(tasks) = self.tasks.as_deref_mut() {
-            tasks.stop();
-        }
-        if let Some(inbox) = self.inbox.as_deref_mut() {
-            inbox.stop();
-        }
+        self.stop_looking();
         match self.unloading {
             Some(wake_at_ms) => self.commit_unload(wake_at_ms).await,
             None => self.commit_end(status).await,
@@ -482,9 +474,25 @@ impl Journal {
         !self.broken
     }
 
+    /// Drops the looks at the store (for task outcomes and signals) that the forward phase's
+    /// polls started: once it has ended nothing polls them any more, and one that holds a
+    /// connection of the store's pool (in the middle of its transaction) would hold it while
+    /// the commits after it (compensations, the run's end, an unloading) wait for one. With as
+    /// many such runs as the pool has connections, a worker would wait until the pool gave up.
+    fn stop_looking(&mut self) {
+        if let Some(tasks) = self.tasks.as_deref_mut() {
+            tasks.stop();
+        }
+        if let Some(inbox) = self.inbox.as_deref_mut() {
+            inbox.stop();
+        }
+    }
+
     /// The compensation phase starts: the run's status becomes `Compensating` with the next
-    /// commit (live; a replayed run has it already).
+    /// commit (live; a replayed run has it already). The forward phase's looks at the store
+    /// end here ([`Journal::stop_looking`]).
     fn compensating(&mut self) {
+        self.stop_looking();
         if !self.replaying() {
             self.pending.status = Some(RunStatus::Compensating);
         }

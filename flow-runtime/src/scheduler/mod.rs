@@ -340,7 +340,7 @@ impl Scheduler {
         Scheduler::hooked_by(graph, setup, None)
     }
 
-    /// The scheduler of a run of `graph` with `options`, and `hook` if it has one.
+    /// The scheduler of a run of `graph` from `setup`, and `hook` if it has one.
     fn hooked_by(graph: &'static Graph, setup: &RunSetup, hook: Option<Box<dyn Hook>>) -> Self {
         let options = &setup.options;
         let plan = &graph.plan;

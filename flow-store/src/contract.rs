@@ -842,7 +842,7 @@ pub async fn distributed(make: impl Fn() -> Arc<dyn Store>) {
 const GRAPH: u64 = 0xF10_0001;
 
 /// `workflows` at the graph of this suite's runs.
-fn names(workflows: &[&str]) -> Vec<WorkflowVersion> {
+fn versions(workflows: &[&str]) -> Vec<WorkflowVersion> {
     workflows
         .iter()
         .map(|w| WorkflowVersion::new(*w, GRAPH))
@@ -869,7 +869,7 @@ async fn open_tasks(store: &dyn Store, lease: &Lease, seq: u64, nodes: &[(u32, u
 
 async fn claim(store: &dyn Store, owner: &Owner, workflows: &[&str], limit: u32) -> Vec<TaskClaim> {
     store
-        .claim_tasks(owner, &names(workflows), limit, LONG)
+        .claim_tasks(owner, &versions(workflows), limit, LONG)
         .await
         .unwrap_or_else(|e| panic!("tasks: claim_tasks by {owner}: {e}"))
 }
@@ -1038,7 +1038,7 @@ pub async fn tasks_lapse_and_fence(store: &dyn Store) {
     let lease = create(store, "t2", "W", &a).await;
     open_tasks(store, &lease, 2, &[(1, 1)]).await;
     let first = store
-        .claim_tasks(&a, &names(&["W"]), 1, Duration::from_millis(20))
+        .claim_tasks(&a, &versions(&["W"]), 1, Duration::from_millis(20))
         .await
         .unwrap_or_else(|e| panic!("tasks: claim: {e}"));
     assert_eq!(first.len(), 1, "tasks: one claim");
@@ -1157,7 +1157,7 @@ pub async fn tasks_wake_the_run(store: &dyn Store) {
     // Its owner still holds the lease: the run is due for it alone.
     let due_for = |owner: Owner| async move {
         store
-            .due_runs(&owner, &names(&["W"]), 10)
+            .due_runs(&owner, &versions(&["W"]), 10)
             .await
             .unwrap_or_else(|e| panic!("tasks: due_runs: {e}"))
             .into_iter()
@@ -1180,7 +1180,7 @@ pub async fn tasks_wake_the_run(store: &dyn Store) {
         "tasks: release"
     );
     let due = store
-        .due_runs(&b, &names(&["W"]), 10)
+        .due_runs(&b, &versions(&["W"]), 10)
         .await
         .unwrap_or_else(|e| panic!("tasks: due_runs: {e}"));
     assert_eq!(
@@ -1189,7 +1189,7 @@ pub async fn tasks_wake_the_run(store: &dyn Store) {
         "tasks: a waiting run with a done task is due"
     );
     assert_eq!(
-        store.due_runs(&b, &names(&["Other"]), 10).await,
+        store.due_runs(&b, &versions(&["Other"]), 10).await,
         Ok(vec![]),
         "tasks: due_runs keeps to the workflows asked for"
     );

@@ -578,17 +578,21 @@ workflow! {
 /// answered, and the commits of a run's unloading made while one of its looks was alive.
 #[derive(Default)]
 struct Seen {
+    /// Runs loaded (`load_run`).
+    loads: AtomicUsize,
     live: Mutex<HashMap<String, usize>>,
     abandoned: AtomicUsize,
     unloaded_with_a_live_look: AtomicUsize,
 }
 
-/// A `MemoryStore` whose looks at a run's task outcomes take 500 ms (as a request waiting for
-/// a connection of a busy pool does), and that watches what is in flight when a run unloads.
+/// A `MemoryStore` that counts the runs it loads and watches what is in flight when a run
+/// unloads; with `slow`, its looks at a run's task outcomes take 500 ms (as a request waiting
+/// for a connection of a busy pool does).
 #[derive(Clone)]
 struct Watched {
     inner: MemoryStore,
     seen: Arc<Seen>,
+    slow: bool,
 }
 
 /// One look at task outcomes, counted while it lives.
@@ -620,6 +624,7 @@ impl Store for Watched {
         owner: &'a Owner,
         lease: Duration,
     ) -> StoreFuture<'a, Loaded> {
+        self.seen.loads.fetch_add(1, Ordering::SeqCst);
         self.inner.load_run(run, owner, lease)
     }
     fn list_runs<'a>(&'a self, filter: &'a RunFilter) -> StoreFuture<'a, Vec<RunSummary>> {
@@ -706,7 +711,9 @@ impl Store for Watched {
         Box::pin(async move {
             // The whole look lives in the future (not only the field it writes).
             let mut look = look;
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            if self.slow {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
             let results = self.inner.task_results(run).await;
             look.answered = true;
             results
@@ -726,6 +733,7 @@ async fn a_run_that_unloads_drops_its_look_at_task_outcomes_first() {
     let store = Watched {
         inner: MemoryStore::new(),
         seen: Arc::default(),
+        slow: true,
     };
     let orders = [1u64, 2, 3];
     for order in orders {
@@ -740,6 +748,7 @@ async fn a_run_that_unloads_drops_its_look_at_task_outcomes_first() {
         Worker::new(store.clone())
             .register::<Lagging>()
             .poll_interval(Duration::from_millis(5))
+            .sticky(Duration::ZERO)
     };
     until_all_finished(&store, vec![lagging(&store), lagging(&store)]).await;
     for order in orders {
@@ -759,4 +768,60 @@ async fn a_run_that_unloads_drops_its_look_at_task_outcomes_first() {
         0,
         "no run committed its unloading while its look at task outcomes was alive"
     );
+}
+
+async fn step(n: u64) -> Result<u64, Declined> {
+    Ok(n + 1)
+}
+
+workflow! {
+    #[flow(durable)]
+    Chain(start: u64) -> u64 {
+        Sequential {
+            a = Operation(step(start)),
+            b = Operation(step(a)),
+            c = Operation(step(b)),
+            d = Operation(step(c)),
+            e = Operation(step(d)),
+        }
+        => e
+    }
+}
+
+/// Runs a distributed `Chain` on one worker that keeps runs sticky for `window`; how many
+/// times the store loaded a run.
+async fn loads_of_a_chain(window: Duration) -> usize {
+    let store = Watched {
+        inner: MemoryStore::new(),
+        seen: Arc::default(),
+        slow: false,
+    };
+    Chain::runner()
+        .durable(&store, "chain-1")
+        .distributed()
+        .submit(10)
+        .await
+        .expect("submitted");
+    let worker = Worker::new(store.clone())
+        .register::<Chain>()
+        .poll_interval(Duration::from_millis(5))
+        .sticky(window);
+    let reports = until_all_finished(&store, vec![worker]).await;
+    assert_eq!(reports[0].tasks_completed, 5);
+    let loads = store.seen.loads.load(Ordering::SeqCst);
+    let outcome = Chain::resume(&store, "chain-1").await.expect("finished");
+    assert_eq!(outcome.result.expect("succeeds"), 15);
+    loads
+}
+
+/// A sticky run is decided from its state in memory: the worker that picked it up takes each
+/// task's outcome as it comes and requests the next step without loading the run again. A
+/// worker that keeps nothing sticky unloads the run after each step and loads (and replays)
+/// it for the next.
+#[tokio::test(flavor = "current_thread")]
+async fn a_sticky_run_is_decided_without_loading_it_again() {
+    // Loaded once, by the worker, when the first task was done; the submit created it.
+    assert_eq!(loads_of_a_chain(Duration::from_secs(60)).await, 1);
+    // Loaded for each of its five steps' outcomes.
+    assert!(loads_of_a_chain(Duration::ZERO).await >= 5);
 }

@@ -161,3 +161,120 @@ async fn workers_wait_for_an_unreachable_database_and_go_on() {
     }
     testing::drop_schemas("unreachable_workers").await;
 }
+
+/// A worker hears of new work through the store's notifications (`LISTEN/NOTIFY`): with a
+/// poll interval of an hour, it looks once when it starts (nothing is there), and finds the
+/// runs submitted after that, their tasks and their due decisions, only because every commit
+/// that opens tasks and every completion notifies it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_hears_of_new_work_without_polling() {
+    let store = testing::store("notified_worker");
+    store.migrate().await.expect("the schema");
+    let worker = Worker::new(store.clone())
+        .register::<Sum>()
+        .poll_interval(Duration::from_secs(3600));
+    let stop = tokio::sync::Notify::new();
+    let operate = async {
+        // Let the worker make its first look (and start listening) before any run exists.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for order in 0..3 {
+            Sum::runner()
+                .durable(&store, format!("heard-{order}"))
+                .distributed()
+                .submit(order)
+                .await
+                .expect("submitted");
+        }
+        // Bounded: the runs finish in milliseconds when notifications work; without them,
+        // not before the worker's next look, an hour away.
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(60) {
+            let runs = store.list_runs(&RunFilter::default()).await.expect("lists");
+            if runs.len() == 3 && runs.iter().all(|r| r.status.is_finished()) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        stop.notify_waiters();
+    };
+    let (report, ()) = tokio::join!(worker.run(stop.notified()), operate);
+    let report = report.expect("the worker ran");
+    for order in 0..3 {
+        let outcome = Sum::resume(&store, &format!("heard-{order}"))
+            .await
+            .expect("finished");
+        assert_eq!(outcome.result.expect("succeeds"), 2 * order + 3);
+    }
+    assert_eq!(report.tasks_completed, 9);
+    testing::drop_schemas("notified_worker").await;
+}
+
+/// A watch on a run wakes when a task of that run is completed, from another store (another
+/// process, as far as the server can tell).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_on_a_run_wakes_when_its_task_is_done() {
+    use flowdag::store::{
+        Batch, Created, NewRun, Owner, StoredEvent, TaskChange, TaskOutcome, Watch, WorkflowVersion,
+    };
+    let store = testing::store("watched_run");
+    let other = PostgresStore::connect_with(
+        &testing::server(),
+        PostgresOptions {
+            schema: store.schema().to_owned(),
+            ..PostgresOptions::default()
+        },
+    )
+    .expect("a second store on the same schema");
+    let owner = Owner::new("decider");
+    let lease = Duration::from_secs(30);
+    let Created::New { lease: held, .. } = store
+        .create_run(NewRun::new("watched", "W", 1, owner.clone(), lease))
+        .await
+        .expect("creates")
+    else {
+        panic!("a new run")
+    };
+    let mut batch = Batch::new(&held, 0, lease);
+    let mut requested = StoredEvent::new(0, "Requested");
+    requested.node = Some(0);
+    batch.events = vec![requested];
+    batch.tasks = vec![TaskChange::Open {
+        node: 0,
+        attempt: 1,
+    }];
+    store.commit(batch).await.expect("commits");
+    // The listener wakes every watcher once it listens (whatever came before was missed):
+    // wait for that, so that the run's watch below is woken by the completion alone.
+    let listening = store
+        .watch(Watch::Work)
+        .expect("a PostgreSQL store notifies");
+    tokio::time::timeout(Duration::from_secs(30), listening)
+        .await
+        .expect("the listener listens");
+    let woken = store
+        .watch(Watch::Run("watched".to_owned()))
+        .expect("a PostgreSQL store notifies");
+    let woken = tokio::spawn(woken);
+    let worker = Owner::new("worker");
+    let claims = other
+        .claim_tasks(&worker, &[WorkflowVersion::new("W", 1)], 1, lease)
+        .await
+        .expect("claims");
+    assert_eq!(claims.len(), 1);
+    other
+        .complete_task(
+            &claims[0],
+            TaskOutcome::Completed {
+                type_name: "u64".to_owned(),
+                bytes: b"1".to_vec(),
+            },
+        )
+        .await
+        .expect("completes");
+    tokio::time::timeout(Duration::from_secs(30), woken)
+        .await
+        .expect("the watch woke")
+        .expect("the watch's task");
+    assert_eq!(other.channel(), store.channel());
+    testing::drop_schemas("watched_run").await;
+}

@@ -105,6 +105,7 @@
 //! (`FLOW_PG_URL`, or the repository's throwaway cluster started by `.ci/postgres`) and stores
 //! in fresh schemas. The crate's own tests turn it on.
 
+mod listen;
 mod ops;
 mod pool;
 mod schema;
@@ -116,14 +117,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flowdag_store::{
-    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Owner, RunFilter,
-    RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent, StoredSignal, TaskClaim,
-    TaskCommitted, TaskInputs, TaskOutcome, TaskResult, WorkflowVersion,
+    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Notified, Owner,
+    RunFilter, RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent, StoredSignal,
+    TaskClaim, TaskCommitted, TaskInputs, TaskOutcome, TaskResult, Watch, WorkflowVersion,
 };
 use tokio::sync::OnceCell;
 
 pub use schema::{MIGRATIONS, SCHEMA_VERSION};
 
+use crate::listen::Listener;
 use crate::ops::Fail;
 use crate::pool::{Pool, Pooled, describe, is_connection_error, is_retry};
 
@@ -170,6 +172,8 @@ struct Inner {
     request_timeout: Duration,
     /// Set once the schema is known to be at [`SCHEMA_VERSION`].
     migrated: OnceCell<()>,
+    /// The store's notifications (`LISTEN/NOTIFY`), listened to from the first watch.
+    listener: Listener,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -229,6 +233,7 @@ impl PostgresStore {
                 why: "the PostgreSQL schema of a store must have a name".to_owned(),
             });
         }
+        let listener = Listener::new(config.clone(), &options.schema);
         let pool = Pool::new(
             config,
             &options.schema,
@@ -242,6 +247,7 @@ impl PostgresStore {
                 schema: options.schema,
                 request_timeout: options.request_timeout,
                 migrated: OnceCell::new(),
+                listener,
             }),
         })
     }
@@ -254,6 +260,13 @@ impl PostgresStore {
     /// The PostgreSQL schema of its tables.
     pub fn schema(&self) -> &str {
         &self.inner.schema
+    }
+
+    /// The channel of its notifications: `flow_` and a hash of the schema's name. Every
+    /// transaction that opens tasks, completes one or sends a signal notifies it; a worker
+    /// listens to it ([`Store::watch`]). A program of yours may `LISTEN` to it too.
+    pub fn channel(&self) -> &str {
+        self.inner.listener.channel()
     }
 
     /// Connects (if no connection is open) and brings the schema to [`SCHEMA_VERSION`] now,
@@ -359,7 +372,11 @@ impl Store for PostgresStore {
     fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
         Box::pin(async move {
             let doing = format!("committing a batch of run `{}`", batch.run);
-            transact!(self, doing, |tx| ops::commit(&mut tx, &batch))
+            transact!(self, doing, |tx| ops::commit(
+                &mut tx,
+                &batch,
+                self.channel()
+            ))
         })
     }
 
@@ -374,7 +391,11 @@ impl Store for PostgresStore {
     fn send_signal(&self, signal: NewSignal) -> StoreFuture<'_, SignalSent> {
         Box::pin(async move {
             let doing = format!("sending signal `{}` to run `{}`", signal.name, signal.run);
-            transact!(self, doing, |tx| ops::send_signal(&mut tx, &signal))
+            transact!(self, doing, |tx| ops::send_signal(
+                &mut tx,
+                &signal,
+                self.channel()
+            ))
         })
     }
 
@@ -457,7 +478,10 @@ impl Store for PostgresStore {
                 claim.node, claim.run
             );
             transact!(self, doing, |tx| ops::complete_task(
-                &mut tx, claim, &outcome
+                &mut tx,
+                claim,
+                &outcome,
+                self.channel()
             ))
         })
     }
@@ -474,5 +498,9 @@ impl Store for PostgresStore {
             let doing = format!("reading the task inputs of run `{run}`");
             transact!(self, doing, |tx| ops::task_inputs(&mut tx, run))
         })
+    }
+
+    fn watch(&self, what: Watch) -> Option<Notified> {
+        self.inner.listener.watch(what)
     }
 }

@@ -51,6 +51,12 @@ fn ms(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// A lease in ms, to add to the server's clock inside a statement: at most a quarter of
+/// `bigint`'s range, so the sum never overflows.
+fn lease_ms(lease: Duration) -> i64 {
+    ms(lease).min(i64::MAX / 4)
+}
+
 fn corrupt(why: String) -> Fail {
     Fail::Store(StoreError::Invalid {
         why: format!("the database holds a value flow does not read: {why}"),
@@ -69,17 +75,6 @@ pub(crate) fn text(row: &Row, idx: usize) -> R<String> {
 
 fn u32_of(value: i64, what: &str) -> R<u32> {
     u32::try_from(value).map_err(|_| corrupt(format!("{what} {value}")))
-}
-
-/// The server's clock, in ms since the Unix epoch.
-const NOW: &str = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint";
-
-async fn now_ms(tx: &mut Tx<'_>) -> R<u64> {
-    let row = tx.query_opt("reading the clock", NOW, &[]).await?;
-    match row {
-        Some(row) => Ok(u(get(&row, 0)?)),
-        None => Err(corrupt("no clock".to_owned())),
-    }
 }
 
 fn summary(row: &Row) -> R<RunSummary> {
@@ -228,32 +223,45 @@ fn timer_key(node: i64, instance: String, kind: &str) -> R<TimerKey> {
 }
 
 async fn apply_timers(tx: &mut Tx<'_>, run: &str, changes: &[TimerChange], now: u64) -> R<()> {
+    // The last change of each timer is the one that holds: one statement sets, one clears.
+    let mut last: Vec<(&TimerKey, Option<i64>)> = Vec::new();
     for change in changes {
-        match change {
-            TimerChange::Set { key, after } => {
-                tx.execute(
-                    "writing timers",
-                    "INSERT INTO timers (run, node, instance, kind, due_ms) VALUES ($1, $2, $3, $4, $5)
-                     ON CONFLICT (run, node, instance, kind) DO UPDATE SET due_ms = EXCLUDED.due_ms",
-                    &[
-                        &run,
-                        &timer_node(key),
-                        &key.instance,
-                        &key.kind.as_str(),
-                        &i(now).saturating_add(ms(*after)),
-                    ],
-                )
-                .await?;
-            }
-            TimerChange::Clear { key } => {
-                tx.execute(
-                    "writing timers",
-                    "DELETE FROM timers WHERE run = $1 AND node = $2 AND instance = $3 AND kind = $4",
-                    &[&run, &timer_node(key), &key.instance, &key.kind.as_str()],
-                )
-                .await?;
-            }
+        let (key, due) = match change {
+            TimerChange::Set { key, after } => (key, Some(i(now).saturating_add(ms(*after)))),
+            TimerChange::Clear { key } => (key, None),
+        };
+        match last.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) => slot.1 = due,
+            None => last.push((key, due)),
         }
+    }
+    let (set, clear): (Vec<_>, Vec<_>) = last.into_iter().partition(|(_, due)| due.is_some());
+    if !clear.is_empty() {
+        let nodes: Vec<i64> = clear.iter().map(|(k, _)| timer_node(k)).collect();
+        let instances: Vec<&str> = clear.iter().map(|(k, _)| k.instance.as_str()).collect();
+        let kinds: Vec<&str> = clear.iter().map(|(k, _)| k.kind.as_str()).collect();
+        tx.execute(
+            "writing timers",
+            "DELETE FROM timers t USING unnest($2::bigint[], $3::text[], $4::text[]) AS c (node, instance, kind)
+             WHERE t.run = $1 AND t.node = c.node AND t.instance = c.instance AND t.kind = c.kind",
+            &[&run, &nodes, &instances, &kinds],
+        )
+        .await?;
+    }
+    if !set.is_empty() {
+        let nodes: Vec<i64> = set.iter().map(|(k, _)| timer_node(k)).collect();
+        let instances: Vec<&str> = set.iter().map(|(k, _)| k.instance.as_str()).collect();
+        let kinds: Vec<&str> = set.iter().map(|(k, _)| k.kind.as_str()).collect();
+        let due: Vec<i64> = set.iter().map(|(_, due)| due.unwrap_or(0)).collect();
+        tx.execute(
+            "writing timers",
+            "INSERT INTO timers (run, node, instance, kind, due_ms)
+             SELECT $1, node, instance, kind, due_ms
+             FROM unnest($2::bigint[], $3::text[], $4::text[], $5::bigint[]) AS s (node, instance, kind, due_ms)
+             ON CONFLICT (run, node, instance, kind) DO UPDATE SET due_ms = EXCLUDED.due_ms",
+            &[&run, &nodes, &instances, &kinds, &due],
+        )
+        .await?;
     }
     Ok(())
 }
@@ -351,16 +359,17 @@ pub(crate) async fn create_run(tx: &mut Tx<'_>, run: NewRun) -> R<Created> {
     );
     check.events = run.events;
     check.check_numbering()?;
-    let now = now_ms(tx).await?;
-    let until = i(now).saturating_add(ms(run.lease));
     let next_seq = check.events.len() as u64;
-    let inserted = tx
-        .execute(
+    // The server's clock is read inside the statement that needs it.
+    let created = tx
+        .query_opt(
             "creating a run",
             "INSERT INTO runs (id, workflow, graph_hash, input, input_hash, options, status, next_seq,
                 version, owner, lease_until, created_ms, updated_ms)
-             VALUES ($1, $2, $3, $4, $5, $6, 'running', $7, 1, $8, $9, $10, $10)
-             ON CONFLICT (id) DO NOTHING",
+             SELECT $1, $2, $3, $4, $5, $6, 'running', $7, 1, $8, now.ms + $9, now.ms, now.ms
+             FROM (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS ms) now
+             ON CONFLICT (id) DO NOTHING
+             RETURNING created_ms, lease_until",
             &[
                 &run.id,
                 &run.workflow,
@@ -370,28 +379,45 @@ pub(crate) async fn create_run(tx: &mut Tx<'_>, run: NewRun) -> R<Created> {
                 &run.options,
                 &i(next_seq),
                 &run.owner.as_str(),
-                &until,
-                &i(now),
+                &lease_ms(run.lease),
             ],
         )
         .await?;
-    if inserted == 0 {
+    let Some(created) = created else {
         return Ok(Created::Exists(existing(tx, &run.id).await?));
-    }
-    for node in &run.nodes {
-        let preds: Vec<i64> = node.preds.iter().map(|&p| i64::from(p)).collect();
+    };
+    let now = u(get(&created, 0)?);
+    let until: i64 = get(&created, 1)?;
+    if !run.nodes.is_empty() {
+        // One statement for every node; a node's predecessors travel as text (`{1,2}`), since
+        // an array of arrays cannot be unnested row by row.
+        let nodes: Vec<i64> = run.nodes.iter().map(|n| i64::from(n.node)).collect();
+        let names: Vec<&str> = run.nodes.iter().map(|n| n.name.as_str()).collect();
+        let labels: Vec<&str> = run.nodes.iter().map(|n| n.label.as_str()).collect();
+        let prints: Vec<i64> = run.nodes.iter().map(|n| i(n.fingerprint)).collect();
+        let preds: Vec<String> = run
+            .nodes
+            .iter()
+            .map(|n| {
+                let list: Vec<String> = n.preds.iter().map(u32::to_string).collect();
+                format!("{{{}}}", list.join(","))
+            })
+            .collect();
+        let compensate: Vec<&str> = run.nodes.iter().map(|n| n.compensate.as_str()).collect();
         tx.execute(
             "writing the nodes of a run",
             "INSERT INTO nodes (run, node, name, label, fingerprint, preds, compensate)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+             SELECT $1, node, name, label, fingerprint, preds::bigint[], compensate
+             FROM unnest($2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[])
+                AS n (node, name, label, fingerprint, preds, compensate)",
             &[
                 &run.id,
-                &i64::from(node.node),
-                &node.name,
-                &node.label,
-                &i(node.fingerprint),
+                &nodes,
+                &names,
+                &labels,
+                &prints,
                 &preds,
-                &node.compensate,
+                &compensate,
             ],
         )
         .await?;
@@ -555,22 +581,33 @@ pub(crate) async fn due_runs(
     workflows: &[WorkflowVersion],
     limit: u32,
 ) -> R<Vec<RunSummary>> {
-    let now = now_ms(tx).await?;
     let (names, graphs) = versions(workflows);
-    const SQL: &str =
-        "SELECT id, workflow, graph_hash, input_hash, status, next_seq, version, owner,
-        lease_until, wake_at, created_ms, updated_ms FROM runs
-        WHERE status IN ('running', 'waiting', 'compensating')
-          AND (workflow, graph_hash) IN (SELECT * FROM unnest($1::text[], $5::bigint[]))
-          AND (owner IS NULL OR owner = $4 OR lease_until IS NULL OR lease_until <= $2)
-          AND (status <> 'waiting' OR wake_at <= $2
-               OR EXISTS (SELECT 1 FROM tasks t WHERE t.run = runs.id AND t.status = 'done'))
-        ORDER BY created_ms, id LIMIT $3";
+    // The runs a worker may decide, each kind from an index of its own (`runs_active`,
+    // `runs_wake`, `tasks_done`), so that a backlog of runs waiting for later costs nothing:
+    // running and compensating runs, waiting runs whose wake time has come, and runs with a
+    // done task; of them, those of the worker's versions that no live owner holds, each
+    // looked up by its key (materialized, and `OFFSET 0` so that the planner does not turn
+    // the lookups back into a scan of every run).
+    const SQL: &str = "WITH now AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS ms),
+        due AS MATERIALIZED (
+            SELECT id FROM runs WHERE status IN ('running', 'compensating')
+            UNION
+            SELECT id FROM runs WHERE status = 'waiting' AND wake_at <= (SELECT ms FROM now)
+            UNION
+            SELECT run FROM tasks WHERE status = 'done')
+        SELECT r.id, r.workflow, r.graph_hash, r.input_hash, r.status, r.next_seq, r.version, r.owner,
+            r.lease_until, r.wake_at, r.created_ms, r.updated_ms
+        FROM due CROSS JOIN LATERAL (SELECT * FROM runs WHERE runs.id = due.id OFFSET 0) r
+        WHERE r.status IN ('running', 'waiting', 'compensating')
+          AND (r.workflow, r.graph_hash) IN (SELECT * FROM unnest($1::text[], $4::bigint[]))
+          AND (r.owner IS NULL OR r.owner = $3 OR r.lease_until IS NULL
+               OR r.lease_until <= (SELECT ms FROM now))
+        ORDER BY r.created_ms, r.id LIMIT $2";
     let rows = tx
         .query(
             "listing the due runs",
             SQL,
-            &[&names, &i(now), &i64::from(limit), &owner.as_str(), &graphs],
+            &[&names, &i64::from(limit), &owner.as_str(), &graphs],
         )
         .await?;
     rows.iter().map(summary).collect()
@@ -581,7 +618,7 @@ pub(crate) async fn events(tx: &mut Tx<'_>, run: &str, from: u64) -> R<Vec<Store
     read_events(tx, run, from, summary.next_seq).await
 }
 
-pub(crate) async fn commit(tx: &mut Tx<'_>, batch: &Batch) -> R<Committed> {
+pub(crate) async fn commit(tx: &mut Tx<'_>, batch: &Batch, channel: &str) -> R<Committed> {
     let (run, now) = lock_run(tx, &batch.run).await?;
     batch.check_numbering()?;
     let next = run.next_seq;
@@ -657,19 +694,30 @@ pub(crate) async fn commit(tx: &mut Tx<'_>, batch: &Batch) -> R<Committed> {
         }
     }
     insert_events(tx, &batch.run, &batch.events, now).await?;
-    for output in &batch.outputs {
+    if !batch.outputs.is_empty() {
+        // The last output of each node instance holds.
+        let mut outputs: Vec<&StoredOutput> = Vec::with_capacity(batch.outputs.len());
+        for output in &batch.outputs {
+            match outputs
+                .iter_mut()
+                .find(|o| o.node == output.node && o.instance == output.instance)
+            {
+                Some(slot) => *slot = output,
+                None => outputs.push(output),
+            }
+        }
+        let nodes: Vec<i64> = outputs.iter().map(|o| i64::from(o.node)).collect();
+        let instances: Vec<&str> = outputs.iter().map(|o| o.instance.as_str()).collect();
+        let types: Vec<&str> = outputs.iter().map(|o| o.type_name.as_str()).collect();
+        let bytes: Vec<&[u8]> = outputs.iter().map(|o| o.bytes.as_slice()).collect();
         tx.execute(
             "writing outputs",
-            "INSERT INTO outputs (run, node, instance, type_name, bytes) VALUES ($1, $2, $3, $4, $5)
+            "INSERT INTO outputs (run, node, instance, type_name, bytes)
+             SELECT $1, node, instance, type_name, bytes
+             FROM unnest($2::bigint[], $3::text[], $4::text[], $5::bytea[]) AS o (node, instance, type_name, bytes)
              ON CONFLICT (run, node, instance)
              DO UPDATE SET type_name = EXCLUDED.type_name, bytes = EXCLUDED.bytes",
-            &[
-                &batch.run,
-                &i64::from(output.node),
-                &output.instance,
-                &output.type_name,
-                &output.bytes,
-            ],
+            &[&batch.run, &nodes, &instances, &types, &bytes],
         )
         .await?;
     }
@@ -699,29 +747,64 @@ pub(crate) async fn commit(tx: &mut Tx<'_>, batch: &Batch) -> R<Committed> {
             }
         }
     }
-    for change in &batch.tasks {
-        match change {
-            TaskChange::Open { node, attempt } => {
-                tx.execute(
-                    "opening a task",
-                    "INSERT INTO tasks (run, node, attempt, version, opened, status)
-                     VALUES ($1, $2, $3, nextval('task_versions'), nextval('task_order'), 'ready')
-                     ON CONFLICT (run, node) DO UPDATE SET attempt = EXCLUDED.attempt,
+    if !batch.tasks.is_empty() {
+        // The last change of each node holds: a retry closes the attempt's task and opens the
+        // next attempt's, a withdrawal closes a task opened earlier in the batch.
+        let mut last: Vec<(u32, Option<u32>)> = Vec::new();
+        for change in &batch.tasks {
+            let (node, attempt) = match change {
+                TaskChange::Open { node, attempt } => (*node, Some(*attempt)),
+                TaskChange::Close { node } => (*node, None),
+            };
+            match last.iter_mut().find(|(n, _)| *n == node) {
+                Some(slot) => slot.1 = attempt,
+                None => last.push((node, attempt)),
+            }
+        }
+        let closed: Vec<i64> = last
+            .iter()
+            .filter(|(_, attempt)| attempt.is_none())
+            .map(|(node, _)| i64::from(*node))
+            .collect();
+        let (opened, attempts): (Vec<i64>, Vec<i64>) = last
+            .iter()
+            .filter_map(|(node, attempt)| Some((i64::from(*node), i64::from((*attempt)?))))
+            .unzip();
+        if !closed.is_empty() {
+            tx.execute(
+                "closing tasks",
+                "DELETE FROM tasks WHERE run = $1 AND node = ANY($2)",
+                &[&batch.run, &closed],
+            )
+            .await?;
+        }
+        if !opened.is_empty() {
+            // A task carries its run's workflow and graph hash: claims find it by them. The
+            // workers listening are told (on commit) that there is work.
+            tx.query(
+                "opening tasks",
+                "WITH opened AS (
+                    INSERT INTO tasks (run, node, attempt, version, opened, status, workflow, graph_hash)
+                    SELECT $1, o.node, o.attempt, nextval('task_versions'), nextval('task_order'),
+                        'ready', $4, $5
+                    FROM unnest($2::bigint[], $3::bigint[]) WITH ORDINALITY AS o (node, attempt, n)
+                    ORDER BY o.n
+                    ON CONFLICT (run, node) DO UPDATE SET attempt = EXCLUDED.attempt,
                         version = EXCLUDED.version, opened = EXCLUDED.opened, status = 'ready',
                         owner = NULL, lease_until = NULL, outcome = NULL, type_name = NULL,
-                        bytes = NULL, error = NULL, done_at = NULL",
-                    &[&batch.run, &i64::from(*node), &i64::from(*attempt)],
-                )
-                .await?;
-            }
-            TaskChange::Close { node } => {
-                tx.execute(
-                    "closing a task",
-                    "DELETE FROM tasks WHERE run = $1 AND node = $2",
-                    &[&batch.run, &i64::from(*node)],
-                )
-                .await?;
-            }
+                        bytes = NULL, error = NULL, done_at = NULL
+                    RETURNING 1)
+                 SELECT pg_notify($6, '') FROM (SELECT count(*) FROM opened) AS n",
+                &[
+                    &batch.run,
+                    &opened,
+                    &attempts,
+                    &run.workflow,
+                    &i(run.graph_hash),
+                    &channel,
+                ],
+            )
+            .await?;
         }
     }
     if ended {
@@ -737,13 +820,16 @@ pub(crate) async fn commit(tx: &mut Tx<'_>, batch: &Batch) -> R<Committed> {
 }
 
 pub(crate) async fn due_timers(tx: &mut Tx<'_>, horizon: Duration, limit: u32) -> R<Vec<DueTimer>> {
-    let now = now_ms(tx).await?;
     const SQL: &str = "SELECT t.run, t.node, t.instance, t.kind, t.due_ms FROM timers t JOIN runs r ON r.id = t.run
-        WHERE t.due_ms <= $1 AND r.status NOT IN ('succeeded', 'failed', 'cancelled')
+        WHERE t.due_ms <= (extract(epoch FROM clock_timestamp()) * 1000)::bigint + $1
+          AND r.status NOT IN ('succeeded', 'failed', 'cancelled')
         ORDER BY t.due_ms, t.run, t.node, t.instance, t.kind LIMIT $2";
-    let until = i(now).saturating_add(ms(horizon));
     let rows = tx
-        .query("reading the due timers", SQL, &[&until, &i64::from(limit)])
+        .query(
+            "reading the due timers",
+            SQL,
+            &[&lease_ms(horizon), &i64::from(limit)],
+        )
         .await?;
     rows.iter()
         .map(|row| {
@@ -757,7 +843,11 @@ pub(crate) async fn due_timers(tx: &mut Tx<'_>, horizon: Duration, limit: u32) -
         .collect()
 }
 
-pub(crate) async fn send_signal(tx: &mut Tx<'_>, signal: &NewSignal) -> R<SignalSent> {
+pub(crate) async fn send_signal(
+    tx: &mut Tx<'_>,
+    signal: &NewSignal,
+    channel: &str,
+) -> R<SignalSent> {
     let (run, now) = lock_run(tx, &signal.run).await?;
     if run.status.is_finished() {
         return Err(Fail::Store(StoreError::Finished {
@@ -779,14 +869,17 @@ pub(crate) async fn send_signal(tx: &mut Tx<'_>, signal: &NewSignal) -> R<Signal
     let row = tx
         .query_opt(
             "storing a signal",
-            "INSERT INTO signals (run, name, payload, mode, sent_ms) VALUES ($1, $2, $3, $4, $5)
-             RETURNING id",
+            "WITH sent AS (
+                INSERT INTO signals (run, name, payload, mode, sent_ms) VALUES ($1, $2, $3, $4, $5)
+                RETURNING id)
+             SELECT id, pg_notify($6, 'run:' || $1)::text FROM sent",
             &[
                 &signal.run,
                 &signal.name,
                 &signal.payload,
                 &signal.mode.as_str(),
                 &i(now),
+                &channel,
             ],
         )
         .await?;
@@ -817,32 +910,53 @@ pub(crate) async fn heartbeat(
     held: &[Lease],
     lease: Duration,
 ) -> R<Vec<Lease>> {
-    let until = i(now_ms(tx).await?).saturating_add(ms(lease));
-    let mut lost = Vec::new();
-    for each in in_run_order(held, |each| &each.run) {
-        let kept = tx
-            .execute(
-                "extending leases",
-                "UPDATE runs SET lease_until = $4 WHERE id = $1 AND owner = $2 AND version = $3",
-                &[&each.run, &owner.as_str(), &i(each.version), &until],
-            )
-            .await?;
-        if kept == 0 {
-            lost.push(each.clone());
-        }
+    if held.is_empty() {
+        return Ok(Vec::new());
     }
-    Ok(lost)
+    let sorted = in_run_order(held, |each| &each.run);
+    let runs: Vec<&str> = sorted.iter().map(|l| l.run.as_str()).collect();
+    let versions: Vec<i64> = sorted.iter().map(|l| i(l.version)).collect();
+    // Every lease in one statement; those it did not extend are lost.
+    let rows = tx
+        .query(
+            "extending leases",
+            "UPDATE runs r SET lease_until = (extract(epoch FROM clock_timestamp()) * 1000)::bigint + $3
+             FROM unnest($1::text[], $4::bigint[]) AS h (id, version)
+             WHERE r.id = h.id AND r.owner = $2 AND r.version = h.version
+             RETURNING r.id, r.version",
+            &[&runs, &owner.as_str(), &lease_ms(lease), &versions],
+        )
+        .await?;
+    let kept = rows
+        .iter()
+        .map(|row| Ok((get::<String>(row, 0)?, get::<i64>(row, 1)?)))
+        .collect::<R<Vec<_>>>()?;
+    Ok(held
+        .iter()
+        .filter(|l| {
+            !kept
+                .iter()
+                .any(|(run, v)| *run == l.run && *v == i(l.version))
+        })
+        .cloned()
+        .collect())
 }
 
 pub(crate) async fn release(tx: &mut Tx<'_>, owner: &Owner, held: &[Lease]) -> R<()> {
-    for each in in_run_order(held, |each| &each.run) {
-        tx.execute(
-            "releasing leases",
-            "UPDATE runs SET owner = NULL, lease_until = NULL WHERE id = $1 AND owner = $2 AND version = $3",
-            &[&each.run, &owner.as_str(), &i(each.version)],
-        )
-        .await?;
+    if held.is_empty() {
+        return Ok(());
     }
+    let sorted = in_run_order(held, |each| &each.run);
+    let runs: Vec<&str> = sorted.iter().map(|l| l.run.as_str()).collect();
+    let versions: Vec<i64> = sorted.iter().map(|l| i(l.version)).collect();
+    tx.execute(
+        "releasing leases",
+        "UPDATE runs r SET owner = NULL, lease_until = NULL
+         FROM unnest($1::text[], $3::bigint[]) AS h (id, version)
+         WHERE r.id = h.id AND r.owner = $2 AND r.version = h.version",
+        &[&runs, &owner.as_str(), &versions],
+    )
+    .await?;
     Ok(())
 }
 
@@ -853,25 +967,31 @@ pub(crate) async fn claim_tasks(
     limit: u32,
     lease: Duration,
 ) -> R<Vec<TaskClaim>> {
-    let now = now_ms(tx).await?;
     let (names, graphs) = versions(workflows);
-    let until = i(now).saturating_add(ms(lease));
-    // Pick the oldest free tasks, skipping those another claimer has locked this instant,
-    // then take each by a compare-and-set on its version.
-    const SQL: &str = "WITH picked AS (
-            SELECT t.run, t.node, t.version, t.status AS was, r.workflow
-            FROM tasks t JOIN runs r ON r.id = t.run
-            WHERE (r.workflow, r.graph_hash) IN (SELECT * FROM unnest($2::text[], $6::bigint[]))
-              AND r.status NOT IN ('succeeded', 'failed', 'cancelled')
-              AND (t.status = 'ready' OR (t.status = 'running' AND t.lease_until <= $3))
-            ORDER BY t.opened
-            LIMIT $5
-            FOR UPDATE OF t SKIP LOCKED)
+    // For each version the worker has, the oldest ready tasks (index `tasks_ready`) and the
+    // claims whose lease lapsed (index `tasks_claimed`), skipping those another claimer has
+    // locked this instant; of those, the oldest `limit`, each taken by a compare-and-set on
+    // its version. One statement, the server's clock read inside it; its cost does not grow
+    // with the backlog (docs/scale-out.md has the plan).
+    const SQL: &str = "WITH now AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS ms),
+        v AS (SELECT * FROM unnest($2::text[], $5::bigint[]) AS v (workflow, graph_hash)),
+        free AS (
+            SELECT c.* FROM v CROSS JOIN LATERAL (
+                SELECT t.run, t.node, t.version, t.status AS was, t.opened FROM tasks t
+                WHERE t.workflow = v.workflow AND t.graph_hash = v.graph_hash AND t.status = 'ready'
+                ORDER BY t.opened LIMIT $4 FOR UPDATE SKIP LOCKED) c
+            UNION ALL
+            SELECT c.* FROM v CROSS JOIN LATERAL (
+                SELECT t.run, t.node, t.version, t.status AS was, t.opened FROM tasks t
+                WHERE t.workflow = v.workflow AND t.graph_hash = v.graph_hash
+                  AND t.status = 'running' AND t.lease_until <= (SELECT ms FROM now)
+                ORDER BY t.lease_until LIMIT $4 FOR UPDATE SKIP LOCKED) c),
+        picked AS (SELECT * FROM free ORDER BY opened LIMIT $4)
         UPDATE tasks t SET status = 'running', version = nextval('task_versions'), owner = $1,
-            lease_until = $4
+            lease_until = (SELECT ms FROM now) + $3
         FROM picked
         WHERE t.run = picked.run AND t.node = picked.node AND t.version = picked.version
-        RETURNING t.run, picked.workflow, t.node, t.attempt, t.version, picked.was, t.opened";
+        RETURNING t.run, t.workflow, t.node, t.attempt, t.version, picked.was, t.opened, t.lease_until";
     let rows = tx
         .query(
             "claiming tasks",
@@ -879,8 +999,7 @@ pub(crate) async fn claim_tasks(
             &[
                 &owner.as_str(),
                 &names,
-                &i(now),
-                &until,
+                &lease_ms(lease),
                 &i64::from(limit),
                 &graphs,
             ],
@@ -900,7 +1019,7 @@ pub(crate) async fn claim_tasks(
                     attempt: u32_of(get(row, 3)?, "attempt")?,
                     owner: owner.clone(),
                     version: u(get(row, 4)?),
-                    until_ms: u(until),
+                    until_ms: u(get(row, 7)?),
                     lapsed: was == "running",
                 },
             ))
@@ -915,34 +1034,52 @@ pub(crate) async fn heartbeat_tasks(
     held: &[TaskClaim],
     lease: Duration,
 ) -> R<Vec<TaskClaim>> {
-    let until = i(now_ms(tx).await?).saturating_add(ms(lease));
-    let mut lost = Vec::new();
-    for claim in in_run_order(held, |claim| &claim.run) {
-        let kept = tx
-            .execute(
-                "extending task claims",
-                "UPDATE tasks SET lease_until = $5
-                 WHERE run = $1 AND node = $2 AND version = $3 AND owner = $4 AND status = 'running'",
-                &[
-                    &claim.run,
-                    &i64::from(claim.node),
-                    &i(claim.version),
-                    &claim.owner.as_str(),
-                    &until,
-                ],
-            )
-            .await?;
-        if kept == 0 {
-            lost.push(claim.clone());
-        }
+    if held.is_empty() {
+        return Ok(Vec::new());
     }
-    Ok(lost)
+    let sorted = in_run_order(held, |claim| &claim.run);
+    let runs: Vec<&str> = sorted.iter().map(|c| c.run.as_str()).collect();
+    let nodes: Vec<i64> = sorted.iter().map(|c| i64::from(c.node)).collect();
+    let versions: Vec<i64> = sorted.iter().map(|c| i(c.version)).collect();
+    let owners: Vec<&str> = sorted.iter().map(|c| c.owner.as_str()).collect();
+    // Every claim in one statement; those it did not extend are lost.
+    let rows = tx
+        .query(
+            "extending task claims",
+            "UPDATE tasks t SET lease_until = (extract(epoch FROM clock_timestamp()) * 1000)::bigint + $5
+             FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[]) AS h (run, node, version, owner)
+             WHERE t.run = h.run AND t.node = h.node AND t.version = h.version AND t.owner = h.owner
+               AND t.status = 'running'
+             RETURNING t.run, t.node, t.version",
+            &[&runs, &nodes, &versions, &owners, &lease_ms(lease)],
+        )
+        .await?;
+    let kept = rows
+        .iter()
+        .map(|row| {
+            Ok((
+                get::<String>(row, 0)?,
+                get::<i64>(row, 1)?,
+                get::<i64>(row, 2)?,
+            ))
+        })
+        .collect::<R<Vec<_>>>()?;
+    Ok(held
+        .iter()
+        .filter(|c| {
+            !kept.iter().any(|(run, node, version)| {
+                *run == c.run && *node == i64::from(c.node) && *version == i(c.version)
+            })
+        })
+        .cloned()
+        .collect())
 }
 
 pub(crate) async fn complete_task(
     tx: &mut Tx<'_>,
     claim: &TaskClaim,
     outcome: &TaskOutcome,
+    channel: &str,
 ) -> R<TaskCommitted> {
     // The task's row alone: completions of one run's tasks do not wait for each other nor for
     // the run's decider. The run is due from now on (`due_runs` sees its done task); the output
@@ -956,13 +1093,17 @@ pub(crate) async fn complete_task(
         ),
         TaskOutcome::Failed { error } => ("failed", None, None, Some(error.as_str())),
     };
+    // The run's decider (or any worker, if none holds the run) is told on commit.
     let done = tx
-        .execute(
+        .query(
             "completing a task",
-            "UPDATE tasks SET status = 'done', version = nextval('task_versions'), outcome = $5,
-                type_name = $6, bytes = $7, error = $8, lease_until = NULL,
-                done_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint
-             WHERE run = $1 AND node = $2 AND version = $3 AND owner = $4 AND status = 'running'",
+            "WITH done AS (
+                UPDATE tasks SET status = 'done', version = nextval('task_versions'), outcome = $5,
+                    type_name = $6, bytes = $7, error = $8, lease_until = NULL,
+                    done_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+                WHERE run = $1 AND node = $2 AND version = $3 AND owner = $4 AND status = 'running'
+                RETURNING run)
+             SELECT pg_notify($9, 'run:' || run)::text FROM done",
             &[
                 &claim.run,
                 &i64::from(claim.node),
@@ -972,9 +1113,11 @@ pub(crate) async fn complete_task(
                 &type_name,
                 &bytes,
                 &error,
+                &channel,
             ],
         )
-        .await?;
+        .await?
+        .len();
     Ok(match done {
         0 => TaskCommitted::Stale,
         _ => TaskCommitted::Applied,

@@ -17,7 +17,9 @@ pub(crate) struct Pool {
     config: Config,
     /// Where the store is, for errors: `host:port/dbname`, no password.
     pub(crate) at: String,
-    /// `SET search_path` for every new connection: the store's schema.
+    /// What every new connection runs first: `search_path` to the store's schema, and no JIT
+    /// (the store's statements are short; compiling them, which the planner's estimates for
+    /// a large table can trigger, costs more than running them).
     setup: String,
     permits: Arc<Semaphore>,
     /// How many connections may be out at once.
@@ -62,7 +64,7 @@ impl Pool {
         Pool {
             config,
             at,
-            setup: format!("SET search_path TO {}", quote_ident(schema)),
+            setup: format!("SET search_path TO {}; SET jit = off", quote_ident(schema)),
             permits: Arc::new(Semaphore::new(size.max(1))),
             size: size.max(1),
             wait,

@@ -9,15 +9,15 @@ use crate::pool::{Pooled, quote_ident};
 
 /// The schema version this crate writes and reads (the row of `schema_version`). A newer
 /// database is refused ([`StoreError::SchemaVersion`]).
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
-/// The migrations, in order: `MIGRATIONS[0]` makes version 1, `MIGRATIONS[1]` version 2. Each
+/// The migrations, in order: `MIGRATIONS[0]` makes version 1, `MIGRATIONS[1]` version 2, and so on. Each
 /// runs with `search_path` set to the store's schema, in the one transaction that migrates.
 ///
 /// Integers that are `u64` in Rust (hashes, sequence numbers, times) are `bigint`, bit for bit;
 /// times are milliseconds since the Unix epoch by the server's clock. A run-level timer has
 /// node -1; the workflow's own nodes have instance ''.
-pub const MIGRATIONS: [&str; 2] = [MIGRATION_1, MIGRATION_2];
+pub const MIGRATIONS: [&str; 3] = [MIGRATION_1, MIGRATION_2, MIGRATION_3];
 
 /// Version 1: the durable runs.
 const MIGRATION_1: &str = "
@@ -138,6 +138,23 @@ CREATE TABLE tasks (
 );
 CREATE INDEX tasks_open ON tasks (opened) WHERE status <> 'done';
 CREATE INDEX tasks_done ON tasks (run) WHERE status = 'done';
+";
+
+/// Version 3: claims and due runs served by indexes alone, whatever the backlog. A task
+/// carries its run's workflow and graph hash, so a claim reads the oldest ready tasks of each
+/// version a worker has from one index range (and the lapsed claims from another) instead of
+/// walking every open task in order and joining its run; the runs a worker may decide are
+/// found from the running ones, the waiting ones whose wake time has come, and the done tasks,
+/// each by an index of its own.
+const MIGRATION_3: &str = "
+ALTER TABLE tasks ADD COLUMN workflow text, ADD COLUMN graph_hash bigint;
+UPDATE tasks t SET workflow = r.workflow, graph_hash = r.graph_hash FROM runs r WHERE r.id = t.run;
+ALTER TABLE tasks ALTER COLUMN workflow SET NOT NULL, ALTER COLUMN graph_hash SET NOT NULL;
+DROP INDEX tasks_open;
+CREATE INDEX tasks_ready ON tasks (workflow, graph_hash, opened) WHERE status = 'ready';
+CREATE INDEX tasks_claimed ON tasks (workflow, graph_hash, lease_until) WHERE status = 'running';
+CREATE INDEX runs_active ON runs (created_ms, id) WHERE status IN ('running','compensating');
+CREATE INDEX runs_wake ON runs (wake_at) WHERE status = 'waiting';
 ";
 
 /// The advisory lock every migrating process takes (with the schema's name): "flow" in ASCII.

@@ -166,3 +166,38 @@ async fn a_foreign_schema_is_refused_and_left_alone() {
     assert_eq!(tables.len(), 1, "nothing was created in it");
     testing::drop_schemas("foreign").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_2_schema_is_migrated_to_3_keeping_its_open_tasks_claimable() {
+    let schema = testing::fresh_schema("migrate_tasks");
+    let client = testing::client().await;
+    // A database of a flow that knew version 2, with a run whose task is open.
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA \"{schema}\"; SET search_path TO \"{schema}\"; {} {}
+             INSERT INTO schema_version (version) VALUES (2);
+             INSERT INTO runs (id, workflow, graph_hash, input, input_hash, options, status,
+                next_seq, version, created_ms, updated_ms)
+             VALUES ('old', 'W', 5, '', 0, '', 'waiting', 1, 1, 1, 1);
+             INSERT INTO tasks (run, node, attempt, version, opened, status)
+             VALUES ('old', 0, 1, nextval('task_versions'), nextval('task_order'), 'ready');",
+            MIGRATIONS[0], MIGRATIONS[1]
+        ))
+        .await
+        .expect("a version 2 schema");
+    let store = store_in(&schema);
+    let claims = store
+        .claim_tasks(&Owner::new("a"), &[WorkflowVersion::new("W", 5)], 10, LEASE)
+        .await
+        .expect("claims");
+    assert_eq!(version(&client, &schema).await, vec![SCHEMA_VERSION as i32]);
+    assert_eq!(
+        claims
+            .iter()
+            .map(|c| (c.run.as_str(), c.workflow.as_str(), c.node))
+            .collect::<Vec<_>>(),
+        vec![("old", "W", 0)],
+        "the open task took its run's workflow and graph"
+    );
+    testing::drop_schemas("migrate_tasks").await;
+}

@@ -512,8 +512,10 @@ pub(crate) struct JournalSetup {
     /// The run is distributed: its operations are tasks for any worker
     /// ([`DurableRunner::distributed`]).
     pub(crate) distributed: bool,
-    /// A distributed run is unloaded as soon as it only waits for tasks.
-    pub(crate) unload_tasks: bool,
+    /// A distributed run is unloaded once it has waited for tasks alone this long (zero: at
+    /// once); `None`: it is not unloaded for them (the process that drives it takes their
+    /// outcomes as they come).
+    pub(crate) unload_tasks: Option<Duration>,
     /// The done tasks loaded with the run, whose outcomes it has not journaled yet.
     pub(crate) tasks: Vec<TaskResult>,
 }
@@ -535,7 +537,7 @@ impl JournalSetup {
             unload: None,
             waiting: false,
             distributed: false,
-            unload_tasks: false,
+            unload_tasks: None,
             tasks: Vec::new(),
         }
     }
@@ -626,7 +628,7 @@ impl<W: DurableWorkflow> DurableRunner<W> {
         input: W::Stored,
     ) -> impl Future<Output = Result<Outcome<W::Output>, DurableError>> {
         Then::First {
-            first: self.prepare(input, None, false),
+            first: self.prepare(input, None, None),
             next: Some(drive::<W, Outcome<W::Output>>),
         }
     }
@@ -654,7 +656,7 @@ impl<W: DurableWorkflow> DurableRunner<W> {
         input: W::Stored,
     ) -> impl Future<Output = Result<Ended<W::Output>, DurableError>> {
         Then::First {
-            first: self.prepare(input, Some(Duration::ZERO), true),
+            first: self.prepare(input, Some(Duration::ZERO), Some(Duration::ZERO)),
             next: Some(drive::<W, Ended<W::Output>>),
         }
     }
@@ -686,7 +688,7 @@ impl<W: DurableWorkflow> DurableRunner<W> {
         self,
         input: W::Stored,
         unload: Option<Duration>,
-        unload_tasks: bool,
+        unload_tasks: Option<Duration>,
     ) -> Result<Prepared<W>, DurableError> {
         let (graph_hash, nodes) = graph_rows(&W::GRAPH);
         let bytes = serde_json::to_vec(&input).map_err(|error| DurableError::Input {
@@ -783,7 +785,9 @@ impl<W: DurableWorkflow> UnloadingRunner<W> {
         input: W::Stored,
     ) -> impl Future<Output = Result<Ended<W::Output>, DurableError>> {
         Then::First {
-            first: self.runner.prepare(input, Some(self.after), true),
+            first: self
+                .runner
+                .prepare(input, Some(self.after), Some(Duration::ZERO)),
             next: Some(drive::<W, Ended<W::Output>>),
         }
     }
@@ -933,7 +937,7 @@ pub fn resume<W: DurableWorkflow, S: Store + Clone>(
     store: &S,
     id: &str,
 ) -> impl Future<Output = Result<Outcome<W::Output>, DurableError>> + use<W, S> {
-    resume_shaped::<W, S, Outcome<W::Output>>(store, id, (None, false), None)
+    resume_shaped::<W, S, Outcome<W::Output>>(store, id, (None, None), None)
 }
 
 /// Resumes run `id` of `W` as [`resume`] does, and unloads it again when every running step
@@ -947,7 +951,7 @@ pub fn resume_or_unload<W: DurableWorkflow, S: Store + Clone>(
     id: &str,
     after: Duration,
 ) -> impl Future<Output = Result<Ended<W::Output>, DurableError>> + use<W, S> {
-    resume_shaped::<W, S, Ended<W::Output>>(store, id, (Some(after), true), None)
+    resume_shaped::<W, S, Ended<W::Output>>(store, id, (Some(after), Some(Duration::ZERO)), None)
 }
 
 /// [`resume`] or [`resume_or_unload`], as `R` says; never unloaded without `unload`.
@@ -1047,9 +1051,9 @@ fn input_hash(bytes: &[u8]) -> u64 {
     }
 }
 
-/// When a run is unloaded: after waiting this long (any wait), and whether a distributed run
-/// is unloaded as soon as it only waits for tasks.
-pub(crate) type Unload = (Option<Duration>, bool);
+/// When a run is unloaded: after waiting this long (any wait), and after a distributed run
+/// has waited this long for tasks alone (zero: as soon as it does).
+pub(crate) type Unload = (Option<Duration>, Option<Duration>);
 
 /// What a durable run starts from: its options, its journal, its parameters.
 type Prepared<W> = (RunOptions, JournalSetup, <W as DurableWorkflow>::Stored);

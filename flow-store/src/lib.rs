@@ -126,6 +126,21 @@ pub use task::{TaskChange, TaskClaim, TaskCommitted, TaskInputs, TaskOutcome, Ta
 /// What every [`Store`] method returns: a boxed `Send` future of the store's answer.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
+/// What [`Store::watch`] returns: a future that completes when the store may have a change
+/// of the kind watched.
+pub type Notified = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// What a caller of [`Store::watch`] waits for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Watch {
+    /// New work for a worker: a task opened, a task done, a signal sent (each may make a run
+    /// due or give a task to claim).
+    Work,
+    /// A change to this run from outside its decider: one of its tasks done, or a signal sent
+    /// to it.
+    Run(String),
+}
+
 /// Storage for durable runs. See the [crate documentation](crate).
 ///
 /// Every method is one atomic step of the store: it is applied whole or not at all, and a
@@ -309,6 +324,19 @@ pub trait Store: Send + Sync + 'static {
         Box::pin(std::future::ready(Err(StoreError::Unsupported {
             what: "task_results",
         })))
+    }
+
+    /// A wake-up for `what`: a future that completes at the next change of that kind the
+    /// store sees, or when it may have missed one (its notifications were interrupted). A
+    /// change made after this call and before the future is first polled wakes it too, so a
+    /// caller asks for the future first, then looks at the store, then waits.
+    ///
+    /// `None` (the default) where the store does not notify: the caller looks again after an
+    /// interval. `flowdag-postgres` notifies through `LISTEN/NOTIFY`; a notification is a
+    /// hint, never the only way work is found: callers keep polling, less often.
+    fn watch(&self, what: Watch) -> Option<Notified> {
+        let _ = what;
+        None
     }
 
     /// What executing a task of `run` needs: its parameters and stored outputs.

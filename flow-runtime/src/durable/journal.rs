@@ -434,9 +434,10 @@ impl Journal {
         }
     }
 
-    /// Whether this distributed run is unloaded as soon as it waits for tasks alone.
-    fn unloads_tasks(&self) -> bool {
-        self.tasks.is_some() && self.setup.unload_tasks
+    /// How long this distributed run is kept once it waits for tasks alone before it is
+    /// unloaded (zero: not at all); `None` when it is not unloaded for its tasks.
+    fn unloads_tasks(&self) -> Option<Duration> {
+        self.setup.unload_tasks.filter(|_| self.tasks.is_some())
     }
 
     /// What is left of the stored timer `key` by the store's clock; zero when none is stored.
@@ -1228,14 +1229,14 @@ fn journal_poll(run: &mut Run<'_, '_>, cx: &mut Context<'_>, mut poll: Poll<()>)
         let Some(journal) = run.hook::<Journal>() else {
             return poll;
         };
-        let unloads = journal.setup.unload.is_some() || journal.unloads_tasks();
+        let unloads = journal.setup.unload.is_some() || journal.unloads_tasks().is_some();
         match journal.pump(cx) {
             Poll::Ready(true) => {
                 release_durable(run);
                 poll = run.poll(cx);
             }
             Poll::Ready(false) if journal.broken => {}
-            Poll::Ready(false) if unloads && unload_idle(run) => return Poll::Ready(()),
+            Poll::Ready(false) if unloads && unload_idle(run, cx) => return Poll::Ready(()),
             Poll::Ready(false) | Poll::Pending => return Poll::Pending,
         }
     }
@@ -1265,33 +1266,62 @@ fn replay_cancel(run: &mut Run<'_, '_>) -> bool {
 /// With nothing to commit: when every running node waits (for a timer due later than the
 /// run's `unload` threshold from now, or for a signal), stops the run to unload it (its
 /// nodes are dropped, nothing more is journaled; the journal's `finish` commits the status
-/// `Waiting`) and returns `true`.
+/// `Waiting`) and returns `true`. A distributed run that waits for tasks alone is kept (its
+/// lease held, its outcomes taken as they come) until it has waited so for its
+/// `unload_tasks` time: a sticky run, decided by the same process from its state in memory.
 #[cold]
 #[inline(never)]
-fn unload_idle(run: &mut Run<'_, '_>) -> bool {
+fn unload_idle(run: &mut Run<'_, '_>, cx: &mut Context<'_>) -> bool {
+    let Some(wake) = idle_wake(run) else {
+        remote::busy(run);
+        return false;
+    };
     let Some(journal) = run.hook::<Journal>() else {
         return false;
     };
-    if journal.commit.is_some() {
-        return false;
-    }
-    // Without `unload`, a distributed run is unloaded only when it waits for tasks alone.
-    let tasks_only = journal.setup.unload.is_none();
-    let Some(after) = journal
-        .setup
-        .unload
-        .or(journal.unloads_tasks().then_some(Duration::ZERO))
-    else {
-        return false;
+    let sticky = match journal.setup.unload {
+        None => journal.unloads_tasks().unwrap_or_default(),
+        Some(_) => Duration::ZERO,
     };
-    let mut wake = journal.deadline.map(|(at, _)| at);
-    if run.lingering() {
+    if !sticky.is_zero() && !remote::kept_long_enough(run, sticky, cx) {
         return false;
     }
     let now = tokio::time::Instant::now();
-    let Some(horizon) = now.checked_add(after) else {
-        return false;
-    };
+    let wake_at_ms = wake.map(|at| {
+        let left = at.saturating_duration_since(now);
+        crate::store::due_after(crate::store::now_ms(), left)
+    });
+    if let Some(journal) = run.hook::<Journal>() {
+        journal.unloading = Some(wake_at_ms);
+        journal.broken = true;
+    }
+    // The run stops as a process that exits would: observers see no event of it.
+    run.drop_out();
+    true
+}
+
+/// When every running node waits (for a timer due later than the run's `unload` threshold
+/// from now, for a signal, or for a task), the run's wake-up time (`None` inside: no timer);
+/// `None` when some node does not wait so.
+fn idle_wake(run: &mut Run<'_, '_>) -> Option<Option<tokio::time::Instant>> {
+    let journal = run.hook::<Journal>()?;
+    if journal.commit.is_some() {
+        return None;
+    }
+    // Without `unload`, a distributed run is unloaded only when it waits for tasks alone.
+    let tasks_only = journal.setup.unload.is_none();
+    // A sticky run's wait for tasks is timed by `kept_long_enough`: here it counts as a
+    // wait without a due time, as an unloaded run's does.
+    let after = journal
+        .setup
+        .unload
+        .or(journal.unloads_tasks().map(|_| Duration::ZERO))?;
+    let mut wake = journal.deadline.map(|(at, _)| at);
+    if run.lingering() {
+        return None;
+    }
+    let now = tokio::time::Instant::now();
+    let horizon = now.checked_add(after)?;
     let mut running = false;
     for node in 0..run.len() as u32 {
         if run.status(node) != NodeStatus::Running {
@@ -1304,7 +1334,7 @@ fn unload_idle(run: &mut Run<'_, '_>) -> bool {
         // completion makes the run due in the store); its timeout and deadline count below.
         let task = remote::task_idle(run, node);
         if tasks_only && !task {
-            return false;
+            return None;
         }
         let idle = match task {
             true => Some(Idle::Signal),
@@ -1316,7 +1346,7 @@ fn unload_idle(run: &mut Run<'_, '_>) -> bool {
         match idle {
             Some(Idle::Until(at)) => wake = Some(wake.map_or(at, |w| w.min(at))),
             Some(Idle::Signal) => {}
-            None => return false,
+            None => return None,
         }
         // The node's own timers (an attempt's timeout, its deadline) count as well.
         if let Some(at) = run.next_timer(node) {
@@ -1324,17 +1354,7 @@ fn unload_idle(run: &mut Run<'_, '_>) -> bool {
         }
     }
     if !running || wake.is_some_and(|at| at <= horizon) {
-        return false;
+        return None;
     }
-    let wake_at_ms = wake.map(|at| {
-        let left = at.saturating_duration_since(now);
-        crate::store::due_after(crate::store::now_ms(), left)
-    });
-    if let Some(journal) = run.hook::<Journal>() {
-        journal.unloading = Some(wake_at_ms);
-        journal.broken = true;
-    }
-    // The run stops as a process that exits would: observers see no event of it.
-    run.drop_out();
-    true
+    Some(wake)
 }

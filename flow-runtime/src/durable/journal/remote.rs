@@ -36,8 +36,8 @@ use crate::report::HookEnd;
 use crate::scheduler::{Hook, HookFuture, Run, RunEnd, Steps};
 use crate::status::NodeStatus;
 use crate::store::{
-    Batch, StoreFuture, StoredOutput, TaskChange, TaskOutcome, TaskResult, TimerChange, TimerKey,
-    TimerKind,
+    Batch, Notified, StoreFuture, StoredOutput, TaskChange, TaskOutcome, TaskResult, TimerChange,
+    TimerKey, TimerKind, Watch,
 };
 
 /// A distributed run's side of its tasks.
@@ -51,8 +51,14 @@ pub(super) struct Tasks {
     loaded_timeouts: Vec<u32>,
     /// The next look at the store, while a task runs.
     sleep: Option<Pin<Box<Sleep>>>,
+    /// The store's notice that a task of the run is done (where the store notifies): the
+    /// run looks at once instead of at the next `sleep`.
+    wake: Option<Notified>,
     /// A look at the store in flight.
     fetch: Option<StoreFuture<'static, Vec<TaskResult>>>,
+    /// While the run waits for tasks alone, when it stops waiting to be unloaded (a sticky
+    /// run's window, `JournalSetup::unload_tasks`).
+    kept_until: Option<Pin<Box<Sleep>>>,
 }
 
 impl Tasks {
@@ -60,7 +66,9 @@ impl Tasks {
     /// connection back to the store's pool) and the wait for the next one.
     pub(super) fn stop(&mut self) {
         self.sleep = None;
+        self.wake = None;
         self.fetch = None;
+        self.kept_until = None;
     }
 
     pub(super) fn new(setup: &JournalSetup, graph: &'static Graph) -> Option<Box<Tasks>> {
@@ -81,7 +89,9 @@ impl Tasks {
                 .filter_map(|t| t.key.node)
                 .collect(),
             sleep: None,
+            wake: None,
             fetch: None,
+            kept_until: None,
         }))
     }
 
@@ -270,8 +280,12 @@ fn restore_task(run: &mut Run<'_, '_>, node: u32, bytes: Vec<u8>) -> Poll<Result
 pub(super) fn poll_tasks(run: &mut Run<'_, '_>, cx: &mut Context<'_>) -> bool {
     let mut waiting = Vec::new();
     for node in 0..run.len() as u32 {
+        // Not a node between two attempts: the outcome of the attempt it gave up may still be
+        // in the store (until the batch that closes its task commits), and handing it over
+        // would wake a node that has nothing to take.
         if run.status(node) == NodeStatus::Running
             && is_task(run, node)
+            && !run.in_backoff(node)
             && !run.hook::<Journal>().is_some_and(|j| j.is_waiting(node))
         {
             waiting.push((node, run.attempt(node)));
@@ -288,6 +302,7 @@ pub(super) fn poll_tasks(run: &mut Run<'_, '_>, cx: &mut Context<'_>) -> bool {
     };
     if waiting.is_empty() {
         tasks.sleep = None;
+        tasks.wake = None;
         tasks.fetch = None;
         return false;
     }
@@ -317,22 +332,67 @@ pub(super) fn poll_tasks(run: &mut Run<'_, '_>, cx: &mut Context<'_>) -> bool {
                 // No tokio timer: the run takes the outcomes it loaded, and asks no more.
                 Err(_) => break,
             }
+            if tasks.wake.is_none() {
+                tasks.wake = store.watch(Watch::Run(run_id.to_string()));
+            }
         }
-        if let Some(sleep) = tasks.sleep.as_mut()
+        // The store's notice of a done task, where it notifies, or else the interval.
+        let noticed = tasks
+            .wake
+            .as_mut()
+            .is_some_and(|wake| wake.as_mut().poll(cx).is_ready());
+        if !noticed
+            && let Some(sleep) = tasks.sleep.as_mut()
             && sleep.as_mut().poll(cx).is_pending()
         {
             break;
         }
         tasks.sleep = None;
+        // Asked for before the look, so that a task done while the look runs is noticed.
+        tasks.wake = store.watch(Watch::Run(run_id.to_string()));
         let store = Arc::clone(&store);
         let run_id = run_id.clone();
         tasks.fetch = Some(Box::pin(async move { store.task_results(&run_id).await }));
     }
     let dealt = !handed.is_empty();
+    if dealt {
+        // Progress: a sticky run's window starts again when it next waits for tasks alone.
+        tasks.kept_until = None;
+    }
     for node in handed {
         run.due(node);
     }
     dealt
+}
+
+/// The run does not wait for tasks alone (anymore): a sticky run's window is closed.
+pub(super) fn busy(run: &mut Run<'_, '_>) {
+    if let Some(tasks) = tasks(run) {
+        tasks.kept_until = None;
+    }
+}
+
+/// A sticky run that waits for tasks alone: whether it has waited so for `window` (then it
+/// is unloaded). The first time, starts the window's timer, which wakes the run when it ends.
+pub(super) fn kept_long_enough(
+    run: &mut Run<'_, '_>,
+    window: Duration,
+    cx: &mut Context<'_>,
+) -> bool {
+    let Some(tasks) = tasks(run) else {
+        return true;
+    };
+    if tasks.kept_until.is_none() {
+        match timer(window) {
+            Ok(sleep) => tasks.kept_until = Some(sleep),
+            // No tokio timer: nothing would end the window; unload now.
+            Err(_) => return true,
+        }
+    }
+    tasks
+        .kept_until
+        .as_mut()
+        .is_some_and(|until| until.as_mut().poll(cx).is_ready())
 }
 
 /// A worker's execution of one task of a distributed run: the hook of the workflow's own run,

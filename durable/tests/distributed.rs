@@ -580,6 +580,8 @@ workflow! {
 struct Seen {
     /// Runs loaded (`load_run`).
     loads: AtomicUsize,
+    /// Task outcomes stored by the worker that executed them (`complete_task`).
+    completions: AtomicUsize,
     live: Mutex<HashMap<String, usize>>,
     abandoned: AtomicUsize,
     unloaded_with_a_live_look: AtomicUsize,
@@ -693,6 +695,7 @@ impl Store for Watched {
         claim: &'a TaskClaim,
         outcome: TaskOutcome,
     ) -> StoreFuture<'a, TaskCommitted> {
+        self.seen.completions.fetch_add(1, Ordering::SeqCst);
         self.inner.complete_task(claim, outcome)
     }
     fn task_results<'a>(&'a self, run: &'a str) -> StoreFuture<'a, Vec<TaskResult>> {
@@ -789,8 +792,8 @@ workflow! {
 }
 
 /// Runs a distributed `Chain` on one worker that keeps runs sticky for `window`; how many
-/// times the store loaded a run.
-async fn loads_of_a_chain(window: Duration) -> usize {
+/// times the store loaded a run, and how many task outcomes the worker stored itself.
+async fn loads_of_a_chain(window: Duration) -> (usize, usize) {
     let store = Watched {
         inner: MemoryStore::new(),
         seen: Arc::default(),
@@ -809,19 +812,25 @@ async fn loads_of_a_chain(window: Duration) -> usize {
     let reports = until_all_finished(&store, vec![worker]).await;
     assert_eq!(reports[0].tasks_completed, 5);
     let loads = store.seen.loads.load(Ordering::SeqCst);
+    let completions = store.seen.completions.load(Ordering::SeqCst);
     let outcome = Chain::resume(&store, "chain-1").await.expect("finished");
     assert_eq!(outcome.result.expect("succeeds"), 15);
-    loads
+    (loads, completions)
 }
 
 /// A sticky run is decided from its state in memory: the worker that picked it up takes each
-/// task's outcome as it comes and requests the next step without loading the run again. A
-/// worker that keeps nothing sticky unloads the run after each step and loads (and replays)
-/// it for the next.
+/// task's outcome as it comes and requests the next step without loading the run again, and
+/// the outcomes of the tasks it executes itself go to the run in memory (the batch that
+/// journals one is its only write). A worker that keeps nothing sticky unloads the run after
+/// each step, stores each outcome, and loads (and replays) the run for the next.
 #[tokio::test(flavor = "current_thread")]
 async fn a_sticky_run_is_decided_without_loading_it_again() {
-    // Loaded once, by the worker, when the first task was done; the submit created it.
-    assert_eq!(loads_of_a_chain(Duration::from_secs(60)).await, 1);
-    // Loaded for each of its five steps' outcomes.
-    assert!(loads_of_a_chain(Duration::ZERO).await >= 5);
+    // Loaded once, by the worker, when the first task was done (the submit created it); that
+    // first outcome was stored (the run was not the worker's yet), the four after it were
+    // handed over.
+    assert_eq!(loads_of_a_chain(Duration::from_secs(60)).await, (1, 1));
+    // Loaded for each of its five steps' outcomes, each stored.
+    let (loads, completions) = loads_of_a_chain(Duration::ZERO).await;
+    assert!(loads >= 5, "{loads} loads");
+    assert_eq!(completions, 5);
 }

@@ -1021,12 +1021,58 @@ pub(crate) async fn claim_tasks(
                     version: u(get(row, 4)?),
                     until_ms: u(get(row, 7)?),
                     lapsed: was == "running",
+                    inputs: None,
                 },
             ))
         })
         .collect::<R<Vec<_>>>()?;
     claims.sort_by_key(|(opened, _)| *opened);
-    Ok(claims.into_iter().map(|(_, claim)| claim).collect())
+    let mut claims: Vec<TaskClaim> = claims.into_iter().map(|(_, claim)| claim).collect();
+    claim_inputs(tx, &mut claims).await?;
+    Ok(claims)
+}
+
+/// Reads, in the claim's transaction, what executing each claimed task needs: its run's
+/// parameters and graph hash, and the outputs of its node's predecessors (every node a step
+/// reads is one: a read is an edge). One statement for every claim.
+async fn claim_inputs(tx: &mut Tx<'_>, claims: &mut [TaskClaim]) -> R<()> {
+    if claims.is_empty() {
+        return Ok(());
+    }
+    let runs: Vec<&str> = claims.iter().map(|c| c.run.as_str()).collect();
+    let nodes: Vec<i64> = claims.iter().map(|c| i64::from(c.node)).collect();
+    const SQL: &str = "SELECT c.i, r.input, r.graph_hash, o.node, o.type_name, o.bytes
+        FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS c (run, node, i)
+        JOIN runs r ON r.id = c.run
+        LEFT JOIN nodes n ON n.run = c.run AND n.node = c.node
+        LEFT JOIN outputs o ON o.run = c.run AND o.instance = '' AND o.node = ANY (n.preds)
+        ORDER BY c.i, o.node";
+    let rows = tx
+        .query("reading the inputs of claimed tasks", SQL, &[&runs, &nodes])
+        .await?;
+    for row in &rows {
+        let i: i64 = get(row, 0)?;
+        let Some(claim) = usize::try_from(i - 1).ok().and_then(|i| claims.get_mut(i)) else {
+            continue;
+        };
+        let inputs = match &mut claim.inputs {
+            Some(inputs) => inputs,
+            None => claim.inputs.insert(TaskInputs {
+                graph_hash: u(get(row, 2)?),
+                input: get(row, 1)?,
+                outputs: Vec::new(),
+            }),
+        };
+        if let Some(node) = get::<Option<i64>>(row, 3)? {
+            inputs.outputs.push(StoredOutput {
+                node: u32_of(node, "node")?,
+                instance: String::new(),
+                type_name: get(row, 4)?,
+                bytes: get(row, 5)?,
+            });
+        }
+    }
+    Ok(())
 }
 
 pub(crate) async fn heartbeat_tasks(

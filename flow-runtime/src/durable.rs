@@ -56,6 +56,8 @@ use crate::store::{
 
 pub(crate) mod generated;
 mod journal;
+
+pub(crate) use journal::Mailbox;
 pub(crate) mod stored_signals;
 
 pub use stored_signals::send_signal;
@@ -518,6 +520,9 @@ pub(crate) struct JournalSetup {
     pub(crate) unload_tasks: Option<Duration>,
     /// The done tasks loaded with the run, whose outcomes it has not journaled yet.
     pub(crate) tasks: Vec<TaskResult>,
+    /// Where the worker that drives the run hands it the outcomes of the tasks it executes
+    /// itself (a `Worker`'s sticky runs).
+    pub(crate) mailbox: Option<Arc<journal::Mailbox>>,
 }
 
 impl JournalSetup {
@@ -539,6 +544,7 @@ impl JournalSetup {
             distributed: false,
             unload_tasks: None,
             tasks: Vec::new(),
+            mailbox: None,
         }
     }
 }
@@ -959,13 +965,25 @@ pub(crate) fn resume_shaped<W: DurableWorkflow, S: Store + Clone, R: Shape<W::Ou
     store: &S,
     id: &str,
     unload: Unload,
-    holder: Option<(Owner, Duration)>,
+    holder: Option<Holder>,
 ) -> impl Future<Output = Result<R, DurableError>> + use<W, S, R> {
     let store: Arc<dyn Store> = Arc::new(store.clone());
     let id = id.to_owned();
-    let (owner, lease) = holder.unwrap_or_else(|| (Owner::process(), LEASE));
+    let Holder {
+        owner,
+        lease,
+        mailbox,
+    } = holder.unwrap_or_else(|| Holder {
+        owner: Owner::process(),
+        lease: LEASE,
+        mailbox: None,
+    });
     let first = async move {
-        prepare_resume::<W>(RunOptions::default(), &store, &id, (&owner, lease), unload).await
+        let mut prepared =
+            prepare_resume::<W>(RunOptions::default(), &store, &id, (&owner, lease), unload)
+                .await?;
+        prepared.1.mailbox = mailbox;
+        Ok(prepared)
     };
     Then::First {
         first,
@@ -978,9 +996,12 @@ pub(crate) fn resume_shaped<W: DurableWorkflow, S: Store + Clone, R: Shape<W::Ou
 /// outcome. Nothing is journaled; the caller completes the task.
 pub(crate) async fn execute_task<W: DurableWorkflow>(
     store: Arc<dyn Store>,
-    claim: &TaskClaim,
+    mut claim: TaskClaim,
 ) -> Result<TaskOutcome, DurableError> {
-    let inputs = store.task_inputs(&claim.run).await?;
+    let inputs = match claim.inputs.take() {
+        Some(inputs) => inputs,
+        None => store.task_inputs(&claim.run).await?,
+    };
     let (graph_hash, _) = graph_rows(&W::GRAPH);
     if inputs.graph_hash != graph_hash {
         return Err(DurableError::GraphChanged {
@@ -1049,6 +1070,14 @@ fn input_hash(bytes: &[u8]) -> u64 {
         Ok(value) => fnv1a(&[value.to_string().as_bytes()]),
         Err(_) => fnv1a(&[bytes]),
     }
+}
+
+/// Who resumes a run (a `Worker`): its owner, the lease it takes, and where it hands the run
+/// the outcomes of the tasks it executes itself.
+pub(crate) struct Holder {
+    pub(crate) owner: Owner,
+    pub(crate) lease: Duration,
+    pub(crate) mailbox: Option<Arc<journal::Mailbox>>,
 }
 
 /// When a run is unloaded: after waiting this long (any wait), and after a distributed run

@@ -48,10 +48,11 @@ use std::pin::{Pin, pin};
 use std::task::Poll;
 use std::time::Duration;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::durable::{
-    DurableError, DurableWorkflow, Ended, Unload, execute_task, graph_rows, resume_shaped,
+    DurableError, DurableWorkflow, Ended, Holder, Mailbox, Unload, execute_task, graph_rows,
+    resume_shaped,
 };
 use crate::report::Outcome;
 use crate::store::{
@@ -61,8 +62,11 @@ use crate::store::{
 
 /// How a worker resumes a run of one registered workflow (unloading it again when it waits
 /// longer than the duration, if one is given).
-type ResumeFn<S> =
-    fn(&S, &str, Unload, (Owner, Duration)) -> Pin<Box<dyn Future<Output = ResumeResult>>>;
+type ResumeFn<S> = fn(&S, &str, Unload, Holder) -> Pin<Box<dyn Future<Output = ResumeResult>>>;
+
+/// The mailboxes of the runs a worker drives, by run: where it hands the outcomes of the
+/// tasks of those runs it executes itself.
+type Mailboxes = Arc<Mutex<HashMap<String, Arc<Mailbox>>>>;
 
 /// How a worker executes a task of a distributed run of one registered workflow.
 type ExecuteFn<S> =
@@ -115,6 +119,7 @@ pub struct Worker<S> {
     task_lease: Duration,
     run_lease: Duration,
     owner: Owner,
+    mailboxes: Mailboxes,
 }
 
 /// A run the worker resumed, and how it ended.
@@ -177,6 +182,7 @@ impl<S: Store + Clone> Worker<S> {
             task_lease: TASK_LEASE,
             run_lease: RUN_LEASE,
             owner: Owner::process(),
+            mailboxes: Mailboxes::default(),
         }
     }
 
@@ -319,13 +325,18 @@ impl<S: Store + Clone> Worker<S> {
     fn execute(&self, claims: Vec<TaskClaim>) -> Vec<Executing> {
         claims
             .into_iter()
-            .filter_map(|claim| {
+            .filter_map(|mut claim| {
                 let registered = self.workflows.get(claim.workflow.as_str())?;
+                // The inputs read with the claim go with the execution alone, not with the
+                // claim the worker keeps (and renews).
+                let mut executed = claim.clone();
+                executed.inputs = claim.inputs.take();
                 let future = execute_and_complete(
                     self.store.clone(),
-                    claim.clone(),
+                    executed,
                     registered.execute,
                     self.task_lease,
+                    Arc::clone(&self.mailboxes),
                 );
                 Some(Executing { claim, future })
             })
@@ -335,6 +346,8 @@ impl<S: Store + Clone> Worker<S> {
     /// Starts resuming `run`, if its workflow is registered.
     fn start(&self, run: &RunSummary) -> Option<InFlight> {
         let registered = self.workflows.get(run.workflow.as_str())?;
+        let mailbox = Arc::new(Mailbox::default());
+        let posted = Posted::new(&self.mailboxes, &run.id, &mailbox);
         Some(InFlight {
             run: run.id.clone(),
             workflow: run.workflow.clone(),
@@ -342,8 +355,13 @@ impl<S: Store + Clone> Worker<S> {
                 &self.store,
                 &run.id,
                 (self.unload, Some(self.sticky)),
-                (self.owner.clone(), self.run_lease),
+                Holder {
+                    owner: self.owner.clone(),
+                    lease: self.run_lease,
+                    mailbox: Some(mailbox),
+                },
             ),
+            _posted: posted,
         })
     }
 
@@ -617,6 +635,45 @@ struct InFlight {
     run: String,
     workflow: String,
     future: Pin<Box<dyn Future<Output = ResumeResult>>>,
+    /// The run's mailbox is known to the worker's tasks while the run is in flight.
+    _posted: Posted,
+}
+
+/// A run's mailbox in the worker's list, taken out when the run leaves the worker.
+struct Posted {
+    mailboxes: Mailboxes,
+    run: String,
+    mailbox: Arc<Mailbox>,
+}
+
+impl Posted {
+    fn new(mailboxes: &Mailboxes, run: &str, mailbox: &Arc<Mailbox>) -> Posted {
+        lock(mailboxes).insert(run.to_owned(), Arc::clone(mailbox));
+        Posted {
+            mailboxes: Arc::clone(mailboxes),
+            run: run.to_owned(),
+            mailbox: Arc::clone(mailbox),
+        }
+    }
+}
+
+impl Drop for Posted {
+    fn drop(&mut self) {
+        let mut mailboxes = lock(&self.mailboxes);
+        if mailboxes
+            .get(&self.run)
+            .is_some_and(|posted| Arc::ptr_eq(posted, &self.mailbox))
+        {
+            mailboxes.remove(&self.run);
+        }
+    }
+}
+
+/// The worker's mailboxes; a panic while they were held leaves them whole.
+fn lock(mailboxes: &Mailboxes) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Mailbox>>> {
+    mailboxes
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Polls every run in flight once; moves those that ended to `done`, those that were
@@ -671,7 +728,8 @@ struct Executing {
 
 /// How a task's execution ended on this worker.
 enum TaskEnd {
-    /// Its outcome is stored.
+    /// Its outcome is stored, or handed to its run, which this worker drives (the batch
+    /// that journals it stores it).
     Completed,
     /// Its claim was lost before the outcome could be stored: nothing was.
     Lost,
@@ -703,12 +761,15 @@ fn poll_tasks(
 /// answers a retryable error, for as long as the claim's lease would last.
 fn execute_and_complete<S: Store + Clone>(
     store: S,
-    claim: TaskClaim,
+    mut claim: TaskClaim,
     execute: ExecuteFn<S>,
     lease: Duration,
+    mailboxes: Mailboxes,
 ) -> Pin<Box<dyn Future<Output = TaskEnd>>> {
     Box::pin(async move {
-        let outcome = match execute(&store, claim.clone()).await {
+        let mut executed = claim.clone();
+        executed.inputs = claim.inputs.take();
+        let outcome = match execute(&store, executed).await {
             Ok(outcome) => outcome,
             // Another version of the workflow (the store hands a worker only tasks of its own
             // graphs, so only a store that does not keep to that gets here), or the store
@@ -722,6 +783,16 @@ fn execute_and_complete<S: Store + Clone>(
             Err(error) => TaskOutcome::Failed {
                 error: error.to_string(),
             },
+        };
+        // The run is this worker's (sticky): the outcome goes to it in memory, and the batch
+        // that journals it is its only write. A run that stops taking outcomes gives it back.
+        let mailbox = lock(&mailboxes).get(&claim.run).cloned();
+        let outcome = match mailbox {
+            Some(mailbox) => match mailbox.deliver(&claim, outcome) {
+                None => return TaskEnd::Completed,
+                Some(back) => back,
+            },
+            None => outcome,
         };
         let give_up = tokio::time::Instant::now() + lease;
         let mut backoff = MIN_BACKOFF;
@@ -757,7 +828,7 @@ fn execute_erased<W: DurableWorkflow, S: Store + Clone>(
     claim: TaskClaim,
 ) -> Pin<Box<dyn Future<Output = Result<TaskOutcome, DurableError>>>> {
     let store: Arc<dyn Store> = Arc::new(store.clone());
-    Box::pin(async move { execute_task::<W>(store, &claim).await })
+    Box::pin(async move { execute_task::<W>(store, claim).await })
 }
 
 /// [`resume`](crate::durable::resume) of `W` (unloaded again once it waits longer than
@@ -766,7 +837,7 @@ fn resume_erased<W: DurableWorkflow, S: Store + Clone>(
     store: &S,
     id: &str,
     unload: Unload,
-    holder: (Owner, Duration),
+    holder: Holder,
 ) -> Pin<Box<dyn Future<Output = ResumeResult>>> {
     let run = resume_shaped::<W, S, Ended<W::Output>>(store, id, unload, Some(holder));
     Box::pin(async move {

@@ -934,6 +934,13 @@ pub async fn tasks_claim_and_complete(store: &dyn Store) {
         .unwrap_or_else(|e| panic!("tasks: task_inputs: {e}"));
     assert_eq!(inputs.input, br#"{"id":42}"#.to_vec(), "tasks: the input");
     assert_eq!(inputs.graph_hash, GRAPH, "tasks: the graph hash");
+    if let Some(with) = &task.inputs {
+        assert_eq!(
+            (&with.input, with.graph_hash),
+            (&inputs.input, inputs.graph_hash),
+            "tasks: the inputs read with the claim are the run's"
+        );
+    }
     assert_eq!(
         store
             .complete_task(task, completed(br#"{"total":5}"#))

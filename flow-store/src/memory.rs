@@ -437,6 +437,8 @@ impl State {
                 version: task.version,
                 until_ms: until,
                 lapsed,
+                // Read by the worker when it executes the task (`task_inputs`).
+                inputs: None,
             });
         }
         claims

@@ -54,6 +54,11 @@ pub struct TaskClaim {
     /// The task was claimed before by a worker whose lease lapsed (it died or stalled): this
     /// is a re-execution of the same attempt.
     pub lapsed: bool,
+    /// What executing the task needs (the run's parameters and the outputs of the node's
+    /// predecessors), when the store read it with the claim, in the same transaction: the
+    /// worker then asks nothing more before it executes. `None`: the worker asks
+    /// [`Store::task_inputs`](crate::Store::task_inputs).
+    pub inputs: Option<TaskInputs>,
 }
 
 /// How an executed attempt ended.

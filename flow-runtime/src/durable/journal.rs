@@ -48,13 +48,13 @@ use crate::scheduler::{Before, Hook, HookFuture, Run, RunEnd, Scope, Steps};
 use crate::status::NodeStatus;
 use crate::store::{
     Batch, Committed, RunEnd as StoredEnd, RunStatus, StoreFuture, StoredEvent, StoredOutput,
-    TimerChange, TimerKey, TimerKind, now_ms,
+    TaskClaim, TaskOutcome, TimerChange, TimerKey, TimerKind, now_ms,
 };
 
 mod inbox;
 mod remote;
 
-pub(crate) use remote::TaskRun;
+pub(crate) use remote::{Mailbox, TaskRun};
 
 /// A durable run's journal: what is pending, what is committing, what waits for a commit.
 /// The run's [`Hook`]: the scheduler hands it every event and calls its [`Steps`].
@@ -108,6 +108,8 @@ pub(crate) struct Journal {
     unloaded: Option<Option<u64>>,
     /// The last event recorded was compared with the journal (replayed), not added to a batch.
     last_replayed: bool,
+    /// Outcomes of tasks handed over by the worker that the run stopped before journaling.
+    undelivered: Vec<(TaskClaim, TaskOutcome)>,
 }
 
 /// The shortest time between two renewals of a lease.
@@ -139,6 +141,7 @@ impl Journal {
             error: None,
             unloaded: None,
             last_replayed: false,
+            undelivered: Vec::new(),
             renew_every: renew_every(&setup),
             setup,
         })
@@ -375,6 +378,12 @@ impl Journal {
             Some(wake_at_ms) => self.commit_unload(wake_at_ms).await,
             None => self.commit_end(status).await,
         }
+        // Outcomes the worker handed over that the run did not journal: stored as a worker
+        // stores any (the next owner of the run takes them from there). Best effort: a task
+        // whose outcome is not stored is executed again once its claim lapses.
+        for (claim, outcome) in std::mem::take(&mut self.undelivered) {
+            let _ = self.setup.store.complete_task(&claim, outcome).await;
+        }
         let lease = &self.setup.lease;
         // Best effort: a lease that is not released expires by itself.
         let _ = self
@@ -482,7 +491,8 @@ impl Journal {
     /// many such runs as the pool has connections, a worker would wait until the pool gave up.
     fn stop_looking(&mut self) {
         if let Some(tasks) = self.tasks.as_deref_mut() {
-            tasks.stop();
+            let left = tasks.stop();
+            self.undelivered.extend(left);
         }
         if let Some(inbox) = self.inbox.as_deref_mut() {
             inbox.stop();

@@ -20,7 +20,7 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -36,9 +36,67 @@ use crate::report::HookEnd;
 use crate::scheduler::{Hook, HookFuture, Run, RunEnd, Steps};
 use crate::status::NodeStatus;
 use crate::store::{
-    Batch, Notified, StoreFuture, StoredOutput, TaskChange, TaskOutcome, TaskResult, TimerChange,
-    TimerKey, TimerKind, Watch,
+    Batch, Notified, StoreFuture, StoredOutput, TaskChange, TaskClaim, TaskOutcome, TaskResult,
+    TimerChange, TimerKey, TimerKind, Watch,
 };
+
+/// Outcomes of a run's tasks executed by the worker that drives the run (sticky), handed to the
+/// run in memory instead of through the store: the batch that journals an outcome is then the
+/// only write of it (its task is closed there), and the run needs no look at the store to
+/// learn of it. Shared by the worker (which delivers) and the run's journal (which takes).
+#[derive(Default)]
+pub(crate) struct Mailbox {
+    state: Mutex<MailboxState>,
+}
+
+#[derive(Default)]
+struct MailboxState {
+    /// The run stopped taking outcomes (it ends, unloads or compensates): delivery fails,
+    /// and the worker stores the outcome as any other.
+    closed: bool,
+    delivered: Vec<(TaskClaim, TaskOutcome)>,
+    waker: Option<Waker>,
+}
+
+impl Mailbox {
+    fn state(&self) -> std::sync::MutexGuard<'_, MailboxState> {
+        // A panic while the state was held leaves it whole: use it as it is.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Hands the outcome of `claim`'s attempt to the run; gives it back when the run no
+    /// longer takes outcomes.
+    pub(crate) fn deliver(&self, claim: &TaskClaim, outcome: TaskOutcome) -> Option<TaskOutcome> {
+        let mut state = self.state();
+        if state.closed {
+            return Some(outcome);
+        }
+        state.delivered.push((claim.clone(), outcome));
+        if let Some(waker) = state.waker.take() {
+            waker.wake();
+        }
+        None
+    }
+
+    /// The outcomes delivered so far; the run is woken at the next delivery.
+    fn take(&self, cx: &mut Context<'_>) -> Vec<(TaskClaim, TaskOutcome)> {
+        let mut state = self.state();
+        if !state.closed {
+            state.waker = Some(cx.waker().clone());
+        }
+        std::mem::take(&mut state.delivered)
+    }
+
+    /// Stops taking outcomes; those delivered and not taken.
+    fn close(&self) -> Vec<(TaskClaim, TaskOutcome)> {
+        let mut state = self.state();
+        state.closed = true;
+        state.waker = None;
+        std::mem::take(&mut state.delivered)
+    }
+}
 
 /// A distributed run's side of its tasks.
 pub(super) struct Tasks {
@@ -59,16 +117,28 @@ pub(super) struct Tasks {
     /// While the run waits for tasks alone, when it stops waiting to be unloaded (a sticky
     /// run's window, `JournalSetup::unload_tasks`).
     kept_until: Option<Pin<Box<Sleep>>>,
+    /// Where the worker driving the run hands it the outcomes of the tasks it executed.
+    mailbox: Option<Arc<Mailbox>>,
+    /// Outcomes taken from the mailbox that no node has taken yet: stored in the store by
+    /// the run if it stops before journaling them.
+    local: Vec<(TaskClaim, TaskOutcome)>,
 }
 
 impl Tasks {
     /// Stops looking at the store: drops the request in flight, if any (which gives its
     /// connection back to the store's pool) and the wait for the next one.
-    pub(super) fn stop(&mut self) {
+    /// Also stops taking outcomes from the mailbox: gives back those not journaled, which
+    /// the run stores before it lets go ([`Journal::finish_run`]).
+    pub(super) fn stop(&mut self) -> Vec<(TaskClaim, TaskOutcome)> {
         self.sleep = None;
         self.wake = None;
         self.fetch = None;
         self.kept_until = None;
+        let mut left = std::mem::take(&mut self.local);
+        if let Some(mailbox) = &self.mailbox {
+            left.extend(mailbox.close());
+        }
+        left
     }
 
     pub(super) fn new(setup: &JournalSetup, graph: &'static Graph) -> Option<Box<Tasks>> {
@@ -92,6 +162,8 @@ impl Tasks {
             wake: None,
             fetch: None,
             kept_until: None,
+            mailbox: setup.mailbox.clone(),
+            local: Vec::new(),
         }))
     }
 
@@ -134,7 +206,32 @@ impl Tasks {
             .results
             .iter()
             .position(|r| r.node == node && r.attempt == attempt)?;
+        // Taken: the batch that journals it closes the task.
+        self.local
+            .retain(|(claim, _)| claim.node != node || claim.attempt != attempt);
         Some(self.results.swap_remove(i).outcome)
+    }
+
+    /// Takes the outcomes the worker handed over since the last look.
+    fn take_delivered(&mut self, cx: &mut Context<'_>) {
+        let Some(mailbox) = &self.mailbox else {
+            return;
+        };
+        let delivered = mailbox.take(cx);
+        if delivered.is_empty() {
+            return;
+        }
+        self.add(
+            delivered
+                .iter()
+                .map(|(claim, outcome)| TaskResult {
+                    node: claim.node,
+                    attempt: claim.attempt,
+                    outcome: outcome.clone(),
+                })
+                .collect(),
+        );
+        self.local.extend(delivered);
     }
 
     fn has(&self, node: u32, attempt: u32) -> bool {
@@ -306,6 +403,7 @@ pub(super) fn poll_tasks(run: &mut Run<'_, '_>, cx: &mut Context<'_>) -> bool {
         tasks.fetch = None;
         return false;
     }
+    tasks.take_delivered(cx);
     let mut handed = Vec::new();
     loop {
         for &(node, attempt) in &waiting {

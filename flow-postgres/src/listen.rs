@@ -3,7 +3,8 @@
 //!
 //! The transactions that make work write a `NOTIFY` on the store's channel (one per schema,
 //! `flow_` and a hash of the schema's name), delivered when they commit: opening tasks
-//! (payload empty), completing a task and sending a signal (payload `run:` and the run's id).
+//! (payload empty), completing a task and sending a signal (payload `run:` and the run's id
+//! while a live worker holds the run, `due:` and its id otherwise).
 //! A store listens on one connection of its own, made at the first [`Store::watch`] and
 //! remade after it breaks; each notification bumps a counter that the watchers wait on (every
 //! notification the counter of new work, a run's also that run's own counter).
@@ -36,8 +37,13 @@ pub(crate) fn channel(schema: &str) -> String {
     format!("flow_{hash:016x}")
 }
 
-/// The payload of a notification about `run`.
-pub(crate) const RUN_PREFIX: &str = "run:";
+/// The payload of a notification for the decider of `run` alone: a task of the run is done
+/// (or a signal came) while a worker holds the run.
+const RUN_PREFIX: &str = "run:";
+
+/// The payload of a notification that makes `run` due for any worker: a task of the run is
+/// done (or a signal came) while no live worker holds it.
+const DUE_PREFIX: &str = "due:";
 
 /// A count of the changes seen, and the watchers waiting for the next one.
 #[derive(Default)]
@@ -79,14 +85,27 @@ struct Shared {
 }
 
 impl Shared {
+    /// A notification: an empty payload is new tasks (work for every worker); `due:` and a
+    /// run's id wakes the run's watchers and every worker; `run:` and a run's id wakes the
+    /// run's watchers alone (its holder decides it; other workers have nothing to do).
     fn heard(&self, payload: &str) {
-        if let Some(run) = payload.strip_prefix(RUN_PREFIX) {
+        let (run, work) = match (
+            payload.strip_prefix(RUN_PREFIX),
+            payload.strip_prefix(DUE_PREFIX),
+        ) {
+            (Some(run), _) => (Some(run), false),
+            (None, Some(run)) => (Some(run), true),
+            (None, None) => (None, true),
+        };
+        if let Some(run) = run {
             let counter = self.runs().get(run).and_then(Weak::upgrade);
             if let Some(counter) = counter {
                 counter.bump();
             }
         }
-        self.work.bump();
+        if work {
+            self.work.bump();
+        }
     }
 
     /// Wakes every watcher: after the listener (re)connected, notifications may have been
@@ -235,9 +254,14 @@ mod tests {
         let work = Arc::clone(&shared.work).next();
         let run = shared.run("r1".to_owned()).next();
         let other = shared.run("r2".to_owned()).next();
+        // Held by its worker: the run's watchers alone.
         shared.heard("run:r1");
-        work.await;
         run.await;
+        let mut work = work;
+        assert!(futures_poll_once(&mut work).is_pending());
+        // Due for anyone: every worker too.
+        shared.heard("due:r1");
+        work.await;
         // `r2` heard nothing: it is still waiting.
         let mut other = other;
         assert!(futures_poll_once(&mut other).is_pending());

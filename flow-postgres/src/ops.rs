@@ -849,6 +849,8 @@ pub(crate) async fn send_signal(
     channel: &str,
 ) -> R<SignalSent> {
     let (run, now) = lock_run(tx, &signal.run).await?;
+    // Due for any worker, unless a live worker holds the run (then it is told alone).
+    let held_by_none = run.owner.is_none() || run.lease_until_ms.is_none_or(|until| until <= now);
     if run.status.is_finished() {
         return Err(Fail::Store(StoreError::Finished {
             run: signal.run.clone(),
@@ -872,7 +874,8 @@ pub(crate) async fn send_signal(
             "WITH sent AS (
                 INSERT INTO signals (run, name, payload, mode, sent_ms) VALUES ($1, $2, $3, $4, $5)
                 RETURNING id)
-             SELECT id, pg_notify($6, 'run:' || $1)::text FROM sent",
+             SELECT id, pg_notify($6, CASE WHEN $7 THEN 'due:' ELSE 'run:' END || $1)::text
+             FROM sent",
             &[
                 &signal.run,
                 &signal.name,
@@ -880,6 +883,7 @@ pub(crate) async fn send_signal(
                 &signal.mode.as_str(),
                 &i(now),
                 &channel,
+                &held_by_none,
             ],
         )
         .await?;
@@ -1139,7 +1143,8 @@ pub(crate) async fn complete_task(
         ),
         TaskOutcome::Failed { error } => ("failed", None, None, Some(error.as_str())),
     };
-    // The run's decider (or any worker, if none holds the run) is told on commit.
+    // The run's holder is told on commit; every worker, if no live worker holds the run (it
+    // is due).
     let done = tx
         .query(
             "completing a task",
@@ -1149,7 +1154,10 @@ pub(crate) async fn complete_task(
                     done_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint
                 WHERE run = $1 AND node = $2 AND version = $3 AND owner = $4 AND status = 'running'
                 RETURNING run)
-             SELECT pg_notify($9, 'run:' || run)::text FROM done",
+             SELECT pg_notify($9, CASE WHEN r.owner IS NULL OR r.lease_until IS NULL
+                    OR r.lease_until <= (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+                    THEN 'due:' ELSE 'run:' END || done.run)::text
+             FROM done JOIN runs r ON r.id = done.run",
             &[
                 &claim.run,
                 &i64::from(claim.node),

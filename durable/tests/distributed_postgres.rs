@@ -246,7 +246,7 @@ async fn a_watch_on_a_run_wakes_when_its_task_is_done() {
     // The listener wakes every watcher once it listens (whatever came before was missed):
     // wait for that, so that the run's watch below is woken by the completion alone.
     let listening = store
-        .watch(Watch::Work)
+        .watch(Watch::Tasks)
         .expect("a PostgreSQL store notifies");
     tokio::time::timeout(Duration::from_secs(30), listening)
         .await

@@ -6,8 +6,8 @@
 //! (payload empty), completing a task and sending a signal (payload `run:` and the run's id
 //! while a live worker holds the run, `due:` and its id otherwise).
 //! A store listens on one connection of its own, made at the first [`Store::watch`] and
-//! remade after it breaks; each notification bumps a counter that the watchers wait on (every
-//! notification the counter of new work, a run's also that run's own counter).
+//! remade after it breaks; each notification bumps a counter that the watchers wait on (one for
+//! new tasks, one for runs made due, one per run watched).
 //!
 //! A notification is a hint. One lost with a broken connection is made up for: every
 //! watcher is woken when the listener (re)connects, and callers keep polling, less often.
@@ -79,32 +79,33 @@ impl Counter {
 /// What the listening task shares with the store's watchers.
 #[derive(Default)]
 struct Shared {
-    work: Arc<Counter>,
+    /// New tasks.
+    tasks: Arc<Counter>,
+    /// Runs made due.
+    due: Arc<Counter>,
     /// The counters of the runs watched now (dropped with their last watcher).
     runs: Mutex<HashMap<String, Weak<Counter>>>,
 }
 
 impl Shared {
-    /// A notification: an empty payload is new tasks (work for every worker); `due:` and a
-    /// run's id wakes the run's watchers and every worker; `run:` and a run's id wakes the
-    /// run's watchers alone (its holder decides it; other workers have nothing to do).
+    /// A notification: an empty payload is new tasks (for the watchers of tasks); `due:` and
+    /// a run's id wakes the run's watchers and those of due runs; `run:` and a run's id wakes
+    /// the run's watchers alone (its holder decides it; other workers have nothing to do).
     fn heard(&self, payload: &str) {
-        let (run, work) = match (
+        let (run, due) = match (
             payload.strip_prefix(RUN_PREFIX),
             payload.strip_prefix(DUE_PREFIX),
         ) {
-            (Some(run), _) => (Some(run), false),
-            (None, Some(run)) => (Some(run), true),
-            (None, None) => (None, true),
+            (Some(run), _) => (run, false),
+            (None, Some(run)) => (run, true),
+            (None, None) => return self.tasks.bump(),
         };
-        if let Some(run) = run {
-            let counter = self.runs().get(run).and_then(Weak::upgrade);
-            if let Some(counter) = counter {
-                counter.bump();
-            }
+        let counter = self.runs().get(run).and_then(Weak::upgrade);
+        if let Some(counter) = counter {
+            counter.bump();
         }
-        if work {
-            self.work.bump();
+        if due {
+            self.due.bump();
         }
     }
 
@@ -115,7 +116,8 @@ impl Shared {
         for counter in counters {
             counter.bump();
         }
-        self.work.bump();
+        self.tasks.bump();
+        self.due.bump();
     }
 
     fn runs(&self) -> std::sync::MutexGuard<'_, HashMap<String, Weak<Counter>>> {
@@ -177,7 +179,8 @@ impl Listener {
             });
         }
         Some(match what {
-            Watch::Work => Arc::clone(&self.shared.work).next(),
+            Watch::Tasks => Arc::clone(&self.shared.tasks).next(),
+            Watch::Runs => Arc::clone(&self.shared.due).next(),
             Watch::Run(run) => self.shared.run(run).next(),
         })
     }
@@ -251,7 +254,7 @@ mod tests {
     #[tokio::test]
     async fn a_bump_after_the_watch_wakes_it_even_before_it_is_polled() {
         let shared = Shared::default();
-        let work = Arc::clone(&shared.work).next();
+        let work = Arc::clone(&shared.due).next();
         let run = shared.run("r1".to_owned()).next();
         let other = shared.run("r2".to_owned()).next();
         // Held by its worker: the run's watchers alone.
@@ -267,6 +270,13 @@ mod tests {
         assert!(futures_poll_once(&mut other).is_pending());
         shared.all();
         other.await;
+        // New tasks wake the watchers of tasks alone.
+        let mut tasks = Arc::clone(&shared.tasks).next();
+        assert!(futures_poll_once(&mut tasks).is_pending());
+        let mut due = Arc::clone(&shared.due).next();
+        shared.heard("");
+        tasks.await;
+        assert!(futures_poll_once(&mut due).is_pending());
     }
 
     fn futures_poll_once(future: &mut Notified) -> std::task::Poll<()> {

@@ -454,10 +454,16 @@ impl<S: Store + Clone> Worker<S> {
         // halfway through their transactions, and must go on while the worker asks for more.
         let mut look: Option<Pin<Box<dyn Future<Output = Look> + '_>>> = None;
         let mut beat: Option<Pin<Box<dyn Future<Output = Beat> + '_>>> = None;
-        let mut look_now = true;
-        // The store's notice of new work (where it notifies): the next look comes at once
-        // instead of after the interval.
-        let mut wake: Option<Notified> = None;
+        // Whether the next look asks for runs to decide, for tasks to claim: both at the
+        // start, after a run or task of its own ended, and at every interval; one of them when
+        // the store notifies that kind of work (where it notifies: the look then comes at once
+        // instead of after the interval).
+        let mut want = Want {
+            runs: true,
+            tasks: true,
+        };
+        let mut wake_runs: Option<Notified> = None;
+        let mut wake_tasks: Option<Notified> = None;
         let mut next_look = pin!(tokio::time::sleep(Duration::ZERO));
         let mut next_beat = pin!(tokio::time::sleep(renew_every));
         poll_fn(|cx| {
@@ -472,7 +478,7 @@ impl<S: Store + Clone> Worker<S> {
                     || report.resumed[resumed..].iter().any(|r| r.result.is_ok())
                     || executing.len() < tasks_before
                 {
-                    look_now = true;
+                    want = Want::BOTH;
                 }
                 for resumed in &report.resumed[seen..] {
                     let for_good = matches!(&resumed.result, Err(e) if refused_for_good(e));
@@ -486,25 +492,43 @@ impl<S: Store + Clone> Worker<S> {
                 }
 
                 // Looking for runs to decide and tasks to execute.
-                if let Some(notice) = wake.as_mut()
-                    && notice.as_mut().poll(cx).is_ready()
+                if wake_runs
+                    .as_mut()
+                    .is_some_and(|notice| notice.as_mut().poll(cx).is_ready())
                 {
-                    wake = None;
-                    look_now = true;
+                    wake_runs = None;
+                    want.runs = true;
                 }
-                let due = look_now || next_look.as_mut().poll(cx).is_ready();
-                if look.is_none() && !stopping && due {
-                    look_now = false;
+                if wake_tasks
+                    .as_mut()
+                    .is_some_and(|notice| notice.as_mut().poll(cx).is_ready())
+                {
+                    wake_tasks = None;
+                    want.tasks = true;
+                }
+                if next_look.as_mut().poll(cx).is_ready() {
+                    want = Want::BOTH;
+                }
+                if look.is_none() && !stopping && (want.runs || want.tasks) {
+                    let asked = std::mem::take(&mut want);
                     // Asked for before the look: work made while it runs is noticed.
-                    wake = self.store.watch(Watch::Work);
+                    if asked.runs {
+                        wake_runs = self.store.watch(Watch::Runs);
+                    }
+                    if asked.tasks {
+                        wake_tasks = self.store.watch(Watch::Tasks);
+                    }
                     report.polls += 1;
                     let skip: Vec<String> = flying
                         .iter()
                         .map(|f| f.run.clone())
                         .chain(refused.iter().cloned())
                         .collect();
-                    let runs = self.max_runs.saturating_sub(flying.len());
-                    let claims = match tasks {
+                    let runs = match asked.runs {
+                        true => self.max_runs.saturating_sub(flying.len()),
+                        false => 0,
+                    };
+                    let claims = match tasks && asked.tasks {
                         true => self.max_tasks.saturating_sub(executing.len()),
                         false => 0,
                     };
@@ -709,6 +733,20 @@ fn poll_all(
             i += 1;
         }
     }
+}
+
+/// What the worker's next look asks the store for.
+#[derive(Clone, Copy, Default)]
+struct Want {
+    runs: bool,
+    tasks: bool,
+}
+
+impl Want {
+    const BOTH: Want = Want {
+        runs: true,
+        tasks: true,
+    };
 }
 
 /// What one look at the store found: runs to pick up, tasks claimed.

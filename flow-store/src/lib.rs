@@ -133,9 +133,10 @@ pub type Notified = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 /// What a caller of [`Store::watch`] waits for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Watch {
-    /// New work for a worker: a task opened, a task done, a signal sent (each may make a run
-    /// due or give a task to claim).
-    Work,
+    /// Tasks to claim: a batch opened tasks.
+    Tasks,
+    /// Runs to decide: a task done or a signal sent while no live worker holds the run.
+    Runs,
     /// A change to this run from outside its decider: one of its tasks done, or a signal sent
     /// to it.
     Run(String),

@@ -46,19 +46,34 @@
 //!   NULL`: once), and the steps waiting for one.
 //! - `tasks`: the operations of distributed runs, claimed by workers with `FOR UPDATE SKIP
 //!   LOCKED` and a compare-and-set on the task's version (every change of a task takes a new
-//!   version from a sequence: a former claimer's heartbeat and completion find it gone).
+//!   version from a sequence: a former claimer's heartbeat and completion find it gone). A
+//!   task carries its run's workflow and graph hash, so a claim reads one index range per
+//!   version a worker has, whatever the backlog; the claim reads the task's inputs (the run's
+//!   parameters, its predecessors' outputs) in the same transaction.
 //! - `schema_version`: one row, the schema's version.
 //!
 //! All times (leases, timers, wake-ups, task claims) are milliseconds since the Unix epoch by
 //! the *server's* clock (`clock_timestamp()`): the runtime hands the store durations, so the
 //! clocks of the worker machines never meet.
 //!
+//! # Notifications
+//!
+//! The transactions that open tasks, complete one or send a signal notify the store's channel
+//! ([`PostgresStore::channel`]) with `pg_notify`, delivered when they commit. A store listens
+//! on a connection of its own from its first [`Store::watch`] (so a process holds one
+//! connection more than its pool), and wakes the workers waiting for tasks, for due runs or
+//! for one run's outcomes; a broken listening connection is made again, and every watcher is
+//! woken when it listens again (it may have missed notifications). Workers still poll, less
+//! often: a notification is a hint.
+//!
 //! # Migrations
 //!
 //! The first call of a store brings the schema to [`SCHEMA_VERSION`]: it applies the missing
 //! [`MIGRATIONS`] in order, in one transaction, under a transaction-level advisory lock
 //! (`pg_advisory_xact_lock`), so that of N workers starting together one migrates and the
-//! others find the work done. Version 1 holds the durable runs; version 2 adds `tasks`. A
+//! others find the work done. Version 1 holds the durable runs; version 2 adds `tasks`;
+//! version 3 gives tasks their run's workflow and graph hash and adds the indexes of claims
+//! and due runs. A
 //! schema of a newer flow is refused with [`StoreError::SchemaVersion`] (upgrade flow); a
 //! schema `flow` with tables but no `schema_version` is another application's:
 //! [`StoreError::Foreign`]. Nothing is written to a refused schema.

@@ -225,10 +225,36 @@ impl World {
     }
 }
 
+/// Another build of the workflow: the same name, another graph. A worker of this build runs
+/// beside the others in the SIGKILL test; it must take none of the runs or tasks (its
+/// operation would write an effect no journal requested, which `check` refuses).
+mod other_build {
+    use super::*;
+
+    async fn trespass(order: u64) -> Result<u64, Refused> {
+        let attempt = current();
+        effect(format!("other-build/{}", attempt.key()), order).await;
+        Ok(order)
+    }
+
+    workflow! {
+        #[flow(durable)]
+        pub Fleet(order: u64) -> u64 {
+            Sequential {
+                taken = Operation(trespass(order)),
+            }
+            => taken
+        }
+    }
+}
+
 // --- The worker process ------------------------------------------------------------------------
 
 /// The variable that makes this binary a worker on the schema it names.
 const WORKER: &str = "FLOW_FLEET_WORKER";
+
+/// With it, the worker has the other build of the workflow (`other_build::Fleet`).
+const OTHER_BUILD: &str = "FLOW_FLEET_OTHER_BUILD";
 
 /// Not a test of its own: a worker process of the fleet tests (`FLOW_FLEET_WORKER=<schema>`,
 /// `FLOW_PG_URL` set by the parent), which runs until it is killed. Without the variable it
@@ -254,8 +280,11 @@ fn fleet_worker() {
             ..PostgresOptions::default()
         };
         let store = PostgresStore::connect_with(&url, options).expect("the URL is valid");
-        let worker = Worker::new(store)
-            .register::<Fleet>()
+        let worker = match std::env::var(OTHER_BUILD).is_ok() {
+            false => Worker::new(store).register::<Fleet>(),
+            true => Worker::new(store).register::<other_build::Fleet>(),
+        };
+        let worker = worker
             .poll_interval(Duration::from_millis(20))
             .task_lease(Duration::from_secs(1))
             // A killed worker's runs move to another after this.
@@ -300,15 +329,28 @@ impl Workers {
     }
 
     fn spawn(&self) -> Child {
-        Command::new(std::env::current_exe().expect("the path of this test binary"))
+        self.command().spawn().expect("a worker process starts")
+    }
+
+    /// A worker of the other build of the workflow, beside the fleet (never killed).
+    fn spawn_other_build(&self) -> Child {
+        self.command()
+            .env(OTHER_BUILD, "1")
+            .spawn()
+            .expect("a worker process starts")
+    }
+
+    fn command(&self) -> Command {
+        let mut command =
+            Command::new(std::env::current_exe().expect("the path of this test binary"));
+        command
             .args(["--exact", "fleet_worker", "--nocapture", "--test-threads=1"])
             .env(WORKER, &self.schema)
             .env("FLOW_PG_URL", &self.url)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("a worker process starts")
+            .stderr(Stdio::inherit());
+        command
     }
 
     /// SIGKILLs worker `i` and reaps it.
@@ -613,6 +655,10 @@ async fn workers_killed_with_sigkill_lose_nothing() {
     submit(&store, &orders).await;
     let submitted = started.elapsed();
     let mut fleet = Workers::start(&schema, &url);
+    // Beside the four: a worker of another build of the workflow, never killed. It takes
+    // nothing (the claims and the due runs keep to the graphs a worker has).
+    let other_build = fleet.spawn_other_build();
+    fleet.workers.push(other_build);
     let mut rng = Rng(seed);
     let killing = Instant::now();
     while killing.elapsed() < KILLING {

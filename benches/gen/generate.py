@@ -111,8 +111,9 @@ SHAPES = {"chain": chain, "fan": fan, "layered": layered}
 # box them: the macro switches above 64 nodes) and the expansion bench its curve.
 GENERATED = [(shape, n) for shape in SHAPES for n in (10, 50, 100, 500, 1000)]
 
-# (shape, nodes) of the durable variants: journaled runs of the `durable` bench.
-DURABLE_GENERATED = [(shape, n) for shape in ("chain", "fan") for n in (20, 100)]
+# (shape, nodes) of the durable variants: journaled runs of the `durable` bench, and the long
+# chain of the `decide` bench.
+DURABLE_GENERATED = [(shape, n) for shape in ("chain", "fan") for n in (20, 100)] + [("chain", 1000)]
 
 
 def type_name(shape: str, n: int) -> str:

@@ -329,11 +329,13 @@ impl<S: Store + Clone> Worker<S> {
                 let registered = self.workflows.get(claim.workflow.as_str())?;
                 // The inputs read with the claim go with the execution alone, not with the
                 // claim the worker keeps (and renews).
-                let mut executed = claim.clone();
-                executed.inputs = claim.inputs.take();
+                let inputs = claim.inputs.take();
                 let future = execute_and_complete(
                     self.store.clone(),
-                    executed,
+                    TaskClaim {
+                        inputs,
+                        ..claim.clone()
+                    },
                     registered.execute,
                     self.task_lease,
                     Arc::clone(&self.mailboxes),
@@ -805,8 +807,11 @@ fn execute_and_complete<S: Store + Clone>(
     mailboxes: Mailboxes,
 ) -> Pin<Box<dyn Future<Output = TaskEnd>>> {
     Box::pin(async move {
-        let mut executed = claim.clone();
-        executed.inputs = claim.inputs.take();
+        let inputs = claim.inputs.take();
+        let executed = TaskClaim {
+            inputs,
+            ..claim.clone()
+        };
         let outcome = match execute(&store, executed).await {
             Ok(outcome) => outcome,
             // Another version of the workflow (the store hands a worker only tasks of its own

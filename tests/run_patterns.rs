@@ -563,8 +563,8 @@ async fn wcp_16_deferred_choice() {
     ] {
         assert_eq!(status(report, name), expected, "{name}");
     }
-    assert_eq!(withdrawn_by(report, "delay#1"), Some("ok"));
-    assert_eq!(withdrawn_by(report, "expire"), Some("ok"));
+    assert_eq!(withdrawn_by(report, "delay#1"), Some("pick#1"));
+    assert_eq!(withdrawn_by(report, "expire"), Some("pick#1"));
     // The step after runs once, after the chosen branch; the withdrawn timer holds nothing up.
     assert_eq!(starts(&log, "close"), 1);
     assert_eq!(log.at("close", "start"), HOUR / 3 + ms(10));
@@ -588,8 +588,11 @@ async fn wcp_16_deferred_choice() {
     ] {
         assert_eq!(status(report, name), expected, "{name}");
     }
-    assert_eq!(withdrawn_by(report, "ok"), Some("delay#1"));
-    assert_eq!(withdrawn_by(report, "ship"), Some("delay#1"));
+    assert_eq!(withdrawn_by(report, "ok"), Some("pick#1"));
+    // The `Pick`'s row: it fired when the delay did.
+    let pick = report.node("pick#1").expect("the pick's line");
+    assert_eq!((pick.started, pick.ended), (Some(HOUR), Some(HOUR)));
+    assert_eq!(withdrawn_by(report, "ship"), Some("pick#1"));
     assert_eq!(starts(&log, "close"), 1);
     assert_eq!(log.at("close", "start"), HOUR + ms(10));
     assert_eq!(log.elapsed(), HOUR + ms(15));
@@ -1162,7 +1165,7 @@ async fn wcp_29_cancelling_discriminator() {
     assert_eq!(log.at("b", "dropped"), ms(10));
     assert_eq!(log.ended(), ["a", "next"]);
     assert_eq!(status(report, "b"), NodeStatus::Withdrawn);
-    assert_eq!(withdrawn_by(report, "b"), Some("a"));
+    assert_eq!(withdrawn_by(report, "b"), Some("won"));
     assert_eq!(log.elapsed(), ms(15));
 
     // A branch that ends by failing does not complete, so it does not win: the other does.
@@ -1246,7 +1249,7 @@ async fn wcp_32_cancelling_partial_join() {
     assert_eq!(log.at("c", "dropped"), ms(20));
     assert_eq!(log.ended(), ["a", "b", "next"]);
     assert_eq!(status(report, "c"), NodeStatus::Withdrawn);
-    assert_eq!(withdrawn_by(report, "c"), Some("b"));
+    assert_eq!(withdrawn_by(report, "c"), Some("two"));
     for name in ["a", "b"] {
         assert_eq!(status(report, name), NodeStatus::Completed, "{name}");
     }

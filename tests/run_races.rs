@@ -102,17 +102,23 @@ async fn race_first_branch_wins_and_the_loser_is_withdrawn() {
         events,
         [
             (Some("won"), &EventKind::Won { arms: vec![0] }),
-            (Some("slow"), &EventKind::Withdrawn { cause: "fast" }),
+            (Some("slow"), &EventKind::Withdrawn { cause: "won" }),
         ]
     );
     assert!(report.to_string().contains("1 withdrawn"), "{report}");
     let slow = report.node("slow").expect("the loser's line");
-    assert_eq!(slow.withdrawn_by, Some("fast"));
+    assert_eq!(slow.withdrawn_by, Some("won"));
     assert!(
-        report.to_string().contains("withdrawn by `fast`"),
+        report.to_string().contains("withdrawn by `won`"),
         "{report}"
     );
     assert_eq!(report.node("fast").map(|n| n.withdrawn_by), Some(None));
+    // The gate's row: it started and ended in the instant it fired, its first arm's end.
+    let won = report.node("won").expect("the gate's line");
+    assert_eq!(
+        (won.attempts, won.started, won.ended),
+        (1, Some(ms(10)), Some(ms(10)))
+    );
     assert_eq!(Replicas::GRAPH.nodes()[2].kind, NodeKind::Gate);
 }
 
@@ -247,6 +253,9 @@ async fn a_quorum_of_two_goes_on_and_the_third_is_withdrawn() {
     assert_eq!(log.ended(), ["r1", "r2"]);
     assert_eq!(log.elapsed(), ms(20));
     assert_eq!(report.count(NodeStatus::Withdrawn), 1);
+    // The gate fired when its second arm completed, and its row says so.
+    let got = report.node("got").expect("the gate's line");
+    assert_eq!((got.started, got.ended), (Some(ms(20)), Some(ms(20))));
 }
 
 workflow! {
@@ -592,6 +601,6 @@ async fn arms_ready_together_are_decided_in_the_order_written() {
     assert_eq!(outcome.report.status("second"), Some(NodeStatus::Withdrawn));
     assert_eq!(
         outcome.report.node("second").and_then(|n| n.withdrawn_by),
-        Some("first")
+        Some("won")
     );
 }

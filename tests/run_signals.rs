@@ -338,10 +338,8 @@ async fn a_pick_takes_the_signal_when_it_comes_first_and_withdraws_the_delay() {
             .any(|e| e.node_name == Some("pick#1") && e.kind == EventKind::Won { arms: vec![0] })
     );
     assert!(
-        log.events()
-            .iter()
-            .any(|e| e.node_name == Some("delay#1")
-                && e.kind == EventKind::Withdrawn { cause: "ok" })
+        log.events().iter().any(|e| e.node_name == Some("delay#1")
+            && e.kind == EventKind::Withdrawn { cause: "pick#1" })
     );
     assert_eq!(
         kinds(log, "delay#1"),

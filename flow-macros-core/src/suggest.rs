@@ -31,13 +31,23 @@ pub fn edit_distance(a: &str, b: &str) -> usize {
 
 /// The candidate closest to `name`, if one is close enough to be what was meant: at most
 /// `max(1, len / 3)` edits away, or the same name in another case. Ties go to the first.
+/// Failing that, a candidate that begins as `name` does but for its last character (`retry`
+/// for `retries`, `timeo` for `timeout`): a shortened or singular form that the edit limit
+/// rules out because the names differ in length.
 pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     let length = name.chars().count();
     let limit = (length / 3).max(1);
     let mut best: Option<(usize, &str)> = None;
+    let mut stem: Option<&str> = None;
     for candidate in candidates {
+        if candidate == name {
+            continue;
+        }
+        if stem.is_none() && same_stem(name, candidate) {
+            stem = Some(candidate);
+        }
         // Each edit changes the length by at most one: skip the table for far lengths.
-        if candidate == name || candidate.chars().count().abs_diff(length) > limit {
+        if candidate.chars().count().abs_diff(length) > limit {
             continue;
         }
         let distance = if candidate.eq_ignore_ascii_case(name) {
@@ -49,7 +59,17 @@ pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
             best = Some((distance, candidate));
         }
     }
-    best.map(|(_, candidate)| candidate)
+    best.map(|(_, candidate)| candidate).or(stem)
+}
+
+/// Whether one of `a` and `b` begins with all of the shorter one but its last character, that
+/// part being at least three characters long (ASCII case ignored).
+fn same_stem(a: &str, b: &str) -> bool {
+    let a: Vec<char> = a.chars().map(|c| c.to_ascii_lowercase()).collect();
+    let b: Vec<char> = b.chars().map(|c| c.to_ascii_lowercase()).collect();
+    let shorter = a.len().min(b.len());
+    let common = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    shorter >= 4 && common + 1 >= shorter
 }
 
 /// `"; did you mean `x`?"` when a candidate is close to `name`, or nothing.
@@ -100,5 +120,16 @@ mod tests {
         assert_eq!(closest("ab", ["xy"]), None);
         assert_eq!(closest("abcde", ["abxye"]), None);
         assert_eq!(closest("abcdef", ["abxyef"]), Some("abxyef"));
+        // A shortened or singular form, too far by edits alone.
+        assert_eq!(closest("retry", ["timeout", "retries"]), Some("retries"));
+        assert_eq!(closest("Retry", ["retries"]), Some("retries"));
+        assert_eq!(closest("timeo", ["timeout"]), Some("timeout"));
+        assert_eq!(
+            closest("max_concurrent", ["max_concurrency"]),
+            Some("max_concurrency")
+        );
+        // Not a stem of three characters or fewer, nor one that differs earlier.
+        assert_eq!(closest("ret", ["retries"]), None);
+        assert_eq!(closest("rexry", ["retries"]), None);
     }
 }

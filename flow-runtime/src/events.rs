@@ -104,8 +104,9 @@ pub enum EventKind {
         /// The node whose failure aborted this one; `None` when the run was cancelled.
         cause: Option<&'static str>,
     },
-    /// The node was withdrawn (its future dropped, if it was running): `cause` won a race,
-    /// chose a pick, cancelled its region or terminated the run.
+    /// The node was withdrawn (its future dropped, if it was running) by the node that
+    /// decided it: the gate that fired (a `Race`, a `Pick`, a `Parallel(min = k)`, whose `Won`
+    /// names the winning arms), or a `Cancel` or `Terminate` step.
     Withdrawn {
         /// The node whose decision withdrew this one.
         cause: &'static str,

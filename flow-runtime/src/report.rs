@@ -125,8 +125,14 @@ impl Report {
             };
             match event.kind {
                 EventKind::Requested if node.started.is_none() => node.started = Some(event.at),
-                // A decision starts and ends in the instant its test runs.
-                EventKind::Completed { branch: Some(_) } => {
+                // A decision starts and ends in the instant its test runs, a gate in the
+                // instant it fires (its `Won`, then its `Completed`), as does any node that
+                // completes without a request.
+                EventKind::Completed { branch: Some(_) } | EventKind::Won { .. } => {
+                    node.started = Some(event.at);
+                    node.ended = Some(event.at);
+                }
+                EventKind::Completed { .. } if node.started.is_none() => {
                     node.started = Some(event.at);
                     node.ended = Some(event.at);
                 }

@@ -114,8 +114,9 @@ impl Scheduler {
                 continue;
             }
             if gate.rest == Rest::Cancel {
-                // The cause is the winner: the node whose end completed the deciding arm.
-                self.withdraw(control.arms[arm as usize].scope, node);
+                // The cause is the gate that fired, as when it fails: the winner is in its
+                // `Won { arms }`.
+                self.withdraw(control.arms[arm as usize].scope, gate.node);
             }
             self.catch_arm(arm);
         }

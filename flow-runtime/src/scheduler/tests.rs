@@ -300,7 +300,10 @@ fn a_race_drops_the_loser_before_its_gate_writes_the_winner() {
         .collect();
     assert_eq!(
         kinds,
-        ["race#1 Won { arms: [1] }", "a Withdrawn { cause: \"b\" }"]
+        [
+            "race#1 Won { arms: [1] }",
+            "a Withdrawn { cause: \"race#1\" }"
+        ]
     );
 }
 

@@ -495,3 +495,87 @@ async fn a_race_block_can_be_a_section() {
     assert_eq!(log.started(), vec!["fast", "slow", "later"]);
     assert_eq!(log.at("later", "start"), ms(10));
 }
+
+workflow! {
+    /// Sections of one group in a `ForEach`'s instances and beside the `ForEach`.
+    NestedLedger(log: &Log, ledger: &Gauge) {
+        Parallel {
+            each = ForEach(i in 0..3usize) {
+                Operation(guarded(log, ledger, "item"), exclusive = "ledger")
+            },
+            top = Operation(guarded(log, ledger, "top"), exclusive = "ledger"),
+            free = Operation(guarded(log, ledger, "free")),
+        }
+    }
+}
+
+workflow! {
+    /// A `Loop` whose body holds the group once per iteration, beside a `ForEach` of two
+    /// instances that each hold it across two steps.
+    NestedSequences(log: &Log, ledger: &Gauge) {
+        Parallel {
+            rounds = Loop(max = 3, on_max = stop) {
+                r = Operation(guarded(log, ledger, "round"), exclusive = "ledger")
+                => r
+            } until (r > 100),
+            each = ForEach(i in 0..2usize) {
+                Sequential(exclusive = "ledger") {
+                    first = Operation(guarded(log, ledger, "first")),
+                    second = Operation(guarded(log, ledger, "second")),
+                }
+            },
+        }
+    }
+}
+
+workflow! {
+    /// A `ForEach` inside a section of the group its instances' sections take, beside
+    /// another section of the group.
+    AroundLedger(log: &Log, ledger: &Gauge) {
+        Parallel {
+            Sequential(exclusive = "ledger") {
+                each = ForEach(i in 0..2usize) {
+                    Operation(guarded(log, ledger, "item"), exclusive = "ledger")
+                },
+                after = Operation(guarded(log, ledger, "after")),
+            },
+            top = Operation(guarded(log, ledger, "top"), exclusive = "ledger"),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_nest_inside_a_section_runs_its_instances_sections_one_at_a_time_inside_it() {
+    let (log, ledger) = (Log::new(), Gauge::default());
+    AroundLedger::run(&log, &ledger)
+        .await
+        .expect("runs, without waiting for itself");
+    assert_eq!(ledger.peak.load(Ordering::SeqCst), 1, "{:?}", log.events());
+    // The outer section first (two items and `after`, 10 ms each), then `top`.
+    assert_eq!(log.at("after", "end"), ms(30));
+    assert_eq!(log.at("top", "start"), ms(30));
+    assert_eq!(log.elapsed(), ms(40));
+}
+
+#[tokio::test(start_paused = true)]
+async fn sections_exclude_each_other_across_nest_instances_and_the_run_holding_them() {
+    let (log, ledger) = (Log::new(), Gauge::default());
+    NestedLedger::run(&log, &ledger).await.expect("runs");
+    // `free` overlaps with one section: never more than two ledger steps at once, and the
+    // four sections (three items and `top`) ran one after another.
+    assert_eq!(ledger.peak.load(Ordering::SeqCst), 2);
+    let starts: Vec<_> = log
+        .events()
+        .into_iter()
+        .filter(|(name, what, _)| name != "free" && *what == "start")
+        .map(|(_, _, at)| at)
+        .collect();
+    let from_first: Vec<_> = starts.iter().map(|&at| at - starts[0]).collect();
+    assert_eq!(from_first, [ms(0), ms(10), ms(20), ms(30)], "{starts:?}");
+
+    let (log, ledger) = (Log::new(), Gauge::default());
+    NestedSequences::run(&log, &ledger).await.expect("runs");
+    assert_eq!(ledger.peak.load(Ordering::SeqCst), 1, "{:?}", log.events());
+    // Three rounds of 10 ms and two sections of 20 ms, one at a time.
+    assert_eq!(log.elapsed(), ms(70));
+}

@@ -505,6 +505,9 @@ pub enum Instant {
 pub struct Section {
     /// The exclusion group: sections of one group never run at the same time.
     pub group: u32,
+    /// The group's name (`exclusive = "ledger"`): a section of a nest's body and one of the
+    /// run holding the nest exclude each other by it.
+    pub name: &'static str,
     /// The section's nodes, an index into [`Control::scopes`].
     pub scope: u32,
 }

@@ -93,6 +93,8 @@ pub struct NestCtx {
     pub(crate) shared: Arc<NestShared>,
     /// The scheduler lists the instances reuse.
     pub(crate) pool: Arc<Pool>,
+    /// The exclusion groups of the run tree, which the instances' sections hold too.
+    pub(crate) groups: Option<crate::scheduler::Groups>,
 }
 
 impl NestCtx {
@@ -110,6 +112,7 @@ impl NestCtx {
             sink: None,
             shared: Arc::new(NestShared::new(node, kind)),
             pool: Arc::default(),
+            groups: None,
         }
     }
 

@@ -59,8 +59,12 @@ pub fn tables(
         }
         let scope = scopes.len() as u32;
         scopes.push(members);
-        out.sections
-            .push(quote!(#private::Section { group: #group, scope: #scope }));
+        let name = section.group.value();
+        out.sections.push(quote!(#private::Section {
+            group: #group,
+            name: #name,
+            scope: #scope
+        }));
     }
     out.node_sections = node_sections;
     out

@@ -13,6 +13,7 @@
 
 mod attempt;
 mod compensate;
+mod exclusion;
 mod gate;
 mod hook;
 mod rules;
@@ -42,6 +43,7 @@ use crate::status::NodeStatus;
 use crate::verdict::{Extras, Finished, Verdict, attempts_of};
 use crate::wake::WakeSet;
 
+pub(crate) use exclusion::Groups;
 #[cfg_attr(not(feature = "durable"), allow(unused_imports))]
 pub(crate) use hook::{Before, Hook, HookFuture, Run, RunEnd, Scope, Steps};
 pub use setup::{RunSetup, with_mailbox};
@@ -181,6 +183,8 @@ struct NestHome {
     /// Nest nodes that completed with their driver still running (`min` with `rest = run`):
     /// polled on every wake-up until they end; the run ends after them.
     lingering: Vec<u32>,
+    /// The exclusion groups of the run tree, handed to every instance.
+    groups: Option<Groups>,
 }
 
 impl Recording {
@@ -322,6 +326,9 @@ struct Scheduler {
     group_holder: Vec<u32>,
     /// A group was freed since [`Scheduler::start_ready`] last looked.
     section_freed: bool,
+    /// Critical sections in a run tree with nests: the run's place in the tree's exclusion
+    /// groups (`exclusion.rs`), where its sections hold their groups by name too.
+    seat: Option<Box<exclusion::Seat>>,
     /// Starting an attempt is making its future and nothing else: no step has a policy, no
     /// `#[operation]`'s defaults were heard, nobody records events and no subscriber can want
     /// a span. Cleared when an operation is heard.
@@ -446,6 +453,7 @@ impl Scheduler {
             section_left: Vec::new(),
             group_holder: Vec::new(),
             section_freed: false,
+            seat: None,
             pool: setup.pool.clone().map(|pool| (pool, reused)),
             hook,
         };
@@ -455,6 +463,17 @@ impl Scheduler {
                 // The hook takes every event, on `emit`'s out-of-line path.
                 recording.nested = true;
             }
+        }
+        // A run tree with nests shares its exclusion groups: the root makes them, each
+        // instance is handed them.
+        let groups = match &setup.groups {
+            Some(groups) => Some(groups.clone()),
+            None => (!plan.control.nests.is_empty()).then(Groups::default),
+        };
+        if !plan.control.sections.is_empty()
+            && let Some(groups) = &groups
+        {
+            scheduler.seat = Some(exclusion::Seat::new(groups));
         }
         if !plan.control.nests.is_empty() {
             scheduler.nest_home = Some(Box::new(NestHome {
@@ -466,6 +485,7 @@ impl Scheduler {
                 }),
                 shared: vec![None; plan.control.nests.len()],
                 lingering: Vec::new(),
+                groups,
             }));
         }
         // A nest node that completes may linger (`Scheduler::linger`).
@@ -602,6 +622,17 @@ impl Scheduler {
             sink: home.sink.clone(),
             shared,
             pool: Arc::default(),
+            groups: home.groups.as_ref().map(|groups| {
+                let sections = self
+                    .graph
+                    .plan
+                    .control
+                    .node_sections
+                    .get(nest.node as usize)
+                    .copied()
+                    .unwrap_or_default();
+                groups.within(self.seat.as_deref(), sections)
+            }),
         }
     }
 
@@ -776,6 +807,7 @@ impl Scheduler {
                 return if self.settled == self.len() {
                     Poll::Ready(())
                 } else {
+                    self.wait_for_groups(cx);
                     Poll::Pending
                 };
             }
@@ -793,6 +825,7 @@ impl Scheduler {
             if self.ready.is_empty() {
                 // `poll_due` left `due` empty, and nothing new is ready: nothing more can
                 // happen in this wake-up (a node woken meanwhile has woken the run).
+                self.wait_for_groups(cx);
                 return Poll::Pending;
             }
         }

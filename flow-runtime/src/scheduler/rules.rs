@@ -66,10 +66,23 @@ impl Scheduler {
         let control = self.plan().control;
         match control.node_sections.get(node as usize) {
             Some(sections) => sections.iter().all(|&s| {
-                let holder = self.group_holder[control.sections[s as usize].group as usize];
-                holder == NO_CAUSE || holder == s
+                let section = control.sections[s as usize];
+                let holder = self.group_holder[section.group as usize];
+                (holder == NO_CAUSE || holder == s)
+                    && self
+                        .seat
+                        .as_ref()
+                        .is_none_or(|seat| seat.free(section.name, s))
             }),
             None => true,
+        }
+    }
+
+    /// Before the run waits: a section kept from starting by a section of another run of
+    /// the tree has the run woken when a group is released.
+    pub(super) fn wait_for_groups(&self, cx: &std::task::Context<'_>) {
+        if let Some(seat) = &self.seat {
+            seat.wait(cx.waker());
         }
     }
 
@@ -79,7 +92,11 @@ impl Scheduler {
         let control = self.plan().control;
         if let Some(sections) = control.node_sections.get(node as usize) {
             for &s in *sections {
-                self.group_holder[control.sections[s as usize].group as usize] = s;
+                let section = control.sections[s as usize];
+                self.group_holder[section.group as usize] = s;
+                if let Some(seat) = &self.seat {
+                    seat.hold(section.name, s);
+                }
             }
         }
     }
@@ -98,6 +115,9 @@ impl Scheduler {
             if *left == 0 && self.group_holder[group] == s {
                 self.group_holder[group] = NO_CAUSE;
                 self.section_freed = true;
+                if let Some(seat) = &self.seat {
+                    seat.release(control.sections[s as usize].name, s);
+                }
             }
         }
     }

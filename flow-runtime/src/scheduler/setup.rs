@@ -9,7 +9,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::Hook;
+use super::{Groups, Hook};
 use crate::events::EventSink;
 use crate::graph::Graph;
 use crate::nest_ctx::{NestCtx, Pool};
@@ -39,6 +39,8 @@ pub struct RunSetup {
     pub(crate) compensations: &'static [u32],
     /// What watches and steers the run from outside the engine (a durable run's journal).
     pub(crate) hook: Option<Box<dyn Hook>>,
+    /// A nest instance: the exclusion groups of its run tree (`exclusion.rs`).
+    pub(crate) groups: Option<Groups>,
 }
 
 impl RunSetup {
@@ -66,6 +68,7 @@ impl From<RunOptions> for RunSetup {
             instance: false,
             compensations: &[],
             hook: None,
+            groups: None,
         }
     }
 }
@@ -100,6 +103,7 @@ impl NestCtx {
             instance: true,
             compensations: &[],
             hook: None,
+            groups: self.groups.clone(),
         }
     }
 }

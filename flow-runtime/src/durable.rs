@@ -81,6 +81,15 @@ impl<T: Serialize + DeserializeOwned + Send + 'static> Durable for T {}
 
 /// The attempt a node of a durable run is making: read it with [`attempt`] to make the
 /// operation's side effect idempotent.
+///
+/// A plain workflow run inside a durable step (`Operation(ship_all(..))` whose code awaits
+/// `Lines::run(..)`) gives each of its own steps an attempt too, its key extending the durable
+/// step's: `"{run}/{step}/{attempt}/{inner step}/{inner attempt}"`, and, inside the plain
+/// run's `ForEach` instance 3 of `lines` (`Loop` iteration 7 of `poll`),
+/// `"…/lines[3]/{inner step}/{inner attempt}"` (`"…/poll@7/…"`). The plain run is not
+/// journaled: when the durable step runs again (a retry, or a resume after a crash), the
+/// plain run runs again whole, its steps with the same keys as before (the same attempt of
+/// the durable step), so a service that deduplicates by key does each thing once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attempt {
     run: Arc<str>,
@@ -88,6 +97,9 @@ pub struct Attempt {
     attempt: u32,
     /// An attempt of the node's compensation (`compensate = ..`), not of the node.
     compensation: bool,
+    /// A step of a plain run inside a durable step: what its key starts with instead of the
+    /// run's id (the durable step's key, and the instances around the step).
+    scope: Option<Arc<str>>,
 }
 
 impl Attempt {
@@ -101,9 +113,10 @@ impl Attempt {
     /// `"{run}/{node}"`: the same for every attempt of the node (one key across retries, as
     /// payment APIs want); `"{run}/{node}:compensate"` for its compensation.
     pub fn node_key(&self) -> String {
+        let prefix = self.scope.as_deref().unwrap_or(&self.run);
         match self.compensation {
-            true => format!("{}/{}:compensate", self.run, self.node),
-            false => format!("{}/{}", self.run, self.node),
+            true => format!("{prefix}/{}:compensate", self.node),
+            false => format!("{prefix}/{}", self.node),
         }
     }
 
@@ -188,10 +201,71 @@ fn unreachable_ctx() -> AttemptCtx {
             node: "",
             attempt: 0,
             compensation: false,
+            scope: None,
         },
         restore: None,
         captured: None,
         signal: None,
+    }
+}
+
+/// The keys of a plain run's steps when the run is made inside a durable step's attempt (see
+/// [`Attempt`]): the durable run, and the prefix of every key of the plain run.
+#[derive(Clone, Debug)]
+pub(crate) struct KeyScope {
+    run: Arc<str>,
+    scope: Arc<str>,
+}
+
+impl KeyScope {
+    /// The scope of a plain run made while an attempt is polled: its keys extend that
+    /// attempt's key. `None` outside any attempt.
+    pub(crate) fn inside_attempt() -> Option<KeyScope> {
+        CURRENT.with(|current| {
+            let current = current.borrow();
+            let attempt = &current.as_ref()?.attempt;
+            Some(KeyScope {
+                run: Arc::clone(&attempt.run),
+                scope: Arc::from(attempt.key()),
+            })
+        })
+    }
+
+    /// The scope of instance `step` (`lines[3]`) of the nest node being polled: its keys
+    /// extend those of the run that holds the node. `None` outside any attempt.
+    pub(crate) fn instance(step: &dyn std::fmt::Display) -> Option<KeyScope> {
+        CURRENT.with(|current| {
+            let current = current.borrow();
+            let attempt = &current.as_ref()?.attempt;
+            let around = attempt.scope.as_deref().unwrap_or(&attempt.run);
+            Some(KeyScope {
+                run: Arc::clone(&attempt.run),
+                scope: Arc::from(format!("{around}/{step}")),
+            })
+        })
+    }
+
+    /// The context attempt `attempt` of step `node` of the plain run is polled with.
+    pub(crate) fn ctx(&self, node: &'static str, attempt: u32) -> AttemptCtx {
+        let mut ctx = attempt_ctx(&self.run, node, attempt);
+        ctx.attempt.scope = Some(Arc::clone(&self.scope));
+        ctx
+    }
+}
+
+/// Polls what it is given inside an attempt's context: a compensation's attempt (its
+/// idempotency key set), for the scheduler, which runs compensations itself.
+pub(crate) struct AttemptScope(pub(crate) Option<AttemptCtx>);
+
+impl crate::scheduler::Scope for AttemptScope {
+    fn within(&mut self, f: &mut dyn FnMut()) {
+        match self.0.take() {
+            Some(ctx) => {
+                let ((), ctx) = with_attempt(ctx, f);
+                self.0 = Some(ctx);
+            }
+            None => f(),
+        }
     }
 }
 
@@ -1261,6 +1335,7 @@ pub(crate) fn attempt_ctx(run: &Arc<str>, node: &'static str, attempt: u32) -> A
             node,
             attempt,
             compensation: false,
+            scope: None,
         },
         restore: None,
         captured: None,

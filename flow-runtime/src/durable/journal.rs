@@ -36,7 +36,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use crate::durable::{AttemptCtx, DurableError, JournalSetup, attempt_ctx, with_attempt};
+use crate::durable::{
+    AttemptCtx, AttemptScope, DurableError, JournalSetup, attempt_ctx, with_attempt,
+};
 use crate::error::NodeError;
 use crate::events::{Event, EventKind};
 use crate::graph::{Graph, NodeKind};
@@ -795,21 +797,6 @@ pub(crate) struct JournalEnd {
     pub(crate) error: Option<DurableError>,
     /// The run was unloaded (its status `Waiting` committed), with its wake-up time.
     pub(crate) unloaded: Option<Option<u64>>,
-}
-
-/// The idempotency key a compensation's attempt is polled with.
-struct AttemptScope(Option<AttemptCtx>);
-
-impl Scope for AttemptScope {
-    fn within(&mut self, f: &mut dyn FnMut()) {
-        match self.0.take() {
-            Some(ctx) => {
-                let ((), ctx) = with_attempt(ctx, f);
-                self.0 = Some(ctx);
-            }
-            None => f(),
-        }
-    }
 }
 
 /// Requests `node`'s first attempt in a durable run: its `Requested` goes to the batch;

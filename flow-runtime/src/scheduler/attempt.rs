@@ -220,6 +220,10 @@ impl Scheduler {
         if let Some(timeout) = timeout {
             self.watch(node).timeout = Some(timeout);
         }
+        if self.keyed() {
+            // Polled the long way, where its key is set.
+            self.watch(node);
+        }
         let attempt = self.nodes[node as usize].attempt;
         #[cfg(feature = "tracing")]
         {
@@ -546,15 +550,13 @@ impl Scheduler {
             }
         } else if self.nodes[index].fresh {
             self.nodes[index].fresh = false;
-            let (polled, heard) = listen(|| {
-                catch_unwind(AssertUnwindSafe(|| leaves[node as usize].as_mut().poll(cx)))
-            });
+            let (polled, heard) = listen(|| self.poll_leaf(leaves, node, cx));
             match heard.map(|spec| self.heard(node, spec)) {
                 Some(Err(error)) => Ok(Poll::Ready(Err(error))),
                 _ => polled,
             }
         } else {
-            catch_unwind(AssertUnwindSafe(|| leaves[node as usize].as_mut().poll(cx)))
+            self.poll_leaf(leaves, node, cx)
         };
         match polled {
             Ok(Poll::Ready(result)) => Poll::Ready(result),
@@ -574,6 +576,21 @@ impl Scheduler {
                 }
             }
         }
+    }
+
+    /// Polls `node`'s future, a panic caught; in a plain run inside a durable step, with the
+    /// step's own key set ([`crate::durable::Attempt`]).
+    #[inline]
+    fn poll_leaf(&self, leaves: &mut Leaves<'_>, node: u32, cx: &mut Context<'_>) -> PollResult {
+        let mut poll =
+            || catch_unwind(AssertUnwindSafe(|| leaves[node as usize].as_mut().poll(cx)));
+        #[cfg(feature = "durable")]
+        if let Some(keys) = self.keys.as_deref() {
+            let name = self.graph.nodes[node as usize].name;
+            let ctx = keys.ctx(name, self.nodes[node as usize].attempt);
+            return crate::durable::with_attempt(ctx, poll).0;
+        }
+        poll()
     }
 
     /// Applies the defaults of the `#[operation]` that `node` called.

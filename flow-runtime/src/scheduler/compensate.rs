@@ -180,7 +180,16 @@ async fn run_attempt<N: Nodes>(
 ) -> Option<Result<(), NodeError>> {
     let name = scheduler.graph.nodes[node as usize].name;
     let Some(hook) = scheduler.hook.as_deref_mut() else {
-        return Some(attempt_once(table, leaf, timeout, None).await);
+        // A plain run inside a durable step: the compensation's own key.
+        #[cfg(feature = "durable")]
+        let scope = scheduler.keys.as_deref().map(|keys| {
+            let mut ctx = keys.ctx(name, attempt);
+            ctx.attempt.set_compensation();
+            Box::new(crate::durable::AttemptScope(Some(ctx))) as Box<dyn Scope>
+        });
+        #[cfg(not(feature = "durable"))]
+        let scope = None;
+        return Some(attempt_once(table, leaf, timeout, scope).await);
     };
     match hook.before_compensation(node, name, attempt).await {
         Before::Stop => None,

@@ -339,6 +339,10 @@ struct Scheduler {
     /// What watches and steers the run from outside the engine (`hook.rs`): `None` for a
     /// plain run.
     hook: Option<Box<dyn Hook>>,
+    /// A plain run made inside a durable step's attempt: the keys its steps' attempts get
+    /// (`durable::KeyScope`); every node is then polled the long way, inside its context.
+    #[cfg(feature = "durable")]
+    keys: Option<Box<crate::durable::KeyScope>>,
 }
 
 impl Scheduler {
@@ -349,6 +353,14 @@ impl Scheduler {
 
     /// The scheduler of a run of `graph` from `setup`, and `hook` if it has one.
     fn hooked_by(graph: &'static Graph, setup: &RunSetup, hook: Option<Box<dyn Hook>>) -> Self {
+        // A plain run inside a durable step's attempt: its steps get keys of their own. (A
+        // hooked run's hook gives its nodes theirs.)
+        #[cfg(feature = "durable")]
+        let keys = match (&hook, setup.instance) {
+            (Some(_), _) => None,
+            (None, true) => setup.keys.clone().map(Box::new),
+            (None, false) => crate::durable::KeyScope::inside_attempt().map(Box::new),
+        };
         let options = &setup.options;
         let plan = &graph.plan;
         let node_state = |&count| NodeState {
@@ -456,6 +468,8 @@ impl Scheduler {
             seat: None,
             pool: setup.pool.clone().map(|pool| (pool, reused)),
             hook,
+            #[cfg(feature = "durable")]
+            keys,
         };
         if let Some(hook) = scheduler.hook.as_deref_mut() {
             hook.attach(graph);
@@ -467,6 +481,7 @@ impl Scheduler {
         // A run tree with nests shares its exclusion groups: the root makes them, each
         // instance is handed them.
         let groups = match &setup.groups {
+            _ if plan.control.sections.is_empty() && plan.control.nests.is_empty() => None,
             Some(groups) => Some(groups.clone()),
             None => (!plan.control.nests.is_empty()).then(Groups::default),
         };
@@ -504,7 +519,8 @@ impl Scheduler {
         scheduler.lean = plan.policies.is_empty()
             && scheduler.recording.is_none()
             && plan.control.nests.is_empty()
-            && !spans();
+            && !spans()
+            && !scheduler.keyed();
         scheduler.emit(None, 0, || EventKind::RunStarted {
             workflow: graph.name,
             nodes: graph.nodes.len() as u32,
@@ -677,6 +693,10 @@ impl Scheduler {
     #[cold]
     #[inline(never)]
     fn poll_lingering(&mut self, leaves: &mut Leaves<'_>, cx: &Context<'_>) {
+        let graph = self.graph;
+        let nodes = &self.nodes;
+        #[cfg(feature = "durable")]
+        let keys = self.keys.as_deref();
         let Some(home) = self.nest_home.as_deref_mut() else {
             return;
         };
@@ -684,11 +704,21 @@ impl Scheduler {
         home.lingering.retain(|&node| {
             let leaf = &mut leaves[node as usize];
             let mut cx = Context::from_waker(cx.waker());
-            // A panic in the driver ends it: its instances' panics are theirs already.
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                leaf.as_mut().poll_rest(&mut cx)
-            }))
-            .is_ok_and(|poll| poll.is_pending())
+            let mut poll = || {
+                // A panic in the driver ends it: its instances' panics are theirs already.
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    leaf.as_mut().poll_rest(&mut cx)
+                }))
+            };
+            #[cfg(feature = "durable")]
+            if let Some(keys) = keys {
+                let name = graph.nodes[node as usize].name;
+                let ctx = keys.ctx(name, nodes[node as usize].attempt);
+                let (polled, _) = crate::durable::with_attempt(ctx, poll);
+                return polled.is_ok_and(|poll| poll.is_pending());
+            }
+            let _ = (graph, nodes);
+            poll().is_ok_and(|poll| poll.is_pending())
         });
         self.settled += before - home.lingering.len();
     }
@@ -739,6 +769,15 @@ impl Scheduler {
         self.watches
             .get_mut(node as usize)
             .and_then(Option::as_deref_mut)
+    }
+
+    /// Whether the run's steps get keys of their own (a plain run inside a durable step).
+    #[inline]
+    fn keyed(&self) -> bool {
+        #[cfg(feature = "durable")]
+        return self.keys.is_some();
+        #[cfg(not(feature = "durable"))]
+        false
     }
 
     /// `node`'s timers and span, made on first use.

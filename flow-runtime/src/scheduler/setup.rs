@@ -41,6 +41,9 @@ pub struct RunSetup {
     pub(crate) hook: Option<Box<dyn Hook>>,
     /// A nest instance: the exclusion groups of its run tree (`exclusion.rs`).
     pub(crate) groups: Option<Groups>,
+    /// A nest instance inside a durable step: the keys of its steps (`durable::KeyScope`).
+    #[cfg(feature = "durable")]
+    pub(crate) keys: Option<crate::durable::KeyScope>,
 }
 
 impl RunSetup {
@@ -69,6 +72,8 @@ impl From<RunOptions> for RunSetup {
             compensations: &[],
             hook: None,
             groups: None,
+            #[cfg(feature = "durable")]
+            keys: None,
         }
     }
 }
@@ -90,6 +95,12 @@ impl NestCtx {
     /// starts: it counts the instance as started.
     pub fn instance(&self, index: u64) -> RunSetup {
         let path = self.start(index);
+        #[cfg(feature = "durable")]
+        let keys = crate::durable::KeyScope::instance(&crate::path::PathStep {
+            node: self.node,
+            kind: self.kind,
+            index,
+        });
         RunSetup {
             options: RunOptions {
                 record: self.report,
@@ -104,6 +115,8 @@ impl NestCtx {
             compensations: &[],
             hook: None,
             groups: self.groups.clone(),
+            #[cfg(feature = "durable")]
+            keys,
         }
     }
 }

@@ -40,7 +40,7 @@
 //! A PostgreSQL store has no such lock: every command works while workers run. A PostgreSQL
 //! server that cannot be reached is exit code 4.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::fmt;
 use std::future::Future;
@@ -62,7 +62,7 @@ use serde_json::{Value, json};
 
 mod table;
 
-use table::{Table, utc};
+use table::{Table, printable, utc};
 
 /// How the CLI resumes a run of one registered workflow.
 type ResumeFn =
@@ -264,7 +264,7 @@ impl Cli {
             }
             Err(error) => {
                 let _ = out.flush();
-                eprintln!("error: {error}");
+                eprintln!("error: {}", printable(&error.to_string()));
                 ExitCode::from(error.exit_code())
             }
         }
@@ -295,7 +295,8 @@ impl Cli {
             ))
         })?;
         let db = string(sub, "db");
-        // `signal` opens a SQLite store as a client: it works while a worker owns the store.
+        // `runs`, `show` and `signal` open a SQLite store as a client: they work while the
+        // application or a worker owns the store, never create one, and write no lock file.
         let (opened, path) = if is_postgres(&db) {
             let schema = sub
                 .get_one::<String>("schema")
@@ -311,10 +312,10 @@ impl Cli {
             (Opened::Postgres(store), at)
         } else {
             let path = PathBuf::from(db);
-            let store = if name == "signal" {
-                open_client(&path)?
-            } else {
+            let store = if name == "resume" {
                 open(&path)?
+            } else {
+                open_client(&path)?
             };
             (Opened::Sqlite(store), path)
         };
@@ -352,8 +353,14 @@ impl Cli {
         let outcome = resume(opened, id).await.map_err(CliError::Resume)?;
         let run = find(store, path, id).await?;
         match outcome.result {
-            Ok(()) => writeln!(out, "run `{id}` resumed: {}", run.status)?,
-            Err(error) => writeln!(out, "run `{id}` resumed: {}: {error}", run.status)?,
+            Ok(()) => writeln!(out, "run `{}` resumed: {}", printable(id), run.status)?,
+            Err(error) => writeln!(
+                out,
+                "run `{}` resumed: {}: {}",
+                printable(id),
+                run.status,
+                printable(&error.to_string())
+            )?,
         }
         Ok(())
     }
@@ -472,6 +479,7 @@ fn string(matches: &ArgMatches, id: &str) -> String {
 /// The filter of `flow runs`' options (clap has checked each status's name).
 fn filter(matches: &ArgMatches) -> RunFilter {
     RunFilter {
+        id: None,
         workflow: matches.get_one::<String>("workflow").cloned(),
         statuses: matches
             .get_many::<String>("status")
@@ -483,13 +491,11 @@ fn filter(matches: &ArgMatches) -> RunFilter {
     }
 }
 
-/// Opens the store at `path`, which must exist.
+/// Opens the store at `path`, which must exist and be a store of flow, as its owner (for
+/// `resume`). Looked at as a client first: `SqliteStore::open` would make a store of an empty
+/// file, and the CLI never creates one.
 fn open(path: &Path) -> Result<SqliteStore, CliError> {
-    if !path.is_file() {
-        return Err(CliError::NoStore {
-            path: path.to_owned(),
-        });
-    }
+    drop(open_client(path)?);
     Ok(SqliteStore::open(path)?)
 }
 
@@ -502,7 +508,12 @@ async fn list(store: &dyn Store, filter: &RunFilter) -> Result<Vec<RunSummary>, 
 
 /// The run `id`, or [`CliError::RunNotFound`].
 async fn find(store: &dyn Store, path: &Path, id: &str) -> Result<RunSummary, CliError> {
-    list(store, &RunFilter::default())
+    let one = RunFilter {
+        id: Some(id.to_owned()),
+        ..RunFilter::default()
+    };
+    store
+        .list_runs(&one)
         .await?
         .into_iter()
         .find(|run| run.id == id)
@@ -574,25 +585,26 @@ fn is_compensation(kind: &str) -> bool {
     kind.starts_with("Compensat")
 }
 
-/// The index of the entry named `name` in `list`, added by `new` when there is none.
+/// The index of the entry named `name` in `list`, added by `new` when there is none;
+/// `index` maps each name to its entry (one look-up per event, whatever the count of steps).
 fn entry<T>(
     list: &mut Vec<T>,
+    index: &mut HashMap<String, usize>,
     name: &str,
-    key: impl Fn(&T) -> &str,
     new: impl FnOnce() -> T,
 ) -> usize {
-    match list.iter().position(|item| key(item) == name) {
-        Some(i) => i,
-        None => {
-            list.push(new());
-            list.len() - 1
-        }
+    if let Some(&i) = index.get(name) {
+        return i;
     }
+    list.push(new());
+    index.insert(name.to_owned(), list.len() - 1);
+    list.len() - 1
 }
 
 /// The steps' statuses, projected from the journal, in the order they first appear.
 fn steps(events: &[StoredEvent]) -> Vec<Step> {
     let mut steps: Vec<Step> = Vec::new();
+    let mut index = HashMap::new();
     for event in events {
         let Some(name) = &event.node_name else {
             continue;
@@ -600,17 +612,12 @@ fn steps(events: &[StoredEvent]) -> Vec<Step> {
         if is_compensation(&event.kind) {
             continue;
         }
-        let i = entry(
-            &mut steps,
-            name,
-            |s| &s.name,
-            || Step {
-                name: name.clone(),
-                status: "requested",
-                attempts: 0,
-                error: None,
-            },
-        );
+        let i = entry(&mut steps, &mut index, name, || Step {
+            name: name.clone(),
+            status: "requested",
+            attempts: 0,
+            error: None,
+        });
         let step = &mut steps[i];
         step.attempts = step.attempts.max(event.attempt);
         step.status = match event.kind.as_str() {
@@ -648,21 +655,17 @@ struct Undo {
 /// of the graph): each with its status, its attempts and its last error.
 fn compensations(events: &[StoredEvent]) -> Vec<Undo> {
     let mut undo: Vec<Undo> = Vec::new();
+    let mut index = HashMap::new();
     for event in events.iter().filter(|e| is_compensation(&e.kind)) {
         let Some(name) = &event.node_name else {
             continue;
         };
-        let i = entry(
-            &mut undo,
-            name,
-            |u| &u.step,
-            || Undo {
-                step: name.clone(),
-                status: "running",
-                attempts: 0,
-                error: None,
-            },
-        );
+        let i = entry(&mut undo, &mut index, name, || Undo {
+            step: name.clone(),
+            status: "running",
+            attempts: 0,
+            error: None,
+        });
         let this = &mut undo[i];
         this.attempts = this.attempts.max(event.attempt);
         this.status = match event.kind.as_str() {
@@ -711,6 +714,14 @@ fn data(event: &StoredEvent) -> Value {
     serde_json::from_slice(&event.data).unwrap_or(Value::Null)
 }
 
+/// A duration as serde writes it (`{"secs":..,"nanos":..}`), if it is one: `None` for fields
+/// that are missing, out of range or overflow together.
+fn duration(fields: &serde_json::Map<String, Value>) -> Option<std::time::Duration> {
+    let secs = fields.get("secs")?.as_u64()?;
+    let nanos = fields.get("nanos")?.as_u64()?;
+    std::time::Duration::from_secs(secs).checked_add(std::time::Duration::from_nanos(nanos))
+}
+
 /// An event's fields, shown on one line.
 fn detail(event: &StoredEvent) -> String {
     match data(event) {
@@ -720,11 +731,11 @@ fn detail(event: &StoredEvent) -> String {
             .filter(|(_, v)| !v.is_null())
             .map(|(k, v)| match v {
                 Value::String(s) => format!("{k}={s}"),
-                Value::Object(d) if d.contains_key("secs") => {
-                    let secs = d.get("secs").and_then(Value::as_u64).unwrap_or(0);
-                    let nanos = d.get("nanos").and_then(Value::as_u64).unwrap_or(0);
-                    format!("{k}={:?}", std::time::Duration::new(secs, nanos as u32))
-                }
+                Value::Object(d) if d.contains_key("secs") => match duration(d) {
+                    Some(duration) => format!("{k}={duration:?}"),
+                    // Not a duration flow wrote: shown as it is stored.
+                    None => format!("{k}={v}"),
+                },
                 other => format!("{k}={other}"),
             })
             .collect::<Vec<_>>()
@@ -765,11 +776,11 @@ async fn show(
         writeln!(out, "{value}")?;
         return Ok(());
     }
-    writeln!(out, "run       {}", run.id)?;
-    writeln!(out, "workflow  {}", run.workflow)?;
+    writeln!(out, "run       {}", printable(&run.id))?;
+    writeln!(out, "workflow  {}", printable(&run.workflow))?;
     writeln!(out, "status    {}", run.status)?;
     if let Some(error) = &error {
-        writeln!(out, "error     {error}")?;
+        writeln!(out, "error     {}", printable(error))?;
     }
     writeln!(out, "events    {}", run.next_seq)?;
     writeln!(out, "created   {}", utc(run.created_ms))?;
@@ -777,7 +788,12 @@ async fn show(
     writeln!(out, "wake      {}", opt_time(run.wake_at_ms))?;
     match (&run.owner, run.lease_until_ms) {
         (Some(owner), Some(until)) => {
-            writeln!(out, "owner     {owner} (lease until {})", utc(until))?;
+            writeln!(
+                out,
+                "owner     {} (lease until {})",
+                printable(owner),
+                utc(until)
+            )?;
         }
         _ => writeln!(out, "owner     -")?,
     }
@@ -888,9 +904,19 @@ async fn send(
         .await?;
     match sent {
         SignalSent::Stored { id: signal } => {
-            writeln!(out, "signal `{name}` stored for run `{id}` (id {signal})")?;
+            writeln!(
+                out,
+                "signal `{}` stored for run `{}` (id {signal})",
+                printable(name),
+                printable(id)
+            )?;
         }
-        SignalSent::Dropped => writeln!(out, "signal `{name}` dropped: no step of `{id}` waits")?,
+        SignalSent::Dropped => writeln!(
+            out,
+            "signal `{}` dropped: no step of `{}` waits",
+            printable(name),
+            printable(id)
+        )?,
     }
     Ok(())
 }

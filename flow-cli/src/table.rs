@@ -1,6 +1,34 @@
-//! Plain-text output: aligned columns, as `kubectl get` prints them, and UTC times.
+//! Plain-text output: aligned columns, as `kubectl get` prints them, and UTC times. Every
+//! value read from a store goes through [`printable`] first: a run id, a step's name or an
+//! error with terminal escapes in it is shown, not obeyed.
 
+use std::borrow::Cow;
 use std::io::{self, Write};
+
+pub(crate) use flowdag_runtime::store::utc;
+
+/// `text` with every control character (C0, DEL, C1) and every bidirectional override shown
+/// as an escape (`\u{1b}`) instead of written: what a store holds may come from anyone, and a
+/// terminal would act on those characters (clear the screen, set the title, recolour or
+/// reorder what follows). A line break is escaped too: one value stays on one line.
+pub(crate) fn printable(text: &str) -> Cow<'_, str> {
+    let hostile =
+        |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    if !text.chars().any(hostile) {
+        return Cow::Borrowed(text);
+    }
+    let mut shown = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => shown.push_str("\\n"),
+            '\t' => shown.push_str("\\t"),
+            '\r' => shown.push_str("\\r"),
+            c if hostile(c) => shown.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => shown.push(c),
+        }
+    }
+    Cow::Owned(shown)
+}
 
 /// Rows of cells under a header, written with each column as wide as its widest cell.
 pub(crate) struct Table<const N: usize> {
@@ -14,10 +42,15 @@ impl<const N: usize> Table<N> {
         }
     }
 
+    /// Adds a row; each cell is made [`printable`].
     pub(crate) fn row(&mut self, cells: [String; N]) {
-        self.rows.push(cells);
+        self.rows.push(cells.map(|cell| match printable(&cell) {
+            Cow::Borrowed(_) => cell,
+            Cow::Owned(shown) => shown,
+        }));
     }
 
+    /// Writes the rows, each column padded to its widest cell (cells of any width).
     pub(crate) fn write(&self, out: &mut dyn Write) -> io::Result<()> {
         let mut widths = [0; N];
         for row in &self.rows {
@@ -28,10 +61,11 @@ impl<const N: usize> Table<N> {
         for row in &self.rows {
             let mut line = String::new();
             for (i, (cell, width)) in row.iter().zip(widths).enumerate() {
-                if i + 1 == N {
-                    line.push_str(cell);
-                } else {
-                    line.push_str(&format!("{cell:<width$}  "));
+                line.push_str(cell);
+                if i + 1 < N {
+                    // Padded by hand: a width in a format string is limited to 65,535.
+                    let pad = width - cell.chars().count() + 2;
+                    line.extend(std::iter::repeat_n(' ', pad));
                 }
             }
             writeln!(out, "{}", line.trim_end())?;
@@ -40,43 +74,43 @@ impl<const N: usize> Table<N> {
     }
 }
 
-/// `ms` since the Unix epoch as a UTC time: `2026-11-24 00:59:27Z`.
-pub(crate) fn utc(ms: u64) -> String {
-    let secs = ms / 1000;
-    let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX);
-    let rem = secs % 86_400;
-    let (year, month, day) = civil(days);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-/// The civil date of a day number (days since 1970-01-01): Howard Hinnant's `civil_from_days`.
-fn civil(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn times_are_utc_dates() {
-        assert_eq!(utc(0), "1970-01-01 00:00:00Z");
-        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00Z");
-        assert_eq!(utc(1_795_481_761_936), "2026-11-24 00:56:01Z");
+    fn cells_of_any_width_are_aligned() {
+        let wide = "x".repeat(70_000);
+        let mut table = Table::new(["ID", "STATUS"]);
+        table.row([wide.clone(), "ok".to_owned()]);
+        table.row(["a".to_owned(), "failed".to_owned()]);
+        let mut out = Vec::new();
+        table.write(&mut out).expect("written");
+        let text = String::from_utf8(out).expect("UTF-8");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[1], format!("{wide}  ok"));
+        assert_eq!(lines[2], format!("a{}failed", " ".repeat(70_001)));
+    }
+
+    #[test]
+    fn control_characters_are_shown_not_written() {
+        assert_eq!(printable("plain id"), "plain id");
+        assert_eq!(
+            printable("\u{1b}]0;owned\u{7}\u{1b}[2J"),
+            "\\u{1b}]0;owned\\u{7}\\u{1b}[2J"
+        );
+        assert_eq!(printable("a\nb\r\tc"), "a\\nb\\r\\tc");
+        assert_eq!(printable("\u{9b}31m"), "\\u{9b}31m", "a C1 CSI");
+        assert_eq!(
+            printable("abc\u{202e}fed"),
+            "abc\\u{202e}fed",
+            "a bidi override"
+        );
+        let mut table = Table::new(["ID"]);
+        table.row(["\u{1b}[31mOK".to_owned()]);
+        let mut out = Vec::new();
+        table.write(&mut out).expect("written");
+        assert!(!out.contains(&0x1b), "{out:?}");
     }
 
     #[test]

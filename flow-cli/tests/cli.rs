@@ -284,6 +284,10 @@ fn every_command_fails(db: &Path, code: i32, message: &str) {
 /// client when `with_signal` is false, and is left out).
 fn commands_fail(db: &Path, code: i32, message: &str, with_signal: bool) {
     let before = std::fs::read(db).ok();
+    let mut lock = db.as_os_str().to_owned();
+    lock.push(".lock");
+    let lock = PathBuf::from(lock);
+    let locked_before = lock.exists();
     let path = db.to_str().expect("utf-8");
     let mut commands = vec![
         vec!["runs", path],
@@ -306,6 +310,11 @@ fn commands_fail(db: &Path, code: i32, message: &str, with_signal: bool) {
         );
     }
     assert_eq!(std::fs::read(db).ok(), before, "the file changed");
+    assert_eq!(
+        lock.exists(),
+        locked_before,
+        "a lock file was left beside it"
+    );
 }
 
 #[test]
@@ -387,18 +396,25 @@ fn a_sqlite_database_of_another_application_is_refused_and_left_as_it_was() {
 }
 
 #[test]
-fn a_store_held_by_another_process_is_refused_naming_the_holder() {
+fn a_store_held_by_another_process_is_read_and_resume_is_refused_naming_the_holder() {
     let db = store("locked");
     // Held open by this process: for the `flow` child, another process holds it.
     let held = SqliteStore::open(&db).expect("opens");
-    // `flow signal` sends as a client while another process owns the store (tests/client.rs).
-    commands_fail(
-        &db,
+    let path = db.to_str().expect("utf-8");
+    // `runs`, `show` and `signal` (tests/client.rs) read it as a client meanwhile.
+    let listed = flow(&["runs", path]);
+    assert!(listed.status.success(), "{}", text(&listed.stderr));
+    assert!(text(&listed.stdout).contains("done"));
+    let shown = flow(&["show", path, "done"]);
+    assert!(shown.status.success(), "{}", text(&shown.stderr));
+    assert!(text(&shown.stdout).contains("succeeded"));
+    // `resume` owns the store: refused, naming the holder.
+    let output = flow(&["resume", path, "done"]);
+    fails(
+        &output,
         4,
         &format!("the store `{}` is locked by `", db.display()),
-        false,
     );
-    let output = flow(&["runs", db.to_str().expect("utf-8")]);
     let stderr = text(&output.stderr);
     assert!(
         stderr.contains(&format!(":{}:", std::process::id())),
@@ -408,11 +424,28 @@ fn a_store_held_by_another_process_is_refused_naming_the_holder() {
         let _serial = serial();
         drop(held);
     }
-    let output = flow(&["runs", db.to_str().expect("utf-8")]);
+    // Free again: `resume` opens it (and, this binary knowing no workflow, says so).
+    let output = flow(&["resume", path, "done"]);
+    let stderr = text(&output.stderr);
+    assert!(!stderr.contains("is locked"), "free again: {stderr}");
     assert!(
-        output.status.success(),
-        "free again: {}",
-        text(&output.stderr)
+        stderr.contains("which this binary does not know"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn an_empty_file_is_refused_left_empty_and_given_no_lock_file() {
+    let db = store("empty");
+    let empty = db.with_file_name("empty.db");
+    std::fs::write(&empty, b"").expect("writes");
+    every_command_fails(&empty, 4, "is not a store of flow");
+    assert_eq!(std::fs::read(&empty).expect("reads").len(), 0);
+    let mut lock = empty.as_os_str().to_owned();
+    lock.push(".lock");
+    assert!(
+        !PathBuf::from(lock).exists(),
+        "a lock file was left beside a refused file"
     );
 }
 
@@ -631,4 +664,79 @@ fn show_prints_the_compensations_in_their_order_and_the_run_error() {
         !stdout.contains("error ") && !stdout.contains("COMPENSATION"),
         "{stdout}"
     );
+}
+
+/// What a store holds may come from anyone: values wider than a format width, escapes that a
+/// terminal would obey, a duration that overflows. The commands show them, never obey them,
+/// never panic.
+#[test]
+fn hostile_stored_values_are_shown_not_obeyed_and_crash_nothing() {
+    let db = store("hostile");
+    let hostile = "\u{1b}]0;owned\u{7}\u{1b}[2J\u{1b}[32mOK\u{9b}0m";
+    {
+        let _serial = serial();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async {
+            let store = SqliteStore::open(&db).expect("opens");
+            let outcome = Order::runner()
+                .durable(&store, hostile)
+                .execute(3)
+                .await
+                .expect("runs");
+            assert!(outcome.result.is_ok());
+        });
+        // A duration no `Duration` holds, in a journaled event of run `stopped`.
+        let conn = rusqlite::Connection::open(&db).expect("sqlite");
+        let changed = conn
+            .execute(
+                "UPDATE events SET data = ?1 WHERE run = 'stopped' AND seq = 1",
+                [br#"{"wait":{"secs":18446744073709551615,"nanos":4000000000}}"#.to_vec()],
+            )
+            .expect("updated");
+        assert_eq!(changed, 1);
+    }
+    let db = db.to_str().expect("utf-8");
+    // A signal payload wider than any format width.
+    let wide = format!("\"{}\"", "w".repeat(70_000));
+    let sent = flow(&["signal", db, "stopped", "approve", &wide]);
+    assert!(sent.status.success(), "{}", text(&sent.stderr));
+
+    let shown = flow(&["show", db, "stopped"]);
+    assert!(shown.status.success(), "{}", text(&shown.stderr));
+    let out = text(&shown.stdout);
+    assert!(
+        out.contains(&"w".repeat(70_000)),
+        "the payload is shown whole"
+    );
+    assert!(
+        out.contains(r#"wait={"nanos":4000000000,"secs":18446744073709551615}"#),
+        "the impossible duration is shown as stored: {}",
+        &out[..out.len().min(2_000)]
+    );
+
+    let listed = flow(&["runs", db]);
+    assert!(listed.status.success(), "{}", text(&listed.stderr));
+    let shown_hostile = flow(&["show", db, hostile]);
+    assert!(
+        shown_hostile.status.success(),
+        "{}",
+        text(&shown_hostile.stderr)
+    );
+    for output in [&listed, &shown_hostile] {
+        assert!(
+            !output.stdout.contains(&0x1b) && !output.stdout.contains(&0x07),
+            "a control character reached the terminal"
+        );
+        assert!(
+            text(&output.stdout).contains(r"\u{1b}]0;owned\u{7}\u{1b}[2J\u{1b}[32mOK\u{9b}0m"),
+            "{}",
+            text(&output.stdout)
+        );
+    }
+    // An error that names the run shows it escaped too.
+    let refused = flow(&["signal", db, hostile, "approve", "{"]);
+    assert!(!refused.stderr.contains(&0x1b), "{}", text(&refused.stderr));
 }

@@ -68,8 +68,18 @@ async fn signal_is_sent_while_another_process_owns_the_store() {
     assert_eq!(output.status.code(), Some(5), "{}", text(&output.stderr));
     assert_eq!(owner.signals("waiting", 0).await.expect("reads").len(), 1);
 
-    // The other commands still need the store's lock.
+    // `runs` and `show` read it as a client too, and see the signal; `resume` needs the
+    // store's lock.
     let output = flow(&["runs", db]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(text(&output.stdout).contains("waiting"));
+    let output = flow(&["show", db, "waiting", "--json"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(text(&output.stdout).contains(r#""by":"ann""#));
+    let output = flow(&["resume", db, "waiting"]);
     assert_eq!(output.status.code(), Some(4), "{}", text(&output.stderr));
     assert!(text(&output.stderr).contains("is locked by"));
+    // Reading froze nothing of the owner's: its lease still holds.
+    let runs = owner.list_runs(&Default::default()).await.expect("lists");
+    assert!(runs[0].owner.is_some(), "{runs:?}");
 }

@@ -558,12 +558,13 @@ pub(crate) async fn list_runs(tx: &mut Tx<'_>, filter: &RunFilter) -> R<Vec<RunS
         lease_until, wake_at, created_ms, updated_ms FROM runs
         WHERE ($1::text IS NULL OR workflow = $1)
           AND (cardinality($2::text[]) = 0 OR status = ANY($2))
+          AND ($4::text IS NULL OR id = $4)
         ORDER BY created_ms, id LIMIT $3";
     let statuses: Vec<&str> = filter.statuses.iter().map(|s| s.as_str()).collect();
     let limit: Option<i64> = filter.limit.map(i64::from);
-    let rows = tx
-        .query("listing runs", SQL, &[&filter.workflow, &statuses, &limit])
-        .await?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+        [&filter.workflow, &statuses, &limit, &filter.id];
+    let rows = tx.query("listing runs", SQL, &params).await?;
     rows.iter().map(summary).collect()
 }
 

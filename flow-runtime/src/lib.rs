@@ -15,7 +15,8 @@
 // `tests/layers.rs` holds the same table and fails on an import against it.
 //
 //   status, policy, slot, wake, path,   plain data: statuses, policies, output cells, wakers,
-//   compensation                        paths in nested graphs, compensation records
+//   compensation, exclusion, attempt    paths in nested graphs, compensation records, a run
+//                                       tree's exclusion groups, the attempt being polled
 //   error, graph, events, scope         errors, the static graph, events, operation defaults
 //   panic, signal, run_state, progress  timers and panics; mailboxes; what a test reads; a bar
 //   report                              the report (with `report/summary.rs`: a `Report` holds
@@ -36,6 +37,8 @@
 // A run is recursive (a nest node's driver runs nested `execute`s, whose nodes may be nest
 // nodes), but through the `Workflow` trait and the closures generated code hands over, not
 // through imports: `nest` and `drivers` sit above the scheduler they call back into.
+#[cfg(feature = "durable")]
+mod attempt;
 mod compensation;
 mod delay;
 mod drivers;
@@ -43,6 +46,7 @@ mod drivers;
 pub mod durable;
 mod error;
 mod events;
+mod exclusion;
 mod graph;
 mod nest;
 mod nest_ctx;

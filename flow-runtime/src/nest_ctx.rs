@@ -94,7 +94,7 @@ pub struct NestCtx {
     /// The scheduler lists the instances reuse.
     pub(crate) pool: Arc<Pool>,
     /// The exclusion groups of the run tree, which the instances' sections hold too.
-    pub(crate) groups: Option<crate::scheduler::Groups>,
+    pub(crate) groups: Option<crate::exclusion::Groups>,
 }
 
 impl NestCtx {

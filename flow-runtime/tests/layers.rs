@@ -10,8 +10,18 @@ use std::path::{Path, PathBuf};
 /// The layers, lowest first. A module imports only modules of the layers before its own.
 const LAYERS: &[&[&str]] = &[
     // Plain data: statuses, policies, output cells, wakers, paths in nested graphs, the
-    // records of compensations.
-    &["status", "policy", "slot", "wake", "path", "compensation"],
+    // records of compensations, a run tree's exclusion groups, the attempt being polled (its
+    // idempotency key).
+    &[
+        "status",
+        "policy",
+        "slot",
+        "wake",
+        "path",
+        "compensation",
+        "exclusion",
+        "attempt",
+    ],
     // Errors, the static graph, events (and the sink of nested events), `#[operation]` defaults.
     &["error", "graph", "events", "scope"],
     // Caught panics and timers, signals and mailboxes, what a decision's test reads, progress.

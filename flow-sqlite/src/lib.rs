@@ -163,8 +163,25 @@ impl SqliteStore {
         options: SqliteOptions,
     ) -> Result<SqliteStore, StoreError> {
         let path = path.as_ref().to_owned();
-        let lock = lock(&path)?;
-        let conn = schema::open(&path, &options, true)?;
+        let (lock, made) = lock(&path)?;
+        let conn = match schema::open(&path, &options, true) {
+            Ok(conn) => conn,
+            Err(error) => {
+                // A file refused for what it holds (not a store of flow, damaged, of a newer
+                // flow) gets no lock file left beside it by this look. Removed while held: a
+                // process that opens it meanwhile is refused the same way.
+                let refused = matches!(
+                    error,
+                    StoreError::Foreign { .. }
+                        | StoreError::Corrupt { .. }
+                        | StoreError::SchemaVersion { .. }
+                );
+                if made && refused {
+                    let _ = std::fs::remove_file(lock_path(&path));
+                }
+                return Err(error);
+            }
+        };
         // The file lock is ours: no other store of this file is alive, in this process or in
         // another, so every lease in the file was left by a store that closed or died. Freeing
         // them lets a restarted process resume its runs at once instead of after the leases
@@ -318,11 +335,19 @@ impl SqliteStore {
 }
 
 /// Takes the advisory lock of the store at `path`, and writes who holds it.
-fn lock(path: &Path) -> Result<File, StoreError> {
+/// The lock file of the store in `path`: `<file>.lock`.
+fn lock_path(path: &Path) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(".lock");
-    let lock_path = PathBuf::from(name);
+    PathBuf::from(name)
+}
+
+/// Takes the advisory lock of the store in `path`, and writes this process's name in its
+/// file; also whether the lock file was made now.
+fn lock(path: &Path) -> Result<(File, bool), StoreError> {
+    let lock_path = lock_path(path);
     let io = |e: std::io::Error| StoreError::io(format!("locking `{}`", path.display()), e);
+    let made = !lock_path.exists();
     let mut file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -333,8 +358,18 @@ fn lock(path: &Path) -> Result<File, StoreError> {
     match file.try_lock() {
         Ok(()) => {}
         Err(TryLockError::WouldBlock) => {
+            // The holder writes its name just after it takes the lock: a look in between
+            // finds the file empty, so look again a few times (50 ms at most).
             let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
+            for _ in 0..10 {
+                holder.clear();
+                let _ = file.rewind();
+                let _ = file.read_to_string(&mut holder);
+                if !holder.trim().is_empty() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
             let holder = holder.trim();
             return Err(StoreError::Locked {
                 path: path.to_owned(),
@@ -347,7 +382,7 @@ fn lock(path: &Path) -> Result<File, StoreError> {
     file.rewind().map_err(io)?;
     writeln!(file, "{}", Owner::process()).map_err(io)?;
     file.flush().map_err(io)?;
-    Ok(file)
+    Ok((file, made))
 }
 
 impl Drop for Inner {

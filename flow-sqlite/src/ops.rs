@@ -501,7 +501,8 @@ fn timer_key(db: &Db<'_>, node: i64, instance: String, kind: &str) -> Result<Tim
 }
 
 pub(crate) fn list_runs(db: &Db<'_>, filter: &RunFilter) -> Result<Vec<RunSummary>, StoreError> {
-    let mut sql = format!("{SUMMARY} WHERE (?1 IS NULL OR workflow = ?1)");
+    let mut sql =
+        format!("{SUMMARY} WHERE (?1 IS NULL OR workflow = ?1) AND (?3 IS NULL OR id = ?3)");
     if !filter.statuses.is_empty() {
         let names: Vec<String> = filter
             .statuses
@@ -516,7 +517,7 @@ pub(crate) fn list_runs(db: &Db<'_>, filter: &RunFilter) -> Result<Vec<RunSummar
         .conn
         .prepare_cached(&sql)
         .and_then(|mut stmt| {
-            stmt.query_map(params![filter.workflow, limit], summary_row)?
+            stmt.query_map(params![filter.workflow, limit, filter.id], summary_row)?
                 .collect::<rusqlite::Result<Vec<_>>>()
         })
         .map_err(db.err("listing the runs of"))?;

@@ -774,12 +774,31 @@ pub async fn list_and_filter(store: &dyn Store) {
     let done = RunFilter {
         workflow: Some("Checkout".into()),
         statuses: vec![RunStatus::Succeeded],
-        limit: None,
+        ..RunFilter::default()
     };
     assert_eq!(
         ids(done).await,
         Ok(vec!["r1".into()]),
         "list_and_filter: workflow and status"
+    );
+    let by_id = RunFilter {
+        id: Some("r2".into()),
+        ..RunFilter::default()
+    };
+    assert_eq!(
+        ids(by_id).await,
+        Ok(vec!["r2".into()]),
+        "list_and_filter: by id"
+    );
+    let by_id_and_status = RunFilter {
+        id: Some("r2".into()),
+        statuses: vec![RunStatus::Succeeded],
+        ..RunFilter::default()
+    };
+    assert_eq!(
+        ids(by_id_and_status).await,
+        Ok(vec![]),
+        "list_and_filter: by id, in another status"
     );
     let one = RunFilter {
         limit: Some(1),

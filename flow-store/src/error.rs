@@ -157,7 +157,8 @@ impl fmt::Display for StoreError {
                 until_ms,
             } => write!(
                 f,
-                "run `{run}` is held by `{owner}` (lease until {until_ms} ms since the epoch)"
+                "run `{run}` is held by `{owner}` (its lease runs until {})",
+                utc(*until_ms)
             ),
             StoreError::LeaseLost {
                 run,
@@ -321,6 +322,34 @@ impl PartialEq for StoreError {
     }
 }
 
+/// `ms` since the Unix epoch as a UTC time: `2026-11-24 00:59:27Z`.
+pub fn utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX);
+    let rem = secs % 86_400;
+    let (year, month, day) = civil(days);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// The civil date of a day number (days since 1970-01-01): Howard Hinnant's `civil_from_days`.
+fn civil(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -334,7 +363,7 @@ mod tests {
         };
         assert_eq!(
             busy.to_string(),
-            "run `order-42` is held by `host:7:ab` (lease until 5 ms since the epoch)"
+            "run `order-42` is held by `host:7:ab` (its lease runs until 1970-01-01 00:00:00Z)"
         );
         assert!(busy.is_retryable());
         let io = StoreError::io(
@@ -350,6 +379,14 @@ mod tests {
             holder: Some("h:1".into()),
         };
         assert_eq!(locked.to_string(), "the store `a.db` is locked by `h:1`");
+    }
+
+    #[test]
+    fn times_are_utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00Z");
+        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00Z");
+        assert_eq!(utc(1_795_481_761_936), "2026-11-24 00:56:01Z");
+        assert_eq!(utc(u64::MAX), "584556019-04-03 14:25:51Z");
     }
 
     #[test]

@@ -118,7 +118,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-pub use error::StoreError;
+pub use error::{StoreError, utc};
 pub use event::{StepKind, StoredEvent, StoredPath, StoredStep};
 pub use memory::MemoryStore;
 pub use task::{TaskChange, TaskClaim, TaskCommitted, TaskInputs, TaskOutcome, TaskResult};
@@ -235,13 +235,12 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreFuture<'a, Vec<RunSummary>> {
         Box::pin(async move {
             let filter = RunFilter {
-                workflow: None,
                 statuses: vec![
                     RunStatus::Running,
                     RunStatus::Waiting,
                     RunStatus::Compensating,
                 ],
-                limit: None,
+                ..RunFilter::default()
             };
             let now = now_ms();
             let runs = self.list_runs(&filter).await?;
@@ -672,6 +671,8 @@ impl RunSummary {
 /// Which runs [`Store::list_runs`] answers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunFilter {
+    /// Only the run with this id: one run looked up, without listing the others.
+    pub id: Option<String>,
     /// Only runs of this workflow.
     pub workflow: Option<String>,
     /// Only runs in one of these statuses; empty: any.
@@ -683,7 +684,8 @@ pub struct RunFilter {
 impl RunFilter {
     /// Whether `run` passes the filter (`limit` aside).
     pub fn matches(&self, run: &RunSummary) -> bool {
-        self.workflow.as_ref().is_none_or(|w| *w == run.workflow)
+        self.id.as_ref().is_none_or(|id| *id == run.id)
+            && self.workflow.as_ref().is_none_or(|w| *w == run.workflow)
             && (self.statuses.is_empty() || self.statuses.contains(&run.status))
     }
 }

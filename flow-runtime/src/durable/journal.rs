@@ -36,9 +36,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use crate::durable::{
-    AttemptCtx, AttemptScope, DurableError, JournalSetup, attempt_ctx, with_attempt,
-};
+use crate::durable::{AttemptCtx, DurableError, JournalSetup, attempt_ctx, with_attempt};
 use crate::error::NodeError;
 use crate::events::{Event, EventKind};
 use crate::graph::{Graph, NodeKind};
@@ -46,7 +44,7 @@ use crate::nodes::Idle;
 use crate::panic::{panic_message, timer};
 use crate::policy::CancelReason;
 use crate::report::HookEnd;
-use crate::scheduler::{Before, Hook, HookFuture, Run, RunEnd, Scope, Steps};
+use crate::scheduler::{AttemptScope, Before, Hook, HookFuture, Run, RunEnd, Scope, Steps};
 use crate::status::NodeStatus;
 use crate::store::{
     Batch, Committed, RunEnd as StoredEnd, RunStatus, StoreFuture, StoredEvent, StoredOutput,
@@ -914,7 +912,7 @@ fn poll_journaled(
     }
     let signal = run.graph().nodes[node as usize].kind == NodeKind::Signal;
     if signal {
-        ctx.signal = Some(inbox::signal_ctx(run, node));
+        ctx.signal = Some(Box::new(inbox::signal_ctx(run, node)));
     }
     let (polled, mut ctx) = with_attempt(ctx, || run.poll_attempt(node, cx));
     if signal {

@@ -109,7 +109,11 @@ impl<T: 'static> Future for DurableSignal<'_, T> {
             if let Some(bytes) = ctx.restore.take() {
                 return Given::Restore(bytes);
             }
-            match ctx.signal.as_mut() {
+            match ctx
+                .signal
+                .as_mut()
+                .and_then(|s| s.downcast_mut::<SignalCtx>())
+            {
                 Some(signal) => Given::Delivery(signal.delivery.take()),
                 None => Given::Nothing,
             }
@@ -179,7 +183,11 @@ impl<T: 'static> DurableSignal<'_, T> {
                 if let Some(bytes) = bytes {
                     ctx.captured = Some((std::any::type_name::<T>(), bytes));
                 }
-                if let Some(signal) = ctx.signal.as_mut() {
+                if let Some(signal) = ctx
+                    .signal
+                    .as_mut()
+                    .and_then(|s| s.downcast_mut::<SignalCtx>())
+                {
                     signal.taken = Some(Taken::Consumed(id));
                 }
             }
@@ -194,7 +202,12 @@ impl<T: 'static> DurableSignal<'_, T> {
 /// Tells the scheduler something through the attempt's signal context.
 fn tell(f: impl FnOnce(&mut SignalCtx)) {
     CURRENT.with(|c| {
-        if let Some(signal) = c.borrow_mut().as_mut().and_then(|ctx| ctx.signal.as_mut()) {
+        let mut current = c.borrow_mut();
+        let signal = current
+            .as_mut()
+            .and_then(|ctx| ctx.signal.as_mut())
+            .and_then(|s| s.downcast_mut::<SignalCtx>());
+        if let Some(signal) = signal {
             f(signal);
         }
     });

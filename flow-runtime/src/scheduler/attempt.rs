@@ -588,7 +588,7 @@ impl Scheduler {
         if let Some(keys) = self.keys.as_deref() {
             let name = self.graph.nodes[node as usize].name;
             let ctx = keys.ctx(name, self.nodes[node as usize].attempt);
-            return crate::durable::with_attempt(ctx, poll).0;
+            return crate::attempt::with_attempt(ctx, poll).0;
         }
         poll()
     }

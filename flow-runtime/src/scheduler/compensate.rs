@@ -185,7 +185,7 @@ async fn run_attempt<N: Nodes>(
         let scope = scheduler.keys.as_deref().map(|keys| {
             let mut ctx = keys.ctx(name, attempt);
             ctx.attempt.set_compensation();
-            Box::new(crate::durable::AttemptScope(Some(ctx))) as Box<dyn Scope>
+            Box::new(AttemptScope(Some(ctx))) as Box<dyn Scope>
         });
         #[cfg(not(feature = "durable"))]
         let scope = None;
@@ -195,6 +195,24 @@ async fn run_attempt<N: Nodes>(
         Before::Stop => None,
         Before::Ended(end) => Some(end.map_err(|text| NodeError::Failed(text.into()))),
         Before::Run(scope) => tended(hook, attempt_once(table, leaf, timeout, scope)).await,
+    }
+}
+
+/// Polls what it is given inside an attempt's context (its idempotency key set): a durable
+/// run's compensations, for its journal, and those of a plain run inside a durable step.
+#[cfg(feature = "durable")]
+pub(crate) struct AttemptScope(pub(crate) Option<crate::attempt::AttemptCtx>);
+
+#[cfg(feature = "durable")]
+impl Scope for AttemptScope {
+    fn within(&mut self, f: &mut dyn FnMut()) {
+        match self.0.take() {
+            Some(ctx) => {
+                let ((), ctx) = crate::attempt::with_attempt(ctx, f);
+                self.0 = Some(ctx);
+            }
+            None => f(),
+        }
     }
 }
 

@@ -13,7 +13,6 @@
 
 mod attempt;
 mod compensate;
-mod exclusion;
 mod gate;
 mod hook;
 mod rules;
@@ -30,6 +29,7 @@ use tokio::time::Sleep;
 
 use crate::events::EventSink;
 use crate::events::{Event, EventKind, EventLog, Observer, RunId};
+use crate::exclusion::{Groups, Seat};
 use crate::graph::{Graph, NestInfo, NodeKind, Plan};
 use crate::nest_ctx::{NestCtx, NestShared, Pool};
 use crate::nodes::{Leaves, Nodes, Table};
@@ -43,7 +43,8 @@ use crate::status::NodeStatus;
 use crate::verdict::{Extras, Finished, Verdict, attempts_of};
 use crate::wake::WakeSet;
 
-pub(crate) use exclusion::Groups;
+#[cfg(feature = "durable")]
+pub(crate) use compensate::AttemptScope;
 #[cfg_attr(not(feature = "durable"), allow(unused_imports))]
 pub(crate) use hook::{Before, Hook, HookFuture, Run, RunEnd, Scope, Steps};
 pub use setup::{RunSetup, with_mailbox};
@@ -328,7 +329,7 @@ struct Scheduler {
     section_freed: bool,
     /// Critical sections in a run tree with nests: the run's place in the tree's exclusion
     /// groups (`exclusion.rs`), where its sections hold their groups by name too.
-    seat: Option<Box<exclusion::Seat>>,
+    seat: Option<Box<Seat>>,
     /// Starting an attempt is making its future and nothing else: no step has a policy, no
     /// `#[operation]`'s defaults were heard, nobody records events and no subscriber can want
     /// a span. Cleared when an operation is heard.
@@ -342,7 +343,7 @@ struct Scheduler {
     /// A plain run made inside a durable step's attempt: the keys its steps' attempts get
     /// (`durable::KeyScope`); every node is then polled the long way, inside its context.
     #[cfg(feature = "durable")]
-    keys: Option<Box<crate::durable::KeyScope>>,
+    keys: Option<Box<crate::attempt::KeyScope>>,
 }
 
 impl Scheduler {
@@ -359,7 +360,7 @@ impl Scheduler {
         let keys = match (&hook, setup.instance) {
             (Some(_), _) => None,
             (None, true) => setup.keys.clone().map(Box::new),
-            (None, false) => crate::durable::KeyScope::inside_attempt().map(Box::new),
+            (None, false) => crate::attempt::KeyScope::inside_attempt().map(Box::new),
         };
         let options = &setup.options;
         let plan = &graph.plan;
@@ -488,7 +489,7 @@ impl Scheduler {
         if !plan.control.sections.is_empty()
             && let Some(groups) = &groups
         {
-            scheduler.seat = Some(exclusion::Seat::new(groups));
+            scheduler.seat = Some(Seat::new(groups));
         }
         if !plan.control.nests.is_empty() {
             scheduler.nest_home = Some(Box::new(NestHome {
@@ -714,7 +715,7 @@ impl Scheduler {
             if let Some(keys) = keys {
                 let name = graph.nodes[node as usize].name;
                 let ctx = keys.ctx(name, nodes[node as usize].attempt);
-                let (polled, _) = crate::durable::with_attempt(ctx, poll);
+                let (polled, _) = crate::attempt::with_attempt(ctx, poll);
                 return polled.is_ok_and(|poll| poll.is_pending());
             }
             let _ = (graph, nodes);

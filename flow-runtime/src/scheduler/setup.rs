@@ -9,8 +9,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::{Groups, Hook};
+use super::Hook;
 use crate::events::EventSink;
+use crate::exclusion::Groups;
 use crate::graph::Graph;
 use crate::nest_ctx::{NestCtx, Pool};
 use crate::options::RunOptions;
@@ -43,7 +44,7 @@ pub struct RunSetup {
     pub(crate) groups: Option<Groups>,
     /// A nest instance inside a durable step: the keys of its steps (`durable::KeyScope`).
     #[cfg(feature = "durable")]
-    pub(crate) keys: Option<crate::durable::KeyScope>,
+    pub(crate) keys: Option<crate::attempt::KeyScope>,
 }
 
 impl RunSetup {
@@ -96,7 +97,7 @@ impl NestCtx {
     pub fn instance(&self, index: u64) -> RunSetup {
         let path = self.start(index);
         #[cfg(feature = "durable")]
-        let keys = crate::durable::KeyScope::instance(&crate::path::PathStep {
+        let keys = crate::attempt::KeyScope::instance(&crate::path::PathStep {
             node: self.node,
             kind: self.kind,
             index,

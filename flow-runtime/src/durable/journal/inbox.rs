@@ -193,7 +193,11 @@ pub(super) fn signal_ctx(run: &mut Run<'_, '_>, node: u32) -> SignalCtx {
 /// What `Signal` step `node` did in its poll: took its signal (consumed with its
 /// completion), refused it (`SignalRejected`, consumed; it waits for the next), or waits.
 pub(super) fn signal_polled(run: &mut Run<'_, '_>, node: u32, ctx: &mut AttemptCtx) {
-    let Some(signal) = ctx.signal.take() else {
+    let Some(signal) = ctx
+        .signal
+        .take()
+        .and_then(|s| s.downcast::<SignalCtx>().ok())
+    else {
         return;
     };
     let rejected = {

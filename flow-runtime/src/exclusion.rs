@@ -72,7 +72,7 @@ pub(crate) struct Groups {
 impl Groups {
     /// The groups an instance of a nest node of the run at `seat` is handed: these, and the
     /// sections of that run the node is in.
-    pub(super) fn within(&self, seat: Option<&Seat>, sections: &[u32]) -> Groups {
+    pub(crate) fn within(&self, seat: Option<&Seat>, sections: &[u32]) -> Groups {
         let Some(seat) = seat.filter(|_| !sections.is_empty()) else {
             return self.clone();
         };
@@ -92,7 +92,7 @@ static SEATS: AtomicU64 = AtomicU64::new(1);
 
 /// One scheduler's place in its tree's [`Exclusion`]. Dropping it (the run ended, or was
 /// dropped with a section running) releases what it held.
-pub(super) struct Seat {
+pub(crate) struct Seat {
     exclusion: Arc<Exclusion>,
     /// The sections around the nest this run is an instance of.
     inherited: Arc<[Holder]>,
@@ -103,7 +103,7 @@ pub(super) struct Seat {
 }
 
 impl Seat {
-    pub(super) fn new(groups: &Groups) -> Box<Seat> {
+    pub(crate) fn new(groups: &Groups) -> Box<Seat> {
         Box::new(Seat {
             exclusion: Arc::clone(&groups.exclusion),
             inherited: Arc::clone(&groups.inherited),
@@ -114,7 +114,7 @@ impl Seat {
 
     /// Whether `group` is free for `section` of this run: held by nobody, by it, or by a
     /// section around the nest this run belongs to.
-    pub(super) fn free(&self, group: &'static str, section: u32) -> bool {
+    pub(crate) fn free(&self, group: &'static str, section: u32) -> bool {
         let state = self.exclusion.state();
         let me = Holder {
             seat: self.id,
@@ -132,7 +132,7 @@ impl Seat {
     }
 
     /// `section` of this run takes `group` (once [`Seat::free`] said it may).
-    pub(super) fn hold(&self, group: &'static str, section: u32) {
+    pub(crate) fn hold(&self, group: &'static str, section: u32) {
         let me = Holder {
             seat: self.id,
             section,
@@ -144,7 +144,7 @@ impl Seat {
     }
 
     /// `section` of this run gives `group` back, and the runs waiting for a group are woken.
-    pub(super) fn release(&self, group: &'static str, section: u32) {
+    pub(crate) fn release(&self, group: &'static str, section: u32) {
         let me = Holder {
             seat: self.id,
             section,
@@ -161,7 +161,7 @@ impl Seat {
 
     /// Before the run waits: if a section found its group held by another run, the run is
     /// woken at the next release (at once if there was one since).
-    pub(super) fn wait(&self, waker: &Waker) {
+    pub(crate) fn wait(&self, waker: &Waker) {
         let Some(seen) = self.blocked.take() else {
             return;
         };

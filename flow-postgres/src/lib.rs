@@ -87,10 +87,16 @@
 //!   that waits longer than the request timeout for a free connection of the store's own
 //!   pool is `Unreachable` too (nothing was sent): a pool too small for the load shows as an
 //!   error a worker retries, never as a caller that waits forever.
+//! - A mistake of configuration is [`StoreError::Invalid`] from [`PostgresStore::connect_with`]
+//!   itself, before any connection: a malformed URL, an empty schema name, one with a NUL
+//!   character or longer than PostgreSQL's 63 bytes, `sslmode=require` (this crate connects
+//!   without TLS). None of them is retried.
 //! - A server that answers but refuses the connection (a wrong password, no such database) is
-//!   [`StoreError::Io`] "connecting to `host:port/dbname`": a person must fix it.
-//! - Every other database error is [`StoreError::Io`] naming what was being done and the run
-//!   (``committing a batch of run `order-42`: writing events in `db:5432/flow` ``).
+//!   [`StoreError::Io`] "connecting to `host:port/dbname`" with the server's reason in its
+//!   message (`database "shop" does not exist`): a person must fix it; workers stop on it.
+//! - Every other database error is [`StoreError::Io`] naming what was being done and the run,
+//!   and the server's reason (``committing a batch of run `order-42`: writing events in
+//!   `db:5432/flow`: db error: ERROR: …``).
 //! - A transaction that PostgreSQL aborts for a serialization failure or a deadlock (SQLSTATE
 //!   `40001`, `40P01`) is run again, up to five times.
 //! - Each method is one transaction: a refused request writes nothing.
@@ -248,6 +254,26 @@ impl PostgresStore {
                 why: "the PostgreSQL schema of a store must have a name".to_owned(),
             });
         }
+        // Mistakes of configuration are refused here, at once: met when connecting, they would
+        // look like a server that cannot be reached, and a worker would try again for ever.
+        if options.schema.contains('\0') {
+            return Err(StoreError::Invalid {
+                why: "the PostgreSQL schema's name holds a NUL character".to_owned(),
+            });
+        }
+        if options.schema.len() > 63 {
+            return Err(StoreError::Invalid {
+                why: format!(
+                    "the PostgreSQL schema's name is {} bytes long: PostgreSQL keeps 63 of an identifier, and two names that begin alike would be one schema",
+                    options.schema.len()
+                ),
+            });
+        }
+        if config.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
+            return Err(StoreError::Invalid {
+                why: "the connection string asks for TLS (`sslmode=require`), which this build of flowdag-postgres does not speak: connect over a local network or a TLS tunnel, with `sslmode=disable` or `prefer`".to_owned(),
+            });
+        }
         let listener = Listener::new(config.clone(), &options.schema);
         let pool = Pool::new(
             config,
@@ -345,7 +371,7 @@ impl PostgresStore {
             }
             Fail::Db(step, error) => Some(StoreError::io(
                 format!("{doing}: {step} in `{}`", self.inner.pool.at),
-                error,
+                std::io::Error::other(describe(&error)),
             )),
         }
     }

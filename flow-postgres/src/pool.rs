@@ -154,7 +154,12 @@ impl Pool {
     /// (a wrong password, no such database): that needs a person, not a retry.
     fn connect_error(&self, error: tokio_postgres::Error) -> StoreError {
         if error.as_db_error().is_some() && !is_connection_error(&error) {
-            StoreError::io(format!("connecting to `{}`", self.at), error)
+            // The server's reason (a wrong password, no such database) in the message itself:
+            // tokio-postgres shows only "db error" and keeps it in the source.
+            StoreError::io(
+                format!("connecting to `{}`", self.at),
+                std::io::Error::other(describe(&error)),
+            )
         } else {
             StoreError::Unreachable {
                 at: self.at.clone(),

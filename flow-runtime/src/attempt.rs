@@ -10,7 +10,7 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::sync::Arc;
 
-/// The attempt a node of a durable run is making: read it with [`attempt`] to make the
+/// The attempt a node of a durable run is making: read it with `flowdag::attempt()` to make the
 /// operation's side effect idempotent.
 ///
 /// A plain workflow run inside a durable step (`Operation(ship_all(..))` whose code awaits

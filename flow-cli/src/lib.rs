@@ -516,7 +516,7 @@ async fn find(store: &dyn Store, path: &Path, id: &str) -> Result<RunSummary, Cl
         .list_runs(&one)
         .await?
         .into_iter()
-        .find(|run| run.id == id)
+        .next()
         .ok_or_else(|| CliError::RunNotFound {
             run: id.to_owned(),
             path: path.to_owned(),

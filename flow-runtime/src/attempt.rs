@@ -121,18 +121,7 @@ pub(crate) fn with_attempt<R>(ctx: AttemptCtx, poll: impl FnOnce() -> R) -> (R, 
 #[cold]
 fn unreachable_ctx() -> AttemptCtx {
     // Only a node that replaced the context itself could remove it; give an empty one back.
-    AttemptCtx {
-        attempt: Attempt {
-            run: Arc::from(""),
-            node: "",
-            attempt: 0,
-            compensation: false,
-            scope: None,
-        },
-        restore: None,
-        captured: None,
-        signal: None,
-    }
+    attempt_ctx(&Arc::from(""), "", 0)
 }
 
 /// The keys of a plain run's steps when the run is made inside a durable step's attempt (see

@@ -579,7 +579,7 @@ impl Scheduler {
     }
 
     /// Polls `node`'s future, a panic caught; in a plain run inside a durable step, with the
-    /// step's own key set ([`crate::durable::Attempt`]).
+    /// step's own key set (`attempt::KeyScope`).
     #[inline]
     fn poll_leaf(&self, leaves: &mut Leaves<'_>, node: u32, cx: &mut Context<'_>) -> PollResult {
         let mut poll =

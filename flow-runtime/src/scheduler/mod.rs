@@ -341,7 +341,7 @@ struct Scheduler {
     /// plain run.
     hook: Option<Box<dyn Hook>>,
     /// A plain run made inside a durable step's attempt: the keys its steps' attempts get
-    /// (`durable::KeyScope`); every node is then polled the long way, inside its context.
+    /// (`attempt::KeyScope`); every node is then polled the long way, inside its context.
     #[cfg(feature = "durable")]
     keys: Option<Box<crate::attempt::KeyScope>>,
 }

@@ -42,7 +42,7 @@ pub struct RunSetup {
     pub(crate) hook: Option<Box<dyn Hook>>,
     /// A nest instance: the exclusion groups of its run tree (`exclusion.rs`).
     pub(crate) groups: Option<Groups>,
-    /// A nest instance inside a durable step: the keys of its steps (`durable::KeyScope`).
+    /// A nest instance inside a durable step: the keys of its steps (`attempt::KeyScope`).
     #[cfg(feature = "durable")]
     pub(crate) keys: Option<crate::attempt::KeyScope>,
 }

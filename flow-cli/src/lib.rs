@@ -574,6 +574,8 @@ fn run_json(run: &RunSummary) -> Value {
 /// One step of a run as its journal shows it.
 struct Step {
     name: String,
+    /// A step of a nest instance: its failure is the instance's, not the run's.
+    nested: bool,
     status: &'static str,
     attempts: u32,
     error: Option<String>,
@@ -601,18 +603,31 @@ fn entry<T>(
     list.len() - 1
 }
 
-/// The steps' statuses, projected from the journal, in the order they first appear.
+/// The name a step's event is shown under: the step's name, after its nest instance's path
+/// for a step of an instance (`shipped[3]/parcel`); `None` for a run-level event.
+fn step_name(event: &StoredEvent) -> Option<String> {
+    let name = event.node_name.as_ref()?;
+    Some(match &event.path {
+        Some(path) => format!("{path}/{name}"),
+        None => name.clone(),
+    })
+}
+
+/// The steps' statuses, projected from the journal, in the order they first appear (the
+/// steps of nest instances under their path).
 fn steps(events: &[StoredEvent]) -> Vec<Step> {
     let mut steps: Vec<Step> = Vec::new();
     let mut index = HashMap::new();
     for event in events {
-        let Some(name) = &event.node_name else {
+        let Some(name) = step_name(event) else {
             continue;
         };
         if is_compensation(&event.kind) {
             continue;
         }
-        let i = entry(&mut steps, &mut index, name, || Step {
+        let nested = event.path.is_some();
+        let i = entry(&mut steps, &mut index, &name, || Step {
+            nested,
             name: name.clone(),
             status: "requested",
             attempts: 0,
@@ -657,10 +672,10 @@ fn compensations(events: &[StoredEvent]) -> Vec<Undo> {
     let mut undo: Vec<Undo> = Vec::new();
     let mut index = HashMap::new();
     for event in events.iter().filter(|e| is_compensation(&e.kind)) {
-        let Some(name) = &event.node_name else {
+        let Some(name) = step_name(event) else {
             continue;
         };
-        let i = entry(&mut undo, &mut index, name, || Undo {
+        let i = entry(&mut undo, &mut index, &name, || Undo {
             step: name.clone(),
             status: "running",
             attempts: 0,
@@ -687,7 +702,7 @@ fn compensations(events: &[StoredEvent]) -> Vec<Undo> {
 fn run_error(steps: &[Step], undo: &[Undo]) -> Option<String> {
     let mut why: Vec<String> = steps
         .iter()
-        .filter(|s| matches!(s.status, "failed" | "timed out"))
+        .filter(|s| !s.nested && matches!(s.status, "failed" | "timed out"))
         .map(|s| match &s.error {
             Some(error) => format!("step `{}` failed: {error}", s.name),
             None => format!("step `{}` {}", s.name, s.status),
@@ -768,7 +783,8 @@ async fn show(
                 "step": u.step, "status": u.status, "attempts": u.attempts, "error": u.error,
             })).collect::<Vec<_>>(),
             "events": events.iter().map(|e| json!({
-                "seq": e.seq, "at_us": e.at_us, "node": e.node_name, "attempt": e.attempt,
+                "seq": e.seq, "at_us": e.at_us, "node": e.node_name,
+                "path": e.path.as_ref().map(ToString::to_string), "attempt": e.attempt,
                 "kind": e.kind, "data": data(e),
             })).collect::<Vec<_>>(),
             "signals": signals.iter().map(signal_json).collect::<Vec<_>>(),
@@ -827,7 +843,10 @@ async fn show(
         table.row([
             event.seq.to_string(),
             format!("{:.3}ms", event.at_us as f64 / 1000.0),
-            event.node_name.clone().unwrap_or_else(|| "-".to_owned()),
+            step_name(event).unwrap_or_else(|| match &event.path {
+                Some(path) => path.to_string(),
+                None => "-".to_owned(),
+            }),
             event.kind.clone(),
             if event.node.is_some() {
                 event.attempt.to_string()

@@ -41,6 +41,25 @@ workflow! {
     }
 }
 
+async fn pack(line: u64) -> Result<u64, Refused> {
+    match line {
+        1 => Err(Refused("no box fits")),
+        _ => Ok(line),
+    }
+}
+
+workflow! {
+    /// Packs every line; a line that cannot be packed is kept as a failure.
+    #[flow(durable)]
+    Packing(lines: u64) -> usize {
+        packed = ForEach(line in 0..lines, on_failure = collect) {
+            parcel = Operation(pack(line))
+            => parcel
+        }
+        => packed.iter().filter(|p| p.is_ok()).count()
+    }
+}
+
 #[derive(Debug)]
 struct Refused(&'static str);
 
@@ -105,9 +124,12 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// A fresh store file for test `name` with run `done` (succeeded) and run `stopped` (stopped
-/// at its second commit, unfinished); the store is closed when this returns.
-fn store(name: &str) -> PathBuf {
+/// A fresh store file for test `name`, filled by `fill` on a runtime of its own; the store is
+/// closed when this returns.
+fn fresh_store<F: std::future::Future<Output = ()>>(
+    name: &str,
+    fill: impl FnOnce(SqliteStore) -> F,
+) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a directory");
@@ -117,8 +139,15 @@ fn store(name: &str) -> PathBuf {
         .enable_time()
         .build()
         .expect("a runtime");
-    runtime.block_on(async {
-        let store = SqliteStore::open(&path).expect("opens");
+    let store = SqliteStore::open(&path).expect("opens");
+    runtime.block_on(fill(store));
+    path
+}
+
+/// A fresh store file for test `name` with run `done` (succeeded) and run `stopped` (stopped
+/// at its second commit, unfinished); the store is closed when this returns.
+fn store(name: &str) -> PathBuf {
+    fresh_store(name, |store| async move {
         let done = Order::runner()
             .durable(&store, "done")
             .execute(1)
@@ -131,8 +160,7 @@ fn store(name: &str) -> PathBuf {
             .execute(2)
             .await;
         assert!(stopped.is_err());
-    });
-    path
+    })
 }
 
 /// `store(name)` with two runs of `Saga` whose shipping failed: `refunded` (its refund
@@ -211,6 +239,47 @@ fn runs_lists_each_run_with_its_status() {
     assert_eq!(runs[0]["id"], "done");
     assert_eq!(runs[0]["status"], "succeeded");
     assert_eq!(runs[1]["status"], "running");
+}
+
+#[test]
+fn show_prints_the_steps_of_each_instance_under_its_path() {
+    let path = fresh_store("show-nests", |store| async move {
+        let packed = Packing::runner()
+            .durable(&store, "packing")
+            .execute(3)
+            .await
+            .expect("runs");
+        assert_eq!(packed.result.expect("succeeds"), 2);
+    });
+    let db = path.to_str().expect("utf-8");
+    let output = flow(&["show", db, "packing"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    assert!(stdout.contains("status    succeeded"), "{stdout}");
+    // The instance's failure was collected: the run has no error line.
+    assert!(!stdout.contains("error "), "{stdout}");
+    for (step, status) in [
+        ("packed", "completed"),
+        ("packed[0]/parcel", "completed"),
+        ("packed[1]/parcel", "failed"),
+        ("packed[2]/parcel", "completed"),
+    ] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{step} ")))
+            .unwrap_or_else(|| panic!("a line for `{step}`: {stdout}"));
+        assert!(line.contains(status), "{line}");
+    }
+    assert!(stdout.contains("no box fits"), "{stdout}");
+    let output = flow(&["show", db, "packing", "--json"]);
+    let shown: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let events = shown["events"].as_array().expect("events");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["path"] == "packed[1]" && e["kind"] == "Failed"),
+        "{events:?}"
+    );
 }
 
 #[test]

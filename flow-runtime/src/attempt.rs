@@ -8,7 +8,8 @@
 
 use std::any::Any;
 use std::cell::RefCell;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// The attempt a node of a durable run is making: read it with `flowdag::attempt()` to make the
 /// operation's side effect idempotent.
@@ -88,6 +89,105 @@ pub(crate) struct AttemptCtx {
     /// A durable `Signal` step's exchange with the scheduler (the journal's `SignalCtx`;
     /// `None` for every other node).
     pub(crate) signal: Option<Box<dyn Any + Send>>,
+    /// A nest node of a durable run, or any node of one of its instances: where the
+    /// instances it starts record their ends ([`Nested`]).
+    pub(crate) nest: Option<Nested>,
+}
+
+/// The ends of a durable run's nest instances (`ForEach` items, `Loop` iterations), shared
+/// by the run's journal and the instances' futures: those the store had when the run was
+/// loaded, and those that ended since and wait for the journal's next batch.
+///
+/// An instance is known by its *record*: its path with the attempt of each nest node on it
+/// when that is not the first (`ship[3]`, `ship#2[3]`, `ship[3]/pack@2`), so that a nest
+/// node's retry runs its instances again rather than taking the ends of the attempt before.
+#[derive(Default)]
+pub(crate) struct Records {
+    inner: Mutex<RecordsInner>,
+}
+
+#[derive(Default)]
+struct RecordsInner {
+    /// The ends loaded with the run, by record: the stored bytes.
+    loaded: HashMap<String, Vec<u8>>,
+    /// Ends since the journal last took them.
+    ended: Vec<InstanceEnd>,
+    /// An instance could not go on: the run must stop with this (record, reason).
+    broken: Option<(String, String)>,
+}
+
+/// One instance's end, for the journal's next batch.
+pub(crate) struct InstanceEnd {
+    /// The nest node, by index in its graph.
+    pub(crate) node: u32,
+    /// The instance's record.
+    pub(crate) record: String,
+    /// The type of its output.
+    pub(crate) type_name: &'static str,
+    /// Its end, serialized.
+    pub(crate) bytes: Vec<u8>,
+}
+
+impl Records {
+    /// The records of a run loaded with these ends (record → bytes).
+    pub(crate) fn loaded(loaded: HashMap<String, Vec<u8>>) -> Records {
+        Records {
+            inner: Mutex::new(RecordsInner {
+                loaded,
+                ..RecordsInner::default()
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, RecordsInner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The stored end of `record`, if the run had one when it was loaded.
+    pub(crate) fn loaded_end(&self, record: &str) -> Option<Vec<u8>> {
+        self.lock().loaded.get(record).cloned()
+    }
+
+    /// An instance ended: its end goes into the journal's next batch.
+    pub(crate) fn ended(&self, end: InstanceEnd) {
+        self.lock().ended.push(end);
+    }
+
+    /// The ends since the last call.
+    pub(crate) fn take_ended(&self) -> Vec<InstanceEnd> {
+        std::mem::take(&mut self.lock().ended)
+    }
+
+    /// An instance cannot go on (`reason`): the run stops.
+    pub(crate) fn break_on(&self, record: &str, reason: String) {
+        self.lock()
+            .broken
+            .get_or_insert_with(|| (record.to_owned(), reason));
+    }
+
+    /// Why the run must stop, once an instance said so: (record, reason).
+    pub(crate) fn broken(&self) -> Option<(String, String)> {
+        self.lock().broken.clone()
+    }
+}
+
+/// Where the instances a node starts record their ends: the run's [`Records`], and the record
+/// of the run the node belongs to (empty for the durable run's own nodes).
+#[derive(Clone)]
+pub(crate) struct Nested {
+    pub(crate) records: Arc<Records>,
+    pub(crate) within: Arc<str>,
+}
+
+/// What an instance of a durable nest records its end under: the run's [`Records`], the nest
+/// node (by index in its graph), and the instance's record. Not a public API: generated code
+/// hands it from the instance's setup to its future.
+#[doc(hidden)]
+#[derive(Clone)]
+pub struct InstanceRecord {
+    pub(crate) records: Arc<Records>,
+    pub(crate) node: u32,
+    pub(crate) record: Arc<str>,
 }
 
 thread_local! {
@@ -126,10 +226,23 @@ fn unreachable_ctx() -> AttemptCtx {
 
 /// The keys of a plain run's steps when the run is made inside a durable step's attempt (see
 /// [`Attempt`]): the durable run, and the prefix of every key of the plain run.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) struct KeyScope {
     run: Arc<str>,
     scope: Arc<str>,
+    /// An instance of a durable run's nest: where it records its end, and where the
+    /// instances of its own nests record theirs.
+    pub(crate) record: Option<InstanceRecord>,
+}
+
+impl std::fmt::Debug for KeyScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyScope")
+            .field("run", &self.run)
+            .field("scope", &self.scope)
+            .field("record", &self.record.as_ref().map(|r| &r.record))
+            .finish()
+    }
 }
 
 impl KeyScope {
@@ -142,20 +255,40 @@ impl KeyScope {
             Some(KeyScope {
                 run: Arc::clone(&attempt.run),
                 scope: Arc::from(attempt.key()),
+                record: None,
             })
         })
     }
 
-    /// The scope of instance `step` (`lines[3]`) of the nest node being polled: its keys
-    /// extend those of the run that holds the node. `None` outside any attempt.
-    pub(crate) fn instance(step: &dyn std::fmt::Display) -> Option<KeyScope> {
+    /// The scope of an instance of the nest node being polled (named `node`, at `index` in
+    /// its graph), the instance written `{node}{open}{number}{close}` (`lines[3]`, `poll@7`):
+    /// its keys extend those of the run that holds the node. In a durable run's nest it
+    /// records its end ([`InstanceRecord`]). `None` outside any attempt (and then nothing is
+    /// written).
+    pub(crate) fn instance(
+        node: &str,
+        (open, number, close): (&str, Option<u64>, &str),
+        index: u32,
+    ) -> Option<KeyScope> {
         CURRENT.with(|current| {
             let current = current.borrow();
-            let attempt = &current.as_ref()?.attempt;
+            let ctx = current.as_ref()?;
+            let instance = match number {
+                Some(number) => format!("{open}{number}{close}"),
+                None => String::new(),
+            };
+            let instance = instance.as_str();
+            let attempt = &ctx.attempt;
             let around = attempt.scope.as_deref().unwrap_or(&attempt.run);
+            let record = ctx.nest.as_ref().map(|nested| InstanceRecord {
+                records: Arc::clone(&nested.records),
+                node: index,
+                record: Arc::from(record_of(&nested.within, node, instance, attempt.attempt)),
+            });
             Some(KeyScope {
                 run: Arc::clone(&attempt.run),
-                scope: Arc::from(format!("{around}/{step}")),
+                scope: Arc::from(format!("{around}/{node}{instance}")),
+                record,
             })
         })
     }
@@ -164,6 +297,10 @@ impl KeyScope {
     pub(crate) fn ctx(&self, node: &'static str, attempt: u32) -> AttemptCtx {
         let mut ctx = attempt_ctx(&self.run, node, attempt);
         ctx.attempt.scope = Some(Arc::clone(&self.scope));
+        ctx.nest = self.record.as_ref().map(|record| Nested {
+            records: Arc::clone(&record.records),
+            within: Arc::clone(&record.record),
+        });
         ctx
     }
 }
@@ -181,5 +318,24 @@ pub(crate) fn attempt_ctx(run: &Arc<str>, node: &'static str, attempt: u32) -> A
         restore: None,
         captured: None,
         signal: None,
+        nest: None,
     }
+}
+
+/// The record of instance `instance` (`[3]`, `@2`) of nest node `node` on attempt `attempt`,
+/// inside the instance recorded as `within` (empty at the durable run's top): `ship[3]`,
+/// `ship#2[3]`, `ship[3]/pack@2`.
+fn record_of(within: &str, node: &str, instance: &str, attempt: u32) -> String {
+    let mut record = String::with_capacity(within.len() + node.len() + instance.len() + 4);
+    if !within.is_empty() {
+        record.push_str(within);
+        record.push('/');
+    }
+    record.push_str(node);
+    if attempt > 1 {
+        record.push('#');
+        record.push_str(&attempt.to_string());
+    }
+    record.push_str(instance);
+    record
 }

@@ -55,6 +55,7 @@ use crate::store::{
 
 pub(crate) mod generated;
 mod journal;
+pub(crate) mod nested;
 
 pub use crate::attempt::Attempt;
 pub(crate) use crate::attempt::{AttemptCtx, CURRENT, attempt_ctx, with_attempt};
@@ -126,6 +127,16 @@ pub enum DurableError {
         /// What the replay did there.
         replay: String,
     },
+    /// A nest instance of the run cannot go on: its item is not the one it had before the
+    /// run stopped (a `ForEach` whose source changed), or its output cannot be stored.
+    Instance {
+        /// The run's id.
+        run: String,
+        /// The instance (`ship[3]`; `ship#2[3]` for the nest's second attempt).
+        instance: String,
+        /// Why.
+        reason: String,
+    },
     /// The stored input cannot be read as the workflow's parameters.
     Input {
         /// The run's id.
@@ -168,6 +179,11 @@ impl fmt::Display for DurableError {
                 f,
                 "replaying run `{run}` diverged from its journal at event #{seq}: the journal has {journal}, the replay {replay}"
             ),
+            DurableError::Instance {
+                run,
+                instance,
+                reason,
+            } => write!(f, "run `{run}`, instance `{instance}`: {reason}"),
             DurableError::Input { run, why } => {
                 write!(f, "the stored input of run `{run}` cannot be read: {why}")
             }
@@ -395,6 +411,8 @@ pub(crate) struct JournalSetup {
     pub(crate) events: Vec<StoredEvent>,
     /// Completed nodes' outputs, by node.
     pub(crate) outputs: HashMap<u32, Vec<u8>>,
+    /// The ends of nest instances, by record (`ship[3]`; see `attempt::Records`).
+    pub(crate) instances: HashMap<String, Vec<u8>>,
     /// Open timers, and the store's clock when they were loaded.
     pub(crate) timers: Vec<StoredTimer>,
     pub(crate) now_ms: u64,
@@ -431,6 +449,7 @@ impl JournalSetup {
             extend,
             events: Vec::new(),
             outputs: HashMap::new(),
+            instances: HashMap::new(),
             timers: Vec::new(),
             now_ms: 0,
             signals: Vec::new(),
@@ -1032,9 +1051,11 @@ fn check_loaded<W: DurableWorkflow>(
     let stored = StoredOptions::from_bytes(id, &loaded.options)?;
     let distributed = stored.distributed == Some(true);
     stored.apply(&mut options);
+    let (outputs, instances) = split_outputs(loaded.outputs);
     let setup = JournalSetup {
         events: loaded.events,
-        outputs: by_node(loaded.outputs),
+        outputs,
+        instances,
         timers: loaded.timers,
         now_ms: loaded.now_ms,
         signals: loaded.signals,
@@ -1046,6 +1067,20 @@ fn check_loaded<W: DurableWorkflow>(
         ..JournalSetup::new(Arc::clone(store), loaded.lease, extend)
     };
     Ok((options, setup, input))
+}
+
+/// The stored outputs of a run's own nodes, by node, and the ends of its nest instances, by
+/// record.
+fn split_outputs(outputs: Vec<StoredOutput>) -> (HashMap<u32, Vec<u8>>, HashMap<String, Vec<u8>>) {
+    let mut own = HashMap::new();
+    let mut instances = HashMap::new();
+    for output in outputs {
+        match output.instance.is_empty() {
+            true => own.insert(output.node, output.bytes),
+            false => instances.insert(output.instance, output.bytes),
+        };
+    }
+    (own, instances)
 }
 
 /// The stored outputs of a run's own nodes (not of nest instances), by node.

@@ -145,6 +145,12 @@ pub mod __private {
         assert_durable, complete_durable, restore_output, restoring,
     };
     #[cfg(feature = "durable")]
+    pub use crate::durable::nested::{
+        complete_durable_collect, complete_durable_nest, durable_source, durable_stream_source,
+        instance_record, journaled_instance, put_durable_collect, put_durable_nest,
+        restore_collect,
+    };
+    #[cfg(feature = "durable")]
     pub use crate::durable::stored_signals::durable_signal;
     #[cfg(feature = "durable")]
     pub use crate::durable::{Durable, DurableError, DurableWorkflow, resume, resume_all};

@@ -79,6 +79,9 @@ impl NestShared {
 pub struct NestCtx {
     /// The nest node's name.
     pub(crate) node: &'static str,
+    /// The nest node's index in its graph.
+    #[cfg_attr(not(feature = "durable"), allow(dead_code))]
+    pub(crate) index: u32,
     pub(crate) kind: NestKind,
     /// The nest's body graph (the child workflow's graph for a sub-workflow).
     pub(crate) body: &'static Graph,
@@ -104,6 +107,7 @@ impl NestCtx {
     pub fn detached(node: &'static str, kind: NestKind, body: &'static Graph) -> NestCtx {
         NestCtx {
             node,
+            index: 0,
             kind,
             body,
             path: None,

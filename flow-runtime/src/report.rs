@@ -164,6 +164,23 @@ impl Report {
         }
     }
 
+    /// The report of a nest instance whose end a durable run restored from its store: it did
+    /// not run in this process, so it has no node rows and no events.
+    #[cfg(feature = "durable")]
+    pub(crate) fn restored(graph: &'static Graph, succeeded: bool) -> Report {
+        Report::new(ReportParts {
+            graph,
+            run: None,
+            succeeded,
+            elapsed: None,
+            nodes: Vec::new(),
+            nests: Vec::new(),
+            compensations: Vec::new(),
+            log: None,
+            hook: HookEnd::default(),
+        })
+    }
+
     /// Takes what the run's hook gave back, if it is a `T`.
     #[cfg_attr(not(feature = "durable"), allow(dead_code))]
     pub(crate) fn take_hook_end<T: std::any::Any>(&mut self) -> Option<T> {

@@ -5,6 +5,12 @@ async fn remind(order: u64) -> Result<u64, std::io::Error> {
 }
 
 workflow! {
+    Notice(order: u64) {
+        Operation(remind(order))
+    }
+}
+
+workflow! {
     #[flow(durable)]
     Reminder(order: u64) {
         Sequential {
@@ -12,6 +18,7 @@ workflow! {
             ForEach(i in 0..order) {
                 Operation(remind(i)),
             },
+            Workflow(Notice(order)),
         }
     }
 }

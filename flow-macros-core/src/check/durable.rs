@@ -1,4 +1,5 @@
-//! What `#[flow(durable)]` does not support yet, and parameters that cannot be stored.
+//! What `#[flow(durable)]` does not support yet (child runs), and parameters that cannot be
+//! stored.
 
 use syn::spanned::Spanned;
 
@@ -28,15 +29,11 @@ pub fn check(workflow: &Workflow, checked: &Checked, cx: &mut Ctxt) {
         }
     }
     for node in &checked.dag.nodes {
-        let what = match node.kind {
-            Kind::ForEach => "`ForEach`",
-            Kind::Loop => "`Loop`",
-            Kind::Workflow => "`Workflow`",
-            _ => continue,
-        };
-        cx.error(
-            node.keyword.span(),
-            format!("{what} steps cannot be journaled yet: remove `#[flow(durable)]` or this step"),
-        );
+        if node.kind == Kind::Workflow {
+            cx.error(
+                node.keyword.span(),
+                "`Workflow` steps cannot be journaled yet: a durable workflow cannot start child runs; remove `#[flow(durable)]` or this step (inside a `ForEach` or `Loop` body a `Workflow` step runs again with its instance)",
+            );
+        }
     }
 }

@@ -11,7 +11,7 @@ use super::names::Names;
 use super::node;
 use super::output::output;
 use super::tables::graph_const;
-use super::tokens::{INLINE_LIMIT, balanced, node_ident, respan};
+use super::tokens::{INLINE_LIMIT, balanced, node_ident, respan, respan_deep};
 use crate::check::Checked;
 use crate::parse::{What, Workflow};
 
@@ -89,13 +89,32 @@ pub fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
             quote!(let #ident = #private::input(#slot)?;)
         }
     });
+    let nest_ctx = Ident::new("__flow_nest", Span::mixed_site());
+    // In a durable workflow the node's output is journaled with its completion (an
+    // `on_failure = collect` output in a form of its own), and restored instead of running.
+    let durable = names.workflow.durable.is_some();
+    let collect = matches!(&nest.step.what, What::ForEach(each) if each.collect);
+    let (complete, put_in) = match (durable, collect) {
+        (false, _) => (quote!(complete_nest), None),
+        (true, false) => (
+            quote!(complete_durable_nest),
+            Some(quote!(put_durable_nest)),
+        ),
+        (true, true) => (
+            quote!(complete_durable_collect),
+            Some(quote!(put_durable_collect)),
+        ),
+    };
     let (slot_decl, mut finish) = match &node.name {
         Some(name) => {
             let slot = names.slot(id);
             let span = name.span();
             (
                 quote::quote_spanned!(span=> let #slot = &#private::Slot::new();),
-                quote!(#private::complete_nest(#slot, __flow_result)),
+                respan(
+                    &quote!(#private::#complete(#slot, __flow_result)),
+                    node.keyword.span(),
+                ),
             )
         }
         None => (
@@ -103,16 +122,71 @@ pub fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
             quote!(#private::Result::map(__flow_result, ::core::mem::drop)),
         ),
     };
+    let restore = match (durable, &node.name) {
+        (false, _) => TokenStream::new(),
+        (true, Some(_)) => {
+            let slot = names.slot(id);
+            let display = &node.display;
+            let restored = match collect {
+                true => {
+                    quote!(#private::restore_collect(__flow_restore_slot, #display, __flow_restore_nest))
+                }
+                false => quote!(#private::restore_output(__flow_restore_slot, #display)),
+            };
+            // Spanned on the keyword, arguments and all (bound to plain locals first): an
+            // output that cannot be stored is one error there.
+            let restored = respan_deep(&restored, node.keyword.span());
+            let restored = quote!({
+                let __flow_restore_slot = #slot;
+                let __flow_restore_nest = &#nest_ctx;
+                let _ = __flow_restore_nest;
+                #restored
+            });
+            quote! {
+                if let ::core::option::Option::Some(__flow_restored) = #restored {
+                    return __flow_restored;
+                }
+            }
+        }
+        (true, None) => quote! {
+            if #private::restoring() {
+                return #private::Result::Ok(());
+            }
+        },
+    };
     // `min` with `rest = run`: the driver puts the output in the slot itself, at the settle,
     // and the node completes then while its driver lingers.
-    let put = match &node.name {
-        Some(_) => {
+    let put = match (&node.name, &put_in) {
+        (Some(_), None) => {
             let slot = names.slot(id);
             quote!(move |__flow_output| #slot.put(__flow_output))
         }
-        None => quote!(::core::mem::drop),
+        (Some(_), Some(put_in)) => {
+            let slot = names.slot(id);
+            quote!(move |__flow_output| #private::#put_in(#slot, __flow_output))
+        }
+        (None, _) => quote!(::core::mem::drop),
     };
-    let nest_ctx = Ident::new("__flow_nest", Span::mixed_site());
+    // A durable nest's instance records its end, and a resumed run takes it from there
+    // (`journaled_instance`), spanned on the nest's keyword: an output that cannot be stored
+    // is an error there.
+    let keyword = node.keyword.span();
+    let journaled_instance = respan(
+        &quote!(#private::journaled_instance(__flow_body, __flow_record, __flow_fingerprint, __flow_instance)),
+        keyword,
+    );
+    let journaled = |fingerprint: TokenStream, instance: TokenStream| match durable {
+        false => quote!(async move { #instance }),
+        true => quote! {{
+            let __flow_record = #private::instance_record(&__flow_opts);
+            let __flow_fingerprint = match &__flow_record {
+                ::core::option::Option::Some(_) => #fingerprint,
+                ::core::option::Option::None => ::core::option::Option::None,
+            };
+            let __flow_instance = async move { #instance };
+            #journaled_instance
+        }},
+    };
     let run = match (&nest.step.what, &nest.body) {
         (What::Workflow(sub), _) => {
             let child = &sub.child;
@@ -141,6 +215,21 @@ pub fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
                     let span = each.source.span();
                     // On the user's tokens: an error about the source points at it.
                     let private = &respan(private, span);
+                    // A durable source also gives how its items are fingerprinted (a
+                    // function pointer, so that its bound is asked once, on the source).
+                    let source = match (durable, each.stream) {
+                        (false, _) => quote!(#source),
+                        (true, false) => quote::quote_spanned!(span=> {
+                            let (__flow_source, __flow_of) = #private::durable_source(#source);
+                            __flow_fingerprint_of = __flow_of;
+                            __flow_source
+                        }),
+                        (true, true) => quote::quote_spanned!(span=> {
+                            let (__flow_source, __flow_of) = #private::durable_stream_source(#source);
+                            __flow_fingerprint_of = __flow_of;
+                            __flow_source
+                        }),
+                    };
                     let (mut driver, source) = match (each.stream, each.collect) {
                         (false, false) => (
                             quote!(for_each),
@@ -171,16 +260,23 @@ pub fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
                     let put = lingers.then_some(quote!(, #put));
                     let item = &each.item;
                     let config = quote!(#private::ForEachConfig { max_concurrency: #max, min: #min, rest_cancel: #rest });
-                    let body = quote! {
-                        move |__flow_item, __flow_opts: #private::RunSetup| async move {
+                    let fingerprint = quote!(__flow_fingerprint_of(&__flow_item));
+                    let instance = journaled(
+                        fingerprint,
+                        quote! {
                             let #item = &__flow_item;
                             #instance
-                        }
+                        },
+                    );
+                    let body = quote! {
+                        move |__flow_item, __flow_opts: #private::RunSetup| #instance
                     };
                     // The driver's call on the source too: its bound on the items repeats the
                     // source's error, which rustc then shows once.
                     let call = quote::quote_spanned!(span=> #private::#driver(#nest_ctx, __flow_items, #config, #body #put));
+                    let declare = durable.then(|| quote!(let __flow_fingerprint_of;));
                     quote! {
+                        #declare
                         let __flow_items = #source;
                         #call.await
                     }
@@ -193,11 +289,15 @@ pub fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
                         .prev
                         .as_ref()
                         .map(|prev| quote!(let #prev = &__flow_prev.as_ref();));
-                    let body = quote! {
-                        move |__flow_prev, __flow_opts: #private::RunSetup| async move {
+                    let instance = journaled(
+                        quote!(::core::option::Option::None),
+                        quote! {
                             #prev
                             #instance
-                        }
+                        },
+                    );
+                    let body = quote! {
+                        move |__flow_prev, __flow_opts: #private::RunSetup| #instance
                     };
                     if repeat.while_ {
                         let mut readable: Vec<&Ident> = reads.clone();
@@ -249,6 +349,7 @@ pub fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
     quote! {
         #slot_decl
         let #var = (#private::Nest, move |#nest_ctx: #private::NestCtx| async move {
+            #restore
             #(#inputs)*
             #(#hints)*
             #body_graph

@@ -18,6 +18,27 @@ pub fn respan(tokens: &TokenStream, span: Span) -> TokenStream {
         .collect()
 }
 
+/// `tokens` with every token set to `span`, inside groups too: a call whose errors must point
+/// at one of the user's tokens, whatever the spans of the arguments interpolated into it.
+pub fn respan_deep(tokens: &TokenStream, span: Span) -> TokenStream {
+    tokens
+        .clone()
+        .into_iter()
+        .map(|token| match token {
+            proc_macro2::TokenTree::Group(group) => {
+                let mut inner =
+                    proc_macro2::Group::new(group.delimiter(), respan_deep(&group.stream(), span));
+                inner.set_span(span);
+                proc_macro2::TokenTree::Group(inner)
+            }
+            mut other => {
+                other.set_span(span);
+                other
+            }
+        })
+        .collect()
+}
+
 /// `::flowdag::__private`, or `path::__private` under `#[flow(crate = path)]`.
 pub fn private_path(workflow: &Workflow) -> TokenStream {
     match &workflow.krate {

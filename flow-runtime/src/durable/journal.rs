@@ -17,7 +17,8 @@
 //!
 //! On resume the scheduler replays the journal: the events it emits itself (`RunStarted`, a
 //! first `Requested`, a decision's `Completed`, `Skipped`, `Aborted`, …) must be the journal's
-//! events of the same sequence number, else the replay stops with [`DurableError::Diverged`];
+//! next events of the run's own nodes, in order (the events of nest instances are stored but not
+//! replayed: an instance's end is an output row, see `attempt::Records`), else the replay stops with [`DurableError::Diverged`];
 //! the events only the world produces (an operation's `Completed`, `Failed`, `TimedOut`,
 //! `Retrying`, a retry's `Requested`) are applied from the journal in journal order. A
 //! completed node's output is restored into its slot (its code does not run); at the end of the
@@ -36,6 +37,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use crate::attempt::{Nested, Records};
 use crate::durable::{AttemptCtx, DurableError, JournalSetup, attempt_ctx, with_attempt};
 use crate::error::NodeError;
 use crate::events::{Event, EventKind};
@@ -61,6 +63,8 @@ pub(crate) use remote::{Mailbox, TaskRun};
 pub(crate) struct Journal {
     setup: JournalSetup,
     run: Arc<str>,
+    /// The ends of the run's nest instances: loaded, and ended since the last batch.
+    records: Arc<Records>,
     /// Events with a lower sequence number are durable.
     durable_seq: u64,
     /// What this round emitted.
@@ -117,10 +121,13 @@ const MIN_RENEW: Duration = Duration::from_millis(10);
 
 impl Journal {
     /// The journal of a run set up as `setup` (its tasks are made when the run starts).
-    pub(crate) fn new(setup: JournalSetup) -> Box<Journal> {
-        let next = setup.events.len() as u64;
+    pub(crate) fn new(mut setup: JournalSetup) -> Box<Journal> {
+        let next = setup.events.last().map_or(0, |event| event.seq + 1);
+        // The events of nest instances are not replayed (see `record_nested`).
+        setup.events.retain(|event| event.path.is_none());
         Box::new(Journal {
             run: Arc::from(setup.lease.run.as_str()),
+            records: Arc::new(Records::loaded(std::mem::take(&mut setup.instances))),
             durable_seq: next,
             pending: Batch::new(&setup.lease, next, setup.extend),
             commit: None,
@@ -175,6 +182,9 @@ impl Journal {
     /// Takes an event the scheduler emitted: compared with the journal while replaying,
     /// added to the pending batch afterwards.
     fn record(&mut self, event: &Event) {
+        if event.path.is_some() {
+            return self.record_nested(event);
+        }
         self.last_replayed = false;
         if self.broken {
             return;
@@ -236,7 +246,39 @@ impl Journal {
         if let Some(tasks) = self.tasks.as_deref() {
             tasks.record(event, &mut self.pending);
         }
+        // The journal numbers its events itself: the run's log also numbers the events of
+        // its nest instances, which the journal does not hold (their ends are outputs).
+        let mut stored = stored;
+        stored.seq = self.pending.end_seq();
         self.pending.events.push(stored);
+    }
+
+    /// Takes an event of a nest instance (it has a path): added to the pending batch. The
+    /// journal does not replay them: a resumed run takes each instance's end from its record
+    /// (`attempt::Records`), and runs again the instances that had not ended.
+    fn record_nested(&mut self, event: &Event) {
+        if self.broken || !self.live {
+            return;
+        }
+        match StoredEvent::try_from(event) {
+            Ok(mut stored) => {
+                stored.seq = self.pending.end_seq();
+                self.pending.events.push(stored);
+            }
+            Err(error) => self.fail(DurableError::Store(error)),
+        }
+    }
+
+    /// The journal's sequence number of the last event recorded (replayed or added).
+    fn last_seq(&self) -> u64 {
+        match self.last_replayed {
+            true => self
+                .cursor
+                .checked_sub(1)
+                .and_then(|at| self.setup.events.get(at))
+                .map_or(0, |event| event.seq),
+            false => self.pending.end_seq().saturating_sub(1),
+        }
     }
 
     /// A step has ended (`Some(node)`) or the run has (`None`): its timers that are in the
@@ -306,9 +348,44 @@ impl Journal {
         }
     }
 
-    /// The context of an attempt of `node` (its idempotency key).
-    fn ctx(&self, node: &'static str, attempt: u32) -> AttemptCtx {
-        attempt_ctx(&self.run, node, attempt)
+    /// The context of an attempt of `node` (its idempotency key); `nest`: the node is a nest
+    /// node, whose instances record their ends.
+    fn ctx(&self, node: &'static str, attempt: u32, nest: bool) -> AttemptCtx {
+        let mut ctx = attempt_ctx(&self.run, node, attempt);
+        if nest {
+            ctx.nest = Some(Nested {
+                records: Arc::clone(&self.records),
+                within: Arc::from(""),
+            });
+        }
+        ctx
+    }
+
+    /// Moves the ends of nest instances since the last batch into the pending one; `false`
+    /// when an instance stopped the run (the journal is broken).
+    fn take_instances(&mut self) -> bool {
+        if let Some((record, reason)) = self.records.broken() {
+            if !self.broken {
+                self.fail(DurableError::Instance {
+                    run: self.run.to_string(),
+                    instance: record,
+                    reason,
+                });
+            }
+            return false;
+        }
+        if self.broken {
+            return false;
+        }
+        for end in self.records.take_ended() {
+            self.pending.outputs.push(StoredOutput {
+                node: end.node,
+                instance: end.record,
+                type_name: end.type_name.to_owned(),
+                bytes: end.bytes,
+            });
+        }
+        true
     }
 
     /// Keeps the output a node captured, for the batch with its `Completed`.
@@ -394,7 +471,7 @@ impl Journal {
     }
 
     async fn commit_end(&mut self, status: RunStatus) {
-        if self.broken {
+        if !self.take_instances() {
             return;
         }
         if let Some((commit, end)) = self.commit.take() {
@@ -590,11 +667,11 @@ fn delay_key(node: Option<u32>) -> TimerKey {
     }
 }
 
-/// Whether the replay's event is the journal's: same kind, node and attempt, and for a
-/// `Completed` the same branch.
+/// Whether the replay's event is the journal's next one: same kind, node and attempt, and for
+/// a `Completed` the same branch. (Their sequence numbers differ once nest instances ran: the
+/// journal numbers their events too, which the replay skips.)
 fn same(journal: &StoredEvent, replay: &StoredEvent) -> bool {
-    journal.seq == replay.seq
-        && journal.kind == replay.kind
+    journal.kind == replay.kind
         && journal.node == replay.node
         && journal.attempt == replay.attempt
         && (journal.kind != "Completed" || journal.data == replay.data)
@@ -638,6 +715,14 @@ fn duration_field(event: &StoredEvent, field: &str) -> Duration {
         .ok()
         .and_then(|v| serde_json::from_value::<Duration>(v.get(field)?.clone()).ok())
         .unwrap_or_default()
+}
+
+/// Whether `node` is a `ForEach` or a `Loop`, whose instances record their ends.
+fn is_nest(run: &Run<'_, '_>, node: u32) -> bool {
+    matches!(
+        run.graph().nodes[node as usize].kind,
+        NodeKind::ForEach | NodeKind::Loop
+    )
 }
 
 /// Whether the world (an operation's future, a timer) produces `kind`'s events, rather than
@@ -829,8 +914,8 @@ fn hold(run: &mut Run<'_, '_>, node: u32) {
     let attempt = run.attempt(node) + 1;
     run.set_attempt(node, attempt);
     run.emit(Some(node), attempt, EventKind::Requested);
-    let seq = run.last_seq();
     if let Some(journal) = run.hook::<Journal>() {
+        let seq = journal.last_seq();
         journal.held.push((node, seq));
     }
     if run.graph().nodes[node as usize].kind == NodeKind::Signal {
@@ -902,11 +987,12 @@ fn poll_journaled(
 ) -> Poll<Result<(), NodeError>> {
     let name = run.graph().nodes[node as usize].name;
     let attempt = run.attempt(node);
+    let nest = is_nest(run, node);
     let Some(journal) = run.hook::<Journal>() else {
         return run.poll_attempt(node, cx);
     };
     let tasks = journal.tasks.is_some();
-    let mut ctx = journal.ctx(name, attempt);
+    let mut ctx = journal.ctx(name, attempt, nest);
     if tasks && remote::is_task(run, node) {
         return remote::poll_task(run, node, cx);
     }
@@ -1048,8 +1134,12 @@ fn apply_journal(run: &mut Run<'_, '_>) -> bool {
 fn replayed_error(run: &mut Run<'_, '_>, node: u32, failed: &StoredEvent) -> NodeError {
     let text = error_text(failed);
     let before = run.hook::<Journal>().and_then(|j| {
-        let at = usize::try_from(failed.seq.checked_sub(1)?).ok()?;
-        j.setup.events.get(at).cloned()
+        let at = j
+            .setup
+            .events
+            .binary_search_by_key(&failed.seq, |event| event.seq)
+            .ok()?;
+        j.setup.events.get(at.checked_sub(1)?).cloned()
     });
     if let Some(before) = before
         && before.kind == "TimedOut"
@@ -1075,6 +1165,7 @@ fn replayed_error(run: &mut Run<'_, '_>, node: u32, failed: &StoredEvent) -> Nod
 fn restore(run: &mut Run<'_, '_>, node: u32) {
     let name = run.graph().nodes[node as usize].name;
     let attempt = run.attempt(node);
+    let nest = is_nest(run, node);
     let Some(journal) = run.hook::<Journal>() else {
         return;
     };
@@ -1084,7 +1175,7 @@ fn restore(run: &mut Run<'_, '_>, node: u32) {
         .get(&node)
         .cloned()
         .unwrap_or_default();
-    let mut ctx = journal.ctx(name, attempt);
+    let mut ctx = journal.ctx(name, attempt, nest);
     ctx.restore = Some(bytes);
     let mut cx = Context::from_waker(Waker::noop());
     let (polled, _) = with_attempt(ctx, || {
@@ -1172,7 +1263,7 @@ fn journal_poll(run: &mut Run<'_, '_>, cx: &mut Context<'_>, mut poll: Poll<()>)
         let Some(journal) = run.hook::<Journal>() else {
             return poll;
         };
-        if journal.broken {
+        if !journal.take_instances() {
             run.stop(CancelReason::Token);
             return Poll::Ready(());
         }

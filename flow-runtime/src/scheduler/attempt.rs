@@ -165,6 +165,12 @@ impl Scheduler {
     /// first.
     #[inline(never)]
     fn start_first(&mut self, leaves: &mut Leaves<'_>, node: u32) -> Result<(), NodeError> {
+        if !self.plan().control.nests.is_empty()
+            && let Some(nest) = self.plan().control.nest(node)
+        {
+            let ctx = self.nest_ctx(nest);
+            leaves[node as usize].as_mut().nest(ctx);
+        }
         if self.hook.is_some() {
             // The hook starts it, now or later; until then `poll_watched` passes it.
             return self.hooked(
@@ -177,12 +183,6 @@ impl Scheduler {
         }
         if let Some(after) = self.plan().policy(node as usize).deadline() {
             self.watch(node).deadline = Some(timer(after)?);
-        }
-        if !self.plan().control.nests.is_empty()
-            && let Some(nest) = self.plan().control.nest(node)
-        {
-            let ctx = self.nest_ctx(nest);
-            leaves[node as usize].as_mut().nest(ctx);
         }
         self.start_attempt(leaves, node)
     }

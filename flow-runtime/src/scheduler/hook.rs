@@ -248,14 +248,6 @@ impl<'r, 'l> Run<'r, 'l> {
         self.scheduler.emit(node, attempt, || kind);
     }
 
-    /// The sequence number of the last event emitted.
-    pub(crate) fn last_seq(&self) -> u64 {
-        self.scheduler
-            .recording
-            .as_ref()
-            .map_or(0, |r| r.seq.saturating_sub(1))
-    }
-
     /// `node`'s attempt completed: it settles.
     pub(crate) fn complete(&mut self, node: u32) {
         self.scheduler.settle(node, Settle::Completed);

@@ -150,8 +150,9 @@ struct Recording {
 
 impl Recording {
     /// Sequences the events the root's nest instances sent since the last drain: appends
-    /// them to the log and tells the observers, in the order they happened.
-    fn drain(&mut self) {
+    /// them to the log and tells the observers (and the run's hook), in the order they
+    /// happened.
+    fn drain(&mut self, mut hook: Option<&mut Box<dyn Hook>>) {
         let Some(sink) = &self.sink else {
             return;
         };
@@ -160,6 +161,9 @@ impl Recording {
         for mut event in events.drain(..) {
             event.seq = self.seq;
             self.seq += 1;
+            if let Some(hook) = hook.as_deref_mut() {
+                hook.record(&event);
+            }
             for observer in &self.observers {
                 observer.on_event(&event);
             }
@@ -572,7 +576,7 @@ impl Scheduler {
         let Some(recording) = self.recording.as_deref_mut() else {
             return;
         };
-        recording.drain();
+        recording.drain(self.hook.as_mut());
         let now = tokio::time::Instant::now();
         let event = Event {
             run: recording.run,
@@ -608,7 +612,7 @@ impl Scheduler {
     /// Sequences the events the run's nest instances sent since the last drain (a root's).
     fn drain_nested(&mut self) {
         if let Some(recording) = self.recording.as_deref_mut() {
-            recording.drain();
+            recording.drain(self.hook.as_mut());
         }
     }
 
@@ -631,6 +635,7 @@ impl Scheduler {
             .clone();
         NestCtx {
             node,
+            index: nest.node,
             kind: nest.kind,
             body: nest.body,
             path: home.path.clone(),

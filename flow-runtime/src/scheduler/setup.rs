@@ -15,6 +15,8 @@ use crate::exclusion::Groups;
 use crate::graph::Graph;
 use crate::nest_ctx::{NestCtx, Pool};
 use crate::options::RunOptions;
+#[cfg(feature = "durable")]
+use crate::path::NestKind;
 use crate::path::NodePath;
 use crate::signal::Mailbox;
 
@@ -97,11 +99,14 @@ impl NestCtx {
     pub fn instance(&self, index: u64) -> RunSetup {
         let path = self.start(index);
         #[cfg(feature = "durable")]
-        let keys = crate::attempt::KeyScope::instance(&crate::path::PathStep {
-            node: self.node,
-            kind: self.kind,
-            index,
-        });
+        let keys = {
+            let instance = match self.kind {
+                NestKind::ForEach => ("[", Some(index), "]"),
+                NestKind::Loop => ("@", Some(index), ""),
+                NestKind::Workflow => ("", None, ""),
+            };
+            crate::attempt::KeyScope::instance(self.node, instance, self.index)
+        };
         RunSetup {
             options: RunOptions {
                 record: self.report,

@@ -352,7 +352,7 @@ fn restore_task(run: &mut Run<'_, '_>, node: u32, bytes: Vec<u8>) -> Poll<Result
     let Some(journal) = run.hook::<Journal>() else {
         return Poll::Ready(Err(NodeError::Internal("a task outside a durable run")));
     };
-    let mut ctx = journal.ctx(name, attempt);
+    let mut ctx = journal.ctx(name, attempt, false);
     ctx.restore = Some(bytes);
     let mut noop = Context::from_waker(Waker::noop());
     let (polled, _) = with_attempt(ctx, || {

@@ -161,10 +161,13 @@ impl Input {
 }
 
 /// What the parent does with one child.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Plan {
     /// Give it this stop point and kill it when it prints `STOP`.
     Stop(Stop),
+    /// Stop inside the attempt of a nest instance's step with this key (`FLOW_CRASH_KEY`),
+    /// after its side effect was written, and kill it there.
+    StopInside(String),
     /// Kill it after this long, wherever it is.
     KillAfter(Duration),
     /// Let it finish.
@@ -187,7 +190,11 @@ struct Child {
 }
 
 impl Child {
-    fn spawn(dir: &Path, input: Input, stop: Option<Stop>, by_worker: bool) -> Child {
+    fn spawn(dir: &Path, input: Input, plan: &Plan, by_worker: bool) -> Child {
+        let stop = match plan {
+            Plan::Stop(stop) => Some(*stop),
+            _ => None,
+        };
         let mut command =
             Command::new(std::env::current_exe().expect("the path of this test binary"));
         command
@@ -197,6 +204,7 @@ impl Child {
             .env_remove("FLOW_CRASH_AT")
             .env_remove("FLOW_CRASH_WHEN")
             .env_remove("FLOW_CRASH_RESUME")
+            .env_remove("FLOW_CRASH_KEY")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -207,6 +215,9 @@ impl Child {
         }
         if by_worker {
             command.env("FLOW_CRASH_RESUME", "worker");
+        }
+        if let Plan::StopInside(key) = plan {
+            command.env("FLOW_CRASH_KEY", key);
         }
         let mut process = command.spawn().expect("spawn a child");
         let stdout = process.stdout.take().expect("piped");
@@ -247,7 +258,7 @@ impl Child {
 
     /// Runs the child according to `plan`. When it says a step waits for `confirm`, sends the
     /// signal through the store from this process (once per scenario: `sent`).
-    fn drive(&mut self, plan: Plan, dir: &Path, sent: &mut bool) -> Result<Ended, String> {
+    fn drive(&mut self, plan: &Plan, dir: &Path, sent: &mut bool) -> Result<Ended, String> {
         let started = Instant::now();
         let mut result = None;
         loop {
@@ -264,6 +275,7 @@ impl Child {
                         self.kill();
                         return match plan {
                             Plan::Stop(stop) if at == stop.at.to_string() => Ok(Ended::Killed),
+                            Plan::StopInside(key) if at == *key => Ok(Ended::Killed),
                             _ => Err(format!(
                                 "the child stopped at `{at}` under {plan:?}; stderr:\n{}",
                                 self.stderr()
@@ -339,8 +351,9 @@ struct Outcome {
     events: Vec<StoredEvent>,
     /// How the store says it ended.
     end: Option<RunEnd>,
-    /// The stored outputs of its steps: node -> JSON.
-    outputs: BTreeMap<u32, Vec<u8>>,
+    /// The stored outputs of its steps and the ends of its nest instances: (node, instance)
+    /// -> JSON.
+    outputs: BTreeMap<(u32, String), Vec<u8>>,
     /// Its timers and signal waits still open.
     open: usize,
     /// Whether the store says it has ended.
@@ -370,12 +383,8 @@ fn scenario(dir: &Path, input: Input, plans: &[Plan], by_worker: bool) -> Result
     let mut summary = None;
     let mut sent = false;
     for (i, plan) in plans.iter().chain([&Plan::Finish]).enumerate() {
-        let stop = match plan {
-            Plan::Stop(stop) => Some(*stop),
-            _ => None,
-        };
-        let mut child = Child::spawn(dir, input, stop, by_worker && i > 0);
-        match child.drive(*plan, dir, &mut sent)? {
+        let mut child = Child::spawn(dir, input, plan, by_worker && i > 0);
+        match child.drive(plan, dir, &mut sent)? {
             Ended::Killed => {
                 killed.insert(child.process.id());
             }
@@ -429,7 +438,7 @@ fn scenario(dir: &Path, input: Input, plans: &[Plan], by_worker: bool) -> Result
         outputs: loaded
             .outputs
             .into_iter()
-            .map(|output| (output.node, output.bytes))
+            .map(|output| ((output.node, output.instance), output.bytes))
             .collect(),
         open: loaded.timers.len() + loaded.waits.len(),
         finished: loaded.run.status.is_finished(),
@@ -445,8 +454,10 @@ fn scenario(dir: &Path, input: Input, plans: &[Plan], by_worker: bool) -> Result
 /// An uninterrupted run of one input, to compare the others with.
 struct Reference {
     outcome: Outcome,
-    /// Its events without their order: (kind, node, attempt), sorted.
+    /// The run's own events without their order: (kind, node, attempt), sorted.
     events: Vec<(String, Option<String>, u32)>,
+    /// The distinct events of its nest instances: (kind, step under its path, attempt).
+    nested: BTreeSet<(String, Option<String>, u32)>,
     /// The nodes in the order their compensations ended.
     compensated: Vec<String>,
     /// How long its child took, from spawn to exit.
@@ -459,14 +470,26 @@ impl Reference {
         self.outcome.events.len() as u64
     }
 
-    /// The numbers of the events that start an attempt of an operation or a compensation
-    /// (`Requested`, `Compensating`) that has a side effect.
+    /// The numbers of the events that start an attempt of one of the run's own operations or
+    /// compensations (`Requested`, `Compensating`) that has a side effect.
     fn attempt_starts(&self) -> Vec<u64> {
         self.outcome
             .events
             .iter()
+            .filter(|e| e.path.is_none())
             .filter(|e| key_of(e).is_some_and(|key| self.outcome.effects.contains_key(&key)))
             .map(|e| e.seq)
+            .collect()
+    }
+
+    /// The keys of the attempts of nest instances' steps that have a side effect.
+    fn instance_keys(&self) -> Vec<String> {
+        self.outcome
+            .events
+            .iter()
+            .filter(|e| e.path.is_some())
+            .filter_map(key_of)
+            .filter(|key| self.outcome.effects.contains_key(key))
             .collect()
     }
 }
@@ -485,6 +508,7 @@ fn reference(input: Input) -> &'static Reference {
         let took = started.elapsed();
         let reference = Reference {
             events: unordered(&outcome.events),
+            nested: nested(&outcome.events),
             compensated: compensated(&outcome.events),
             outcome,
             took,
@@ -501,7 +525,7 @@ fn reference(input: Input) -> &'static Reference {
 /// The idempotency key of the attempt an event starts: `Requested` of an operation,
 /// `Compensating` of a compensation.
 fn key_of(event: &StoredEvent) -> Option<String> {
-    let node = event.node_name.as_deref()?;
+    let node = step_of(event)?;
     match event.kind.as_str() {
         "Requested" => Some(format!("{RUN}/{node}/{}", event.attempt)),
         "Compensating" => Some(format!("{RUN}/{node}:compensate/{}", event.attempt)),
@@ -509,13 +533,35 @@ fn key_of(event: &StoredEvent) -> Option<String> {
     }
 }
 
+/// An event's step: its name, under its instance's path for a step of a nest instance
+/// (`packed[1]/parcel`).
+fn step_of(event: &StoredEvent) -> Option<String> {
+    let node = event.node_name.as_deref()?;
+    Some(match &event.path {
+        Some(path) => format!("{path}/{node}"),
+        None => node.to_owned(),
+    })
+}
+
+/// The run's own events (not its instances'), without their order.
 fn unordered(events: &[StoredEvent]) -> Vec<(String, Option<String>, u32)> {
     let mut all: Vec<_> = events
         .iter()
+        .filter(|e| e.path.is_none())
         .map(|e| (e.kind.clone(), e.node_name.clone(), e.attempt))
         .collect();
     all.sort();
     all
+}
+
+/// The distinct events of the nest instances (an instance that ran again after a kill
+/// journals some twice).
+fn nested(events: &[StoredEvent]) -> BTreeSet<(String, Option<String>, u32)> {
+    events
+        .iter()
+        .filter(|e| e.path.is_some())
+        .map(|e| (e.kind.clone(), step_of(e), e.attempt))
+        .collect()
 }
 
 fn compensated(events: &[StoredEvent]) -> Vec<String> {
@@ -540,7 +586,7 @@ fn consistent(run: &Outcome) -> Result<(), String> {
     let finished = run
         .events
         .iter()
-        .filter(|e| e.kind == "RunFinished")
+        .filter(|e| e.path.is_none() && e.kind == "RunFinished")
         .count();
     if finished != 1 || run.events.last().map(|e| e.kind.as_str()) != Some("RunFinished") {
         return Err(format!(
@@ -560,7 +606,7 @@ fn consistent(run: &Outcome) -> Result<(), String> {
     let mut ends: BTreeMap<&str, usize> = BTreeMap::new();
     let mut undone: BTreeMap<&str, usize> = BTreeMap::new();
     let mut seen: BTreeSet<&str> = BTreeSet::new();
-    for event in &run.events {
+    for event in run.events.iter().filter(|e| e.path.is_none()) {
         let Some(node) = event.node_name.as_deref() else {
             continue;
         };
@@ -592,8 +638,21 @@ fn consistent(run: &Outcome) -> Result<(), String> {
     if !order.is_empty() && order != ["receipt", "stock"] {
         return Err(format!("compensations in the order {order:?}"));
     }
+    // Every nest instance that journaled an event has its end stored.
+    let instances: BTreeSet<String> = run
+        .events
+        .iter()
+        .filter_map(|e| e.path.as_ref().map(ToString::to_string))
+        .collect();
+    for instance in &instances {
+        if !run.outputs.keys().any(|(_, i)| i == instance) {
+            return Err(format!(
+                "instance `{instance}` ran, and its end is not stored"
+            ));
+        }
+    }
     // An output is stored for a step that completed only.
-    for node in run.outputs.keys() {
+    for (node, _) in run.outputs.keys() {
         let completed = run
             .events
             .iter()
@@ -613,15 +672,17 @@ fn consistent(run: &Outcome) -> Result<(), String> {
         ));
     }
     for event in &run.events {
-        let Some(node) = event.node_name.as_deref() else {
+        let Some(node) = step_of(event) else {
             continue;
         };
+        let node = node.as_str();
         let key = match event.kind.as_str() {
             "Completed" => format!("{RUN}/{node}/{}", event.attempt),
             "Compensated" => format!("{RUN}/{node}:compensate/{}", event.attempt),
             _ => continue,
         };
-        let effectful = run.effects.values().any(|(n, ..)| n == node);
+        let name = event.node_name.as_deref().unwrap_or(node);
+        let effectful = run.effects.values().any(|(n, ..)| n == name);
         if effectful && !run.effects.contains_key(&key) {
             return Err(format!(
                 "`{node}` completed (#{}) without the effect of `{key}`",
@@ -671,6 +732,13 @@ fn same_as_reference(run: &Outcome, reference: &Reference) -> Result<(), String>
         return Err(format!(
             "the journal holds other events than the uninterrupted run's:\n  got       {events:?}\n  reference {:?}",
             reference.events
+        ));
+    }
+    let instances = nested(&run.events);
+    if instances != reference.nested {
+        return Err(format!(
+            "the journal holds other events of nest instances than the uninterrupted run's:\n  got       {instances:?}\n  reference {:?}",
+            reference.nested
         ));
     }
     if compensated(&run.events) != reference.compensated {
@@ -826,6 +894,35 @@ fn a_kill_inside_every_operation_reruns_it_with_the_same_key() {
                         "{name}: the attempts that ran more than once: {:?}",
                         twice.iter().map(|k| (k, runs[k])).collect::<Vec<_>>()
                     ));
+                }
+            }
+        }
+    }
+    all(failures);
+}
+
+/// Kills the run inside every step of every nest instance (a `ForEach` part, a `Loop`
+/// iteration), after its side effect was written: the resumed run runs that instance again,
+/// its step under the same key, and the instances whose end was stored not at all.
+#[test]
+fn a_kill_inside_every_instance_reruns_the_instance_with_the_same_keys() {
+    let input = Input::ShipFails;
+    let reference = reference(input);
+    let keys = reference.instance_keys();
+    assert!(keys.len() >= 5, "the instances' steps: {keys:?}");
+    let mut failures = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        let name = format!("{}-instance-{i}", input.as_str());
+        let plans = [Plan::StopInside(key.clone())];
+        match check(&name, input, &plans, i % 2 == 1) {
+            Err(why) => failures.push(why),
+            Ok(run) if run.killed.len() != 1 => {
+                failures.push(format!("{name}: the child did not stop inside `{key}`"));
+            }
+            Ok(run) => {
+                let runs = run.calls.iter().filter(|(k, _)| k == key).count();
+                if runs != 2 {
+                    failures.push(format!("{name}: `{key}` ran {runs} times, not twice"));
                 }
             }
         }

@@ -1,7 +1,8 @@
 //! The crash test's workflow, its "outside world" and its store wrapper (`durable/tests/durable_crash.rs`).
 //!
-//! - [`CrashOrder`]: a durable order with a join, a `Conditional`, a retry with backoff, a
-//!   durable `Delay`, a `Signal` and a compensation; the last step fails for an input that
+//! - [`CrashOrder`]: a durable order with a join, a `Conditional`, a `ForEach` (one instance
+//!   fails and is collected), a `Loop` with a `Delay` in each iteration, a retry with backoff,
+//!   a durable `Delay`, a `Signal` and a compensation; the last step fails for an input that
 //!   says so.
 //! - The world: every operation and compensation records its side effect in a SQLite file of
 //!   its own (`effects.db`, not the store), keyed by its `flowdag::attempt()` key with
@@ -88,6 +89,23 @@ async fn approve(item: &str) -> Result<String, Refused> {
     Ok(format!("{item} approved"))
 }
 
+/// Packs one part of the item; part 1 does not fit (its instance fails, and is collected).
+async fn pack(item: &str, part: u32) -> Result<String, Refused> {
+    effect();
+    tokio::time::sleep(WORK).await;
+    match part {
+        1 => Err(Refused(format!("part {part} of {item} does not fit"))),
+        _ => Ok(format!("{item}/{part}")),
+    }
+}
+
+/// One look at the warehouse: the count of parcels ready, one more each time.
+async fn count(before: u32) -> Result<u32, Refused> {
+    effect();
+    tokio::time::sleep(WORK).await;
+    Ok(before + 1)
+}
+
 /// Fails its first attempt (the bank is down); the retry, after a backoff, charges.
 async fn charge(quote: u32) -> Result<String, Refused> {
     let attempt = effect();
@@ -135,6 +153,17 @@ workflow! {
                 score = Operation(rate(&item)),
             },
             quote = Operation(price(&stock, score)),
+            packed = ForEach(part in 0..3u32, max_concurrency = 2, on_failure = collect) {
+                parcel = Operation(pack(&item, part))
+                => parcel.clone()
+            },
+            ready = Loop(max = 5, prev = last) {
+                Sequential {
+                    Delay("5ms"),
+                    counted = Operation(count(last.copied().unwrap_or(0))),
+                }
+                => counted
+            } until (counted >= 2),
             Conditional(score.is_ok_and(|s| *s >= 50)) {
                 Operation(review(&item)),
             } else {
@@ -150,7 +179,13 @@ workflow! {
             confirmation = Signal(confirm: Confirm),
             shipped = Operation(ship(&receipt, &confirmation, ship_fails)),
         }
-        => format!("{} at {}", shipped, quote)
+        => format!(
+            "{} at {} ({} parts packed, {} parcels ready)",
+            shipped,
+            quote,
+            packed.iter().filter(|p| p.is_ok()).count(),
+            ready,
+        )
     }
 }
 
@@ -221,6 +256,11 @@ fn stop_point() -> Option<Stop> {
 /// Prints `STOP k` and parks the calling thread (a current-thread runtime: the whole run stops)
 /// until the parent kills the process; exits on its own after a minute if nobody does.
 fn park(at: u64) {
+    park_at(&at.to_string());
+}
+
+/// [`park`] at a stop point named by `at` (an event number, or an attempt's key).
+fn park_at(at: &str) {
     if STOPPED.swap(true, Ordering::SeqCst) {
         return;
     }
@@ -234,18 +274,27 @@ fn park(at: u64) {
 
 // --- The events this process saw committed -----------------------------------------------------
 
-/// An event as the child keeps it: (seq, kind, node name, attempt).
+/// An event as the child keeps it: (seq, kind, node name, attempt), the run's own events only
+/// (an instance's events are not what gates its steps).
 type Seen = (u64, String, Option<String>, u32);
 
 static JOURNAL: Mutex<Vec<Seen>> = Mutex::new(Vec::new());
 
+/// The nest instances whose end this process saw committed (or loaded): `packed[1]`.
+static ENDED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
 fn remember(events: &[StoredEvent]) {
     let mut journal = JOURNAL.lock().unwrap_or_else(PoisonError::into_inner);
-    for e in events {
+    for e in events.iter().filter(|e| e.path.is_none()) {
         if journal.iter().all(|(seq, ..)| *seq != e.seq) {
             journal.push((e.seq, e.kind.clone(), e.node_name.clone(), e.attempt));
         }
     }
+}
+
+fn remember_ends<'a>(instances: impl Iterator<Item = &'a str>) {
+    let mut ended = ENDED.lock().unwrap_or_else(PoisonError::into_inner);
+    ended.extend(instances.filter(|i| !i.is_empty()).map(str::to_owned));
 }
 
 /// The number of the committed event `kind` of `node`'s `attempt`, if any.
@@ -258,6 +307,19 @@ fn committed(kinds: &[&str], node: &str, attempt: u32) -> Option<u64> {
             kinds.contains(&k.as_str()) && n.as_deref() == Some(node) && *a == attempt
         })
         .map(|(seq, ..)| *seq)
+}
+
+/// A step of a nest instance, from its key: (the instance's path, the nest node at the top).
+/// `order-7/packed[1]/parcel/1` is `("packed[1]", "packed")`; `None` for the run's own steps.
+pub fn instance_of(key: &str) -> Option<(String, String)> {
+    let rest = key.strip_prefix(RUN)?.strip_prefix('/')?;
+    let parts: Vec<&str> = rest.split('/').collect();
+    if parts.len() <= 2 {
+        return None;
+    }
+    let path = parts[..parts.len() - 2].join("/");
+    let top = parts[0].split(['[', '@', '#']).next()?.to_owned();
+    Some((path, top))
 }
 
 // --- The world ---------------------------------------------------------------------------------
@@ -291,6 +353,9 @@ fn effect() -> u32 {
         return 1;
     };
     let key = attempt.key();
+    if let Some((path, top)) = instance_of(&key) {
+        return effect_in_instance(&key, &path, &top, attempt.attempt());
+    }
     let node = attempt.node();
     let (start, ends): (&[&str], &[&str]) = match attempt.is_compensation() {
         true => (
@@ -312,16 +377,35 @@ fn effect() -> u32 {
             "ran again after its end (event #{seq}) was committed"
         ));
     }
+    write_effect(
+        &key,
+        node,
+        attempt.attempt(),
+        attempt.is_compensation(),
+        &why,
+    );
+    if let (Some(stop), Some(seq)) = (stop_point(), started)
+        && stop.when == When::Inside
+        && seq >= stop.at
+    {
+        park(stop.at);
+    }
+    attempt.attempt()
+}
+
+/// Writes an execution of `key` into the world: its effect once per key, the call, and what it
+/// found wrong.
+fn write_effect(key: &str, node: &str, attempt: u32, compensation: bool, why: &[String]) {
     let pid = std::process::id();
     let written = CONFIG.get().map(|config| -> rusqlite::Result<()> {
         let mut conn = open_world(&config.effects)?;
         let tx = conn.transaction()?;
         tx.execute(
             "INSERT OR IGNORE INTO effects(key, node, attempt, compensation, pid) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![key, node, attempt.attempt(), attempt.is_compensation(), pid],
+            params![key, node, attempt, compensation, pid],
         )?;
         tx.execute("INSERT INTO calls(key, pid) VALUES (?1, ?2)", params![key, pid])?;
-        for why in &why {
+        for why in why {
             tx.execute(
                 "INSERT INTO violations(key, pid, why) VALUES (?1, ?2, ?3)",
                 params![key, pid, why],
@@ -333,13 +417,39 @@ fn effect() -> u32 {
         // The parent sees it on the child's stderr, and the effect missing.
         eprintln!("the world's file could not be written for {key}: {error}");
     }
-    if let (Some(stop), Some(seq)) = (stop_point(), started)
-        && stop.when == When::Inside
-        && seq >= stop.at
-    {
-        park(stop.at);
+}
+
+/// What a step of a nest instance does first: its effect and call, as every step; what it
+/// finds wrong is that it runs before its nest step's `Requested` was committed, or after its
+/// instance's end (or its nest step's end) was. An instance's steps are not gated one by one:
+/// the instance is the unit the run recovers. In the `inside` mode with `FLOW_CRASH_KEY` set
+/// to this key, it stops the process right after.
+fn effect_in_instance(key: &str, path: &str, top: &str, attempt: u32) -> u32 {
+    let mut why = Vec::new();
+    let nest = JOURNAL
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .filter(|(_, _, n, _)| n.as_deref() == Some(top))
+        .map(|(_, k, ..)| k.clone())
+        .collect::<Vec<_>>();
+    if !nest.iter().any(|k| k == "Requested") {
+        why.push(format!("ran before `{top}`'s `Requested` was committed"));
     }
-    attempt.attempt()
+    if nest.iter().any(|k| k == "Completed" || k == "Failed") {
+        why.push(format!("ran after `{top}`'s end was committed"));
+    }
+    let ended = ENDED.lock().unwrap_or_else(PoisonError::into_inner);
+    if ended.iter().any(|i| i == path) {
+        why.push(format!("ran again after the end of `{path}` was committed"));
+    }
+    drop(ended);
+    let node = key.rsplit('/').nth(1).unwrap_or(key);
+    write_effect(key, node, attempt, false, &why);
+    if std::env::var("FLOW_CRASH_KEY").as_deref() == Ok(key) {
+        park_at(key);
+    }
+    attempt
 }
 
 // --- The store ---------------------------------------------------------------------------------
@@ -395,6 +505,7 @@ impl<S: Store + Clone> Store for CrashStore<S> {
         Box::pin(async move {
             let loaded = self.inner.load_run(run, owner, lease).await?;
             remember(&loaded.events);
+            remember_ends(loaded.outputs.iter().map(|o| o.instance.as_str()));
             if !loaded.waits.is_empty() {
                 // The step waited in a process that was killed: say it again, in case the
                 // parent did not read it from that one.
@@ -419,12 +530,14 @@ impl<S: Store + Clone> Store for CrashStore<S> {
             .iter()
             .any(|w| matches!(w, WaitChange::Open { .. }));
         let events = batch.events.clone();
+        let ends: Vec<String> = batch.outputs.iter().map(|o| o.instance.clone()).collect();
         Box::pin(async move {
             // A slow disk: events of the steps still running meanwhile pile up in the next
             // batch, and a step whose `Requested` is in it must wait for that batch.
             tokio::time::sleep(COMMIT).await;
             let committed = self.inner.commit(batch).await?;
             remember(&events);
+            remember_ends(ends.iter().map(String::as_str));
             if waits {
                 println!("WAITING");
             }

@@ -12,7 +12,8 @@
 //! request; the raw side then writes them in as many transactions as the store used in the flow
 //! round just before (`SqliteStore::stats`), cut evenly in request order.
 //!
-//! `cargo bench -p flow-benches --bench durable` prints the table of docs/performance.md.
+//! `cargo bench -p flow-benches --bench durable` prints the tables of docs/performance.md (the
+//! last: the resume of a run stopped inside a durable `ForEach` or `Loop`, `ONLY=resume`).
 //! `REPEAT=9 ROUNDS_SCALE=2 cargo bench -p flow-benches --bench durable` runs more rounds and
 //! larger ones; `ONLY=chain_100` runs one case, `SYNC=NORMAL` one setting; `VERBOSE=1` prints
 //! every round. The files live under cargo's temporary
@@ -41,6 +42,60 @@ mod wf {
     include!("generated/durable_chain_100.rs");
     include!("generated/durable_fan_20.rs");
     include!("generated/durable_fan_100.rs");
+
+    workflow! {
+        /// A durable `ForEach`: one instance per item, 64 at a time.
+        #[flow(durable)]
+        pub DurableForEach(n: u64) -> u64 {
+            all = ForEach(i in 0..n, max_concurrency = 64) {
+                x = Operation(op(i))
+                => x
+            }
+            => all.len() as u64
+        }
+    }
+}
+
+/// The nests of the resume table: a `ForEach` and a `Loop` whose instance `n` waits until
+/// the process stops (the instances before it have ended).
+mod stopped {
+    use std::convert::Infallible;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use flowdag::workflow;
+
+    /// The instance that waits for ever; `u64::MAX`: none.
+    pub static HANG_AT: AtomicU64 = AtomicU64::new(u64::MAX);
+
+    /// Returns at once, but for the instance `HANG_AT`, which never does.
+    pub async fn step(i: u64) -> Result<u64, Infallible> {
+        if HANG_AT.load(Ordering::SeqCst) == i {
+            std::future::pending::<()>().await;
+        }
+        Ok(i + 1)
+    }
+
+    workflow! {
+        #[flow(durable)]
+        pub Items(n: u64) -> u64 {
+            all = ForEach(i in 0..n + 1, max_concurrency = 64) {
+                x = Operation(step(i))
+                => x
+            }
+            => all.len() as u64
+        }
+    }
+
+    workflow! {
+        #[flow(durable)]
+        pub Rounds(n: u64) -> u64 {
+            last = Loop(max = 1_000_000, prev = before) {
+                x = Operation(step(before.copied().unwrap_or(0)))
+                => x
+            } until (x > n)
+            => last
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -49,6 +104,7 @@ enum Shape {
     Chain100,
     Fan20,
     Fan100,
+    ForEach10k,
 }
 
 impl Shape {
@@ -56,6 +112,7 @@ impl Shape {
         match self {
             Shape::Chain20 | Shape::Fan20 => 20,
             Shape::Chain100 | Shape::Fan100 => 100,
+            Shape::ForEach10k => 10_000,
         }
     }
 
@@ -65,6 +122,7 @@ impl Shape {
             Shape::Chain20 => 20,
             Shape::Chain100 => 100,
             Shape::Fan20 | Shape::Fan100 => 2,
+            Shape::ForEach10k => 10_000,
         }
     }
 }
@@ -94,6 +152,12 @@ async fn run_one<S: Store + Clone>(shape: Shape, store: &S, id: String) {
             wf::DurableFan100::runner()
                 .durable(store, id)
                 .execute(0)
+                .await
+        }
+        Shape::ForEach10k => {
+            wf::DurableForEach::runner()
+                .durable(store, id)
+                .execute(10_000)
                 .await
         }
     };
@@ -433,7 +497,7 @@ fn raw_write(conn: &Connection, sql: &RawSql, write: &Write, id: &str, next_seq:
                     e.format,
                     e.node,
                     e.node_name,
-                    None::<String>,
+                    e.path.as_ref().map(ToString::to_string),
                     e.attempt,
                     e.kind,
                     e.data,
@@ -594,6 +658,12 @@ fn main() {
             runs: 32,
         },
         Case {
+            name: "for_each_10k",
+            shape: Shape::ForEach10k,
+            at_once: 1,
+            runs: 1,
+        },
+        Case {
             name: "chain_20 x16",
             shape: Shape::Chain20,
             at_once: 16,
@@ -699,6 +769,101 @@ fn main() {
                 median(ratios),
                 cpu(|c| c.0),
                 cpu(|c| c.1),
+            );
+        }
+    }
+    if only.as_deref().is_none_or(|o| o == "resume") {
+        resume_table(&rt, repeat);
+    }
+}
+
+// --- Resuming a nest ---------------------------------------------------------------------------
+
+/// Which nest a resume case stops in.
+#[derive(Clone, Copy)]
+enum Nest {
+    Items,
+    Rounds,
+}
+
+/// Starts a run of `nest` over `n` instances on the store in `file`, stops it once instance
+/// `n` (which never ends) started and the `n` before it ended and were committed, as a killed
+/// process would, and closes the store.
+fn stop_at(rt: &Runtime, file: &Path, nest: Nest, n: u64) {
+    use std::sync::atomic::Ordering;
+    stopped::HANG_AT.store(n, Ordering::SeqCst);
+    let store = SqliteStore::open(file).expect("a store");
+    let run = async {
+        let ended = match nest {
+            Nest::Items => stopped::Items::runner()
+                .durable(&store, "stopped")
+                .execute(n)
+                .await
+                .map(drop),
+            Nest::Rounds => stopped::Rounds::runner()
+                .durable(&store, "stopped")
+                .execute(n)
+                .await
+                .map(drop),
+        };
+        panic!("the run ended: {ended:?}");
+    };
+    // The instances run at once; their ends are committed within milliseconds.
+    let wait = Duration::from_millis(300 + n / 20);
+    rt.block_on(async {
+        let _ = tokio::time::timeout(wait, run).await;
+    });
+    drop(store);
+    stopped::HANG_AT.store(u64::MAX, Ordering::SeqCst);
+}
+
+/// The resume table: how long resuming a run takes whose `ForEach` had `n` instances ended
+/// (and one running), or whose `Loop` was at iteration `n`, for growing `n`.
+fn resume_table(rt: &Runtime, repeat: usize) {
+    println!();
+    println!(
+        "resume of a run stopped inside its nest, median of {repeat}: load, replay, restore the ended instances, run the last one"
+    );
+    println!(
+        "| nest | instances ended | resume ms | µs per ended instance | events + rows stored |"
+    );
+    println!("|---|---:|---:|---:|---:|");
+    for (nest, name) in [(Nest::Items, "ForEach"), (Nest::Rounds, "Loop")] {
+        for n in [1_000u64, 10_000] {
+            let files = dir(&format!("resume-{name}-{n}"));
+            let mut took = Vec::new();
+            let mut rows = 0;
+            for round in 0..repeat {
+                let file = files.join(format!("r{round}.db"));
+                stop_at(rt, &file, nest, n);
+                let store = SqliteStore::open(&file).expect("a store");
+                let start = Instant::now();
+                let result = rt.block_on(async {
+                    match nest {
+                        Nest::Items => stopped::Items::resume(&store, "stopped").await,
+                        Nest::Rounds => stopped::Rounds::resume(&store, "stopped").await,
+                    }
+                });
+                took.push(start.elapsed().as_secs_f64());
+                let output = result.expect("resumes").result.expect("succeeds");
+                let expected = match nest {
+                    Nest::Items => n + 1,
+                    Nest::Rounds => n + 1,
+                };
+                assert_eq!(output, expected, "{name} {n}");
+                rows = rt.block_on(async {
+                    let events = store.events("stopped", 0).await.expect("events").len();
+                    let loaded = store
+                        .load_run("stopped", &Owner::new("bench"), Duration::from_secs(1))
+                        .await
+                        .expect("loads");
+                    events + loaded.outputs.len()
+                });
+            }
+            let ms = median(took) * 1e3;
+            println!(
+                "| {name} | {n} | {ms:.1} | {:.1} | {rows} |",
+                ms * 1e3 / n as f64
             );
         }
     }

@@ -68,6 +68,12 @@ async fn ship(line: u32) -> Result<u32, Refused> {
     }
 }
 
+/// After the nests: in a distributed run, a task whose worker restores the nests' outputs.
+async fn close(shipped: &[u32], polled: u32) -> Result<u32, Refused> {
+    seen();
+    Ok(shipped.len() as u32 + polled)
+}
+
 async fn poll(round: u32) -> Result<u32, Refused> {
     seen();
     Ok(round + 1)
@@ -87,8 +93,9 @@ workflow! {
                 round = Operation(poll(last.copied().unwrap_or(0)))
                 => round
             } until (round >= 3),
+            closed = Operation(close(&shipped, polled)),
         }
-        => (shipped.clone(), polled)
+        => (shipped.clone(), closed - shipped.len() as u32)
     }
 }
 
@@ -133,6 +140,7 @@ async fn every_instance_and_iteration_has_its_own_key() {
         keys,
         [
             "order-1/charged/1",
+            "order-1/closed/1",
             "order-1/polled@0/round/1",
             "order-1/polled@1/round/1",
             "order-1/polled@2/round/1",

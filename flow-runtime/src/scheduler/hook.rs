@@ -364,6 +364,16 @@ impl<'r, 'l> Run<'r, 'l> {
         self.leaves[node as usize].as_mut()
     }
 
+    /// Gives nest node `node` its context, as its first start does, for a hook that starts
+    /// the node's leaf itself (a task's run restoring the stored outputs). Nothing for a node
+    /// that is not a nest.
+    pub(crate) fn give_nest(&mut self, node: u32) {
+        if let Some(nest) = self.scheduler.plan().control.nest(node) {
+            let ctx = self.scheduler.nest_ctx(nest);
+            self.leaves[node as usize].as_mut().nest(ctx);
+        }
+    }
+
     /// Polls `node`'s current attempt and its timeout, as the scheduler does.
     pub(crate) fn poll_attempt(
         &mut self,

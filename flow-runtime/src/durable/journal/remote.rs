@@ -603,6 +603,7 @@ fn start_task_run(run: &mut Run<'_, '_>) -> bool {
                 continue;
             }
             let name = graph.nodes[node as usize].name;
+            run.give_nest(node);
             let mut ctx = attempt_ctx(&run_id, name, 1);
             ctx.restore = Some(bytes.clone());
             let (polled, _) = with_attempt(ctx, || {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use flowdag::durable::{DurableError, send_signal};
+use flowdag::durable::{DurableError, send_signal, send_signal_json};
 use flowdag::prelude::*;
 use flowdag::store::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, MemoryStore, NewRun, NewSignal, Owner,
@@ -537,6 +537,74 @@ async fn a_transient_signal_is_dropped_when_no_step_waits() {
     let (outcome, sent) = tokio::join!(run, send);
     assert!(matches!(sent, SignalSent::Stored { .. }), "{sent:?}");
     assert_eq!(outcome.expect("resumes").result.expect("succeeds"), 2);
+}
+
+/// A signal sent by name and JSON is checked against the workflow before anything is stored:
+/// an undeclared name, a payload of another type and a run of another workflow are refused;
+/// a good one is stored kept or transient as the workflow declares it, and the step takes it.
+#[tokio::test]
+async fn a_signal_sent_as_json_is_checked_before_it_is_stored() {
+    let store = MemoryStore::new();
+    let id = "j-1";
+    set_held(id, true);
+    let counting = Counting::new(&store);
+    let first =
+        tokio::time::timeout(SETTLE, Later::runner().durable(&counting, id).execute(3)).await;
+    assert!(first.is_err(), "`hold` holds the run");
+    let stored = || async { store.signals(id, 0).await.expect("reads").len() };
+    let refused = [
+        (
+            "approv",
+            br#"{"by":"ann"}"#.as_slice(),
+            "no signal `approv`",
+        ),
+        (
+            "approve",
+            br#"{"who":"ann"}"#.as_slice(),
+            "does not read as",
+        ),
+        ("approve", b"7".as_slice(), "does not read as"),
+    ];
+    for (name, payload, why) in refused {
+        let error = send_signal_json::<Later, _>(&store, id, name, payload)
+            .await
+            .expect_err("refused");
+        match &error {
+            DurableError::Signal {
+                signal, why: text, ..
+            } => {
+                assert_eq!(signal, name);
+                assert!(text.contains(why), "{error}");
+            }
+            other => panic!("expected a refused signal, got {other}"),
+        }
+    }
+    assert!(
+        send_signal_json::<Approve, _>(&store, id, "approve", br#"{"by":"ann"}"#)
+            .await
+            .expect_err("a run of `Later`")
+            .to_string()
+            .contains("it is a run of `Later`, not of `Approve`")
+    );
+    assert_eq!(stored().await, 0, "nothing was stored");
+    let sent = send_signal_json::<Later, _>(&store, id, "approve", br#"{"by":"ann"}"#)
+        .await
+        .expect("stored");
+    assert!(matches!(sent, SignalSent::Stored { .. }), "{sent:?}");
+    set_held(id, false);
+    tokio::time::sleep(LEASE * 2).await;
+    let outcome = Later::resume(&counting, id).await.expect("resumes");
+    assert_eq!(outcome.result.expect("succeeds"), "order 3 approved by ann");
+    // `ping` is declared transient: sent as JSON while no step waits, it is dropped.
+    set_held("j-2", true);
+    let first =
+        tokio::time::timeout(SETTLE, Ping::runner().durable(&counting, "j-2").execute(1)).await;
+    assert!(first.is_err(), "`hold` holds the run");
+    let sent = send_signal_json::<Ping, _>(&store, "j-2", "ping", b"4")
+        .await
+        .expect("answered");
+    assert_eq!(sent, SignalSent::Dropped);
+    set_held("j-2", false);
 }
 
 /// A durable workflow with a `Signal` step still runs without a store: the step takes its

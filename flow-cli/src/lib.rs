@@ -92,7 +92,16 @@ fn is_postgres(db: &str) -> bool {
 /// binary, `Cli::new().register::<Order>()` in a binary of the user's.
 #[derive(Default)]
 pub struct Cli {
-    workflows: BTreeMap<&'static str, ResumeFn>,
+    workflows: BTreeMap<&'static str, Registered>,
+}
+
+/// What the command line can do with a workflow registered in its binary.
+#[derive(Clone, Copy)]
+struct Registered {
+    /// Resumes a run of it.
+    resume: ResumeFn,
+    /// Checks a signal for a run of it (`DurableWorkflow::__check_signal`): `Ok(transient)`.
+    check: fn(&str, &[u8]) -> Result<bool, String>,
 }
 
 /// Why a command failed. [`CliError::exit_code`] is the process's exit code.
@@ -120,6 +129,16 @@ pub enum CliError {
         /// The signal's name.
         signal: String,
         /// What the JSON parser said.
+        why: String,
+    },
+    /// The workflow of the run (registered in this binary) declares no signal of this name,
+    /// or the payload does not read as the signal's type: nothing was stored.
+    SignalRefused {
+        /// The run.
+        run: String,
+        /// The signal's name.
+        signal: String,
+        /// Why.
         why: String,
     },
     /// The run has ended: no step will take a signal.
@@ -159,7 +178,9 @@ impl CliError {
                 | StoreError::SchemaVersion { .. }
                 | StoreError::Unreachable { .. },
             ) => 4,
-            CliError::BadPayload { .. } | CliError::RunEnded { .. } => 5,
+            CliError::BadPayload { .. }
+            | CliError::SignalRefused { .. }
+            | CliError::RunEnded { .. } => 5,
             _ => 1,
         }
     }
@@ -185,6 +206,10 @@ impl fmt::Display for CliError {
             CliError::BadPayload { signal, why } => {
                 write!(f, "the payload of signal `{signal}` is not JSON: {why}")
             }
+            CliError::SignalRefused { run, signal, why } => write!(
+                f,
+                "signal `{signal}` for run `{run}` refused, nothing was stored: {why}"
+            ),
             CliError::RunEnded { run, status } => write!(
                 f,
                 "run `{run}` has ended ({status}): no step will take the signal; nothing was stored"
@@ -246,8 +271,13 @@ impl Cli {
 
     /// Registers `W`: `flow resume` resumes its runs in this process.
     pub fn register<W: DurableWorkflow>(mut self) -> Cli {
-        self.workflows
-            .insert(W::GRAPH.name(), resume_erased::<W> as ResumeFn);
+        self.workflows.insert(
+            W::GRAPH.name(),
+            Registered {
+                resume: resume_erased::<W>,
+                check: W::__check_signal,
+            },
+        );
         self
     }
 
@@ -327,7 +357,13 @@ impl Cli {
                 "show" => show(store, &path, &string(sub, "run"), json, out).await,
                 "signal" => {
                     let (run, signal) = (string(sub, "run"), string(sub, "name"));
-                    send(store, &path, &run, &signal, &string(sub, "payload"), out).await
+                    let payload = string(sub, "payload");
+                    let to = Send {
+                        id: &run,
+                        name: &signal,
+                        payload: &payload,
+                    };
+                    send(store, &path, to, &self.workflows, out).await
                 }
                 _ => self.resume(&opened, &path, &string(sub, "run"), out).await,
             }
@@ -343,7 +379,7 @@ impl Cli {
     ) -> Result<(), CliError> {
         let store = opened.store();
         let run = find(store, path, id).await?;
-        let Some(resume) = self.workflows.get(run.workflow.as_str()) else {
+        let Some(Registered { resume, .. }) = self.workflows.get(run.workflow.as_str()) else {
             return Err(CliError::Unregistered {
                 run: run.id,
                 workflow: run.workflow,
@@ -894,12 +930,21 @@ fn open_client(path: &Path) -> Result<SqliteStore, CliError> {
     Ok(SqliteStore::open_client(path)?)
 }
 
+/// What `flow signal` sends: to which run, which signal, with what JSON.
+struct Send<'a> {
+    id: &'a str,
+    name: &'a str,
+    payload: &'a str,
+}
+
+/// `flow signal`: checks the signal against the run's workflow when this binary registered it
+/// (its name declared, its payload of the declared type, kept or transient as declared), says
+/// what it could not check otherwise, and stores it.
 async fn send(
     store: &dyn Store,
     path: &Path,
-    id: &str,
-    name: &str,
-    payload: &str,
+    Send { id, name, payload }: Send<'_>,
+    workflows: &BTreeMap<&'static str, Registered>,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let value: Value = serde_json::from_str(payload).map_err(|error| CliError::BadPayload {
@@ -913,12 +958,27 @@ async fn send(
             status: run.status.to_string(),
         });
     }
+    let bytes = value.to_string().into_bytes();
+    let (mode, unchecked) = match workflows.get(run.workflow.as_str()) {
+        Some(registered) => match (registered.check)(name, &bytes) {
+            Ok(true) => (SignalMode::Transient, None),
+            Ok(false) => (SignalMode::Kept, None),
+            Err(why) => {
+                return Err(CliError::SignalRefused {
+                    run: run.id,
+                    signal: name.to_owned(),
+                    why,
+                });
+            }
+        },
+        None => (SignalMode::Kept, Some(run.workflow.clone())),
+    };
     let sent = store
         .send_signal(NewSignal {
             run: id.to_owned(),
             name: name.to_owned(),
-            payload: value.to_string().into_bytes(),
-            mode: SignalMode::Kept,
+            payload: bytes,
+            mode,
         })
         .await?;
     match sent {
@@ -936,6 +996,13 @@ async fn send(
             printable(name),
             printable(id)
         )?,
+    }
+    if let Some(workflow) = unchecked {
+        writeln!(
+            out,
+            "not checked: this binary does not have workflow `{}`, so neither the signal's name nor its payload's type was checked (a binary that registers it with `Cli::register` checks both)",
+            printable(&workflow)
+        )?;
     }
     Ok(())
 }

@@ -60,6 +60,18 @@ workflow! {
     }
 }
 
+workflow! {
+    /// Waits for a confirmation.
+    #[flow(durable)]
+    Confirming(order: u64) -> bool {
+        Sequential {
+            Operation(fetch(order)),
+            confirmed = Signal(confirm: bool),
+        }
+        => confirmed
+    }
+}
+
 #[derive(Debug)]
 struct Refused(&'static str);
 
@@ -308,6 +320,62 @@ fn show_prints_the_steps_and_the_timeline() {
     let events = shown["events"].as_array().expect("events");
     assert_eq!(Some(events.len() as u64), shown["run"]["events"].as_u64());
     assert!(events.iter().all(|e| e["kind"] != "RunFinished"));
+}
+
+/// A binary that registered the run's workflow checks the signal's name and payload type
+/// before it stores anything; the generic binary stores it and says what it could not check.
+#[test]
+fn signal_is_checked_by_a_binary_that_registered_the_workflow() {
+    let path = fresh_store("signal-checked", |store| async move {
+        let waiting = Confirming::runner()
+            .durable(&store, "waiting")
+            .unload_when_waiting(std::time::Duration::ZERO)
+            .execute(1)
+            .await
+            .expect("runs");
+        assert!(waiting.is_unloaded(), "the run waits for `confirm`");
+    });
+    let db = path.to_str().expect("utf-8");
+    let registered = || flowdag_cli::Cli::new().register::<Confirming>();
+    let refused = [
+        ("confirm", "7", "its payload does not read as `bool`"),
+        (
+            "confirmed",
+            "true",
+            "the workflow has no signal `confirmed`: it declares `confirm`",
+        ),
+    ];
+    for (name, payload, why) in refused {
+        let mut out = Vec::new();
+        let error = registered()
+            .run_with(["flow", "signal", db, "waiting", name, payload], &mut out)
+            .expect_err("refused");
+        assert_eq!(error.exit_code(), 5, "{error}");
+        let message = error.to_string();
+        assert!(message.contains(why), "{message}");
+        assert!(message.contains("nothing was stored"), "{message}");
+    }
+    let shown = flow(&["show", db, "waiting", "--json"]);
+    let shown: Value = serde_json::from_slice(&shown.stdout).expect("JSON");
+    assert_eq!(shown["signals"].as_array().map(Vec::len), Some(0));
+    let mut out = Vec::new();
+    registered()
+        .run_with(
+            ["flow", "signal", db, "waiting", "confirm", "true"],
+            &mut out,
+        )
+        .expect("stored");
+    let said = text(&out);
+    assert!(said.contains("signal `confirm` stored"), "{said}");
+    assert!(!said.contains("not checked"), "{said}");
+    // The generic binary cannot check: it stores, and says so.
+    let output = flow(&["signal", db, "waiting", "confirm", "7"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let said = text(&output.stdout);
+    assert!(
+        said.contains("not checked: this binary does not have workflow `Confirming`"),
+        "{said}"
+    );
 }
 
 #[test]

@@ -62,8 +62,8 @@ pub(crate) use crate::attempt::{AttemptCtx, CURRENT, attempt_ctx, with_attempt};
 pub(crate) use journal::Mailbox;
 pub(crate) mod stored_signals;
 
-pub use stored_signals::send_signal;
 pub(crate) use stored_signals::{SignalCtx, Taken};
+pub use stored_signals::{send_signal, send_signal_json};
 
 /// The version of the journal's meaning (which events exist and when the scheduler emits
 /// them): part of every graph hash, so a run journaled by another format is refused.
@@ -137,6 +137,17 @@ pub enum DurableError {
         /// Why.
         reason: String,
     },
+    /// A signal was refused before it was stored: the run's workflow declares no signal of
+    /// that name, the payload does not read as the signal's type, or the run is not a run of
+    /// the workflow the signal was checked against. Nothing was stored.
+    Signal {
+        /// The run's id.
+        run: String,
+        /// The signal's name.
+        signal: String,
+        /// Why.
+        why: String,
+    },
     /// The stored input cannot be read as the workflow's parameters.
     Input {
         /// The run's id.
@@ -184,6 +195,9 @@ impl fmt::Display for DurableError {
                 instance,
                 reason,
             } => write!(f, "run `{run}`, instance `{instance}`: {reason}"),
+            DurableError::Signal { run, signal, why } => {
+                write!(f, "signal `{signal}` for run `{run}` refused: {why}")
+            }
             DurableError::Input { run, why } => {
                 write!(f, "the stored input of run `{run}` cannot be read: {why}")
             }
@@ -483,6 +497,18 @@ pub trait DurableWorkflow: Workflow + 'static {
     /// The stored parameters as the run takes them. Not a public API.
     #[doc(hidden)]
     fn __input<'a>(stored: Self::Stored) -> Self::Input<'a>;
+
+    /// Checks a signal before it is stored for a run of this workflow: `Ok(transient)` when
+    /// the workflow declares `name` and `payload` reads as its type, else why not. Not a
+    /// public API: [`send_signal_json`] calls it.
+    #[doc(hidden)]
+    fn __check_signal(name: &str, payload: &[u8]) -> Result<bool, String> {
+        let _ = payload;
+        Err(format!(
+            "the signals of `{}` are not known: `{name}` cannot be checked",
+            Self::GRAPH.name()
+        ))
+    }
 }
 
 /// How long a lease is given and extended by each commit.

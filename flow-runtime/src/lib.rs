@@ -151,7 +151,9 @@ pub mod __private {
         restore_collect,
     };
     #[cfg(feature = "durable")]
-    pub use crate::durable::stored_signals::durable_signal;
+    pub use crate::durable::stored_signals::{
+        CheckAny, CheckDurable, PayloadProbe, durable_signal,
+    };
     #[cfg(feature = "durable")]
     pub use crate::durable::{Durable, DurableError, DurableWorkflow, resume, resume_all};
     #[cfg(feature = "durable")]

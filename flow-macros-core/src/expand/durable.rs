@@ -53,6 +53,13 @@ pub fn durable_items(
                 let stored: #input_ty = stored;
                 stored
             }
+
+            fn __check_signal(
+                name: &str,
+                payload: &[u8],
+            ) -> #private::Result<bool, ::std::string::String> {
+                Self::__flow_check_signal(name, payload)
+            }
         }
 
         #[allow(unused_variables, dead_code, clippy::all)]

@@ -68,7 +68,12 @@ pub fn workflow(input: TokenStream) -> TokenStream {
     let input = Input::new(&workflow);
     let dag = graph::build(&workflow, &mut cx);
     let declared = check::signals::declared(&dag, &mut cx);
-    let keys = signals::keys(&declared, &workflow.vis, &private_path(&workflow));
+    let keys = signals::keys(
+        &declared,
+        &workflow.vis,
+        &private_path(&workflow),
+        workflow.durable.is_some(),
+    );
     let checked = check::check(&workflow, dag, &mut cx);
     if let (Some(checked), Some(_)) = (&checked, &workflow.durable) {
         check::durable::check(&workflow, checked, &mut cx);

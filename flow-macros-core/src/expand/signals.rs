@@ -15,7 +15,9 @@ pub fn keys(
     declared: &[(&Ident, &Type, bool)],
     vis: &syn::Visibility,
     private: &TokenStream,
+    durable: bool,
 ) -> TokenStream {
+    let check = durable.then(|| check_fn(declared, private));
     let consts = declared.iter().map(|(signal, ty, transient)| {
         // An identifier: `check::signals::declared` leaves out the signals whose key is none.
         let key = Ident::new(&key_name(signal), signal.span());
@@ -34,7 +36,46 @@ pub fn keys(
             #vis const #key: #key_ty = #value;
         }
     });
-    quote!(#(#consts)*)
+    quote!(#(#consts)* #check)
+}
+
+/// A durable workflow's check of a signal before it is stored (`DurableWorkflow::
+/// __check_signal` calls it): the name must be declared and the payload must read as its
+/// type; `Ok(transient)`. Hidden, and only in durable workflows, whose payload types are
+/// `Durable`.
+fn check_fn(declared: &[(&Ident, &Type, bool)], private: &TokenStream) -> TokenStream {
+    let arms = declared.iter().map(|(signal, ty, transient)| {
+        let text = signal.to_string();
+        quote! {
+            #text => (&#private::PayloadProbe::<#ty>::new())
+                .check_payload(#text, __flow_payload)
+                .map(|()| #transient),
+        }
+    });
+    let names: Vec<String> = declared.iter().map(|(s, ..)| format!("`{s}`")).collect();
+    let declares = match names.len() {
+        0 => "declares no signal".to_owned(),
+        _ => format!("declares {}", names.join(", ")),
+    };
+    quote! {
+        #[doc(hidden)]
+        #[allow(dead_code, clippy::all)]
+        pub fn __flow_check_signal(
+            __flow_name: &str,
+            __flow_payload: &[u8],
+        ) -> ::core::result::Result<bool, ::std::string::String> {
+            #[allow(unused_imports)]
+            use #private::{CheckAny as _, CheckDurable as _};
+            match __flow_name {
+                #(#arms)*
+                _ => ::core::result::Result::Err(::std::format!(
+                    "the workflow has no signal `{}`: it {}",
+                    __flow_name,
+                    #declares
+                )),
+            }
+        }
+    }
 }
 
 /// `Control::signals`: one row per `Signal` step, in runtime order.

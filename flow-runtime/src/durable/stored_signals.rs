@@ -14,11 +14,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
-use super::{CURRENT, Durable, DurableError};
+use super::{CURRENT, Durable, DurableError, DurableWorkflow};
 use crate::error::NodeError;
 use crate::signal::{Mailbox, SignalKey, WaitSignal, signal};
 use crate::slot::Slot;
-use crate::store::{NewSignal, SignalMode, SignalSent, Store, StoreError, StoredSignal};
+use crate::store::{NewSignal, RunFilter, SignalMode, SignalSent, Store, StoreError, StoredSignal};
 
 /// What the scheduler and a durable `Signal` step tell each other during one poll.
 #[derive(Default)]
@@ -284,5 +284,135 @@ pub fn send_signal<'s, S: Store + ?Sized, T: Durable>(
             .send_signal(signal)
             .await
             .map_err(|error: StoreError| DurableError::Store(error))
+    }
+}
+
+/// Sends signal `name` with the JSON `payload` to run `run` of workflow `W`, checked first: the
+/// workflow must declare the signal, the payload must read as its type, and the run must be a
+/// run of `W` that has not ended; only then is the signal stored (kept or transient, as `W`
+/// declares it). For callers that have a name and JSON rather than a typed key: a command
+/// line, an HTTP endpoint. [`send_signal`] with a workflow's key (`Order::APPROVE`) is checked
+/// by the compiler instead.
+///
+/// ```
+/// use flowdag_runtime::durable::{DurableError, send_signal_json};
+/// # use flowdag_runtime::store::MemoryStore;
+/// # async fn f<W: flowdag_runtime::durable::DurableWorkflow>(store: &MemoryStore) {
+/// // `approve` declared as `Signal(approve: bool)`: `"yes"` is not a `bool`.
+/// let refused = send_signal_json::<W, _>(store, "order-42", "approve", br#""yes""#).await;
+/// assert!(matches!(refused, Err(DurableError::Signal { .. })));
+/// # }
+/// ```
+///
+/// # Errors
+///
+/// [`DurableError::Signal`] when the check refuses it (nothing is stored);
+/// [`DurableError::Store`] as [`send_signal`].
+pub fn send_signal_json<'s, W: DurableWorkflow, S: Store + ?Sized>(
+    store: &'s S,
+    run: &str,
+    name: &str,
+    payload: &[u8],
+) -> impl Future<Output = Result<SignalSent, DurableError>> + use<'s, W, S> {
+    let (run, name) = (run.to_owned(), name.to_owned());
+    let checked = W::__check_signal(&name, payload);
+    let payload = payload.to_vec();
+    async move {
+        let refuse = |why: String| DurableError::Signal {
+            run: run.clone(),
+            signal: name.clone(),
+            why,
+        };
+        let transient = checked.map_err(refuse)?;
+        let filter = RunFilter {
+            id: Some(run.clone()),
+            ..RunFilter::default()
+        };
+        let found = store
+            .list_runs(&filter)
+            .await
+            .map_err(DurableError::Store)?;
+        let Some(summary) = found.into_iter().next() else {
+            return Err(DurableError::Store(StoreError::NotFound { run }));
+        };
+        if summary.workflow != W::GRAPH.name() {
+            return Err(refuse(format!(
+                "it is a run of `{}`, not of `{}`",
+                summary.workflow,
+                W::GRAPH.name()
+            )));
+        }
+        let signal = NewSignal {
+            run,
+            name,
+            payload,
+            mode: match transient {
+                true => SignalMode::Transient,
+                false => SignalMode::Kept,
+            },
+        };
+        store.send_signal(signal).await.map_err(DurableError::Store)
+    }
+}
+
+/// A signal's payload type, probed by the check that generated code makes for each declared
+/// signal of a durable workflow: `(&PayloadProbe::<T>::new()).check_payload(..)` reads the
+/// payload as a `T` when `T` is `Durable` ([`CheckDurable`]). For a `T` that is not, the call
+/// resolves to [`CheckAny`] instead, so that the check adds no error of its own to the one the
+/// signal's step already reports on the type.
+pub struct PayloadProbe<T>(std::marker::PhantomData<fn() -> T>);
+
+impl<T> PayloadProbe<T> {
+    /// The probe of `T`.
+    pub const fn new() -> Self {
+        PayloadProbe(std::marker::PhantomData)
+    }
+}
+
+impl<T> Default for PayloadProbe<T> {
+    fn default() -> Self {
+        PayloadProbe::new()
+    }
+}
+
+impl<T> Clone for PayloadProbe<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for PayloadProbe<T> {}
+
+/// The check of a payload whose type can be stored ([`PayloadProbe`]).
+pub trait CheckDurable {
+    /// `Ok` when `payload` reads as the probed type, else why not.
+    fn check_payload(self, name: &str, payload: &[u8]) -> Result<(), String>;
+}
+
+impl<T: Durable> CheckDurable for &PayloadProbe<T> {
+    fn check_payload(self, name: &str, payload: &[u8]) -> Result<(), String> {
+        serde_json::from_slice::<T>(payload)
+            .map(drop)
+            .map_err(|error| {
+                format!(
+                    "its payload does not read as `{}`, the type of signal `{name}`: {error}",
+                    std::any::type_name::<T>()
+                )
+            })
+    }
+}
+
+/// The check of a payload whose type cannot be stored ([`PayloadProbe`]): never reached in a
+/// workflow that compiles.
+pub trait CheckAny {
+    /// Always `Err`.
+    fn check_payload(self, name: &str, payload: &[u8]) -> Result<(), String>;
+}
+
+impl<T> CheckAny for PayloadProbe<T> {
+    fn check_payload(self, name: &str, _payload: &[u8]) -> Result<(), String> {
+        Err(format!(
+            "the payload type of signal `{name}` cannot be stored"
+        ))
     }
 }

@@ -54,8 +54,8 @@ use flowdag_postgres::{PostgresOptions, PostgresStore};
 use flowdag_runtime::Outcome;
 use flowdag_runtime::durable::{DurableError, DurableWorkflow, resume};
 use flowdag_runtime::store::{
-    NewSignal, RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, Store, StoreError,
-    StoredEvent, StoredSignal,
+    NewSignal, RunCursor, RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, Store,
+    StoreError, StoredEvent, StoredSignal,
 };
 use flowdag_sqlite::SqliteStore;
 use serde_json::{Value, json};
@@ -353,7 +353,14 @@ impl Cli {
         let json = sub.try_get_one::<bool>("json").ok().flatten() == Some(&true);
         runtime.block_on(async {
             match name {
-                "runs" => runs(store, &filter(sub), json, out).await,
+                "runs" => {
+                    let mut filter = filter(sub);
+                    if let Some(after) = sub.get_one::<String>("after") {
+                        let run = find(store, &path, after).await?;
+                        filter.after = Some(RunCursor::of(&run));
+                    }
+                    runs(store, &filter, json, out).await
+                }
                 "show" => show(store, &path, &string(sub, "run"), json, out).await,
                 "signal" => {
                     let (run, signal) = (string(sub, "run"), string(sub, "name"));
@@ -463,11 +470,37 @@ fn command() -> Command {
                         .help("Only runs of this workflow"),
                 )
                 .arg(
+                    Arg::new("id-contains")
+                        .long("id-contains")
+                        .value_name("TEXT")
+                        .help("Only runs whose id contains TEXT (as written: no pattern)"),
+                )
+                .arg(
+                    Arg::new("from")
+                        .long("from")
+                        .value_name("TIME")
+                        .value_parser(parse_time)
+                        .help("Only runs created at or after TIME (UTC: 2026-11-27, 2026-11-27T09:30:00Z, or ms since the epoch)"),
+                )
+                .arg(
+                    Arg::new("until")
+                        .long("until")
+                        .value_name("TIME")
+                        .value_parser(parse_time)
+                        .help("Only runs created before TIME (as --from)"),
+                )
+                .arg(
+                    Arg::new("after")
+                        .long("after")
+                        .value_name("RUN")
+                        .help("Only runs after run RUN in the list: the next page after a page that ended with RUN"),
+                )
+                .arg(
                     Arg::new("limit")
                         .long("limit")
                         .value_name("N")
                         .value_parser(clap::value_parser!(u32))
-                        .help("At most N runs (the oldest)"),
+                        .help("At most N runs (the oldest): a page"),
                 )
                 .arg(json()),
         )
@@ -523,8 +556,80 @@ fn filter(matches: &ArgMatches) -> RunFilter {
             .flatten()
             .filter_map(|name| name.parse().ok())
             .collect(),
+        id_contains: matches.get_one::<String>("id-contains").cloned(),
+        created_from_ms: matches.get_one::<u64>("from").copied(),
+        created_before_ms: matches.get_one::<u64>("until").copied(),
         limit: matches.get_one::<u32>("limit").copied(),
+        ..RunFilter::default()
     }
+}
+
+/// A time given to `--from` or `--until`, in ms since the Unix epoch: UTC `2026-11-27`,
+/// `2026-11-27T09:30`, `2026-11-27T09:30:00` (a `Z` after it, or a space for the `T`, are
+/// taken too), or a number of ms since the epoch.
+fn parse_time(text: &str) -> Result<u64, String> {
+    let bad = || {
+        format!(
+            "`{text}` is not a time: write a UTC date and time (2026-11-27, 2026-11-27T09:30:00Z) or ms since the Unix epoch"
+        )
+    };
+    if let Ok(ms) = text.parse::<u64>() {
+        return Ok(ms);
+    }
+    let text = text.trim_end_matches('Z');
+    let (date, time) = match text.split_once(['T', ' ']) {
+        Some((date, time)) => (date, time),
+        None => (text, "00:00:00"),
+    };
+    let numbers = |part: &str, sep: char| -> Option<Vec<u64>> {
+        part.split(sep).map(|n| n.parse::<u64>().ok()).collect()
+    };
+    let (Some(date), Some(time)) = (numbers(date, '-'), numbers(time, ':')) else {
+        return Err(bad());
+    };
+    let (&[year, month, day], [hour, minute, rest @ ..]) = (date.as_slice(), time.as_slice())
+    else {
+        return Err(bad());
+    };
+    let second = match rest {
+        [] => 0,
+        [second] => *second,
+        _ => return Err(bad()),
+    };
+    let valid = (1970..=9999).contains(&year)
+        && (1..=12).contains(&month)
+        && (1..=days_in(year, month)).contains(&day)
+        && *hour < 24
+        && *minute < 60
+        && second < 60;
+    if !valid {
+        return Err(bad());
+    }
+    let days = days_from_civil(year, month, day);
+    Ok(((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000)
+}
+
+/// The days of `month` in `year` (Gregorian).
+fn days_in(year: u64, month: u64) -> u64 {
+    match month {
+        2 if year.is_multiple_of(4) && (!year.is_multiple_of(100) || year.is_multiple_of(400)) => {
+            29
+        }
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days from 1970-01-01 to a date at or after it (Howard Hinnant's `days_from_civil`).
+fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 /// Opens the store at `path`, which must exist and be a store of flow, as its owner (for
@@ -590,6 +695,15 @@ async fn runs(
         ]);
     }
     table.write(out)?;
+    if let (Some(limit), Some(last)) = (filter.limit, runs.last())
+        && runs.len() == limit as usize
+    {
+        writeln!(
+            out,
+            "(a page of {limit}: the next with `--after {}`)",
+            printable(&last.id)
+        )?;
+    }
     Ok(())
 }
 
@@ -1024,6 +1138,31 @@ fn resume_erased<W: DurableWorkflow>(
         Opened::Postgres(store) => {
             let run = resume::<W, PostgresStore>(store, id);
             Box::pin(async move { run.await.map(erase) })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_time;
+
+    #[test]
+    fn times_are_read_as_utc() {
+        assert_eq!(parse_time("0"), Ok(0));
+        assert_eq!(parse_time("1970-01-02"), Ok(86_400_000));
+        assert_eq!(parse_time("2000-03-01T00:00:00Z"), Ok(951_868_800_000));
+        assert_eq!(parse_time("2000-02-29 12:30"), Ok(951_827_400_000));
+        assert_eq!(parse_time("2024-12-31T23:59:59"), Ok(1_735_689_599_000));
+        for bad in [
+            "2023-02-29",
+            "2026-13-01",
+            "2026-11-27T24:00",
+            "1969-12-31",
+            "yesterday",
+            "2026-11",
+            "2026-11-27T09:30:00:00",
+        ] {
+            assert!(parse_time(bad).is_err(), "{bad}");
         }
     }
 }

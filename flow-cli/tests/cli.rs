@@ -253,6 +253,64 @@ fn runs_lists_each_run_with_its_status() {
     assert_eq!(runs[1]["status"], "running");
 }
 
+/// `runs` filters by text in the id and by creation time, and pages with `--limit` and
+/// `--after`.
+#[test]
+fn runs_filters_by_id_text_and_time_and_pages() {
+    let path = fresh_store("runs-pages", |store| async move {
+        for id in ["eu-1", "us-1", "eu-2", "eu-3", "us-2"] {
+            let outcome = Order::runner()
+                .durable(&store, id)
+                .execute(1)
+                .await
+                .expect("runs");
+            assert!(outcome.result.is_ok(), "{id} succeeds");
+        }
+    });
+    let db = path.to_str().expect("utf-8");
+    let ids = |args: &[&str]| -> Vec<String> {
+        let mut all = vec!["runs", db, "--json"];
+        all.extend_from_slice(args);
+        let output = flow(&all);
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        let runs: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+        runs.as_array()
+            .expect("an array")
+            .iter()
+            .filter_map(|r| r["id"].as_str().map(str::to_owned))
+            .collect()
+    };
+    assert_eq!(ids(&["--id-contains", "eu-"]), ["eu-1", "eu-2", "eu-3"]);
+    assert_eq!(ids(&["--limit", "2"]), ["eu-1", "us-1"]);
+    assert_eq!(ids(&["--limit", "2", "--after", "us-1"]), ["eu-2", "eu-3"]);
+    assert_eq!(ids(&["--limit", "2", "--after", "eu-3"]), ["us-2"]);
+    assert_eq!(
+        ids(&["--id-contains", "us", "--after", "eu-1"]),
+        ["us-1", "us-2"]
+    );
+    assert!(ids(&["--from", "2999-01-01"]).is_empty());
+    assert!(ids(&["--until", "2000-01-01T00:00:00Z"]).is_empty());
+    assert_eq!(
+        ids(&["--from", "2000-01-01", "--until", "2999-12-31"]).len(),
+        5
+    );
+    // A page that may have more after it says how to get the next.
+    let output = flow(&["runs", db, "--limit", "2"]);
+    assert!(
+        text(&output.stdout).contains("(a page of 2: the next with `--after us-1`)"),
+        "{}",
+        text(&output.stdout)
+    );
+    fails(&flow(&["runs", db, "--after", "nope"]), 3, "no run `nope`");
+    let bad = flow(&["runs", db, "--from", "2026-13-01"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        text(&bad.stderr).contains("is not a time"),
+        "{}",
+        text(&bad.stderr)
+    );
+}
+
 #[test]
 fn show_prints_the_steps_of_each_instance_under_its_path() {
     let path = fresh_store("show-nests", |store| async move {

@@ -559,11 +559,28 @@ pub(crate) async fn list_runs(tx: &mut Tx<'_>, filter: &RunFilter) -> R<Vec<RunS
         WHERE ($1::text IS NULL OR workflow = $1)
           AND (cardinality($2::text[]) = 0 OR status = ANY($2))
           AND ($4::text IS NULL OR id = $4)
+          AND ($5::text IS NULL OR strpos(id, $5) > 0)
+          AND ($6::bigint IS NULL OR created_ms >= $6)
+          AND ($7::bigint IS NULL OR created_ms < $7)
+          AND ($8::bigint IS NULL OR (created_ms, id) > ($8, $9::text))
         ORDER BY created_ms, id LIMIT $3";
     let statuses: Vec<&str> = filter.statuses.iter().map(|s| s.as_str()).collect();
     let limit: Option<i64> = filter.limit.map(i64::from);
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
-        [&filter.workflow, &statuses, &limit, &filter.id];
+    let ms = |at: Option<u64>| at.map(|ms| i64::try_from(ms).unwrap_or(i64::MAX));
+    let (from, before) = (ms(filter.created_from_ms), ms(filter.created_before_ms));
+    let after_ms = ms(filter.after.as_ref().map(|a| a.created_ms));
+    let after_id = filter.after.as_ref().map(|a| a.id.as_str());
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
+        &filter.workflow,
+        &statuses,
+        &limit,
+        &filter.id,
+        &filter.id_contains,
+        &from,
+        &before,
+        &after_ms,
+        &after_id,
+    ];
     let rows = tx.query("listing runs", SQL, &params).await?;
     rows.iter().map(summary).collect()
 }

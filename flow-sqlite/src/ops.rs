@@ -501,8 +501,12 @@ fn timer_key(db: &Db<'_>, node: i64, instance: String, kind: &str) -> Result<Tim
 }
 
 pub(crate) fn list_runs(db: &Db<'_>, filter: &RunFilter) -> Result<Vec<RunSummary>, StoreError> {
-    let mut sql =
-        format!("{SUMMARY} WHERE (?1 IS NULL OR workflow = ?1) AND (?3 IS NULL OR id = ?3)");
+    let mut sql = format!(
+        "{SUMMARY} WHERE (?1 IS NULL OR workflow = ?1) AND (?3 IS NULL OR id = ?3)
+           AND (?4 IS NULL OR instr(id, ?4) > 0)
+           AND (?5 IS NULL OR created_ms >= ?5) AND (?6 IS NULL OR created_ms < ?6)
+           AND (?7 IS NULL OR created_ms > ?7 OR (created_ms = ?7 AND id > ?8))"
+    );
     if !filter.statuses.is_empty() {
         let names: Vec<String> = filter
             .statuses
@@ -517,8 +521,22 @@ pub(crate) fn list_runs(db: &Db<'_>, filter: &RunFilter) -> Result<Vec<RunSummar
         .conn
         .prepare_cached(&sql)
         .and_then(|mut stmt| {
-            stmt.query_map(params![filter.workflow, limit, filter.id], summary_row)?
-                .collect::<rusqlite::Result<Vec<_>>>()
+            let ms = |at: Option<u64>| at.map(|ms| i64::try_from(ms).unwrap_or(i64::MAX));
+            let after = filter.after.as_ref();
+            stmt.query_map(
+                params![
+                    filter.workflow,
+                    limit,
+                    filter.id,
+                    filter.id_contains,
+                    ms(filter.created_from_ms),
+                    ms(filter.created_before_ms),
+                    ms(after.map(|a| a.created_ms)),
+                    after.map(|a| a.id.as_str()),
+                ],
+                summary_row,
+            )?
+            .collect::<rusqlite::Result<Vec<_>>>()
         })
         .map_err(db.err("listing the runs of"))?;
     rows.into_iter().map(|row| db.with_status(row)).collect()

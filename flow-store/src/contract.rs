@@ -45,10 +45,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    Batch, Committed, Created, Lease, NewRun, NewSignal, NodeRow, Owner, RunEnd, RunFilter,
-    RunStatus, SignalMode, SignalSent, Store, StoreError, StoredEvent, StoredOutput, TaskChange,
-    TaskClaim, TaskCommitted, TaskOutcome, TaskResult, TimerChange, TimerKey, TimerKind,
-    WaitChange, WorkflowVersion,
+    Batch, Committed, Created, Lease, NewRun, NewSignal, NodeRow, Owner, RunCursor, RunEnd,
+    RunFilter, RunStatus, SignalMode, SignalSent, Store, StoreError, StoredEvent, StoredOutput,
+    TaskChange, TaskClaim, TaskCommitted, TaskOutcome, TaskResult, TimerChange, TimerKey,
+    TimerKind, WaitChange, WorkflowVersion,
 };
 
 const LONG: Duration = Duration::from_secs(60);
@@ -808,6 +808,61 @@ pub async fn list_and_filter(store: &dyn Store) {
         ids(one).await,
         Ok(vec!["r1".into()]),
         "list_and_filter: limit"
+    );
+    let contains = RunFilter {
+        id_contains: Some("2".into()),
+        ..RunFilter::default()
+    };
+    assert_eq!(
+        ids(contains).await,
+        Ok(vec!["r2".into()]),
+        "list_and_filter: by text in the id"
+    );
+    let all = store
+        .list_runs(&RunFilter::default())
+        .await
+        .unwrap_or_default();
+    let (first, last) = match (all.first(), all.last()) {
+        (Some(first), Some(last)) => (first.clone(), last.clone()),
+        _ => panic!("list_and_filter: three runs"),
+    };
+    let page = RunFilter {
+        after: Some(RunCursor::of(&first)),
+        limit: Some(1),
+        ..RunFilter::default()
+    };
+    assert_eq!(
+        ids(page).await,
+        Ok(vec!["r2".into()]),
+        "list_and_filter: the page after the first run"
+    );
+    let past_the_end = RunFilter {
+        after: Some(RunCursor::of(&last)),
+        ..RunFilter::default()
+    };
+    assert_eq!(
+        ids(past_the_end).await,
+        Ok(vec![]),
+        "list_and_filter: nothing after the last run"
+    );
+    let in_time = RunFilter {
+        created_from_ms: Some(first.created_ms),
+        created_before_ms: Some(last.created_ms + 1),
+        ..RunFilter::default()
+    };
+    assert_eq!(
+        ids(in_time).await,
+        Ok(vec!["r1".into(), "r2".into(), "r3".into()]),
+        "list_and_filter: created within a time range"
+    );
+    let before_any = RunFilter {
+        created_before_ms: Some(first.created_ms),
+        ..RunFilter::default()
+    };
+    assert_eq!(
+        ids(before_any).await,
+        Ok(vec![]),
+        "list_and_filter: created before the first run"
     );
     let mut more = Batch::new(&r1, 3, LONG);
     more.events = vec![event(3, "Requested", Some(1))];

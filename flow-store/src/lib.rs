@@ -668,25 +668,68 @@ impl RunSummary {
     }
 }
 
-/// Which runs [`Store::list_runs`] answers.
+/// Which runs [`Store::list_runs`] answers, oldest first (by creation time, then id).
+///
+/// Pages: ask for `limit` runs, then for the next page with `after` set to the last run of
+/// the page ([`RunCursor::of`]); a run created meanwhile never shifts a page.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunFilter {
     /// Only the run with this id: one run looked up, without listing the others.
     pub id: Option<String>,
+    /// Only runs whose id contains this text (as written: no pattern, case counts).
+    pub id_contains: Option<String>,
     /// Only runs of this workflow.
     pub workflow: Option<String>,
     /// Only runs in one of these statuses; empty: any.
     pub statuses: Vec<RunStatus>,
+    /// Only runs created at or after this time (ms since the Unix epoch, the store's clock).
+    pub created_from_ms: Option<u64>,
+    /// Only runs created before this time (ms since the Unix epoch, the store's clock).
+    pub created_before_ms: Option<u64>,
+    /// Only runs that come after this one in the list's order: the next page.
+    pub after: Option<RunCursor>,
     /// At most this many.
     pub limit: Option<u32>,
+}
+
+/// A place in the list of runs ([`RunFilter::after`]): a run's creation time and id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunCursor {
+    /// The run's creation time (ms since the Unix epoch).
+    pub created_ms: u64,
+    /// The run's id.
+    pub id: String,
+}
+
+impl RunCursor {
+    /// The place of `run`: the runs after it are the next page.
+    pub fn of(run: &RunSummary) -> RunCursor {
+        RunCursor {
+            created_ms: run.created_ms,
+            id: run.id.clone(),
+        }
+    }
 }
 
 impl RunFilter {
     /// Whether `run` passes the filter (`limit` aside).
     pub fn matches(&self, run: &RunSummary) -> bool {
         self.id.as_ref().is_none_or(|id| *id == run.id)
+            && self
+                .id_contains
+                .as_ref()
+                .is_none_or(|text| run.id.contains(text.as_str()))
             && self.workflow.as_ref().is_none_or(|w| *w == run.workflow)
             && (self.statuses.is_empty() || self.statuses.contains(&run.status))
+            && self
+                .created_from_ms
+                .is_none_or(|from| run.created_ms >= from)
+            && self
+                .created_before_ms
+                .is_none_or(|before| run.created_ms < before)
+            && self.after.as_ref().is_none_or(|after| {
+                (run.created_ms, run.id.as_str()) > (after.created_ms, after.id.as_str())
+            })
     }
 }
 

@@ -141,6 +141,13 @@ pub enum CliError {
         /// Why.
         why: String,
     },
+    /// The password file given cannot be read.
+    PasswordFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
     /// The run has ended: no step will take a signal.
     RunEnded {
         /// The run.
@@ -169,6 +176,7 @@ impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Usage(error) => u8::try_from(error.exit_code()).unwrap_or(2),
+            CliError::PasswordFile { .. } => 2,
             CliError::RunNotFound { .. } | CliError::Store(StoreError::NotFound { .. }) => 3,
             CliError::NoStore { .. }
             | CliError::Store(
@@ -209,6 +217,11 @@ impl fmt::Display for CliError {
             CliError::SignalRefused { run, signal, why } => write!(
                 f,
                 "signal `{signal}` for run `{run}` refused, nothing was stored: {why}"
+            ),
+            CliError::PasswordFile { path, why } => write!(
+                f,
+                "the password file `{}` cannot be read: {why}",
+                path.display()
             ),
             CliError::RunEnded { run, status } => write!(
                 f,
@@ -334,6 +347,7 @@ impl Cli {
                 .unwrap_or_else(|| "flow".to_owned());
             let options = PostgresOptions {
                 schema,
+                password: password(sub.get_one::<PathBuf>("password-file"))?,
                 ..PostgresOptions::default()
             };
             let store = PostgresStore::connect_with(&db, options)?;
@@ -438,6 +452,13 @@ fn command() -> Command {
             .default_value("flow")
             .help("The PostgreSQL schema of the store's tables (PostgreSQL stores only)")
     };
+    let password_file = || {
+        Arg::new("password-file")
+            .long("password-file")
+            .value_name("FILE")
+            .value_parser(clap::value_parser!(PathBuf))
+            .help("Read the PostgreSQL password from FILE (its first line), when the URL has none; else it is taken from PGPASSWORD. Never write it in the URL: process lists show arguments")
+    };
     let json = || {
         Arg::new("json")
             .long("json")
@@ -454,6 +475,7 @@ fn command() -> Command {
                 .about("List the runs with their status, oldest first")
                 .arg(db())
                 .arg(schema())
+                .arg(password_file())
                 .arg(
                     Arg::new("status")
                         .long("status")
@@ -509,6 +531,7 @@ fn command() -> Command {
                 .about("Show a run: its steps' statuses, its timeline, its unconsumed signals")
                 .arg(db())
                 .arg(schema())
+                .arg(password_file())
                 .arg(run())
                 .arg(json()),
         )
@@ -517,6 +540,7 @@ fn command() -> Command {
                 .about("Send a signal to a run: stored, kept until a step takes it (works while a worker owns the store)")
                 .arg(db())
                 .arg(schema())
+                .arg(password_file())
                 .arg(run())
                 .arg(
                     Arg::new("name")
@@ -536,6 +560,7 @@ fn command() -> Command {
                 .about("Resume a run in this process (its workflow must be registered)")
                 .arg(db())
                 .arg(schema())
+                .arg(password_file())
                 .arg(run()),
         )
 }
@@ -630,6 +655,21 @@ fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
     let doy = (153 * mp + 2) / 5 + day - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     era * 146_097 + doe - 719_468
+}
+
+/// The PostgreSQL password: the first line of `file` when given (a missing or unreadable file
+/// is a configuration error), else the environment's `PGPASSWORD`, else none (the URL's, or a
+/// server that asks for none).
+fn password(file: Option<&PathBuf>) -> Result<Option<String>, CliError> {
+    if let Some(file) = file {
+        let text = std::fs::read_to_string(file).map_err(|error| CliError::PasswordFile {
+            path: file.clone(),
+            why: error.to_string(),
+        })?;
+        let line = text.lines().next().unwrap_or_default();
+        return Ok(Some(line.to_owned()));
+    }
+    Ok(std::env::var("PGPASSWORD").ok().filter(|p| !p.is_empty()))
 }
 
 /// Opens the store at `path`, which must exist and be a store of flow, as its owner (for

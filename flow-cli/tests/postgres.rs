@@ -114,6 +114,38 @@ fn runs_and_show_read_a_postgres_store() {
     let output = flow(&["show", &url, "nope", "--schema", &schema]);
     assert_eq!(output.status.code(), Some(3), "{}", text(&output.stderr));
 
+    // The password comes from a file or the environment, never the command line (the test
+    // server trusts local connections: these show that the commands take them).
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-password");
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let file = dir.join("password");
+    std::fs::write(&file, "s3cret\n").expect("writes");
+    let file = file.to_str().expect("utf-8");
+    let output = flow(&["runs", &url, "--schema", &schema, "--password-file", file]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let output = Command::new(env!("CARGO_BIN_EXE_flow"))
+        .args(["runs", &url, "--schema", &schema])
+        .env("PGPASSWORD", "s3cret")
+        .output()
+        .expect("the binary runs");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let missing = dir.join("missing");
+    let missing = missing.to_str().expect("utf-8");
+    let output = flow(&[
+        "runs",
+        &url,
+        "--schema",
+        &schema,
+        "--password-file",
+        missing,
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("the password file"),
+        "{}",
+        text(&output.stderr)
+    );
+
     runtime.block_on(testing::drop_schemas("cli"));
 }
 

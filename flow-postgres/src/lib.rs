@@ -151,7 +151,7 @@ use crate::ops::Fail;
 use crate::pool::{Pool, Pooled, describe, is_connection_error, is_retry};
 
 /// How a [`PostgresStore`] connects.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct PostgresOptions {
     /// The PostgreSQL schema that holds the store's tables (`flow`). Stores of different
     /// schemas in one database are independent.
@@ -167,6 +167,10 @@ pub struct PostgresOptions {
     /// also waits at most this long for a free connection of the pool, and then gets
     /// `Unreachable` without having sent anything.
     pub request_timeout: Duration,
+    /// The password, when the connection string has none: so that it need not be written in
+    /// a URL that shows in process lists and logs (read it from a file or the environment).
+    /// A password in the connection string wins. Never shown by `Debug`.
+    pub password: Option<String>,
 }
 
 impl Default for PostgresOptions {
@@ -176,7 +180,20 @@ impl Default for PostgresOptions {
             pool_size: 4,
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(30),
+            password: None,
         }
+    }
+}
+
+impl std::fmt::Debug for PostgresOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresOptions")
+            .field("schema", &self.schema)
+            .field("pool_size", &self.pool_size)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("password", &self.password.as_ref().map(|_| "…"))
+            .finish()
     }
 }
 
@@ -246,9 +263,15 @@ impl PostgresStore {
 
     /// A store on the database of `url` with `options`.
     pub fn connect_with(url: &str, options: PostgresOptions) -> Result<PostgresStore, StoreError> {
-        let config = tokio_postgres::Config::from_str(url).map_err(|e| StoreError::Invalid {
-            why: format!("the PostgreSQL connection string is malformed: {e}"),
-        })?;
+        let mut config =
+            tokio_postgres::Config::from_str(url).map_err(|e| StoreError::Invalid {
+                why: format!("the PostgreSQL connection string is malformed: {e}"),
+            })?;
+        if let Some(password) = &options.password
+            && config.get_password().is_none()
+        {
+            config.password(password);
+        }
         if options.schema.is_empty() {
             return Err(StoreError::Invalid {
                 why: "the PostgreSQL schema of a store must have a name".to_owned(),
@@ -543,5 +566,38 @@ impl Store for PostgresStore {
 
     fn watch(&self, what: Watch) -> Option<Notified> {
         self.inner.listener.watch(what)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn password_of(url: &str, password: Option<&str>) -> Option<Vec<u8>> {
+        let options = PostgresOptions {
+            password: password.map(str::to_owned),
+            ..PostgresOptions::default()
+        };
+        let store = PostgresStore::connect_with(url, options).expect("a store");
+        store.inner.pool.password().map(<[u8]>::to_vec)
+    }
+
+    #[test]
+    fn the_password_option_is_used_when_the_url_has_none_and_never_shown() {
+        assert_eq!(
+            password_of("postgres://ann@db/orders", Some("s3cret")),
+            Some(b"s3cret".to_vec())
+        );
+        assert_eq!(
+            password_of("postgres://ann:inurl@db/orders", Some("s3cret")),
+            Some(b"inurl".to_vec()),
+            "the URL's password wins"
+        );
+        assert_eq!(password_of("postgres://ann@db/orders", None), None);
+        let options = PostgresOptions {
+            password: Some("s3cret".to_owned()),
+            ..PostgresOptions::default()
+        };
+        assert!(!format!("{options:?}").contains("s3cret"));
     }
 }

@@ -353,6 +353,14 @@ pub(crate) fn describe(error: &tokio_postgres::Error) -> String {
     text
 }
 
+impl Pool {
+    /// The password new connections send, if any.
+    #[cfg(test)]
+    pub(crate) fn password(&self) -> Option<&[u8]> {
+        self.config.get_password()
+    }
+}
+
 /// `name` as a quoted SQL identifier.
 pub(crate) fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))

@@ -680,11 +680,10 @@ fn open(path: &Path) -> Result<SqliteStore, CliError> {
     Ok(SqliteStore::open(path)?)
 }
 
-/// The runs that pass `filter`, oldest first.
+/// The runs that pass `filter`, oldest first, in the store's order (the order `--after`
+/// continues in: a PostgreSQL store orders ids by the database's collation).
 async fn list(store: &dyn Store, filter: &RunFilter) -> Result<Vec<RunSummary>, CliError> {
-    let mut runs = store.list_runs(filter).await?;
-    runs.sort_by(|a, b| (a.created_ms, &a.id).cmp(&(b.created_ms, &b.id)));
-    Ok(runs)
+    Ok(store.list_runs(filter).await?)
 }
 
 /// The run `id`, or [`CliError::RunNotFound`].

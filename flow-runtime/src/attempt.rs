@@ -99,7 +99,8 @@ pub(crate) struct AttemptCtx {
 /// loaded, and those that ended since and wait for the journal's next batch.
 ///
 /// An instance is known by its *record*: its path with the attempt of each nest node on it
-/// when that is not the first (`ship[3]`, `ship#2[3]`, `ship[3]/pack@2`), so that a nest
+/// when that is not the first (`ship[3]`, `ship#2[3]`, `ship[3]/pack@2`; a `ForEach` or
+/// `Loop` has no retries today, so the first is the only attempt), so that a nest
 /// node's retry runs its instances again rather than taking the ends of the attempt before.
 #[derive(Default)]
 pub(crate) struct Records {
@@ -108,8 +109,8 @@ pub(crate) struct Records {
 
 #[derive(Default)]
 struct RecordsInner {
-    /// The ends loaded with the run, by record: the stored bytes.
-    loaded: HashMap<String, Vec<u8>>,
+    /// The ends loaded with the run, by nest node and record: the stored bytes.
+    loaded: HashMap<(u32, String), Vec<u8>>,
     /// Ends since the journal last took them.
     ended: Vec<InstanceEnd>,
     /// An instance could not go on: the run must stop with this (record, reason).
@@ -129,8 +130,8 @@ pub(crate) struct InstanceEnd {
 }
 
 impl Records {
-    /// The records of a run loaded with these ends (record → bytes).
-    pub(crate) fn loaded(loaded: HashMap<String, Vec<u8>>) -> Records {
+    /// The records of a run loaded with these ends ((nest node, record) → bytes).
+    pub(crate) fn loaded(loaded: HashMap<(u32, String), Vec<u8>>) -> Records {
         Records {
             inner: Mutex::new(RecordsInner {
                 loaded,
@@ -143,9 +144,10 @@ impl Records {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The stored end of `record`, if the run had one when it was loaded.
-    pub(crate) fn loaded_end(&self, record: &str) -> Option<Vec<u8>> {
-        self.lock().loaded.get(record).cloned()
+    /// The stored end of instance `record` of nest node `node`, if the run had one when it
+    /// was loaded.
+    pub(crate) fn loaded_end(&self, node: u32, record: &str) -> Option<Vec<u8>> {
+        self.lock().loaded.get(&(node, record.to_owned())).cloned()
     }
 
     /// An instance ended: its end goes into the journal's next batch.
@@ -279,6 +281,12 @@ impl KeyScope {
             };
             let instance = instance.as_str();
             let attempt = &ctx.attempt;
+            // A retry of the nest node runs its instances again: with new keys, as a retry of
+            // any step gets (`lines#2[3]`).
+            let retry = match attempt.attempt {
+                0 | 1 => String::new(),
+                n => format!("#{n}"),
+            };
             let around = attempt.scope.as_deref().unwrap_or(&attempt.run);
             let record = ctx.nest.as_ref().map(|nested| InstanceRecord {
                 records: Arc::clone(&nested.records),
@@ -287,7 +295,7 @@ impl KeyScope {
             });
             Some(KeyScope {
                 run: Arc::clone(&attempt.run),
-                scope: Arc::from(format!("{around}/{node}{instance}")),
+                scope: Arc::from(format!("{around}/{node}{retry}{instance}")),
                 record,
             })
         })

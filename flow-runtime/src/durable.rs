@@ -425,8 +425,9 @@ pub(crate) struct JournalSetup {
     pub(crate) events: Vec<StoredEvent>,
     /// Completed nodes' outputs, by node.
     pub(crate) outputs: HashMap<u32, Vec<u8>>,
-    /// The ends of nest instances, by record (`ship[3]`; see `attempt::Records`).
-    pub(crate) instances: HashMap<String, Vec<u8>>,
+    /// The ends of nest instances, by nest node and record (`ship[3]`; see
+    /// `attempt::Records`).
+    pub(crate) instances: HashMap<(u32, String), Vec<u8>>,
     /// Open timers, and the store's clock when they were loaded.
     pub(crate) timers: Vec<StoredTimer>,
     pub(crate) now_ms: u64,
@@ -1097,13 +1098,16 @@ fn check_loaded<W: DurableWorkflow>(
 
 /// The stored outputs of a run's own nodes, by node, and the ends of its nest instances, by
 /// record.
-fn split_outputs(outputs: Vec<StoredOutput>) -> (HashMap<u32, Vec<u8>>, HashMap<String, Vec<u8>>) {
+/// The ends of a run's nest instances, by nest node and record.
+type InstanceEnds = HashMap<(u32, String), Vec<u8>>;
+
+fn split_outputs(outputs: Vec<StoredOutput>) -> (HashMap<u32, Vec<u8>>, InstanceEnds) {
     let mut own = HashMap::new();
     let mut instances = HashMap::new();
     for output in outputs {
         match output.instance.is_empty() {
             true => own.insert(output.node, output.bytes),
-            false => instances.insert(output.instance, output.bytes),
+            false => instances.insert((output.node, output.instance), output.bytes),
         };
     }
     (own, instances)

@@ -147,8 +147,7 @@ pub mod __private {
     #[cfg(feature = "durable")]
     pub use crate::durable::nested::{
         complete_durable_collect, complete_durable_nest, durable_source, durable_stream_source,
-        instance_record, journaled_instance, put_durable_collect, put_durable_nest,
-        restore_collect,
+        instance_record, journaled_instance, restore_collect,
     };
     #[cfg(feature = "durable")]
     pub use crate::durable::stored_signals::{

@@ -18,6 +18,9 @@ workflow! {
             ForEach(i in 0..order) {
                 Operation(remind(i)),
             },
+            ForEach(i in 0..order, min = 1, rest = run) {
+                Operation(remind(i)),
+            },
             Workflow(Notice(order)),
         }
     }

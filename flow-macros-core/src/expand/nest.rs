@@ -94,16 +94,11 @@ pub fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
     // `on_failure = collect` output in a form of its own), and restored instead of running.
     let durable = names.workflow.durable.is_some();
     let collect = matches!(&nest.step.what, What::ForEach(each) if each.collect);
-    let (complete, put_in) = match (durable, collect) {
-        (false, _) => (quote!(complete_nest), None),
-        (true, false) => (
-            quote!(complete_durable_nest),
-            Some(quote!(put_durable_nest)),
-        ),
-        (true, true) => (
-            quote!(complete_durable_collect),
-            Some(quote!(put_durable_collect)),
-        ),
+    // (`min` with `rest = run` is refused in a durable workflow: `check::durable`.)
+    let complete = match (durable, collect) {
+        (false, _) => quote!(complete_nest),
+        (true, false) => quote!(complete_durable_nest),
+        (true, true) => quote!(complete_durable_collect),
     };
     let (slot_decl, mut finish) = match &node.name {
         Some(name) => {
@@ -156,16 +151,12 @@ pub fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
     };
     // `min` with `rest = run`: the driver puts the output in the slot itself, at the settle,
     // and the node completes then while its driver lingers.
-    let put = match (&node.name, &put_in) {
-        (Some(_), None) => {
+    let put = match &node.name {
+        Some(_) => {
             let slot = names.slot(id);
             quote!(move |__flow_output| #slot.put(__flow_output))
         }
-        (Some(_), Some(put_in)) => {
-            let slot = names.slot(id);
-            quote!(move |__flow_output| #private::#put_in(#slot, __flow_output))
-        }
-        (None, _) => quote!(::core::mem::drop),
+        None => quote!(::core::mem::drop),
     };
     // A durable nest's instance records its end, and a resumed run takes it from there
     // (`journaled_instance`), spanned on the nest's keyword: an output that cannot be stored

@@ -43,10 +43,48 @@ pub trait DurableItem {
 }
 
 impl<T: Serialize + ?Sized> DurableItem for T {
+    /// The hash of the item's JSON with object keys sorted (a map's keys serialize in its own
+    /// order, a `HashMap`'s differently in each process): the same item gives the same
+    /// fingerprint in every process.
     fn fingerprint(&self) -> Option<u64> {
-        serde_json::to_vec(self)
-            .ok()
-            .map(|json| crate::store::fnv1a(&[&json]))
+        let value = serde_json::to_value(self).ok()?;
+        let mut json = Vec::new();
+        canonical(&value, &mut json);
+        Some(crate::store::fnv1a(&[&json]))
+    }
+}
+
+/// `value` as JSON with the keys of every object sorted, whatever order the map keeps them in.
+fn canonical(value: &serde_json::Value, out: &mut Vec<u8>) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort_unstable();
+            out.push(b'{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(Value::String(key.clone()).to_string().as_bytes());
+                out.push(b':');
+                if let Some(inner) = map.get(key) {
+                    canonical(inner, out);
+                }
+            }
+            out.push(b'}');
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                canonical(item, out);
+            }
+            out.push(b']');
+        }
+        other => out.extend_from_slice(other.to_string().as_bytes()),
     }
 }
 
@@ -231,7 +269,7 @@ where
         if !*this.looked {
             *this.looked = true;
             if let Some(record) = this.record.as_ref()
-                && let Some(bytes) = record.records.loaded_end(&record.record)
+                && let Some(bytes) = record.records.loaded_end(record.node, &record.record)
             {
                 return match (this.decode)(&bytes, *this.item, this.body) {
                     Ok(outcome) => Poll::Ready(outcome),
@@ -315,15 +353,6 @@ pub fn complete_durable_nest<T: Durable>(
     Ok(())
 }
 
-/// As [`complete_durable_nest`], for the output a `min` with `rest = run` puts in the slot at
-/// its settle.
-pub fn put_durable_nest<T: Durable>(slot: &Slot<T>, value: T) {
-    // An output that cannot be stored is not journaled; the step completes with it in memory,
-    // and a resume runs the node again.
-    let _ = capture(&value, std::any::type_name::<T>());
-    slot.put(value);
-}
-
 /// The stored form of an `on_failure = collect` output.
 fn collected<O: Serialize>(value: &[Result<O, WorkflowError>]) -> Vec<Ended<&O>> {
     value
@@ -348,18 +377,6 @@ pub fn complete_durable_collect<O: Durable>(
     )?;
     slot.put(value);
     Ok(())
-}
-
-/// [`put_durable_nest`] for an `on_failure = collect` output.
-pub fn put_durable_collect<O: Durable>(
-    slot: &Slot<Vec<Result<O, WorkflowError>>>,
-    value: Vec<Result<O, WorkflowError>>,
-) {
-    let _ = capture(
-        &collected(&value),
-        std::any::type_name::<Vec<Result<O, WorkflowError>>>(),
-    );
-    slot.put(value);
 }
 
 /// `restore_output` for an `on_failure = collect` output: each failed instance's error comes
@@ -399,4 +416,24 @@ pub fn restore_collect<O: Durable>(
             .into(),
         )),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::DurableItem;
+
+    #[test]
+    fn an_item_has_one_fingerprint_whatever_order_its_maps_keep() {
+        let entries: Vec<(String, u32)> = (0..64).map(|i| (format!("key-{i}"), i)).collect();
+        let forward: HashMap<String, u32> = entries.iter().cloned().collect();
+        let backward: HashMap<String, u32> = entries.iter().rev().cloned().collect();
+        let mut other = forward.clone();
+        other.insert("key-7".to_owned(), 8);
+        assert_eq!(forward.fingerprint(), backward.fingerprint());
+        assert_ne!(forward.fingerprint(), other.fingerprint());
+        assert_ne!(3u32.fingerprint(), 4u32.fingerprint());
+        assert_ne!("a".fingerprint(), "b".fingerprint());
+    }
 }

@@ -379,7 +379,7 @@ impl Cli {
                 "signal" => {
                     let (run, signal) = (string(sub, "run"), string(sub, "name"));
                     let payload = string(sub, "payload");
-                    let to = Send {
+                    let to = SignalArgs {
                         id: &run,
                         name: &signal,
                         payload: &payload,
@@ -1084,7 +1084,7 @@ fn open_client(path: &Path) -> Result<SqliteStore, CliError> {
 }
 
 /// What `flow signal` sends: to which run, which signal, with what JSON.
-struct Send<'a> {
+struct SignalArgs<'a> {
     id: &'a str,
     name: &'a str,
     payload: &'a str,
@@ -1096,7 +1096,7 @@ struct Send<'a> {
 async fn send(
     store: &dyn Store,
     path: &Path,
-    Send { id, name, payload }: Send<'_>,
+    SignalArgs { id, name, payload }: SignalArgs<'_>,
     workflows: &BTreeMap<&'static str, Registered>,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {

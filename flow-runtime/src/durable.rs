@@ -1115,11 +1115,7 @@ fn split_outputs(outputs: Vec<StoredOutput>) -> (HashMap<u32, Vec<u8>>, Instance
 
 /// The stored outputs of a run's own nodes (not of nest instances), by node.
 fn by_node(outputs: Vec<StoredOutput>) -> HashMap<u32, Vec<u8>> {
-    outputs
-        .into_iter()
-        .filter(|o| o.instance.is_empty())
-        .map(|o| (o.node, o.bytes))
-        .collect()
+    split_outputs(outputs).0
 }
 
 /// Runs a prepared durable run: the workflow's own run, with its journal handed to the

@@ -16,7 +16,7 @@ pub fn restore_output<T: DeserializeOwned>(
     slot: &Slot<T>,
     node: &'static str,
 ) -> Option<Result<(), NodeError>> {
-    let bytes = CURRENT.with(|c| c.borrow_mut().as_mut().and_then(|ctx| ctx.restore.take()))?;
+    let bytes = take_restore()?;
     Some(match serde_json::from_slice::<T>(&bytes) {
         Ok(value) => {
             slot.put(value);
@@ -34,12 +34,33 @@ pub fn restore_output<T: DeserializeOwned>(
 
 /// As [`restore_output`] for a node without output: whether it is restored (and must not run).
 pub fn restoring() -> bool {
+    take_restore().is_some()
+}
+
+/// The stored output the scheduler hands the attempt being polled to restore, taken.
+pub(crate) fn take_restore() -> Option<Vec<u8>> {
+    CURRENT.with(|c| c.borrow_mut().as_mut().and_then(|ctx| ctx.restore.take()))
+}
+
+/// Hands an output's JSON to the scheduler, which journals it with the node's completion
+/// (inside a durable run's attempt; nothing elsewhere). `type_name` tells a mismatch apart
+/// from corruption when it is read back.
+pub(crate) fn capture<T: serde::Serialize>(
+    value: &T,
+    type_name: &'static str,
+) -> Result<(), NodeError> {
+    if CURRENT.with(|c| c.borrow().is_none()) {
+        return Ok(());
+    }
+    let bytes = serde_json::to_vec(value).map_err(|error| {
+        NodeError::Failed(format!("the output cannot be stored: {error}").into())
+    })?;
     CURRENT.with(|c| {
-        c.borrow_mut()
-            .as_mut()
-            .and_then(|ctx| ctx.restore.take())
-            .is_some()
-    })
+        if let Some(ctx) = c.borrow_mut().as_mut() {
+            ctx.captured = Some((type_name, bytes));
+        }
+    });
+    Ok(())
 }
 
 /// Stores a durable operation's result in its slot and hands its JSON to the scheduler, which
@@ -51,17 +72,7 @@ where
     R::Ok: Durable,
 {
     let value = result.into_node_result()?;
-    let captured = CURRENT.with(|c| c.borrow().is_some());
-    if captured {
-        let bytes = serde_json::to_vec(&value).map_err(|error| {
-            NodeError::Failed(format!("the output cannot be stored: {error}").into())
-        })?;
-        CURRENT.with(|c| {
-            if let Some(ctx) = c.borrow_mut().as_mut() {
-                ctx.captured = Some((std::any::type_name::<R::Ok>(), bytes));
-            }
-        });
-    }
+    capture(&value, std::any::type_name::<R::Ok>())?;
     slot.put(value);
     Ok(())
 }

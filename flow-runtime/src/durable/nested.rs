@@ -21,7 +21,8 @@ use pin_project_lite::pin_project;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::{CURRENT, Durable};
+use super::Durable;
+use super::generated::{capture, take_restore};
 use crate::attempt::{InstanceEnd, InstanceRecord};
 use crate::error::{NodeError, NodeFailure, WorkflowError};
 use crate::graph::Graph;
@@ -323,23 +324,6 @@ fn restored<O: DeserializeOwned>(
     Ok(Outcome { result, report })
 }
 
-/// Hands a captured output's JSON to the scheduler, which journals it with the node's
-/// completion (inside a durable run's attempt; nothing elsewhere).
-fn capture<T: Serialize>(value: &T, type_name: &'static str) -> Result<(), NodeError> {
-    if CURRENT.with(|c| c.borrow().is_none()) {
-        return Ok(());
-    }
-    let bytes = serde_json::to_vec(value).map_err(|error| {
-        NodeError::Failed(format!("the output cannot be stored: {error}").into())
-    })?;
-    CURRENT.with(|c| {
-        if let Some(ctx) = c.borrow_mut().as_mut() {
-            ctx.captured = Some((type_name, bytes));
-        }
-    });
-    Ok(())
-}
-
 /// Puts a durable nest node's output in its slot and hands its JSON to the scheduler, which
 /// journals it with the node's completion: `complete_durable` for a driver's result, whose
 /// error is already the node's. Called by generated code.
@@ -387,7 +371,7 @@ pub fn restore_collect<O: Durable>(
     nest: &NestCtx,
 ) -> Option<Result<(), NodeError>> {
     let body = nest.body();
-    let bytes = CURRENT.with(|c| c.borrow_mut().as_mut().and_then(|ctx| ctx.restore.take()))?;
+    let bytes = take_restore()?;
     Some(match serde_json::from_slice::<Vec<Ended<O>>>(&bytes) {
         Ok(entries) => {
             slot.put(

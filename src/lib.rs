@@ -401,6 +401,9 @@ pub mod durable {
         graph_changes, graph_rows, resume, resume_all, send_signal, send_signal_json,
     };
     pub use flowdag_runtime::durable::{Ended, UnloadingRunner, resume_or_unload};
+    pub use flowdag_runtime::durable::{
+        Redriven, Stop, cancel_run, delete_runs, redrive_run, terminate_run,
+    };
 }
 
 /// Storage for durable runs (feature `durable`): the `Store` trait and `MemoryStore`.

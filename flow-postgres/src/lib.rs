@@ -491,6 +491,25 @@ impl Store for PostgresStore {
         })
     }
 
+    fn reopen<'a>(&'a self, run: &'a str, marker: StoredEvent) -> StoreFuture<'a, RunSummary> {
+        Box::pin(async move {
+            let doing = format!("redriving run `{run}`");
+            transact!(self, doing, |tx| ops::reopen(
+                &mut tx,
+                run,
+                &marker,
+                self.channel()
+            ))
+        })
+    }
+
+    fn delete_run<'a>(&'a self, run: &'a str) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let doing = format!("deleting run `{run}`");
+            transact!(self, doing, |tx| ops::delete_run(&mut tx, run))
+        })
+    }
+
     fn due_runs<'a>(
         &'a self,
         owner: &'a Owner,

@@ -267,14 +267,15 @@ async fn apply_timers(tx: &mut Tx<'_>, run: &str, changes: &[TimerChange], now: 
 }
 
 /// Sets the run's wake time: its earliest timer, the arrival of its first open signal that a
-/// step waits for, or the completion of a done task.
+/// step waits for or that is a request (`flow.…`), or the completion of a done task.
 async fn set_wake(tx: &mut Tx<'_>, run: &str) -> R<()> {
     const SQL: &str = "UPDATE runs SET wake_at = (SELECT min(at) FROM (
             SELECT min(due_ms) AS at FROM timers WHERE run = $1
             UNION ALL
             SELECT min(s.sent_ms) FROM signals s WHERE s.run = $1
                 AND s.consumed_seq IS NULL
-                AND EXISTS (SELECT 1 FROM waits w WHERE w.run = $1 AND w.name = s.name)
+                AND (left(s.name, 5) = 'flow.'
+                    OR EXISTS (SELECT 1 FROM waits w WHERE w.run = $1 AND w.name = s.name))
             UNION ALL
             SELECT min(done_at) FROM tasks WHERE run = $1 AND status = 'done') AS due)
         WHERE id = $1";
@@ -1218,4 +1219,56 @@ pub(crate) async fn task_inputs(tx: &mut Tx<'_>, run: &str) -> R<TaskInputs> {
         input,
         outputs: outputs(tx, run).await?,
     })
+}
+
+pub(crate) async fn reopen(
+    tx: &mut Tx<'_>,
+    run: &str,
+    marker: &StoredEvent,
+    channel: &str,
+) -> R<RunSummary> {
+    let (summary, now) = lock_run(tx, run).await?;
+    if !matches!(summary.status, RunStatus::Failed | RunStatus::Cancelled) {
+        return Err(Fail::Store(StoreError::WrongStatus {
+            run: run.to_owned(),
+            status: summary.status,
+            needs: "only a failed or cancelled run can be redriven",
+        }));
+    }
+    if marker.seq != summary.next_seq {
+        return Err(Fail::Store(StoreError::Conflict {
+            run: run.to_owned(),
+            expected: summary.next_seq,
+            found: marker.seq,
+            why: "the journal changed since it was read".to_owned(),
+        }));
+    }
+    insert_events(tx, run, std::slice::from_ref(marker), now).await?;
+    tx.execute(
+        "reopening a run",
+        "WITH reopened AS (
+            UPDATE runs SET status = 'running', next_seq = $2, owner = NULL, lease_until = NULL,
+                ended = false, result = NULL, error = NULL, updated_ms = $3 WHERE id = $1
+            RETURNING id)
+         SELECT pg_notify($4, 'due:' || id) FROM reopened",
+        &[&run, &i(marker.seq + 1), &i(now), &channel],
+    )
+    .await?;
+    set_wake(tx, run).await?;
+    existing(tx, run).await
+}
+
+pub(crate) async fn delete_run(tx: &mut Tx<'_>, run: &str) -> R<()> {
+    let (summary, _) = lock_run(tx, run).await?;
+    if !summary.status.is_finished() {
+        return Err(Fail::Store(StoreError::WrongStatus {
+            run: run.to_owned(),
+            status: summary.status,
+            needs: "only a finished run can be deleted",
+        }));
+    }
+    // Its other rows go with it (`ON DELETE CASCADE`).
+    tx.execute("deleting a run", "DELETE FROM runs WHERE id = $1", &[&run])
+        .await?;
+    Ok(())
 }

@@ -56,6 +56,9 @@ use crate::store::{
 pub(crate) mod generated;
 mod journal;
 pub(crate) mod nested;
+mod operations;
+
+pub use operations::{Redriven, Stop, cancel_run, delete_runs, redrive_run, terminate_run};
 
 pub use crate::attempt::Attempt;
 pub(crate) use crate::attempt::{AttemptCtx, CURRENT, attempt_ctx, with_attempt};
@@ -155,6 +158,30 @@ pub enum DurableError {
         /// Why.
         why: String,
     },
+    /// An operator terminated the run ([`terminate_run`], `flow terminate`): it ended
+    /// `cancelled`, without compensation, and nothing of it runs again.
+    Terminated {
+        /// The run's id.
+        run: String,
+        /// The reason the operator gave, if any.
+        reason: Option<String>,
+    },
+    /// A redrive was refused ([`redrive_run`]); nothing was written.
+    Redrive {
+        /// The run's id.
+        run: String,
+        /// Why.
+        why: String,
+    },
+    /// This process cannot run the run as it is set up (a step needs a timer and the run is
+    /// not polled inside a tokio runtime with time enabled). Nothing was written for it: the
+    /// run is as it was, and resuming it where the environment is right goes on.
+    Environment {
+        /// The run's id.
+        run: String,
+        /// What is missing.
+        why: String,
+    },
 }
 
 impl fmt::Display for DurableError {
@@ -201,6 +228,20 @@ impl fmt::Display for DurableError {
             DurableError::Input { run, why } => {
                 write!(f, "the stored input of run `{run}` cannot be read: {why}")
             }
+            DurableError::Terminated { run, reason } => {
+                write!(f, "run `{run}` was terminated by an operator")?;
+                match reason {
+                    Some(reason) => write!(f, ": {reason}"),
+                    None => Ok(()),
+                }
+            }
+            DurableError::Redrive { run, why } => {
+                write!(f, "run `{run}` cannot be redriven: {why}")
+            }
+            DurableError::Environment { run, why } => write!(
+                f,
+                "run `{run}` cannot run in this process: {why}; nothing was written, resume it where this is right"
+            ),
         }
     }
 }
@@ -435,6 +476,8 @@ pub(crate) struct JournalSetup {
     pub(crate) signals: Vec<StoredSignal>,
     /// How often a run whose `Signal` step waits asks the store for new signals.
     pub(crate) signal_poll: Duration,
+    /// How often a live run asks the store for an operator's requests.
+    pub(crate) request_poll: Duration,
     /// Unload the run when all its running nodes wait longer than this
     /// ([`DurableRunner::unload_when_waiting`]).
     pub(crate) unload: Option<Duration>,
@@ -469,6 +512,7 @@ impl JournalSetup {
             now_ms: 0,
             signals: Vec::new(),
             signal_poll: SIGNAL_POLL,
+            request_poll: REQUEST_POLL,
             unload: None,
             waiting: false,
             distributed: false,
@@ -518,6 +562,9 @@ const LEASE: Duration = Duration::from_secs(60);
 /// The default of [`DurableRunner::signal_poll`].
 const SIGNAL_POLL: Duration = Duration::from_millis(100);
 
+/// The default of [`DurableRunner::request_poll`].
+const REQUEST_POLL: Duration = Duration::from_secs(5);
+
 /// A durable run of `W` under a store and an id: `W::runner().durable(&store, "order-42")`.
 #[must_use = "a durable runner does nothing until `execute` is awaited"]
 pub struct DurableRunner<W> {
@@ -526,6 +573,7 @@ pub struct DurableRunner<W> {
     id: String,
     owner: Owner,
     signal_poll: Duration,
+    request_poll: Duration,
     distributed: bool,
     workflow: PhantomData<fn() -> W>,
 }
@@ -546,6 +594,7 @@ impl<W: DurableWorkflow> Runner<W> {
             id: id.into(),
             owner: Owner::process(),
             signal_poll: SIGNAL_POLL,
+            request_poll: REQUEST_POLL,
             distributed: false,
             workflow: PhantomData,
         }
@@ -559,6 +608,16 @@ impl<W: DurableWorkflow> DurableRunner<W> {
     /// while no `Signal` step waits.
     pub fn signal_poll(mut self, every: Duration) -> Self {
         self.signal_poll = every.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How often the live run asks its store for an operator's requests (a cancel or a
+    /// terminate from [`cancel_run`], [`terminate_run`] or `flow`): 5 s by default, at least
+    /// 1 ms. A store that tells the run of new signals (PostgreSQL, by `LISTEN/NOTIFY`) has it
+    /// ask at once; this is then the fallback. A run that is loaded (resumed, picked up by a
+    /// worker) takes the requests stored for it before anything of it runs.
+    pub fn request_poll(mut self, every: Duration) -> Self {
+        self.request_poll = every.max(Duration::from_millis(1));
         self
     }
 
@@ -667,6 +726,7 @@ impl<W: DurableWorkflow> DurableRunner<W> {
             Created::New { lease, next_seq } => {
                 let setup = JournalSetup {
                     signal_poll: self.signal_poll,
+                    request_poll: self.request_poll,
                     unload,
                     distributed: self.distributed,
                     unload_tasks,
@@ -697,6 +757,7 @@ impl<W: DurableWorkflow> DurableRunner<W> {
                 )
                 .await?;
                 prepared.1.signal_poll = self.signal_poll;
+                prepared.1.request_poll = self.request_poll;
                 Ok(prepared)
             }
         }

@@ -269,6 +269,10 @@ impl fmt::Display for WorkflowError {
         let workflow = format_args!("{workflow}`{at}");
         match self.cancelled {
             Some(CancelReason::Token) => write!(f, "workflow `{workflow} was cancelled")?,
+            Some(CancelReason::Requested) => write!(
+                f,
+                "workflow `{workflow} was cancelled at an operator's request"
+            )?,
             Some(CancelReason::Deadline(after)) => write!(
                 f,
                 "workflow `{workflow} was cancelled: its deadline of {after:?} passed"

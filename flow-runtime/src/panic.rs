@@ -39,14 +39,14 @@ fn drop_payload(payload: Box<dyn Any + Send>) {
     }
 }
 
+/// What the error of a timer that cannot be made starts with.
+pub(crate) const NO_TIMER: &str =
+    "timeouts, retries and deadlines need a tokio runtime with time enabled";
+
 /// A tokio timer; an error instead of a panic when there is no tokio runtime with time enabled.
 pub(crate) fn timer(after: Duration) -> Result<Pin<Box<Sleep>>, NodeError> {
-    catch_unwind(|| Box::pin(tokio::time::sleep(after))).map_err(|payload| {
-        NodeError::Panicked(format!(
-            "timeouts, retries and deadlines need a tokio runtime with time enabled ({})",
-            panic_message(payload)
-        ))
-    })
+    catch_unwind(|| Box::pin(tokio::time::sleep(after)))
+        .map_err(|payload| NodeError::Panicked(format!("{NO_TIMER} ({})", panic_message(payload))))
 }
 
 /// The timer of a run's deadline, or the reason the run is cancelled at once when none can be

@@ -138,6 +138,9 @@ impl NodePolicy {
 pub enum CancelReason {
     /// The run's [`CancelToken`] was cancelled.
     Token,
+    /// An operator asked for it: a durable run's cancel request
+    /// ([`durable::cancel_run`](crate::durable::cancel_run), `flow cancel`).
+    Requested,
     /// The run's deadline (set with the runner's `deadline`) passed.
     Deadline(Duration),
     /// The run has a deadline but no timer could be made for it (the run is not polled inside

@@ -503,4 +503,16 @@ impl Store for SqliteStore {
         let (owner, held) = (owner.clone(), held.to_vec());
         self.call(move |db| ops::release(db, &owner, &held))
     }
+
+    /// Allowed to a client: a failed or cancelled run has no owner.
+    fn reopen<'a>(&'a self, run: &'a str, marker: StoredEvent) -> StoreFuture<'a, RunSummary> {
+        let run = run.to_owned();
+        self.call(move |db| ops::reopen(db, &run, marker))
+    }
+
+    /// Allowed to a client: a finished run has no owner.
+    fn delete_run<'a>(&'a self, run: &'a str) -> StoreFuture<'a, ()> {
+        let run = run.to_owned();
+        self.call(move |db| ops::delete_run(db, &run))
+    }
 }

@@ -206,7 +206,7 @@ impl Db<'_> {
     }
 
     /// Recomputes the run's wake time: its earliest timer, or the arrival of its first
-    /// unconsumed signal that a step of the run waits for. A request that changes none of
+    /// unconsumed signal that a step of the run waits for or that is a request (`flow.…`). A request that changes none of
     /// them (timers, signals, waits) leaves it as it is and need not call this (it is most of
     /// the cost of a small commit: SQLite prepares the statement again at each execution).
     fn set_wake(&self, run: &str) -> Result<(), StoreError> {
@@ -217,7 +217,8 @@ impl Db<'_> {
                     UNION ALL
                     SELECT min(s.sent_ms) FROM signals s WHERE s.run = ?1
                         AND s.consumed_seq IS NULL
-                        AND EXISTS (SELECT 1 FROM waits w WHERE w.run = ?1 AND w.name = s.name)))
+                        AND (substr(s.name, 1, 5) = 'flow.'
+                            OR EXISTS (SELECT 1 FROM waits w WHERE w.run = ?1 AND w.name = s.name))))
                  WHERE id = ?1",
             )
             .and_then(|mut stmt| stmt.execute([run]))
@@ -775,5 +776,61 @@ pub(crate) fn release(db: &Db<'_>, owner: &Owner, held: &[Lease]) -> Result<(), 
             .and_then(|mut stmt| stmt.execute(params![each.run, owner.as_str(), i(each.version)]))
             .map_err(db.err("releasing leases in"))?;
     }
+    Ok(())
+}
+
+pub(crate) fn reopen(
+    db: &Db<'_>,
+    run: &str,
+    marker: StoredEvent,
+) -> Result<RunSummary, StoreError> {
+    let summary = db.existing(run)?;
+    if !matches!(summary.status, RunStatus::Failed | RunStatus::Cancelled) {
+        return Err(StoreError::WrongStatus {
+            run: run.to_owned(),
+            status: summary.status,
+            needs: "only a failed or cancelled run can be redriven",
+        });
+    }
+    if marker.seq != summary.next_seq {
+        return Err(StoreError::Conflict {
+            run: run.to_owned(),
+            expected: summary.next_seq,
+            found: marker.seq,
+            why: "the journal changed since it was read".to_owned(),
+        });
+    }
+    let now = now_ms();
+    db.insert_events(run, std::slice::from_ref(&marker), now)?;
+    db.conn
+        .prepare_cached(
+            "UPDATE runs SET status = 'running', next_seq = ?2, owner = NULL, lease_until = NULL,
+                ended = 0, result = NULL, error = NULL, updated_ms = ?3 WHERE id = ?1",
+        )
+        .and_then(|mut stmt| stmt.execute(params![run, i(marker.seq + 1), i(now)]))
+        .map_err(db.err("reopening a run in"))?;
+    db.set_wake(run)?;
+    db.existing(run)
+}
+
+pub(crate) fn delete_run(db: &Db<'_>, run: &str) -> Result<(), StoreError> {
+    let summary = db.existing(run)?;
+    if !summary.status.is_finished() {
+        return Err(StoreError::WrongStatus {
+            run: run.to_owned(),
+            status: summary.status,
+            needs: "only a finished run can be deleted",
+        });
+    }
+    for table in ["events", "nodes", "outputs", "timers", "signals", "waits"] {
+        db.conn
+            .prepare_cached(&format!("DELETE FROM {table} WHERE run = ?1"))
+            .and_then(|mut stmt| stmt.execute([run]))
+            .map_err(db.err("deleting a run from"))?;
+    }
+    db.conn
+        .prepare_cached("DELETE FROM runs WHERE id = ?1")
+        .and_then(|mut stmt| stmt.execute([run]))
+        .map_err(db.err("deleting a run from"))?;
     Ok(())
 }

@@ -64,6 +64,8 @@ pub async fn all(make: impl Fn() -> Arc<dyn Store>) {
     timers_due_in_order(&*make()).await;
     signals_kept_and_refused(&*make()).await;
     list_and_filter(&*make()).await;
+    requests_wake_the_run(&*make()).await;
+    reopen_and_delete(&*make()).await;
 }
 
 fn event(seq: u64, kind: &str, node: Option<u32>) -> StoredEvent {
@@ -725,6 +727,168 @@ pub async fn signals_kept_and_refused(store: &dyn Store) {
         Err(StoreError::Finished { run: "r1".into() }),
         "signals: a finished run refuses signals"
     );
+}
+
+/// A request (a signal named `flow.…`) makes a waiting run due at once, though no step waits
+/// for it; consuming it leaves the run's wake-up time to its timers again.
+pub async fn requests_wake_the_run(store: &dyn Store) {
+    let owner = Owner::new("a");
+    let lease = create(store, "r1", "W", &owner).await;
+    let mut unload = Batch::new(&lease, 2, LONG);
+    unload.timers = vec![timer(Some(0), TimerKind::Delay, Duration::from_secs(3600))];
+    unload.status = Some(RunStatus::Waiting);
+    assert!(commit(store, unload).await.is_ok(), "requests: unload");
+    let wake = |runs: Vec<super::RunSummary>| runs.into_iter().find(|r| r.id == "r1")?.wake_at_ms;
+    let list = || async {
+        store
+            .list_runs(&RunFilter::default())
+            .await
+            .unwrap_or_else(|e| panic!("requests: list_runs: {e}"))
+    };
+    let later = wake(list().await);
+    assert!(later.is_some(), "requests: the timer sets the wake-up time");
+    let id = match store
+        .send_signal(NewSignal {
+            run: "r1".into(),
+            name: super::requests::CANCEL.into(),
+            payload: b"{}".to_vec(),
+            mode: SignalMode::Kept,
+        })
+        .await
+    {
+        Ok(SignalSent::Stored { id }) => id,
+        other => panic!("requests: a request is stored: got {other:?}"),
+    };
+    let now = wake(list().await);
+    assert!(
+        now < later,
+        "requests: a request makes the run due at once: {now:?}, was {later:?}"
+    );
+    let mut take = Batch::new(&lease, 2, LONG);
+    take.events = vec![event(2, "CancelRequested", None)];
+    take.consumed = vec![id];
+    assert!(commit(store, take).await.is_ok(), "requests: consumed");
+    assert_eq!(
+        wake(list().await),
+        later,
+        "requests: consumed, the wake-up time is the timer's again"
+    );
+}
+
+/// `reopen` sets a failed or cancelled run running again with its marker appended and no
+/// owner, and refuses any other status or a stale marker; `delete_run` removes a finished run
+/// with everything of it and refuses an unfinished one.
+pub async fn reopen_and_delete(store: &dyn Store) {
+    let owner = Owner::new("a");
+    let lease = create(store, "r1", "W", &owner).await;
+    let running = create(store, "r2", "W", &owner).await;
+    assert_eq!(
+        store.reopen("r2", event(2, "Redriven", None)).await,
+        Err(StoreError::WrongStatus {
+            run: "r2".into(),
+            status: RunStatus::Running,
+            needs: "only a failed or cancelled run can be redriven",
+        }),
+        "reopen: a running run"
+    );
+    assert_eq!(
+        store.delete_run("r2").await,
+        Err(StoreError::WrongStatus {
+            run: "r2".into(),
+            status: RunStatus::Running,
+            needs: "only a finished run can be deleted",
+        }),
+        "delete_run: a running run"
+    );
+    assert!(
+        matches!(
+            store.reopen("nope", event(0, "Redriven", None)).await,
+            Err(StoreError::NotFound { .. })
+        ),
+        "reopen: an unknown run"
+    );
+    let mut fail = completion(&lease, 2);
+    fail.events.push(event(4, "Failed", Some(1)));
+    fail.events.push(event(5, "RunFinished", None));
+    fail.status = Some(RunStatus::Failed);
+    fail.end = Some(RunEnd {
+        result: None,
+        error: Some("charge failed".into()),
+    });
+    assert!(commit(store, fail).await.is_ok(), "reopen: the run fails");
+    assert!(
+        matches!(
+            store.reopen("r1", event(5, "Redriven", None)).await,
+            Err(StoreError::Conflict {
+                expected: 6,
+                found: 5,
+                ..
+            })
+        ),
+        "reopen: a marker that is not the next event"
+    );
+    let reopened = store
+        .reopen("r1", event(6, "Redriven", None))
+        .await
+        .unwrap_or_else(|e| panic!("reopen: a failed run: {e}"));
+    assert_eq!(reopened.status, RunStatus::Running, "reopen: status");
+    assert_eq!(reopened.next_seq, 7, "reopen: the marker is appended");
+    assert_eq!(reopened.owner, None, "reopen: no owner");
+    assert!(reopened.is_due(u64::MAX / 2), "reopen: due at once");
+    let events = store.events("r1", 6).await.map(|e| e.len());
+    assert_eq!(events, Ok(1), "reopen: the marker is stored");
+    let loaded = store
+        .load_run("r1", &Owner::new("b"), LONG)
+        .await
+        .unwrap_or_else(|e| panic!("reopen: load the reopened run: {e}"));
+    assert_eq!(loaded.events.len(), 7, "reopen: every event stays");
+    assert_eq!(loaded.outputs.len(), 1, "reopen: outputs stay");
+    let mut end = Batch::new(&loaded.lease, 7, LONG);
+    end.events = vec![event(7, "RunFinished", None)];
+    end.status = Some(RunStatus::Succeeded);
+    end.end = Some(RunEnd {
+        result: None,
+        error: None,
+    });
+    assert!(
+        commit(store, end).await.is_ok(),
+        "reopen: the new owner ends it"
+    );
+    assert!(
+        matches!(
+            store.reopen("r1", event(8, "Redriven", None)).await,
+            Err(StoreError::WrongStatus {
+                status: RunStatus::Succeeded,
+                ..
+            })
+        ),
+        "reopen: a succeeded run"
+    );
+    assert_eq!(store.delete_run("r1").await, Ok(()), "delete_run");
+    assert!(
+        matches!(
+            store.events("r1", 0).await,
+            Err(StoreError::NotFound { .. })
+        ),
+        "delete_run: the run is gone"
+    );
+    assert!(
+        matches!(
+            store.delete_run("r1").await,
+            Err(StoreError::NotFound { .. })
+        ),
+        "delete_run: twice"
+    );
+    let runs = store
+        .list_runs(&RunFilter::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete_run: list_runs: {e}"));
+    assert_eq!(
+        runs.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        vec!["r2"],
+        "delete_run: the other run stays"
+    );
+    drop(running);
 }
 
 /// `list_runs` filters by workflow and status and keeps the limit, oldest first; a finished run

@@ -53,6 +53,18 @@ pub enum StoreError {
         /// The run.
         run: String,
     },
+    /// The run's status does not allow what was asked: only a failed or cancelled run is
+    /// redriven ([`Store::reopen`](super::Store::reopen)), only a finished run is deleted
+    /// ([`Store::delete_run`](super::Store::delete_run)).
+    WrongStatus {
+        /// The run.
+        run: String,
+        /// Its status.
+        status: super::RunStatus,
+        /// What was asked and which statuses allow it (`"only a failed or cancelled run can be
+        /// redriven"`).
+        needs: &'static str,
+    },
     /// A batch consumes a signal that is not open (consumed already, or another run's).
     SignalTaken {
         /// The run.
@@ -185,6 +197,9 @@ impl fmt::Display for StoreError {
                 "batch for run `{run}` conflicts with its journal: it starts at event #{found}, the journal's next is #{expected}: {why}"
             ),
             StoreError::Finished { run } => write!(f, "run `{run}` has finished"),
+            StoreError::WrongStatus { run, status, needs } => {
+                write!(f, "run `{run}` is {status}: {needs}")
+            }
             StoreError::SignalTaken { run, signal } => {
                 write!(f, "signal {signal} is not open for run `{run}`")
             }
@@ -217,10 +232,7 @@ impl fmt::Display for StoreError {
                 write!(f, "the store at `{at}` cannot be reached: {why}")
             }
             StoreError::Unsupported { what } => {
-                write!(
-                    f,
-                    "this store does not support `{what}` (it serves one process)"
-                )
+                write!(f, "this store does not support `{what}`")
             }
             StoreError::Io { context, source } => write!(f, "{context}: {source}"),
         }
@@ -284,6 +296,18 @@ impl PartialEq for StoreError {
                 },
             ) => (a, b, c, d) == (w, x, y, z),
             (Finished { run: a }, Finished { run: b }) => a == b,
+            (
+                WrongStatus {
+                    run: a,
+                    status: b,
+                    needs: c,
+                },
+                WrongStatus {
+                    run: x,
+                    status: y,
+                    needs: z,
+                },
+            ) => (a, b, c) == (x, y, z),
             (SignalTaken { run: a, signal: b }, SignalTaken { run: x, signal: y }) => {
                 (a, b) == (x, y)
             }

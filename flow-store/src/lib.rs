@@ -199,7 +199,8 @@ pub trait Store: Send + Sync + 'static {
     /// them; [`SignalMode::Transient`] ones only when a step of the run waits for that name,
     /// else they are dropped ([`SignalSent::Dropped`]). A stored signal that a step of the run
     /// waits for makes the run due (`wake_at_ms` = when it was sent); one that no step waits
-    /// for yet makes it due once a step opens a wait for its name. Errors:
+    /// for yet makes it due once a step opens a wait for its name; a request (a name that
+    /// starts with [`requests::PREFIX`]) makes it due at once, waited for or not. Errors:
     /// [`StoreError::NotFound`], [`StoreError::Finished`].
     fn send_signal(&self, signal: NewSignal) -> StoreFuture<'_, SignalSent>;
 
@@ -348,6 +349,63 @@ pub trait Store: Send + Sync + 'static {
         Box::pin(std::future::ready(Err(StoreError::Unsupported {
             what: "task_inputs",
         })))
+    }
+
+    /// Sets a run that failed or was cancelled going again (a *redrive*), in one transaction:
+    /// appends `marker` (an event at the run's next sequence number, which says from where
+    /// the journal is replayed), clears the run's end, and leaves it `running` with no owner
+    /// and no lease, so that the next owner to load it (a worker, a resume) runs it. Its
+    /// events, outputs and signals stay. Errors: [`StoreError::NotFound`];
+    /// [`StoreError::WrongStatus`] for a run in any other status (nothing is written);
+    /// [`StoreError::Conflict`] when `marker.seq` is not the run's next sequence number (an
+    /// event was appended since the caller read the journal).
+    ///
+    /// A run in this status has no owner (its lease guarded nothing once it ended), so a
+    /// store opened as a client may do this beside the store's owner.
+    ///
+    /// The default is [`StoreError::Unsupported`] (the stores of this project implement it).
+    fn reopen<'a>(&'a self, run: &'a str, marker: StoredEvent) -> StoreFuture<'a, RunSummary> {
+        let _ = (run, marker);
+        Box::pin(std::future::ready(Err(StoreError::Unsupported {
+            what: "reopen",
+        })))
+    }
+
+    /// Deletes a finished run (`succeeded`, `failed` or `cancelled`) and everything stored
+    /// for it: its node rows, events, outputs, timers, signals, waits and tasks, in one
+    /// transaction. Errors: [`StoreError::NotFound`]; [`StoreError::WrongStatus`] for a run
+    /// that has not finished (nothing is deleted).
+    ///
+    /// As for [`Store::reopen`], a store opened as a client may do this beside its owner.
+    ///
+    /// The default is [`StoreError::Unsupported`] (the stores of this project implement it).
+    fn delete_run<'a>(&'a self, run: &'a str) -> StoreFuture<'a, ()> {
+        let _ = run;
+        Box::pin(std::future::ready(Err(StoreError::Unsupported {
+            what: "delete_run",
+        })))
+    }
+}
+
+/// The names of the signals that carry an operator's requests to a run: names a workflow
+/// cannot declare (its signals are named by Rust identifiers), refused by the engine's
+/// `send_signal` and by `flow signal`.
+///
+/// A stored, unconsumed signal whose name starts with [`requests::PREFIX`] makes its run due
+/// at once, whatever its steps wait for: a run unloaded while it waits (for a long timer, a
+/// signal) is loaded again by the next worker, which carries the request out.
+pub mod requests {
+    /// What every request's name starts with.
+    pub const PREFIX: &str = "flow.";
+    /// Cancel the run: its running steps are cancelled and its compensations run, as when its
+    /// cancel token is cancelled.
+    pub const CANCEL: &str = "flow.cancel";
+    /// Terminate the run: it ends at once, cancelled, without compensation.
+    pub const TERMINATE: &str = "flow.terminate";
+
+    /// Whether `name` is a request's name (it starts with [`PREFIX`]).
+    pub fn is_request(name: &str) -> bool {
+        name.starts_with(PREFIX)
     }
 }
 

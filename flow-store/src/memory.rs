@@ -115,7 +115,9 @@ impl State {
         let signal = self
             .open_signals(run, 0)
             .into_iter()
-            .find(|s| row.waits.values().any(|name| *name == s.name))
+            .find(|s| {
+                super::requests::is_request(&s.name) || row.waits.values().any(|n| *n == s.name)
+            })
             .map(|s| s.sent_ms);
         let task = self
             .tasks
@@ -342,6 +344,57 @@ impl State {
         }
         self.set_wake(&run);
         Ok(Committed::Applied { next_seq })
+    }
+
+    fn reopen(&mut self, run: &str, marker: StoredEvent) -> Result<RunSummary, StoreError> {
+        let row = self.row(run)?;
+        let status = row.summary.status;
+        if !matches!(status, RunStatus::Failed | RunStatus::Cancelled) {
+            return Err(StoreError::WrongStatus {
+                run: run.to_owned(),
+                status,
+                needs: "only a failed or cancelled run can be redriven",
+            });
+        }
+        let next = row.summary.next_seq;
+        if marker.seq != next {
+            return Err(StoreError::Conflict {
+                run: run.to_owned(),
+                expected: next,
+                found: marker.seq,
+                why: "the journal changed since it was read".to_owned(),
+            });
+        }
+        let now = now_ms();
+        let Some(row) = self.runs.get_mut(run) else {
+            return Err(not_found(run));
+        };
+        row.events.push(marker);
+        row.end = None;
+        let summary = &mut row.summary;
+        summary.status = RunStatus::Running;
+        summary.next_seq = next + 1;
+        summary.owner = None;
+        summary.lease_until_ms = None;
+        summary.updated_ms = now;
+        let summary = summary.clone();
+        self.set_wake(run);
+        Ok(summary)
+    }
+
+    fn delete(&mut self, run: &str) -> Result<(), StoreError> {
+        let status = self.row(run)?.summary.status;
+        if !status.is_finished() {
+            return Err(StoreError::WrongStatus {
+                run: run.to_owned(),
+                status,
+                needs: "only a finished run can be deleted",
+            });
+        }
+        self.runs.remove(run);
+        self.signals.retain(|_, (signal, _)| signal.run != run);
+        self.tasks.retain(|(r, _), _| r != run);
+        Ok(())
     }
 
     fn send_signal(&mut self, signal: NewSignal) -> Result<SignalSent, StoreError> {
@@ -644,6 +697,14 @@ impl Store for MemoryStore {
             }
         }
         ready(Ok(()))
+    }
+
+    fn reopen<'a>(&'a self, run: &'a str, marker: StoredEvent) -> StoreFuture<'a, RunSummary> {
+        ready(self.state().reopen(run, marker))
+    }
+
+    fn delete_run<'a>(&'a self, run: &'a str) -> StoreFuture<'a, ()> {
+        ready(self.state().delete(run))
     }
 }
 

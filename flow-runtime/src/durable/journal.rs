@@ -38,12 +38,13 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use crate::attempt::{Nested, Records};
+use crate::durable::operations::Replay;
 use crate::durable::{AttemptCtx, DurableError, JournalSetup, attempt_ctx, with_attempt};
 use crate::error::NodeError;
 use crate::events::{Event, EventKind};
 use crate::graph::{Graph, NodeKind};
 use crate::nodes::Idle;
-use crate::panic::{panic_message, timer};
+use crate::panic::{NO_TIMER, panic_message, timer};
 use crate::policy::CancelReason;
 use crate::report::HookEnd;
 use crate::scheduler::{AttemptScope, Before, Hook, HookFuture, Run, RunEnd, Scope, Steps};
@@ -55,8 +56,10 @@ use crate::store::{
 
 mod inbox;
 mod remote;
+mod requests;
 
 pub(crate) use remote::{Mailbox, TaskRun};
+pub(crate) use requests::{CANCEL_REQUESTED, TERMINATED};
 
 /// A durable run's journal: what is pending, what is committing, what waits for a commit.
 /// The run's [`Hook`]: the scheduler hands it every event and calls its [`Steps`].
@@ -114,6 +117,15 @@ pub(crate) struct Journal {
     last_replayed: bool,
     /// Outcomes of tasks handed over by the worker that the run stopped before journaling.
     undelivered: Vec<(TaskClaim, TaskOutcome)>,
+    /// An operator's requests to the run (`requests.rs`); dropped when the forward phase
+    /// ends.
+    requests: Option<Box<requests::Requests>>,
+    /// The run was terminated (with the operator's reason): its end is committed by
+    /// `finish`, nothing else is.
+    terminated: Option<Option<String>>,
+    /// Each redrive of the run: the index in `setup.events` of its first event, and the steps
+    /// that had failed with their last attempt (see `operations.rs`).
+    epochs: Vec<(usize, Vec<(u32, u32)>)>,
 }
 
 /// The shortest time between two renewals of a lease.
@@ -123,8 +135,11 @@ impl Journal {
     /// The journal of a run set up as `setup` (its tasks are made when the run starts).
     pub(crate) fn new(mut setup: JournalSetup) -> Box<Journal> {
         let next = setup.events.last().map_or(0, |event| event.seq + 1);
-        // The events of nest instances are not replayed (see `record_nested`).
-        setup.events.retain(|event| event.path.is_none());
+        // The events of nest instances are not replayed (see `record_nested`), nor the events
+        // that a redrive cut off (`operations.rs`).
+        let replay = Replay::of(std::mem::take(&mut setup.events));
+        setup.events = replay.events;
+        let requests = requests::Requests::new(&setup.signals, setup.request_poll);
         Box::new(Journal {
             run: Arc::from(setup.lease.run.as_str()),
             records: Arc::new(Records::loaded(std::mem::take(&mut setup.instances))),
@@ -149,9 +164,26 @@ impl Journal {
             unloaded: None,
             last_replayed: false,
             undelivered: Vec::new(),
+            requests: Some(requests),
+            terminated: None,
+            epochs: replay.epochs,
             renew_every: renew_every(&setup),
             setup,
         })
+    }
+
+    /// The last attempt of `node` before the redrives that apply where the replay stands (all
+    /// of them once live): its next attempt is numbered after it and has the step's whole
+    /// retry budget. 0 for a run never redriven.
+    fn floor(&self, node: u32) -> u32 {
+        self.epochs
+            .iter()
+            .filter(|&&(start, _)| self.live || start <= self.cursor)
+            .flat_map(|(_, floors)| floors.iter())
+            .filter(|&&(n, _)| n == node)
+            .map(|&(_, attempt)| attempt)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Whether the lease is due for renewal: the live run has committed nothing for
@@ -188,6 +220,12 @@ impl Journal {
         self.last_replayed = false;
         if self.broken {
             return;
+        }
+        if let EventKind::Failed { error } = &event.kind
+            && error.contains(NO_TIMER)
+        {
+            // Not the step's failure: this process cannot run it. Nothing more is written.
+            return self.environment();
         }
         let stored = match StoredEvent::try_from(event) {
             Ok(stored) => stored,
@@ -313,6 +351,16 @@ impl Journal {
                 TimerChange::Clear { key } => self.open.retain(|k| k != key),
             }
         }
+    }
+
+    /// This process cannot run the run (no tokio time driver): it stops, writing nothing
+    /// more, and stays as it is in the store, to be resumed where a timer can be made.
+    fn environment(&mut self) {
+        let run = self.run.to_string();
+        self.fail(DurableError::Environment {
+            run,
+            why: format!("{NO_TIMER} (this process polls it without one)"),
+        });
     }
 
     fn fail(&mut self, error: DurableError) {
@@ -451,9 +499,10 @@ impl Journal {
     /// ([`Journal::stop_looking`]).
     async fn finish_run(&mut self, status: RunStatus) {
         self.stop_looking();
-        match self.unloading {
-            Some(wake_at_ms) => self.commit_unload(wake_at_ms).await,
-            None => self.commit_end(status).await,
+        match (self.terminated.take(), self.unloading) {
+            (Some(reason), _) => self.commit_terminated(reason).await,
+            (None, Some(wake_at_ms)) => self.commit_unload(wake_at_ms).await,
+            (None, None) => self.commit_end(status).await,
         }
         // Outcomes the worker handed over that the run did not journal: stored as a worker
         // stores any (the next owner of the run takes them from there). Best effort: a task
@@ -468,6 +517,48 @@ impl Journal {
             .store
             .release(&lease.owner, std::slice::from_ref(lease))
             .await;
+    }
+
+    /// Commits the run's termination: what is pending (its `Terminated` event, the request's
+    /// consumption), the status `cancelled` and the end; every timer is cleared. The run's
+    /// caller gets [`DurableError::Terminated`].
+    async fn commit_terminated(&mut self, reason: Option<String>) {
+        if let Some((commit, end)) = self.commit.take() {
+            match commit.await {
+                Ok(_) => self.durable_seq = end,
+                Err(error) => return self.fail_over(DurableError::Store(error)),
+            }
+        }
+        self.clear_timers(None);
+        let end = self.pending.end_seq();
+        let mut batch = std::mem::replace(
+            &mut self.pending,
+            Batch::new(&self.setup.lease, end, Duration::ZERO),
+        );
+        batch.status = Some(RunStatus::Cancelled);
+        batch.end = Some(StoredEnd {
+            result: None,
+            error: Some(crate::durable::operations::terminated_text(
+                reason.as_deref(),
+            )),
+        });
+        batch.timers.push(TimerChange::Clear {
+            key: crate::durable::run_deadline_key(),
+        });
+        match self.setup.store.commit(batch).await {
+            Ok(_) => {
+                self.durable_seq = end;
+                let run = self.run.to_string();
+                self.fail_over(requests::terminated_error(&run, reason));
+            }
+            Err(error) => self.fail_over(DurableError::Store(error)),
+        }
+    }
+
+    /// Sets the run's error, replacing any.
+    fn fail_over(&mut self, error: DurableError) {
+        self.broken = true;
+        self.error = Some(error);
     }
 
     async fn commit_end(&mut self, status: RunStatus) {
@@ -574,6 +665,10 @@ impl Journal {
         if let Some(inbox) = self.inbox.as_deref_mut() {
             inbox.stop();
         }
+        if let Some(requests) = self.requests.as_deref_mut() {
+            requests.stop();
+        }
+        self.requests = None;
     }
 
     /// The compensation phase starts: the run's status becomes `Compensating` with the next
@@ -787,6 +882,14 @@ impl Hook for Journal {
         self.is_waiting(node)
     }
 
+    fn attempts_before(&self, node: u32) -> u32 {
+        self.floor(node)
+    }
+
+    fn no_timer(&mut self) {
+        self.environment();
+    }
+
     fn steps(&self) -> &'static dyn Steps {
         &JournalSteps
     }
@@ -911,7 +1014,11 @@ fn hold_retry(run: &mut Run<'_, '_>, node: u32) {
 }
 
 fn hold(run: &mut Run<'_, '_>, node: u32) {
-    let attempt = run.attempt(node) + 1;
+    // After a redrive, a step that had failed is numbered after its last attempt.
+    let floor = run
+        .hook::<Journal>()
+        .map_or(0, |journal| journal.floor(node));
+    let attempt = run.attempt(node).max(floor) + 1;
     run.set_attempt(node, attempt);
     run.emit(Some(node), attempt, EventKind::Requested);
     if let Some(journal) = run.hook::<Journal>() {
@@ -1211,6 +1318,10 @@ fn go_live(run: &mut Run<'_, '_>) {
         // An unloaded run runs again.
         journal.pending.status = Some(RunStatus::Running);
     }
+    retry_redriven(run);
+    let Some(journal) = run.hook::<Journal>() else {
+        return;
+    };
     let backoff = std::mem::take(&mut journal.backoff);
     let timers = journal.setup.timers.clone();
     let now_ms = journal.setup.now_ms;
@@ -1256,6 +1367,44 @@ fn go_live(run: &mut Run<'_, '_>) {
     release_durable(run);
 }
 
+/// Going live after a redrive: each step whose attempt in flight had failed for good (its
+/// attempt is not after its floor) is retried, with a `Retrying` journaled now, so its next
+/// attempt has a new number (a new key) and its whole retry budget.
+fn retry_redriven(run: &mut Run<'_, '_>) {
+    let Some(journal) = run.hook::<Journal>() else {
+        return;
+    };
+    if journal.epochs.is_empty() {
+        return;
+    }
+    let held: Vec<(u32, u32)> = journal
+        .held
+        .iter()
+        .map(|&(node, _)| (node, journal.floor(node)))
+        .collect();
+    for (node, floor) in held {
+        let attempt = run.attempt(node);
+        if floor == 0 || attempt > floor || run.status(node) != NodeStatus::Running {
+            continue;
+        }
+        let Some(journal) = run.hook::<Journal>() else {
+            return;
+        };
+        journal.unhold(node);
+        journal.backoff.push(node);
+        let error = NodeError::Failed("failed before the run was redriven".into());
+        let rendered = run.record_attempt_error(node, &error);
+        run.emit(
+            Some(node),
+            attempt,
+            EventKind::Retrying {
+                error: rendered,
+                delay: Duration::ZERO,
+            },
+        );
+    }
+}
+
 /// The run loop's step for a durable run, after each poll of the run: replays, commits, and
 /// starts what a commit made durable, until nothing more can happen now.
 fn journal_poll(run: &mut Run<'_, '_>, cx: &mut Context<'_>, mut poll: Poll<()>) -> Poll<()> {
@@ -1269,7 +1418,7 @@ fn journal_poll(run: &mut Run<'_, '_>, cx: &mut Context<'_>, mut poll: Poll<()>)
         }
         if !journal.live {
             if journal.cursor < journal.setup.events.len() {
-                if replay_cancel(run) {
+                if requests::replay_request(run) || replay_cancel(run) {
                     return Poll::Ready(());
                 }
                 if apply_journal(run) {
@@ -1300,6 +1449,13 @@ fn journal_poll(run: &mut Run<'_, '_>, cx: &mut Context<'_>, mut poll: Poll<()>)
         if poll.is_ready() {
             return poll;
         }
+        if journal.requests.is_some() && requests::poll_requests(run, cx) {
+            // Cancelled or terminated: the forward phase ends.
+            return Poll::Ready(());
+        }
+        let Some(journal) = run.hook::<Journal>() else {
+            return poll;
+        };
         let signals = journal.inbox.is_some();
         let tasks = journal.tasks.is_some();
         if signals && inbox::poll_signals(run, cx) {

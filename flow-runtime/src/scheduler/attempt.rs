@@ -504,13 +504,18 @@ impl Scheduler {
         error: NodeError,
     ) -> Option<Result<(), NodeError>> {
         let attempt = self.nodes[node as usize].attempt;
+        // A redriven step's attempts count from the redrive (`Hook::attempts_before`).
+        let counted = match self.hook.as_deref() {
+            Some(hook) => attempt.saturating_sub(hook.attempts_before(node)),
+            None => attempt,
+        };
         let policy = self.node_policy(node);
-        if attempt > policy.retries() {
+        if counted > policy.retries() {
             return Some(Err(error));
         }
         leaves[node as usize].as_mut().stop();
         let rendered = self.record_attempt_error(node, &error);
-        let mut delay = policy.backoff.unwrap_or_default().delay(attempt);
+        let mut delay = policy.backoff.unwrap_or_default().delay(counted);
         if policy.jitter.unwrap_or(false) {
             delay = delay.mul_f64(self.jitter_fraction(node, attempt));
         }

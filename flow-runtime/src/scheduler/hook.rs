@@ -80,6 +80,15 @@ pub(crate) trait Hook: Any + Send {
         false
     }
 
+    /// The run cannot make a timer it needs (no tokio time driver): it stops now.
+    fn no_timer(&mut self) {}
+
+    /// The attempts of `node` that do not count against its retries: those made before a
+    /// redrive of a durable run, whose next attempt has the step's whole retry budget again.
+    fn attempts_before(&self, _node: u32) -> u32 {
+        0
+    }
+
     /// The calls that act on the run.
     fn steps(&self) -> &'static dyn Steps;
 

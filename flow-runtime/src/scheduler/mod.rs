@@ -1111,6 +1111,12 @@ where
         Err(reason) => {
             scheduler.set_halt(Halt::Cancelled(reason));
             scheduler.stop_all(table.leaves());
+            if let Some(hook) = scheduler.hook.as_deref_mut() {
+                // A durable run stops without writing anything: it can be resumed where a
+                // timer can be made.
+                hook.no_timer();
+                return Box::pin(scheduler.finish_hooked()).await;
+            }
             return scheduler.finish();
         }
     };

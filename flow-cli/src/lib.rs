@@ -60,6 +60,7 @@ use flowdag_runtime::store::{
 use flowdag_sqlite::SqliteStore;
 use serde_json::{Value, json};
 
+mod operate;
 mod table;
 
 use table::{Table, printable, utc};
@@ -79,6 +80,14 @@ impl Opened {
         match self {
             Opened::Sqlite(store) => store,
             Opened::Postgres(store) => store,
+        }
+    }
+
+    /// Whether this process may run the store's runs (not a SQLite client).
+    fn owns(&self) -> bool {
+        match self {
+            Opened::Sqlite(store) => !store.is_client(),
+            Opened::Postgres(_) => true,
         }
     }
 }
@@ -164,6 +173,15 @@ pub enum CliError {
         /// The workflows this binary knows.
         known: Vec<&'static str>,
     },
+    /// The run's status (or its history) does not allow the operation: a redrive of a run
+    /// that did not fail and was not cancelled, or whose compensations ran; a cancel,
+    /// terminate or delete of a run in the wrong status. Nothing was changed.
+    Refused {
+        /// The run.
+        run: String,
+        /// Why.
+        why: String,
+    },
     /// Resuming the run failed.
     Resume(DurableError),
     /// Writing the output failed.
@@ -172,7 +190,7 @@ pub enum CliError {
 
 impl CliError {
     /// The exit code for this error: 2 usage, 3 run not found, 4 store unusable, 5 signal
-    /// refused, 1 anything else (0 for `--help` and `--version`).
+    /// refused, 6 operation refused, 1 anything else (0 for `--help` and `--version`).
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Usage(error) => u8::try_from(error.exit_code()).unwrap_or(2),
@@ -189,6 +207,7 @@ impl CliError {
             CliError::BadPayload { .. }
             | CliError::SignalRefused { .. }
             | CliError::RunEnded { .. } => 5,
+            CliError::Refused { .. } => 6,
             _ => 1,
         }
     }
@@ -246,6 +265,7 @@ impl fmt::Display for CliError {
                     "; resume it from a binary that registers it: `flowdag_cli::Cli::new().register::<{workflow}>().run()`, or with a `flowdag::Worker`"
                 )
             }
+            CliError::Refused { run, why } => write!(f, "run `{run}` refused: {why}"),
             CliError::Resume(error) => write!(f, "{error}"),
             CliError::Output(error) => write!(f, "cannot write the output: {error}"),
         }
@@ -356,10 +376,15 @@ impl Cli {
             (Opened::Postgres(store), at)
         } else {
             let path = PathBuf::from(db);
-            let store = if name == "resume" {
-                open(&path)?
-            } else {
-                open_client(&path)?
+            let store = match name {
+                "resume" => open(&path)?,
+                // Owned when nobody else owns it, so as to end or cancel a run here; a client
+                // beside the owner, which then carries the request out.
+                "cancel" | "terminate" => match open(&path) {
+                    Err(CliError::Store(StoreError::Locked { .. })) => open_client(&path)?,
+                    opened => opened?,
+                },
+                _ => open_client(&path)?,
             };
             (Opened::Sqlite(store), path)
         };
@@ -385,6 +410,9 @@ impl Cli {
                         payload: &payload,
                     };
                     send(store, &path, to, &self.workflows, out).await
+                }
+                "cancel" | "terminate" | "redrive" | "delete" => {
+                    operate::run(name, sub, &opened, &path, &self.workflows, out).await
                 }
                 _ => self.resume(&opened, &path, &string(sub, "run"), out).await,
             }
@@ -563,6 +591,10 @@ fn command() -> Command {
                 .arg(password_file())
                 .arg(run()),
         )
+        .subcommands(operate::commands(
+            |command| command.arg(db()).arg(schema()).arg(password_file()),
+            run,
+        ))
 }
 
 /// A required string argument (clap has checked it is there).
@@ -750,6 +782,7 @@ fn run_json(run: &RunSummary) -> Value {
     json!({
         "id": run.id,
         "workflow": run.workflow,
+        "graph_hash": format!("{:016x}", run.graph_hash),
         "status": run.status.as_str(),
         "events": run.next_seq,
         "owner": run.owner,
@@ -1109,6 +1142,16 @@ async fn send(
         return Err(CliError::RunEnded {
             run: run.id,
             status: run.status.to_string(),
+        });
+    }
+    if flowdag_runtime::store::requests::is_request(name) {
+        return Err(CliError::SignalRefused {
+            run: run.id,
+            signal: name.to_owned(),
+            why: format!(
+                "names that start with `{}` are an operator's requests: use `flow cancel` or `flow terminate`",
+                flowdag_runtime::store::requests::PREFIX
+            ),
         });
     }
     let bytes = value.to_string().into_bytes();

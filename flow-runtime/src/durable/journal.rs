@@ -1318,6 +1318,10 @@ fn go_live(run: &mut Run<'_, '_>) {
         // An unloaded run runs again.
         journal.pending.status = Some(RunStatus::Running);
     }
+    if requests::loaded_request(run) {
+        // Cancelled or terminated before anything of it runs again.
+        return;
+    }
     retry_redriven(run);
     let Some(journal) = run.hook::<Journal>() else {
         return;

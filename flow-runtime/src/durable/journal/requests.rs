@@ -213,6 +213,17 @@ pub(super) fn poll_requests(run: &mut Run<'_, '_>, cx: &mut Context<'_>) -> bool
     }
 }
 
+/// Going live: carries out a request the run was loaded with, before anything of the run
+/// starts (its held attempts start after this). Returns `true` when it did.
+pub(super) fn loaded_request(run: &mut Run<'_, '_>) -> bool {
+    let known = run
+        .hook::<Journal>()
+        .and_then(|journal| journal.requests.as_deref())
+        .is_some_and(|requests| !requests.known.is_empty());
+    // A known request is taken without looking at the store: no waker is registered.
+    known && poll_requests(run, &mut Context::from_waker(std::task::Waker::noop()))
+}
+
 /// Replaying: when the journal's next event is a `CancelRequested`, the run was cancelled
 /// there: cancels it again (which emits the journal's `Aborted` events) and returns `true`.
 /// When it is a `Terminated`, the run was terminated there: it stops, writing nothing, and its

@@ -1381,6 +1381,19 @@ fn retry_redriven(run: &mut Run<'_, '_>) {
     if journal.epochs.is_empty() {
         return;
     }
+    // Just redriven (nothing journaled since): the run's deadline, cleared when it ended,
+    // counts from now, and is stored again so that a later resume keeps its due time.
+    let fresh = journal
+        .epochs
+        .last()
+        .is_some_and(|&(start, _)| start == journal.setup.events.len());
+    if fresh && let Some((at, _)) = journal.deadline {
+        let left = at.saturating_duration_since(tokio::time::Instant::now());
+        journal.pending.timers.push(TimerChange::Set {
+            key: crate::durable::run_deadline_key(),
+            after: left,
+        });
+    }
     let held: Vec<(u32, u32)> = journal
         .held
         .iter()

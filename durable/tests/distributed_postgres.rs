@@ -278,3 +278,90 @@ async fn a_watch_on_a_run_wakes_when_its_task_is_done() {
     assert_eq!(other.channel(), store.channel());
     testing::drop_schemas("watched_run").await;
 }
+
+async fn hang(order: u64) -> Result<u64, std::io::Error> {
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    Ok(order)
+}
+
+workflow! {
+    #[flow(durable)]
+    Hanging(order: u64) -> u64 {
+        Sequential {
+            first = Operation(add(order, 1)),
+            last = Operation(hang(first)),
+        }
+        => last
+    }
+}
+
+/// A live run hears an operator's cancel request through the store's notifications: with a
+/// request poll of an hour, it is cancelled only because the request's `NOTIFY` wakes it. The
+/// request is sent through another store (another process, as far as the server can tell).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_run_hears_a_cancel_request_without_polling() {
+    use flowdag::durable::{Stop, cancel_run};
+    use flowdag::store::Watch;
+    let store = testing::store("cancel_heard");
+    store.migrate().await.expect("the schema");
+    let other = PostgresStore::connect_with(
+        &testing::server(),
+        PostgresOptions {
+            schema: store.schema().to_owned(),
+            ..PostgresOptions::default()
+        },
+    )
+    .expect("a second store on the same schema");
+    // The listener wakes every watcher once it listens: wait for that first.
+    let listening = store
+        .watch(Watch::Tasks)
+        .expect("a PostgreSQL store notifies");
+    tokio::time::timeout(Duration::from_secs(30), listening)
+        .await
+        .expect("the listener listens");
+    let run = tokio::spawn({
+        let store = store.clone();
+        async move {
+            Hanging::runner()
+                .durable(&store, "hanging")
+                .request_poll(Duration::from_secs(3600))
+                .execute(1)
+                .await
+        }
+    });
+    // Bounded: wait until the run holds its second step (its `Requested` is committed).
+    let start = Instant::now();
+    loop {
+        let events = store.events("hanging", 0).await.unwrap_or_default();
+        if events
+            .iter()
+            .any(|e| e.kind == "Requested" && e.node_name.as_deref() == Some("last"))
+        {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the run never started `last`"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stop = cancel_run(&other, "hanging", Some("heard"))
+        .await
+        .expect("requested");
+    assert!(
+        matches!(stop, Stop::Requested { holder: Some(_) }),
+        "{stop:?}"
+    );
+    let outcome = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the request is heard long before the run's next poll, an hour away")
+        .expect("joins")
+        .expect("the run ends");
+    assert_eq!(
+        outcome.result.expect_err("cancelled").cancel_reason(),
+        Some(CancelReason::Requested)
+    );
+    let runs = store.list_runs(&RunFilter::default()).await.expect("lists");
+    assert_eq!(runs[0].status, RunStatus::Cancelled);
+    testing::drop_schemas("cancel_heard").await;
+}

@@ -491,7 +491,7 @@ mod not_undone {
 
 /// The call that undoes a step is part of its fingerprint: another call, or none, changes
 /// the graph's hash, `graph_changes` names it (and nothing else), and a run started with the
-/// old one is refused.
+/// old one in which the step has started is refused.
 #[tokio::test(start_paused = true)]
 async fn a_changed_compensation_changes_the_graph_and_is_named() {
     use flowdag::durable::{GraphChange, graph_changes, graph_rows};
@@ -518,8 +518,9 @@ async fn a_changed_compensation_changes_the_graph_and_is_named() {
     }
 
     let store = MemoryStore::new();
+    // Stopped once `receipt` has started (its `Requested` is in the second commit).
     let stopped = Order::runner()
-        .durable(&Probe::new(&store, Some(1)), "changed-undo")
+        .durable(&Probe::new(&store, Some(2)), "changed-undo")
         .execute(7)
         .await;
     assert!(stopped.is_err());

@@ -421,18 +421,25 @@ async fn a_run_refused_for_good_is_reported_once() {
     assert!(matches!(err, DurableError::Input { .. }), "{err}");
 }
 
-/// A run of a registered workflow started with another graph of it is not this worker's: the
-/// store never hands it over, so the worker neither loads nor reports it, and the run stays as
-/// it was for a worker that has its graph.
+/// A run of a registered workflow started with another graph of it, changed in a way that
+/// could alter its past, is not this worker's: the worker looks at it once (at its first look,
+/// to see whether it can go on with its own graph), gives its lease back at once, reports
+/// nothing, and never takes it again; the run stays as it was for a worker that has its graph.
 #[tokio::test]
 async fn a_run_of_another_graph_is_left_to_a_worker_that_has_it() {
     let store = MemoryStore::new();
     let owner = Owner::new("gone");
     let lease = Duration::from_secs(60);
-    let created = store
-        .create_run(NewRun::new("old", "Order", 1, owner.clone(), lease))
-        .await
-        .expect("creates");
+    let mut old = NewRun::new("old", "Order", 1, owner.clone(), lease);
+    old.nodes = vec![flowdag::store::NodeRow {
+        node: 0,
+        name: "weigh".to_owned(),
+        label: "weigh(order)".to_owned(),
+        fingerprint: 7,
+        preds: Vec::new(),
+        compensate: String::new(),
+    }];
+    let created = store.create_run(old).await.expect("creates");
     let held = created.lease().expect("a new run").clone();
     store.release(&owner, &[held]).await.expect("releases");
     let before = summary(&store, "old").await;
@@ -448,9 +455,14 @@ async fn a_run_of_another_graph_is_left_to_a_worker_that_has_it() {
     assert!(report.resumed.is_empty(), "{:?}", report.resumed);
     let after = summary(&store, "old").await;
     assert_eq!(
-        (after.version, after.owner, after.status),
-        (before.version, before.owner, before.status),
-        "never loaded"
+        (after.version, after.owner, after.status, after.graph_hash),
+        (
+            before.version + 1,
+            before.owner,
+            before.status,
+            before.graph_hash
+        ),
+        "loaded once, given back, unchanged"
     );
 }
 

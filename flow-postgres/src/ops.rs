@@ -389,40 +389,7 @@ pub(crate) async fn create_run(tx: &mut Tx<'_>, run: NewRun) -> R<Created> {
     };
     let now = u(get(&created, 0)?);
     let until: i64 = get(&created, 1)?;
-    if !run.nodes.is_empty() {
-        // One statement for every node; a node's predecessors travel as text (`{1,2}`), since
-        // an array of arrays cannot be unnested row by row.
-        let nodes: Vec<i64> = run.nodes.iter().map(|n| i64::from(n.node)).collect();
-        let names: Vec<&str> = run.nodes.iter().map(|n| n.name.as_str()).collect();
-        let labels: Vec<&str> = run.nodes.iter().map(|n| n.label.as_str()).collect();
-        let prints: Vec<i64> = run.nodes.iter().map(|n| i(n.fingerprint)).collect();
-        let preds: Vec<String> = run
-            .nodes
-            .iter()
-            .map(|n| {
-                let list: Vec<String> = n.preds.iter().map(u32::to_string).collect();
-                format!("{{{}}}", list.join(","))
-            })
-            .collect();
-        let compensate: Vec<&str> = run.nodes.iter().map(|n| n.compensate.as_str()).collect();
-        tx.execute(
-            "writing the nodes of a run",
-            "INSERT INTO nodes (run, node, name, label, fingerprint, preds, compensate)
-             SELECT $1, node, name, label, fingerprint, preds::bigint[], compensate
-             FROM unnest($2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[])
-                AS n (node, name, label, fingerprint, preds, compensate)",
-            &[
-                &run.id,
-                &nodes,
-                &names,
-                &labels,
-                &prints,
-                &preds,
-                &compensate,
-            ],
-        )
-        .await?;
-    }
+    insert_nodes(tx, &run.id, &run.nodes).await?;
     insert_events(tx, &run.id, &check.events, now).await?;
     apply_timers(tx, &run.id, &run.timers, now).await?;
     if !run.timers.is_empty() {
@@ -662,6 +629,22 @@ pub(crate) async fn commit(tx: &mut Tx<'_>, batch: &Batch, channel: &str) -> R<C
     // The decisive step: the run moves on only from where this batch starts, under its lease.
     // The row lock above makes it succeed; were it to find the run changed, nothing of the
     // batch is written and the run is read again to answer.
+    if let Some((hash, nodes)) = &batch.graph {
+        // A compatible change of the run's graph, adopted with this commit.
+        tx.execute(
+            "replacing the graph of a run",
+            "UPDATE runs SET graph_hash = $2 WHERE id = $1",
+            &[&batch.run, &i(*hash)],
+        )
+        .await?;
+        tx.execute(
+            "replacing the graph of a run",
+            "DELETE FROM nodes WHERE run = $1",
+            &[&batch.run],
+        )
+        .await?;
+        insert_nodes(tx, &batch.run, nodes).await?;
+    }
     let status = batch.status.unwrap_or(run.status);
     let end_seq = batch.end_seq();
     let until = i(now).saturating_add(ms(batch.lease));
@@ -1270,5 +1253,35 @@ pub(crate) async fn delete_run(tx: &mut Tx<'_>, run: &str) -> R<()> {
     // Its other rows go with it (`ON DELETE CASCADE`).
     tx.execute("deleting a run", "DELETE FROM runs WHERE id = $1", &[&run])
         .await?;
+    Ok(())
+}
+
+/// Writes a run's node rows in one statement; a node's predecessors travel as text (`{1,2}`),
+/// since an array of arrays cannot be unnested row by row.
+async fn insert_nodes(tx: &mut Tx<'_>, run: &str, rows: &[NodeRow]) -> R<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let nodes: Vec<i64> = rows.iter().map(|n| i64::from(n.node)).collect();
+    let names: Vec<&str> = rows.iter().map(|n| n.name.as_str()).collect();
+    let labels: Vec<&str> = rows.iter().map(|n| n.label.as_str()).collect();
+    let prints: Vec<i64> = rows.iter().map(|n| i(n.fingerprint)).collect();
+    let preds: Vec<String> = rows
+        .iter()
+        .map(|n| {
+            let list: Vec<String> = n.preds.iter().map(u32::to_string).collect();
+            format!("{{{}}}", list.join(","))
+        })
+        .collect();
+    let compensate: Vec<&str> = rows.iter().map(|n| n.compensate.as_str()).collect();
+    tx.execute(
+        "writing the nodes of a run",
+        "INSERT INTO nodes (run, node, name, label, fingerprint, preds, compensate)
+         SELECT $1, node, name, label, fingerprint, preds::bigint[], compensate
+         FROM unnest($2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[])
+            AS n (node, name, label, fingerprint, preds, compensate)",
+        &[&run, &nodes, &names, &labels, &prints, &preds, &compensate],
+    )
+    .await?;
     Ok(())
 }

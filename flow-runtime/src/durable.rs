@@ -495,6 +495,9 @@ pub(crate) struct JournalSetup {
     /// Where the worker that drives the run hands it the outcomes of the tasks it executes
     /// itself (a `Worker`'s sticky runs).
     pub(crate) mailbox: Option<Arc<journal::Mailbox>>,
+    /// The graph the run goes on with, when it changed compatibly since the run started:
+    /// stored with the run's first live commit.
+    pub(crate) adopt: Option<(u64, Vec<NodeRow>)>,
 }
 
 impl JournalSetup {
@@ -519,6 +522,7 @@ impl JournalSetup {
             unload_tasks: None,
             tasks: Vec::new(),
             mailbox: None,
+            adopt: None,
         }
     }
 }
@@ -1124,12 +1128,22 @@ fn check_loaded<W: DurableWorkflow>(
         });
     }
     let (graph_hash, nodes) = graph_rows(&W::GRAPH);
+    let mut adopt = None;
     if loaded.run.graph_hash != graph_hash {
-        return Err(DurableError::GraphChanged {
-            run: id.to_owned(),
-            workflow: W::GRAPH.name().to_owned(),
-            changes: graph_changes(&loaded.nodes, &nodes),
-        });
+        let started = started_nodes(&loaded.events);
+        let refused = incompatible_changes(&loaded.nodes, &nodes, |node| started.contains(&node));
+        if !refused.is_empty() {
+            return Err(DurableError::GraphChanged {
+                run: id.to_owned(),
+                workflow: W::GRAPH.name().to_owned(),
+                changes: refused,
+            });
+        }
+        // Compatible: the run goes on with the graph it has now, stored with its first
+        // commit once its replay has checked that the past is the same.
+        if !loaded.run.status.is_finished() {
+            adopt = Some((graph_hash, nodes));
+        }
     }
     let input: W::Stored =
         serde_json::from_slice(&loaded.input).map_err(|error| DurableError::Input {
@@ -1152,9 +1166,59 @@ fn check_loaded<W: DurableWorkflow>(
         distributed,
         unload_tasks,
         tasks: loaded.tasks,
+        adopt,
         ..JournalSetup::new(Arc::clone(store), loaded.lease, extend)
     };
     Ok((options, setup, input))
+}
+
+/// The steps of a run that have an event in its journal (of the run's own steps, not of nest
+/// instances): the steps it started.
+fn started_nodes(events: &[StoredEvent]) -> std::collections::HashSet<u32> {
+    events
+        .iter()
+        .filter(|event| event.path.is_none())
+        .filter_map(|event| event.node)
+        .collect()
+}
+
+/// The changes from a run's stored graph to the workflow's graph now that may alter what the
+/// run did: empty when the run can go on with the graph it has now.
+///
+/// Compatible: the stored steps (at least one) keep their places (index and name), and each step that
+/// changed (its call, its kind or policy, what it waits for, what undoes it) has not started
+/// (`started`); steps added after the stored ones. Anything else is refused: a step removed,
+/// renamed or moved, a started step changed, a change of the graph that no step shows. A
+/// compatible change can still alter the run's past in a way the rows do not show (a step
+/// added whose predecessors have completed would have started already): the replay sees it
+/// (`DurableError::Diverged`) before anything is written.
+pub fn incompatible_changes(
+    stored: &[NodeRow],
+    now: &[NodeRow],
+    started: impl Fn(u32) -> bool,
+) -> Vec<GraphChange> {
+    let all = graph_changes(stored, now);
+    // (A run stored without steps is not another version of this workflow.)
+    let in_place = !stored.is_empty()
+        && stored
+            .iter()
+            .enumerate()
+            .all(|(at, old)| now.get(at).is_some_and(|row| row.name == old.name));
+    if !in_place {
+        return all;
+    }
+    let index = |name: &str| stored.iter().position(|row| row.name == name);
+    all.into_iter()
+        .filter(|change| match change {
+            GraphChange::Added(_) => false,
+            GraphChange::Removed(_) | GraphChange::Reordered => true,
+            GraphChange::Changed { node, .. }
+            | GraphChange::EdgesChanged { node, .. }
+            | GraphChange::CompensationChanged { node, .. } => index(node)
+                .and_then(|at| u32::try_from(at).ok())
+                .is_none_or(&started),
+        })
+        .collect()
 }
 
 /// The stored outputs of a run's own nodes, by node, and the ends of its nest instances, by

@@ -120,6 +120,12 @@ pub struct Worker<S> {
     run_lease: Duration,
     owner: Owner,
     mailboxes: Mailboxes,
+    /// Whether the worker has looked for the runs of its workflows started with another
+    /// graph (once, at its first look: see [`Worker::due`]).
+    adopting: std::sync::atomic::AtomicBool,
+    /// The runs of another graph it took at that look: one whose change is not compatible
+    /// is not the worker's, and is not reported.
+    adoptees: Mutex<Vec<String>>,
 }
 
 /// A run the worker resumed, and how it ended.
@@ -183,6 +189,8 @@ impl<S: Store + Clone> Worker<S> {
             run_lease: RUN_LEASE,
             owner: Owner::process(),
             mailboxes: Mailboxes::default(),
+            adopting: std::sync::atomic::AtomicBool::new(true),
+            adoptees: Mutex::new(Vec::new()),
         }
     }
 
@@ -275,16 +283,71 @@ impl<S: Store + Clone> Worker<S> {
 
     /// The runs the worker would pick up now, oldest first, at most `limit`; `skip` are runs
     /// it drives already.
+    ///
+    /// At its first look the worker also picks up the unfinished runs of its workflows that
+    /// were started with another graph and that no live owner holds: resuming one adopts the
+    /// graph the worker has when the change is compatible (see
+    /// [`incompatible_changes`](crate::durable::incompatible_changes)), after which the store
+    /// hands it to the workers of that graph; one that is not is refused once
+    /// (released at once, not reported) and left to a worker with its graph.
     async fn due(&self, limit: usize, skip: &[String]) -> Result<Vec<RunSummary>, DurableError> {
         let versions = self.versions();
         let asked = u32::try_from(limit.saturating_add(skip.len())).unwrap_or(u32::MAX);
-        let runs = self.store.due_runs(&self.owner, &versions, asked).await?;
+        let mut runs = self.store.due_runs(&self.owner, &versions, asked).await?;
+        if self
+            .adopting
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            let others = self.of_other_graphs().await?;
+            if let Ok(mut adoptees) = self.adoptees.lock() {
+                adoptees.extend(others.iter().map(|run| run.id.clone()));
+            }
+            runs.extend(others);
+        }
         Ok(runs
             .into_iter()
             .filter(|run| self.workflows.contains_key(run.workflow.as_str()))
             .filter(|run| !skip.contains(&run.id))
             .take(limit)
             .collect())
+    }
+
+    /// Whether `resumed` is a run of another graph that the worker took to adopt its graph and
+    /// that refused it: not the worker's run, and not reported.
+    fn not_mine(&self, resumed: &Resumed) -> bool {
+        matches!(resumed.result, Err(DurableError::GraphChanged { .. }))
+            && self
+                .adoptees
+                .lock()
+                .is_ok_and(|adoptees| adoptees.contains(&resumed.run))
+    }
+
+    /// The unfinished runs of the registered workflows started with another graph than the
+    /// worker's, that no other live owner holds.
+    async fn of_other_graphs(&self) -> Result<Vec<RunSummary>, DurableError> {
+        let now = crate::store::now_ms();
+        let mut found = Vec::new();
+        for (name, registered) in &self.workflows {
+            let filter = crate::store::RunFilter {
+                workflow: Some((*name).to_owned()),
+                statuses: vec![
+                    crate::store::RunStatus::Running,
+                    crate::store::RunStatus::Waiting,
+                    crate::store::RunStatus::Compensating,
+                ],
+                ..crate::store::RunFilter::default()
+            };
+            let runs = self.store.list_runs(&filter).await?;
+            found.extend(runs.into_iter().filter(|run| {
+                let free = match &run.owner {
+                    None => true,
+                    Some(holder) if holder == self.owner.as_str() => true,
+                    Some(_) => run.lease_until_ms.is_none_or(|until| until <= now),
+                };
+                run.graph_hash != registered.graph_hash && free
+            }));
+        }
+        Ok(found)
     }
 
     /// The registered workflows, each at the version of its graph this worker has: the runs
@@ -391,9 +454,10 @@ impl<S: Store + Clone> Worker<S> {
             }
             let mut unloaded = Vec::new();
             poll_fn(|cx| {
-                let before = done.len() + unloaded.len();
+                let before = flying.len();
                 poll_all(&mut flying, &mut done, &mut unloaded, cx);
-                if done.len() + unloaded.len() > before {
+                done.retain(|resumed| !self.not_mine(resumed));
+                if flying.len() < before {
                     Poll::Ready(())
                 } else {
                     Poll::Pending
@@ -421,8 +485,10 @@ impl<S: Store + Clone> Worker<S> {
     /// locked, full, closed, an I/O error) is tried again at a later look; one refused for a
     /// reason a new attempt would meet again (its replay diverged, its input cannot be read,
     /// its stored content is damaged or invalid, it no longer exists) is reported once and
-    /// left alone. The store never hands the worker a run started with another graph of a
-    /// registered workflow: that run waits for a worker that has its graph. A store that cannot be reached, or answers a retryable
+    /// left alone. The store hands the worker only runs started with its graph of a
+    /// registered workflow; at its first look it also takes those started with another graph,
+    /// and goes on with them when the change is compatible (see `Worker::due`); the others
+    /// wait for a worker that has their graph. A store that cannot be reached, or answers a retryable
     /// error, is asked again after a backoff (100 ms, doubling up to 10 s): the worker rides
     /// out a database restart.
     ///
@@ -472,6 +538,14 @@ impl<S: Store + Clone> Worker<S> {
             loop {
                 let (resumed, unloaded) = (report.resumed.len(), report.unloaded.len());
                 poll_all(&mut flying, &mut report.resumed, &mut report.unloaded, cx);
+                // (Only the runs that ended now can be taken out: the others were seen.)
+                let mut at = resumed;
+                while at < report.resumed.len() {
+                    match self.not_mine(&report.resumed[at]) {
+                        true => drop(report.resumed.remove(at)),
+                        false => at += 1,
+                    }
+                }
                 let tasks_before = executing.len();
                 poll_tasks(&mut executing, &mut report, cx);
                 // A run that ended or was unloaded, a task that ended: a slot is free and a

@@ -297,31 +297,7 @@ pub(crate) fn create_run(db: &Db<'_>, run: NewRun) -> Result<Created, StoreError
             ])
         })
         .map_err(db.err("creating a run in"))?;
-    for node in &run.nodes {
-        let preds = node
-            .preds
-            .iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(",");
-        db.conn
-            .prepare_cached(
-                "INSERT INTO nodes (run, node, name, label, fingerprint, preds, compensate)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            )
-            .and_then(|mut stmt| {
-                stmt.execute(params![
-                    run.id,
-                    node.node,
-                    node.name,
-                    node.label,
-                    i(node.fingerprint),
-                    preds,
-                    node.compensate
-                ])
-            })
-            .map_err(db.err("creating a run in"))?;
-    }
+    insert_nodes(db, &run.id, &run.nodes)?;
     db.insert_events(&run.id, &check.events, now)?;
     db.apply_timers(&run.id, &run.timers, now)?;
     // A new run has no signals; without timers its wake time stays unset.
@@ -626,6 +602,9 @@ pub(crate) fn commit(db: &Db<'_>, batch: Batch) -> Result<Committed, StoreError>
         }
         .map_err(db.err("writing waits to"))?;
     }
+    if let Some((hash, nodes)) = &batch.graph {
+        replace_graph(db, &batch.run, *hash, nodes)?;
+    }
     let status = batch.status.unwrap_or(run.status);
     let end_seq = batch.end_seq();
     let until = due_after(now, batch.lease);
@@ -832,5 +811,49 @@ pub(crate) fn delete_run(db: &Db<'_>, run: &str) -> Result<(), StoreError> {
         .prepare_cached("DELETE FROM runs WHERE id = ?1")
         .and_then(|mut stmt| stmt.execute([run]))
         .map_err(db.err("deleting a run from"))?;
+    Ok(())
+}
+
+/// Replaces a run's graph hash and node rows (a compatible change adopted by its commit).
+fn replace_graph(db: &Db<'_>, run: &str, hash: u64, nodes: &[NodeRow]) -> Result<(), StoreError> {
+    db.conn
+        .prepare_cached("UPDATE runs SET graph_hash = ?2 WHERE id = ?1")
+        .and_then(|mut stmt| stmt.execute(params![run, i(hash)]))
+        .and_then(|_| {
+            db.conn
+                .prepare_cached("DELETE FROM nodes WHERE run = ?1")
+                .and_then(|mut stmt| stmt.execute([run]))
+        })
+        .map_err(db.err("replacing the graph of a run in"))?;
+    insert_nodes(db, run, nodes)
+}
+
+/// Writes a run's node rows.
+fn insert_nodes(db: &Db<'_>, run: &str, nodes: &[NodeRow]) -> Result<(), StoreError> {
+    for node in nodes {
+        let preds = node
+            .preds
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        db.conn
+            .prepare_cached(
+                "INSERT INTO nodes (run, node, name, label, fingerprint, preds, compensate)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    run,
+                    node.node,
+                    node.name,
+                    node.label,
+                    i(node.fingerprint),
+                    preds,
+                    node.compensate
+                ])
+            })
+            .map_err(db.err("writing the nodes of a run in"))?;
+    }
     Ok(())
 }

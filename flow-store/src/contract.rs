@@ -66,6 +66,7 @@ pub async fn all(make: impl Fn() -> Arc<dyn Store>) {
     list_and_filter(&*make()).await;
     requests_wake_the_run(&*make()).await;
     reopen_and_delete(&*make()).await;
+    graph_adopted(&*make()).await;
 }
 
 fn event(seq: u64, kind: &str, node: Option<u32>) -> StoredEvent {
@@ -889,6 +890,52 @@ pub async fn reopen_and_delete(store: &dyn Store) {
         "delete_run: the other run stays"
     );
     drop(running);
+}
+
+/// A batch with a `graph` replaces the run's graph hash and node rows; a refused batch (a lost
+/// lease) replaces nothing.
+pub async fn graph_adopted(store: &dyn Store) {
+    let owner = Owner::new("a");
+    let lease = create(store, "r1", "W", &owner).await;
+    let mut rows = new_run("r1", "W", &owner, LONG).nodes;
+    rows.push(NodeRow {
+        node: 2,
+        name: "ship".into(),
+        label: "ship(&charge)".into(),
+        fingerprint: 33,
+        preds: vec![1],
+        compensate: String::new(),
+    });
+    // Loaded again by its owner: a new lease version, so the first lease is stale.
+    let loaded = store
+        .load_run("r1", &owner, LONG)
+        .await
+        .unwrap_or_else(|e| panic!("graph: load: {e}"));
+    let mut stale = Batch::new(&lease, 2, LONG);
+    stale.graph = Some((GRAPH + 1, rows.clone()));
+    assert!(
+        matches!(
+            commit(store, stale).await,
+            Err(StoreError::LeaseLost { .. })
+        ),
+        "graph: a lost lease"
+    );
+    let mut adopt = Batch::new(&loaded.lease, 2, LONG);
+    adopt.graph = Some((GRAPH + 1, rows.clone()));
+    assert!(
+        commit(store, adopt).await.is_ok(),
+        "graph: a batch adopts a graph"
+    );
+    let runs = store
+        .list_runs(&RunFilter::default())
+        .await
+        .unwrap_or_else(|e| panic!("graph: list_runs: {e}"));
+    assert_eq!(runs[0].graph_hash, GRAPH + 1, "graph: the new hash");
+    let again = store
+        .load_run("r1", &owner, LONG)
+        .await
+        .unwrap_or_else(|e| panic!("graph: load again: {e}"));
+    assert_eq!(again.nodes, rows, "graph: the new node rows");
 }
 
 /// `list_runs` filters by workflow and status and keeps the limit, oldest first; a finished run

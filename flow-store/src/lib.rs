@@ -187,8 +187,9 @@ pub trait Store: Send + Sync + 'static {
     /// 7. every signal it consumes is the run's and still open ([`StoreError::SignalTaken`]).
     ///
     /// Then it stores the events, outputs, timer changes, signal consumptions, waits, task
-    /// changes, status and end, and extends the lease by `batch.lease`. A batch that ends the
-    /// run removes all its tasks.
+    /// changes, status and end, replaces the run's graph hash and node rows when the batch
+    /// has a `graph`, and extends the lease by `batch.lease`. A batch that ends the run removes
+    /// all its tasks.
     fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed>;
 
     /// The timers of unfinished runs due within `horizon` of the store's clock, earliest first
@@ -1043,6 +1044,10 @@ pub struct Batch {
     pub status: Option<RunStatus>,
     /// How the run ended, with its final status.
     pub end: Option<RunEnd>,
+    /// The run's graph from now on, when it changed compatibly since the run started: the
+    /// run's graph hash and node rows are replaced by these (a worker that has the new graph
+    /// then picks the run up, [`Store::due_runs`]).
+    pub graph: Option<(u64, Vec<NodeRow>)>,
 }
 
 impl Batch {
@@ -1063,6 +1068,7 @@ impl Batch {
             tasks: Vec::new(),
             status: None,
             end: None,
+            graph: None,
         }
     }
 

@@ -313,6 +313,10 @@ impl State {
         if let Some(status) = batch.status {
             row.summary.status = status;
         }
+        if let Some((hash, nodes)) = batch.graph {
+            row.summary.graph_hash = hash;
+            row.nodes = nodes;
+        }
         let ended = batch.end.is_some();
         if ended {
             row.end = batch.end;

@@ -605,6 +605,7 @@ impl Journal {
     async fn commit_unload(&mut self, wake_at_ms: Option<u64>) {
         let mut batch = Batch::new(&self.setup.lease, self.durable_seq, Duration::ZERO);
         batch.status = Some(RunStatus::Waiting);
+        batch.graph = self.pending.graph.take();
         match self.setup.store.commit(batch).await {
             Ok(_) => self.unloaded = Some(wake_at_ms),
             Err(error) => self.fail(DurableError::Store(error)),
@@ -1318,6 +1319,9 @@ fn go_live(run: &mut Run<'_, '_>) {
         // An unloaded run runs again.
         journal.pending.status = Some(RunStatus::Running);
     }
+    // A compatible change of the run's graph is stored once the replay has shown the past
+    // the same: with the run's first live commit.
+    journal.pending.graph = journal.setup.adopt.take();
     if requests::loaded_request(run) {
         // Cancelled or terminated before anything of it runs again.
         return;

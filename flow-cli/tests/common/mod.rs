@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use flowdag_runtime::store::{
-    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Owner, RunFilter,
-    RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent, StoredSignal,
+    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Owner, RunData,
+    RunFilter, RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent, StoredSignal,
 };
 
 /// A store whose commit number `fail_at` fails: the run stops there, as after a crash.
@@ -45,6 +45,9 @@ impl<S: Store> Store for Failing<S> {
     }
     fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
         self.inner.events(run, from_seq)
+    }
+    fn run_data<'a>(&'a self, run: &'a str) -> StoreFuture<'a, RunData> {
+        self.inner.run_data(run)
     }
     fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
         if self.commits.fetch_add(1, Ordering::SeqCst) == self.fail_at {

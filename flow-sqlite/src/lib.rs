@@ -38,9 +38,11 @@
 //!   acknowledged survives a power cut), `NORMAL` on request ([`Durability::Process`]: survives
 //!   a crash of the process, not of the machine).
 //! - **The file is checked before anything is written**: `PRAGMA application_id` is "FLOW"
-//!   (`0x464C4F57`), `PRAGMA user_version` is the schema version. A SQLite file of another
-//!   application is [`StoreError::Foreign`], a damaged one [`StoreError::Corrupt`], one from a
-//!   newer flow [`StoreError::SchemaVersion`]; none of them is changed.
+//!   (`0x464C4F57`), `PRAGMA user_version` is the schema version, and a store has the tables
+//!   and columns of that version. A SQLite file of another application is
+//!   [`StoreError::Foreign`], a damaged one (a table missing or changed included)
+//!   [`StoreError::Corrupt`], one from a newer flow [`StoreError::SchemaVersion`]; none of
+//!   them is changed.
 //! - **One process at a time**: opening takes an exclusive advisory lock on `<file>.lock` (and
 //!   writes who holds it there); a second store on the same file, in this process or another,
 //!   gets [`StoreError::Locked`] naming the holder. The operating system drops the lock when

@@ -588,6 +588,8 @@ fn command() -> Command {
                     Arg::new("payload")
                         .required(true)
                         .value_name("JSON")
+                        // A negative number is JSON, not an option.
+                        .allow_hyphen_values(true)
                         .help("The payload, as JSON (`true`, `{\"by\":\"ann\"}`)"),
                 ),
         )

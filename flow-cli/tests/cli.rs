@@ -471,6 +471,14 @@ fn signal_stores_a_json_payload_and_refuses_bad_ones() {
         5,
         "the payload of signal `approve` is not JSON",
     );
+    // A payload that starts with a hyphen is a payload, not an option.
+    let output = flow(&["signal", db, "stopped", "approve", "-1"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    fails(
+        &flow(&["signal", db, "stopped", "approve", "-x"]),
+        5,
+        "the payload of signal `approve` is not JSON",
+    );
     fails(
         &flow(&["signal", db, "done", "approve", "true"]),
         5,
@@ -484,7 +492,8 @@ fn signal_stores_a_json_payload_and_refuses_bad_ones() {
     // Nothing of the refused signals was stored.
     let shown = flow(&["show", db, "stopped", "--json"]);
     let shown: Value = serde_json::from_slice(&shown.stdout).expect("JSON");
-    assert_eq!(shown["signals"].as_array().map(Vec::len), Some(1));
+    assert_eq!(shown["signals"].as_array().map(Vec::len), Some(2));
+    assert_eq!(shown["signals"][1]["payload"], -1);
 }
 
 /// Asserts that every command (`runs`, `show`, `signal`, `resume`) on `db` fails with `code`

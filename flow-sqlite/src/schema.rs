@@ -1,6 +1,7 @@
 //! The file: how a store is told apart from other SQLite files, its schema and its settings.
 
 use std::path::Path;
+use std::sync::OnceLock;
 
 use flowdag_store::StoreError;
 use rusqlite::Connection;
@@ -224,12 +225,24 @@ fn tables_present(conn: &Connection, path: &Path) -> Result<(), StoreError> {
             })?
             .collect()
     };
-    let expected = Connection::open_in_memory()
-        .and_then(|flow| {
-            flow.execute_batch(SCHEMA)?;
-            columns(&flow)
+    // Flow's own, made once per process in memory.
+    static EXPECTED: OnceLock<Result<Columns, String>> = OnceLock::new();
+    let expected = EXPECTED
+        .get_or_init(|| {
+            Connection::open_in_memory()
+                .and_then(|flow| {
+                    flow.execute_batch(SCHEMA)?;
+                    columns(&flow)
+                })
+                .map_err(|e| e.to_string())
         })
-        .map_err(|e| sql_error(path, "making the schema to compare with", e))?;
+        .as_ref()
+        .map_err(|why| {
+            StoreError::io(
+                format!("making flow's schema to compare `{}` with", path.display()),
+                std::io::Error::other(why.clone()),
+            )
+        })?;
     let found = columns(conn).map_err(|e| sql_error(path, "reading the schema", e))?;
     let table = |columns: &Columns, name: &str| -> Columns {
         columns.iter().filter(|c| c.0 == name).cloned().collect()
@@ -238,7 +251,7 @@ fn tables_present(conn: &Connection, path: &Path) -> Result<(), StoreError> {
     names.dedup();
     let Some(name) = names
         .into_iter()
-        .find(|name| table(&found, name) != table(&expected, name))
+        .find(|name| table(&found, name) != table(expected, name))
     else {
         return Ok(());
     };

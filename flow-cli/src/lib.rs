@@ -2,12 +2,17 @@
 //! code.
 //!
 //! ```text
-//! flow runs   <db> [--status S,..] [--workflow W] [--limit N] [--json]
-//!                                           # one line per run: id, workflow, status, events, times
-//! flow show   <db> <run> [--json]           # the run, its error, its steps' statuses, its
-//!                                           # compensations, its timeline, its signals
-//! flow signal <db> <run> <name> <json>      # stores a signal for the run (kept until a step takes it)
-//! flow resume <db> <run>                    # resumes the run here (needs its workflow: see below)
+//! flow runs   <db> [--status S,..] [--workflow W] [--id-contains TEXT] [--from TIME]
+//!                  [--until TIME] [--after RUN] [--limit N] [--json]
+//!                                  # one line per run: id, workflow, status, events, times
+//! flow show   <db> <run> [--json] [--full] [--follow [--interval MS]]
+//!                                  # the run, its error, its input and result, its steps'
+//!                                  # statuses and outputs, the ends of its nest instances,
+//!                                  # its compensations, its timeline, its signals; with
+//!                                  # --follow, then its new events until it ends
+//! flow signal <db> <run> <name> <json>
+//!                                  # stores a signal for the run (kept until a step takes it)
+//! flow resume <db> <run>           # resumes the run here (needs its workflow: see below)
 //! ```
 //!
 //! Every command takes `--schema NAME` for a PostgreSQL store whose tables are not in the
@@ -28,17 +33,29 @@
 //! # fn main() {}
 //! ```
 //!
+//! `show` reads the run's data without its lease ([`Store::run_data`]). On a terminal every
+//! value read from the store is escaped (a control character or a bidirectional override is
+//! shown as `\u{1b}`, never written), and a value (an input, an output, a result, a signal's
+//! payload) longer than 200 characters is cut there with its length (`… (12,345 characters;
+//! --full to see all)`) unless `--full`. `--json` prints one JSON object with the values whole,
+//! as the JSON they are stored as: `run`, `error`, `input`, `result`, `steps` (each with its
+//! `output`), `instances`, `compensations`, `events`, `signals`. `--follow` looks for new
+//! events every `--interval` ms (200 by default) and prints each once until the run has ended,
+//! then ``run `id` ended: <status>``; with `--json` one object a line after the run's:
+//! `{"event": ..}` for each event, `{"ended": <run>}` at the end.
+//!
 //! Exit codes: 0 ok; 2 usage (clap); 3 run not found; 4 store unusable (missing, foreign,
 //! corrupt, locked by another process, written by a newer flow); 5 signal refused (payload
 //! not JSON, run ended); 1 anything else (the run's workflow is not registered, the store
 //! failed).
 //!
-//! The store takes an exclusive lock on its file per process: while a process (a `Worker`, the
-//! application) holds the store open, the commands get [`StoreError::Locked`] naming the
-//! holder, exit code 4, and change nothing; but for `flow signal`, which opens the store as a
-//! client ([`SqliteStore::open_client`]: no lock) and so sends while the store's owner runs.
-//! A PostgreSQL store has no such lock: every command works while workers run. A PostgreSQL
-//! server that cannot be reached is exit code 4.
+//! A SQLite store is owned by one process at a time, which holds an exclusive lock on its
+//! file (a `Worker`, the application). `runs`, `show` and `signal` open it as a client
+//! ([`SqliteStore::open_client`]: no lock, no lease taken or freed), so they work while its
+//! owner runs; `resume` owns the store, and a store another process holds is
+//! [`StoreError::Locked`] naming the holder, exit code 4, with nothing changed. A PostgreSQL
+//! store has no such lock: every command works while workers run. A PostgreSQL server that
+//! cannot be reached is exit code 4.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;

@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 use flowdag::prelude::*;
 use flowdag_runtime::store::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, MemoryStore, NewRun, NewSignal, Owner,
-    RunFilter, RunSummary, SignalSent, Store, StoreFuture, StoredEvent, StoredSignal, TaskClaim,
-    TaskCommitted, TaskInputs, TaskOutcome, TaskResult, WorkflowVersion,
+    RunData, RunFilter, RunSummary, SignalSent, Store, StoreFuture, StoredEvent, StoredSignal,
+    TaskClaim, TaskCommitted, TaskInputs, TaskOutcome, TaskResult, WorkflowVersion,
 };
 use flowdag_runtime::worker::Worker;
 
@@ -82,6 +82,9 @@ impl Store for Timed {
     }
     fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
         self.inner.events(run, from_seq)
+    }
+    fn run_data<'a>(&'a self, run: &'a str) -> StoreFuture<'a, RunData> {
+        self.inner.run_data(run)
     }
     fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
         let now = Instant::now();

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use flowdag_runtime::store::{
-    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner,
+    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner, RunData,
     RunFilter, RunSummary, SignalSent, Store, StoreFuture, StoredEvent, StoredOutput, StoredSignal,
 };
 use flowdag_sqlite::{Durability, SqliteOptions, SqliteStore};
@@ -249,6 +249,9 @@ impl Store for Recorder {
     }
     fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
         self.inner.events(run, from_seq)
+    }
+    fn run_data<'a>(&'a self, run: &'a str) -> StoreFuture<'a, RunData> {
+        self.inner.run_data(run)
     }
     fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
         assert!(batch.timers.is_empty() && batch.waits.is_empty() && batch.consumed.is_empty());

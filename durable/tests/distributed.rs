@@ -12,8 +12,8 @@ use flowdag::durable::Ended;
 use flowdag::prelude::*;
 use flowdag::store::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, MemoryStore, NewRun, NewSignal, Owner,
-    RunFilter, RunStatus, RunSummary, SignalSent, Store, StoreFuture, StoredEvent, StoredSignal,
-    TaskClaim, TaskCommitted, TaskInputs, TaskOutcome, TaskResult, WorkflowVersion,
+    RunData, RunFilter, RunStatus, RunSummary, SignalSent, Store, StoreFuture, StoredEvent,
+    StoredSignal, TaskClaim, TaskCommitted, TaskInputs, TaskOutcome, TaskResult, WorkflowVersion,
 };
 use flowdag::{Worker, WorkerReport};
 
@@ -634,6 +634,9 @@ impl Store for Watched {
     }
     fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
         self.inner.events(run, from_seq)
+    }
+    fn run_data<'a>(&'a self, run: &'a str) -> StoreFuture<'a, RunData> {
+        self.inner.run_data(run)
     }
     fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
         if batch.status == Some(RunStatus::Waiting) {

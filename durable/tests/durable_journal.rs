@@ -11,8 +11,8 @@ use flowdag::durable::{DurableError, GraphChange};
 use flowdag::prelude::*;
 use flowdag::store::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, MemoryStore, NewRun, NewSignal, Owner,
-    RunFilter, RunStatus, RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent,
-    StoredSignal,
+    RunData, RunFilter, RunStatus, RunSummary, SignalSent, Store, StoreError, StoreFuture,
+    StoredEvent, StoredSignal,
 };
 use tokio::time::{Instant, sleep};
 
@@ -61,6 +61,9 @@ impl Store for Probe {
     }
     fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
         self.inner.events(run, from_seq)
+    }
+    fn run_data<'a>(&'a self, run: &'a str) -> StoreFuture<'a, RunData> {
+        self.inner.run_data(run)
     }
     fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
         let n = self.commits.fetch_add(1, Ordering::SeqCst);
@@ -589,6 +592,9 @@ impl Store for Gated {
     }
     fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
         self.probe.events(run, from_seq)
+    }
+    fn run_data<'a>(&'a self, run: &'a str) -> StoreFuture<'a, RunData> {
+        self.probe.run_data(run)
     }
     fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
         Box::pin(async move {

@@ -12,8 +12,8 @@ use flowdag::durable::DurableError;
 use flowdag::prelude::*;
 use flowdag::store::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, MemoryStore, NewRun, NewSignal, Owner,
-    RunFilter, RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent, StoredSignal,
-    TimerKind,
+    RunData, RunFilter, RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent,
+    StoredSignal, TimerKind,
 };
 
 /// A store whose leases last `lease` (create, load and every commit), and that counts the
@@ -64,6 +64,9 @@ impl Store for Short {
     }
     fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
         self.inner.events(run, from_seq)
+    }
+    fn run_data<'a>(&'a self, run: &'a str) -> StoreFuture<'a, RunData> {
+        self.inner.run_data(run)
     }
     fn commit(&self, mut batch: Batch) -> StoreFuture<'_, Committed> {
         if self.commits.fetch_add(1, Ordering::SeqCst) == self.fail_at.unwrap_or(usize::MAX) {

@@ -13,8 +13,8 @@ use flowdag::durable::DurableError;
 use flowdag::prelude::*;
 use flowdag::store::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, MemoryStore, NewRun, NewSignal, Owner,
-    RunFilter, RunStatus, RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent,
-    StoredSignal,
+    RunData, RunFilter, RunStatus, RunSummary, SignalSent, Store, StoreError, StoreFuture,
+    StoredEvent, StoredSignal,
 };
 
 /// An event committed: (run, kind, node name, attempt).
@@ -73,6 +73,9 @@ impl Store for Probe {
     }
     fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
         self.inner.events(run, from_seq)
+    }
+    fn run_data<'a>(&'a self, run: &'a str) -> StoreFuture<'a, RunData> {
+        self.inner.run_data(run)
     }
     fn commit(&self, mut batch: Batch) -> StoreFuture<'_, Committed> {
         batch.lease = self.lease.unwrap_or(batch.lease);

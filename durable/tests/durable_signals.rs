@@ -12,8 +12,8 @@ use flowdag::durable::{DurableError, send_signal, send_signal_json};
 use flowdag::prelude::*;
 use flowdag::store::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, MemoryStore, NewRun, NewSignal, Owner,
-    RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, Store, StoreError, StoreFuture,
-    StoredEvent, StoredSignal, WaitChange,
+    RunData, RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, Store, StoreError,
+    StoreFuture, StoredEvent, StoredSignal, WaitChange,
 };
 use serde::{Deserialize, Serialize};
 
@@ -75,6 +75,9 @@ impl Store for Counting {
     }
     fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
         self.inner.events(run, from_seq)
+    }
+    fn run_data<'a>(&'a self, run: &'a str) -> StoreFuture<'a, RunData> {
+        self.inner.run_data(run)
     }
     fn commit(&self, mut batch: Batch) -> StoreFuture<'_, Committed> {
         batch.lease = batch.lease.min(LEASE);

@@ -12,8 +12,8 @@ use flowdag::durable::DurableError;
 use flowdag::prelude::*;
 use flowdag::store::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, MemoryStore, NewRun, NewSignal, Owner,
-    RunFilter, RunStatus, RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent,
-    StoredSignal,
+    RunData, RunFilter, RunStatus, RunSummary, SignalSent, Store, StoreError, StoreFuture,
+    StoredEvent, StoredSignal,
 };
 use flowdag::{Worker, WorkerReport};
 use flowdag_sqlite::SqliteStore;
@@ -69,6 +69,9 @@ impl<S: Store + Clone> Store for Failing<S> {
     }
     fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
         self.inner.events(run, from_seq)
+    }
+    fn run_data<'a>(&'a self, run: &'a str) -> StoreFuture<'a, RunData> {
+        self.inner.run_data(run)
     }
     fn commit(&self, mut batch: Batch) -> StoreFuture<'_, Committed> {
         batch.lease = self.lease.unwrap_or(batch.lease);

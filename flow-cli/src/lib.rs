@@ -2,12 +2,17 @@
 //! code.
 //!
 //! ```text
-//! flow runs   <db> [--status S,..] [--workflow W] [--limit N] [--json]
-//!                                           # one line per run: id, workflow, status, events, times
-//! flow show   <db> <run> [--json]           # the run, its error, its steps' statuses, its
-//!                                           # compensations, its timeline, its signals
-//! flow signal <db> <run> <name> <json>      # stores a signal for the run (kept until a step takes it)
-//! flow resume <db> <run>                    # resumes the run here (needs its workflow: see below)
+//! flow runs   <db> [--status S,..] [--workflow W] [--id-contains TEXT] [--from TIME]
+//!                  [--until TIME] [--after RUN] [--limit N] [--json]
+//!                                  # one line per run: id, workflow, status, events, times
+//! flow show   <db> <run> [--json] [--full] [--follow [--interval MS]]
+//!                                  # the run, its error, its input and result, its steps'
+//!                                  # statuses and outputs, the ends of its nest instances,
+//!                                  # its compensations, its timeline, its signals; with
+//!                                  # --follow, then its new events until it ends
+//! flow signal <db> <run> <name> <json>
+//!                                  # stores a signal for the run (kept until a step takes it)
+//! flow resume <db> <run>           # resumes the run here (needs its workflow: see below)
 //! ```
 //!
 //! Every command takes `--schema NAME` for a PostgreSQL store whose tables are not in the
@@ -28,17 +33,29 @@
 //! # fn main() {}
 //! ```
 //!
+//! `show` reads the run's data without its lease ([`Store::run_data`]). On a terminal every
+//! value read from the store is escaped (a control character or a bidirectional override is
+//! shown as `\u{1b}`, never written), and a value (an input, an output, a result, a signal's
+//! payload) longer than 200 characters is cut there with its length (`… (12,345 characters;
+//! --full to see all)`) unless `--full`. `--json` prints one JSON object with the values whole,
+//! as the JSON they are stored as: `run`, `error`, `input`, `result`, `steps` (each with its
+//! `output`), `instances`, `compensations`, `events`, `signals`. `--follow` looks for new
+//! events every `--interval` ms (200 by default) and prints each once until the run has ended,
+//! then ``run `id` ended: <status>``; with `--json` one object a line after the run's:
+//! `{"event": ..}` for each event, `{"ended": <run>}` at the end.
+//!
 //! Exit codes: 0 ok; 2 usage (clap); 3 run not found; 4 store unusable (missing, foreign,
 //! corrupt, locked by another process, written by a newer flow); 5 signal refused (payload
 //! not JSON, run ended); 1 anything else (the run's workflow is not registered, the store
 //! failed).
 //!
-//! The store takes an exclusive lock on its file per process: while a process (a `Worker`, the
-//! application) holds the store open, the commands get [`StoreError::Locked`] naming the
-//! holder, exit code 4, and change nothing; but for `flow signal`, which opens the store as a
-//! client ([`SqliteStore::open_client`]: no lock) and so sends while the store's owner runs.
-//! A PostgreSQL store has no such lock: every command works while workers run. A PostgreSQL
-//! server that cannot be reached is exit code 4.
+//! A SQLite store is owned by one process at a time, which holds an exclusive lock on its
+//! file (a `Worker`, the application). `runs`, `show` and `signal` open it as a client
+//! ([`SqliteStore::open_client`]: no lock, no lease taken or freed), so they work while its
+//! owner runs; `resume` owns the store, and a store another process holds is
+//! [`StoreError::Locked`] naming the holder, exit code 4, with nothing changed. A PostgreSQL
+//! store has no such lock: every command works while workers run. A PostgreSQL server that
+//! cannot be reached is exit code 4.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
@@ -48,14 +65,15 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use flowdag_postgres::{PostgresOptions, PostgresStore};
 use flowdag_runtime::Outcome;
 use flowdag_runtime::durable::{DurableError, DurableWorkflow, resume};
 use flowdag_runtime::store::{
-    NewSignal, RunCursor, RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, Store,
-    StoreError, StoredEvent, StoredSignal,
+    NewSignal, RunCursor, RunData, RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, Store,
+    StoreError, StoredEvent, StoredOutput, StoredSignal,
 };
 use flowdag_sqlite::SqliteStore;
 use serde_json::{Value, json};
@@ -400,7 +418,20 @@ impl Cli {
                     }
                     runs(store, &filter, json, out).await
                 }
-                "show" => show(store, &path, &string(sub, "run"), json, out).await,
+                "show" => {
+                    let id = string(sub, "run");
+                    let flag = |name: &str| sub.get_flag(name);
+                    let args = ShowArgs {
+                        id: &id,
+                        json,
+                        full: flag("full"),
+                        follow: flag("follow").then(|| {
+                            let ms = sub.get_one::<u64>("interval").copied().unwrap_or(200);
+                            Duration::from_millis(ms)
+                        }),
+                    };
+                    show(store, &path, args, out).await
+                }
                 "signal" => {
                     let (run, signal) = (string(sub, "run"), string(sub, "name"));
                     let payload = string(sub, "payload");
@@ -556,12 +587,34 @@ fn command() -> Command {
         )
         .subcommand(
             Command::new("show")
-                .about("Show a run: its steps' statuses, its timeline, its unconsumed signals")
+                .about("Show a run: its input, its steps' statuses and outputs, its timeline, its unconsumed signals")
                 .arg(db())
                 .arg(schema())
                 .arg(password_file())
                 .arg(run())
-                .arg(json()),
+                .arg(json())
+                .arg(
+                    Arg::new("full")
+                        .long("full")
+                        .action(ArgAction::SetTrue)
+                        .help("Print values (input, outputs, result, payloads) whole; without it a value is cut at 200 characters (--json always prints them whole)"),
+                )
+                .arg(
+                    Arg::new("follow")
+                        .long("follow")
+                        .short('f')
+                        .action(ArgAction::SetTrue)
+                        .help("Then print the run's new events as they are committed, until it ends (with --json: one JSON object a line)"),
+                )
+                .arg(
+                    Arg::new("interval")
+                        .long("interval")
+                        .value_name("MS")
+                        .value_parser(clap::value_parser!(u64).range(1..=3_600_000))
+                        .default_value("200")
+                        .requires("follow")
+                        .help("With --follow: look for new events every MS milliseconds"),
+                ),
         )
         .subcommand(
             Command::new("signal")
@@ -580,6 +633,8 @@ fn command() -> Command {
                     Arg::new("payload")
                         .required(true)
                         .value_name("JSON")
+                        // A negative number is JSON, not an option.
+                        .allow_hyphen_values(true)
                         .help("The payload, as JSON (`true`, `{\"by\":\"ann\"}`)"),
                 ),
         )
@@ -981,39 +1036,247 @@ fn detail(event: &StoredEvent) -> String {
     }
 }
 
+/// What `flow show` was asked for.
+struct ShowArgs<'a> {
+    /// The run's id.
+    id: &'a str,
+    /// JSON for scripts rather than tables.
+    json: bool,
+    /// Values whole, not cut at [`SHOWN_CHARS`] characters.
+    full: bool,
+    /// Whether to follow the run to its end, looking this often for new events.
+    follow: Option<Duration>,
+}
+
+/// How many characters of a value (an input, an output, a result, a signal's payload) `show`
+/// prints on a terminal without `--full`.
+const SHOWN_CHARS: usize = 200;
+
+/// `bytes` (a stored value, JSON when flow wrote it) as text for a terminal: whole with
+/// `full`, else its first [`SHOWN_CHARS`] characters and how long it is. Not escaped yet: a
+/// table or [`printable`] escapes it. Takes the bytes, so that a value is not held twice.
+fn shown(bytes: Vec<u8>, full: bool) -> String {
+    let text = String::from_utf8(bytes)
+        .unwrap_or_else(|error| String::from_utf8_lossy(error.as_bytes()).into_owned());
+    if full {
+        return text;
+    }
+    match text.char_indices().nth(SHOWN_CHARS) {
+        Some((cut, _)) => format!(
+            "{}… ({} characters; --full to see all)",
+            &text[..cut],
+            thousands(text.chars().count())
+        ),
+        None => text,
+    }
+}
+
+/// `n` with a comma between each group of three digits: `12,345`.
+fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+/// A stored value as JSON: the value it holds, `null` for none (empty), and its text as a
+/// JSON string when it is not JSON (a store not written by flow). Takes the bytes, so that a
+/// value is not held twice.
+fn stored_json(bytes: Vec<u8>) -> Value {
+    if bytes.is_empty() {
+        return Value::Null;
+    }
+    match serde_json::from_slice(&bytes) {
+        Ok(value) => value,
+        Err(_) => Value::String(
+            String::from_utf8(bytes)
+                .unwrap_or_else(|error| String::from_utf8_lossy(error.as_bytes()).into_owned()),
+        ),
+    }
+}
+
+/// Where each stored output belongs: to a step of the workflow (an index in `steps`), or
+/// shown under its own name (a nest instance's record, `packed[1]`; `#3` for a node no event
+/// names).
+enum OutputOf {
+    Step(usize),
+    Other(String),
+}
+
+/// The place of each of `outputs` among `steps` (the names of the workflow's nodes are read
+/// from the journal's events).
+fn output_places(
+    events: &[StoredEvent],
+    steps: &[Step],
+    outputs: &[StoredOutput],
+) -> Vec<OutputOf> {
+    let mut names: HashMap<u32, &str> = HashMap::new();
+    for event in events.iter().filter(|e| e.path.is_none()) {
+        if let (Some(node), Some(name)) = (event.node, &event.node_name) {
+            names.entry(node).or_insert(name);
+        }
+    }
+    let index: HashMap<&str, usize> = steps
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| !s.nested)
+        .map(|(i, s)| (s.name.as_str(), i))
+        .collect();
+    outputs
+        .iter()
+        .map(|output| {
+            let name = names.get(&output.node).copied();
+            if !output.instance.is_empty() {
+                return OutputOf::Other(output.instance.clone());
+            }
+            match name.and_then(|name| index.get(name)) {
+                Some(&i) => OutputOf::Step(i),
+                None => {
+                    OutputOf::Other(name.map_or_else(|| format!("#{}", output.node), str::to_owned))
+                }
+            }
+        })
+        .collect()
+}
+
+/// The cells of an event's line in the timeline.
+fn event_row(event: &StoredEvent) -> [String; 6] {
+    [
+        event.seq.to_string(),
+        format!("{:.3}ms", event.at_us as f64 / 1000.0),
+        step_name(event).unwrap_or_else(|| match &event.path {
+            Some(path) => path.to_string(),
+            None => "-".to_owned(),
+        }),
+        event.kind.clone(),
+        if event.node.is_some() {
+            event.attempt.to_string()
+        } else {
+            String::new()
+        },
+        detail(event),
+    ]
+}
+
+/// An event as JSON: an entry of `events` in `flow show --json`.
+fn event_json(e: &StoredEvent) -> Value {
+    json!({
+        "seq": e.seq, "at_us": e.at_us, "node": e.node_name,
+        "path": e.path.as_ref().map(ToString::to_string), "attempt": e.attempt,
+        "kind": e.kind, "data": data(e),
+    })
+}
+
+/// The sequence number after the last of `events`, or `next` when that is further.
+fn after(events: &[StoredEvent], next: u64) -> u64 {
+    events
+        .last()
+        .map_or(next, |e| e.seq.saturating_add(1).max(next))
+}
+
 async fn show(
     store: &dyn Store,
     path: &Path,
-    id: &str,
-    json: bool,
+    args: ShowArgs<'_>,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
+    let ShowArgs {
+        id,
+        json,
+        full,
+        follow,
+    } = args;
     let run = find(store, path, id).await?;
     let events = store.events(id, 0).await?;
+    let run_data = store.run_data(id).await?;
     let signals = store.signals(id, 0).await?;
-    let steps = steps(&events);
-    let undo = compensations(&events);
-    let error = run_error(&steps, &undo);
+    let next = after(&events, 0);
     if json {
-        let value = json!({
-            "run": run_json(&run),
-            "error": error,
-            "steps": steps.iter().map(|s| json!({
-                "name": s.name, "status": s.status, "attempts": s.attempts, "error": s.error,
-            })).collect::<Vec<_>>(),
-            "compensations": undo.iter().map(|u| json!({
-                "step": u.step, "status": u.status, "attempts": u.attempts, "error": u.error,
-            })).collect::<Vec<_>>(),
-            "events": events.iter().map(|e| json!({
-                "seq": e.seq, "at_us": e.at_us, "node": e.node_name,
-                "path": e.path.as_ref().map(ToString::to_string), "attempt": e.attempt,
-                "kind": e.kind, "data": data(e),
-            })).collect::<Vec<_>>(),
-            "signals": signals.iter().map(signal_json).collect::<Vec<_>>(),
-        });
-        writeln!(out, "{value}")?;
-        return Ok(());
+        show_json(&run, &events, run_data, &signals, out)?;
+    } else {
+        show_text(&run, &events, run_data, signals, full, out)?;
     }
+    drop(events);
+    match follow {
+        Some(every) => follow_run(store, path, id, next, json, every, out).await,
+        None => Ok(()),
+    }
+}
+
+fn show_json(
+    run: &RunSummary,
+    events: &[StoredEvent],
+    run_data: RunData,
+    signals: &[StoredSignal],
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let RunData {
+        input,
+        outputs,
+        end,
+    } = run_data;
+    let steps = steps(events);
+    let undo = compensations(events);
+    let (result, stored_error) = end.map_or((None, None), |end| (end.result, end.error));
+    let error = run_error(&steps, &undo).or(stored_error);
+    let places = output_places(events, &steps, &outputs);
+    let mut step_outputs: Vec<Value> = vec![Value::Null; steps.len()];
+    let mut others = Vec::new();
+    for (output, place) in outputs.into_iter().zip(places) {
+        let (node, instance) = (output.node, output.instance);
+        let value = stored_json(output.bytes);
+        match place {
+            OutputOf::Step(i) => step_outputs[i] = value,
+            OutputOf::Other(name) => others.push(json!({
+                "node": node,
+                "instance": (!instance.is_empty()).then_some(instance),
+                "name": name,
+                "output": value,
+            })),
+        }
+    }
+    let value = json!({
+        "run": run_json(run),
+        "error": error,
+        "input": stored_json(input),
+        "result": result.map_or(Value::Null, stored_json),
+        "steps": steps.iter().zip(step_outputs).map(|(s, output)| json!({
+            "name": s.name, "status": s.status, "attempts": s.attempts, "error": s.error,
+            "output": output,
+        })).collect::<Vec<_>>(),
+        "instances": others,
+        "compensations": undo.iter().map(|u| json!({
+            "step": u.step, "status": u.status, "attempts": u.attempts, "error": u.error,
+        })).collect::<Vec<_>>(),
+        "events": events.iter().map(event_json).collect::<Vec<_>>(),
+        "signals": signals.iter().map(signal_json).collect::<Vec<_>>(),
+    });
+    writeln!(out, "{value}")?;
+    Ok(())
+}
+
+fn show_text(
+    run: &RunSummary,
+    events: &[StoredEvent],
+    run_data: RunData,
+    signals: Vec<StoredSignal>,
+    full: bool,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let RunData {
+        input,
+        outputs,
+        end,
+    } = run_data;
+    let steps = steps(events);
+    let undo = compensations(events);
+    let (result, stored_error) = end.map_or((None, None), |end| (end.result, end.error));
+    let error = run_error(&steps, &undo).or(stored_error);
     writeln!(out, "run       {}", printable(&run.id))?;
     writeln!(out, "workflow  {}", printable(&run.workflow))?;
     writeln!(out, "status    {}", run.status)?;
@@ -1035,17 +1298,48 @@ async fn show(
         }
         _ => writeln!(out, "owner     -")?,
     }
+    let input = if input.is_empty() {
+        "-".to_owned()
+    } else {
+        shown(input, full)
+    };
+    writeln!(out, "input     {}", printable(&input))?;
+    drop(input);
+    if let Some(result) = result {
+        writeln!(out, "result    {}", printable(&shown(result, full)))?;
+    }
     writeln!(out)?;
-    let mut table = Table::new(["STEP", "STATUS", "ATTEMPTS", "ERROR"]);
-    for step in &steps {
+    let places = output_places(events, &steps, &outputs);
+    let mut step_outputs: Vec<Option<String>> = vec![None; steps.len()];
+    let mut others = Table::new(["OUTPUT OF", "VALUE"]);
+    let mut any_other = false;
+    for (output, place) in outputs.into_iter().zip(places) {
+        let value = shown(output.bytes, full);
+        match place {
+            OutputOf::Step(i) => step_outputs[i] = Some(value),
+            OutputOf::Other(name) => {
+                others.row([name, value]);
+                any_other = true;
+            }
+        }
+    }
+    let mut table = Table::new(["STEP", "STATUS", "ATTEMPTS", "ERROR", "OUTPUT"]);
+    for (step, output) in steps.iter().zip(step_outputs) {
         table.row([
             step.name.clone(),
             step.status.to_owned(),
             step.attempts.to_string(),
             step.error.clone().unwrap_or_default(),
+            output.unwrap_or_default(),
         ]);
     }
     table.write(out)?;
+    drop(table);
+    if any_other {
+        writeln!(out)?;
+        others.write(out)?;
+    }
+    drop(others);
     if !undo.is_empty() {
         writeln!(out)?;
         let mut table = Table::new(["COMPENSATION", "STATUS", "ATTEMPTS", "ERROR"]);
@@ -1061,38 +1355,70 @@ async fn show(
     }
     writeln!(out)?;
     let mut table = Table::new(["SEQ", "AT", "STEP", "EVENT", "ATTEMPT", "DETAIL"]);
-    for event in &events {
-        table.row([
-            event.seq.to_string(),
-            format!("{:.3}ms", event.at_us as f64 / 1000.0),
-            step_name(event).unwrap_or_else(|| match &event.path {
-                Some(path) => path.to_string(),
-                None => "-".to_owned(),
-            }),
-            event.kind.clone(),
-            if event.node.is_some() {
-                event.attempt.to_string()
-            } else {
-                String::new()
-            },
-            detail(event),
-        ]);
+    for event in events {
+        table.row(event_row(event));
     }
     table.write(out)?;
+    drop(table);
     if !signals.is_empty() {
         writeln!(out)?;
         let mut table = Table::new(["SIGNAL", "ID", "PAYLOAD", "SENT"]);
-        for signal in &signals {
+        for signal in signals {
             table.row([
-                signal.name.clone(),
+                signal.name,
                 signal.id.to_string(),
-                String::from_utf8_lossy(&signal.payload).into_owned(),
+                shown(signal.payload, full),
                 utc(signal.sent_ms),
             ]);
         }
         table.write(out)?;
     }
     Ok(())
+}
+
+/// `flow show --follow`: prints the events of run `id` from `next` on as they are committed,
+/// looking every `every`, until the run has finished; then its final status.
+///
+/// The run's status is read before its events, each time: the batch that ends a run holds
+/// its last events, so once the status read is final, the events read after it are all
+/// there are.
+async fn follow_run(
+    store: &dyn Store,
+    path: &Path,
+    id: &str,
+    mut next: u64,
+    json: bool,
+    every: Duration,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    loop {
+        let run = find(store, path, id).await?;
+        let events = store.events(id, next).await?;
+        next = after(&events, next);
+        if json {
+            for event in &events {
+                writeln!(out, "{}", json!({ "event": event_json(event) }))?;
+            }
+        } else if !events.is_empty() {
+            let mut table = Table::headless();
+            for event in &events {
+                table.row(event_row(event));
+            }
+            table.write(out)?;
+        }
+        drop(events);
+        if run.status.is_finished() {
+            if json {
+                writeln!(out, "{}", json!({ "ended": run_json(&run) }))?;
+            } else {
+                writeln!(out, "run `{}` ended: {}", printable(&run.id), run.status)?;
+            }
+            out.flush()?;
+            return Ok(());
+        }
+        out.flush()?;
+        tokio::time::sleep(every).await;
+    }
 }
 
 fn signal_json(signal: &StoredSignal) -> Value {

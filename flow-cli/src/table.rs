@@ -42,6 +42,11 @@ impl<const N: usize> Table<N> {
         }
     }
 
+    /// Rows without a header (the next lines of a table already printed).
+    pub(crate) fn headless() -> Table<N> {
+        Table { rows: Vec::new() }
+    }
+
     /// Adds a row; each cell is made [`printable`].
     pub(crate) fn row(&mut self, cells: [String; N]) {
         self.rows.push(cells.map(|cell| match printable(&cell) {

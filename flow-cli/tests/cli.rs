@@ -72,6 +72,24 @@ workflow! {
     }
 }
 
+/// A label wider than `flow show` prints without `--full`, with a C1 control and a
+/// bidirectional override that JSON keeps as they are (it escapes only C0 controls).
+async fn label(order: u64) -> Result<String, Never> {
+    Ok(format!(
+        "\u{9b}31m\u{202e}{}",
+        "x".repeat(300 + order as usize)
+    ))
+}
+
+workflow! {
+    /// One step whose output is wide.
+    #[flow(durable)]
+    Labelling(order: u64) -> usize {
+        text = Operation(label(order))
+        => text.len()
+    }
+}
+
 #[derive(Debug)]
 struct Refused(&'static str);
 
@@ -453,6 +471,14 @@ fn signal_stores_a_json_payload_and_refuses_bad_ones() {
         5,
         "the payload of signal `approve` is not JSON",
     );
+    // A payload that starts with a hyphen is a payload, not an option.
+    let output = flow(&["signal", db, "stopped", "approve", "-1"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    fails(
+        &flow(&["signal", db, "stopped", "approve", "-x"]),
+        5,
+        "the payload of signal `approve` is not JSON",
+    );
     fails(
         &flow(&["signal", db, "done", "approve", "true"]),
         5,
@@ -466,7 +492,8 @@ fn signal_stores_a_json_payload_and_refuses_bad_ones() {
     // Nothing of the refused signals was stored.
     let shown = flow(&["show", db, "stopped", "--json"]);
     let shown: Value = serde_json::from_slice(&shown.stdout).expect("JSON");
-    assert_eq!(shown["signals"].as_array().map(Vec::len), Some(1));
+    assert_eq!(shown["signals"].as_array().map(Vec::len), Some(2));
+    assert_eq!(shown["signals"][1]["payload"], -1);
 }
 
 /// Asserts that every command (`runs`, `show`, `signal`, `resume`) on `db` fails with `code`
@@ -802,7 +829,8 @@ fn show_prints_the_compensations_in_their_order_and_the_run_error() {
         .expect("the step `receipt`");
     assert_eq!(
         receipt.split_whitespace().collect::<Vec<_>>(),
-        ["receipt", "completed", "1"]
+        ["receipt", "completed", "1", "10"],
+        "the step, its status, its attempts, its output"
     );
     // The compensations, in the order they ran: the refund (after a failed attempt), then the
     // release.
@@ -899,12 +927,23 @@ fn hostile_stored_values_are_shown_not_obeyed_and_crash_nothing() {
     let sent = flow(&["signal", db, "stopped", "approve", &wide]);
     assert!(sent.status.success(), "{}", text(&sent.stderr));
 
-    let shown = flow(&["show", db, "stopped"]);
+    let shown = flow(&["show", db, "stopped", "--full"]);
     assert!(shown.status.success(), "{}", text(&shown.stderr));
     let out = text(&shown.stdout);
     assert!(
         out.contains(&"w".repeat(70_000)),
-        "the payload is shown whole"
+        "the payload is shown whole with --full"
+    );
+    let cut = flow(&["show", db, "stopped"]);
+    assert!(cut.status.success(), "{}", text(&cut.stderr));
+    let cut = text(&cut.stdout);
+    assert!(
+        cut.contains(&format!(
+            "\"{}… (70,002 characters; --full to see all)",
+            "w".repeat(199)
+        )),
+        "the payload is cut without --full: {}",
+        &cut[..cut.len().min(2_000)]
     );
     assert!(
         out.contains(r#"wait={"nanos":4000000000,"secs":18446744073709551615}"#),
@@ -934,4 +973,160 @@ fn hostile_stored_values_are_shown_not_obeyed_and_crash_nothing() {
     // An error that names the run shows it escaped too.
     let refused = flow(&["signal", db, hostile, "approve", "{"]);
     assert!(!refused.stderr.contains(&0x1b), "{}", text(&refused.stderr));
+}
+
+/// `show` prints the run's input and each step's output, cut at 200 characters with a marker
+/// unless `--full`, escaped either way; `--json` gives them whole, as JSON values, with the
+/// ends of nest instances under `instances`.
+#[test]
+fn show_prints_the_input_and_the_outputs_cut_unless_full() {
+    let path = fresh_store("show-data", |store| async move {
+        let done = Labelling::runner()
+            .durable(&store, "labelled")
+            .execute(7)
+            .await
+            .expect("runs");
+        assert_eq!(done.result.expect("succeeds"), 315, "bytes");
+        let packed = Packing::runner()
+            .durable(&store, "packing")
+            .execute(2)
+            .await
+            .expect("runs");
+        assert_eq!(packed.result.expect("succeeds"), 1);
+    });
+    let db = path.to_str().expect("utf-8");
+    let wide = format!("\\u{{9b}}31m\\u{{202e}}{}", "x".repeat(307));
+    let output = flow(&["show", db, "labelled"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    assert!(stdout.contains("\ninput     7\n"), "{stdout}");
+    let step = stdout
+        .lines()
+        .find(|l| l.starts_with("text "))
+        .expect("the step `text`");
+    // The JSON string is 314 characters (its quotes, the control, `31m`, the override and 307
+    // `x`); the first 200 are shown, escaped.
+    let cut = format!(
+        "\"\\u{{9b}}31m\\u{{202e}}{}… (314 characters; --full to see all)",
+        "x".repeat(194)
+    );
+    assert!(step.ends_with(&cut), "{step}");
+    for output in [&output, &flow(&["show", db, "labelled", "--full"])] {
+        assert!(
+            !output.stdout.contains(&0x9b) && !text(&output.stdout).contains('\u{202e}'),
+            "a control character reached the terminal"
+        );
+    }
+    let full = text(&flow(&["show", db, "labelled", "--full"]).stdout);
+    let step = full
+        .lines()
+        .find(|l| l.starts_with("text "))
+        .expect("the step `text`");
+    assert!(step.ends_with(&format!("\"{wide}\"")), "{step}");
+
+    let output = flow(&["show", db, "labelled", "--json"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let shown: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(shown["input"], 7);
+    assert_eq!(
+        shown["steps"][0]["output"],
+        format!("\u{9b}31m\u{202e}{}", "x".repeat(307)),
+        "whole, as the value it is"
+    );
+    // The runs of this release store no result: their result is their steps'.
+    assert_eq!(shown["result"], Value::Null);
+    assert_eq!(shown["instances"], Value::Array(Vec::new()));
+
+    let output = flow(&["show", db, "packing"]);
+    let stdout = text(&output.stdout);
+    let packed = stdout
+        .lines()
+        .find(|l| l.starts_with("packed "))
+        .expect("the step `packed`");
+    assert!(packed.ends_with(r#"[{"Ok":0},{"Err":{"index":1,"failures":[{"node":"parcel","attempts":1,"error":"no box fits"}]}}]"#), "{packed}");
+    let instances: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("OUTPUT OF"))
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert_eq!(instances.len(), 3, "{stdout}");
+    assert!(
+        instances[1].starts_with("packed[0]  ") && instances[1].ends_with(r#""end":{"Ok":0}}"#),
+        "{stdout}"
+    );
+    let output = flow(&["show", db, "packing", "--json"]);
+    let shown: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let instances = shown["instances"].as_array().expect("instances");
+    assert_eq!(instances.len(), 2, "{instances:?}");
+    assert_eq!(instances[1]["instance"], "packed[1]");
+    assert_eq!(instances[1]["name"], "packed[1]");
+    assert_eq!(
+        instances[1]["output"]["end"]["Err"]["failures"][0]["error"],
+        "no box fits"
+    );
+    assert_eq!(shown["steps"][0]["output"][0]["Ok"], 0);
+    assert_eq!(
+        shown["steps"][1]["output"],
+        Value::Null,
+        "an instance's step"
+    );
+}
+
+/// A run whose end holds a result and an error (a store may keep them): `show` prints both.
+#[test]
+fn show_prints_the_stored_result_and_error() {
+    use flowdag_runtime::store::{Batch, NewRun, Owner, RunEnd, RunStatus, Store, StoredEvent};
+    let path = fresh_store("show-result", |store| async move {
+        let lease = std::time::Duration::from_secs(60);
+        for (id, status, end) in [
+            (
+                "shipped",
+                RunStatus::Succeeded,
+                RunEnd {
+                    result: Some(br#"{"parcel":"P-1"}"#.to_vec()),
+                    error: None,
+                },
+            ),
+            (
+                "declined",
+                RunStatus::Failed,
+                RunEnd {
+                    result: None,
+                    error: Some("the card was declined\u{1b}[2J".to_owned()),
+                },
+            ),
+        ] {
+            let mut run = NewRun::new(id, "Order", 1, Owner::process(), lease);
+            run.input = b"42".to_vec();
+            run.events = vec![StoredEvent::new(0, "RunStarted")];
+            let created = store.create_run(run).await.expect("creates");
+            let mut batch = Batch::new(created.lease().expect("a new run"), 1, lease);
+            batch.events = vec![StoredEvent::new(1, "RunFinished")];
+            batch.status = Some(status);
+            batch.end = Some(end);
+            store.commit(batch).await.expect("commits");
+        }
+    });
+    let db = path.to_str().expect("utf-8");
+    let stdout = text(&flow(&["show", db, "shipped"]).stdout);
+    assert!(
+        stdout.contains("input     42\nresult    {\"parcel\":\"P-1\"}\n"),
+        "{stdout}"
+    );
+    let shown: Value =
+        serde_json::from_slice(&flow(&["show", db, "shipped", "--json"]).stdout).expect("JSON");
+    assert_eq!(shown["result"]["parcel"], "P-1");
+    assert_eq!(shown["error"], Value::Null);
+
+    let output = flow(&["show", db, "declined"]);
+    let stdout = text(&output.stdout);
+    assert!(
+        stdout.contains("error     the card was declined\\u{1b}[2J\n"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("result "), "{stdout}");
+    let shown: Value =
+        serde_json::from_slice(&flow(&["show", db, "declined", "--json"]).stdout).expect("JSON");
+    assert_eq!(shown["error"], "the card was declined\u{1b}[2J");
+    assert_eq!(shown["result"], Value::Null);
 }

@@ -1,5 +1,6 @@
 //! The `flow` binary on a PostgreSQL store (the test server, a fresh schema): `runs` and `show`
-//! read it, `signal` refuses an ended run, and a server that cannot be reached is exit code 4.
+//! read it (`show --follow` while a worker commits), `signal` refuses an ended run, and a
+//! server that cannot be reached is exit code 4.
 
 use std::process::{Command, Output};
 
@@ -8,7 +9,7 @@ use flowdag_postgres::{PostgresOptions, PostgresStore, testing};
 use serde_json::Value;
 
 mod common;
-use common::Failing;
+use common::{Failing, Shared, wait_until};
 
 #[derive(Debug)]
 struct Never;
@@ -105,6 +106,13 @@ fn runs_and_show_read_a_postgres_store() {
     for kind in ["RunStarted", "Requested", "Completed", "RunFinished"] {
         assert!(stdout.contains(kind), "{kind} in {stdout}");
     }
+    assert!(stdout.contains("\ninput     2\n"), "{stdout}");
+    let output = flow(&["show", &url, "second", "--schema", &schema, "--json"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let shown: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(shown["input"], 2);
+    assert_eq!(shown["steps"][0]["output"], "item-2");
+    assert_eq!(shown["steps"][1]["output"], "shipped item-2");
 
     let output = flow(&[
         "signal", &url, "first", "approve", "true", "--schema", &schema,
@@ -207,4 +215,81 @@ fn a_server_that_cannot_be_reached_is_exit_code_4() {
         "{stderr}"
     );
     assert!(!stderr.contains("s3cret"), "{stderr}");
+}
+
+/// `show --follow` prints the events another store (a worker) commits, and returns once the
+/// run has ended.
+#[test]
+fn show_follows_a_run_of_a_postgres_store_to_its_end() {
+    use flowdag_runtime::store::{Batch, NewRun, Owner, RunEnd, RunStatus, Store, StoredEvent};
+    let url = testing::server();
+    let schema = testing::fresh_schema("cli_follow");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let options = PostgresOptions {
+        schema: schema.clone(),
+        ..PostgresOptions::default()
+    };
+    let store = PostgresStore::connect_with(&url, options).expect("a store");
+    let lease = std::time::Duration::from_secs(3600);
+    let event = |seq: u64, kind: &str| {
+        let mut event = StoredEvent::new(seq, kind);
+        event.node = Some(0);
+        event.node_name = Some("fetch".to_owned());
+        event.attempt = 1;
+        event
+    };
+    let mut run = NewRun::new("followed", "Order", 1, Owner::new("worker"), lease);
+    run.events = vec![StoredEvent::new(0, "RunStarted"), event(1, "Requested")];
+    let created = runtime.block_on(store.create_run(run)).expect("creates");
+    let held = created.lease().expect("a new run").clone();
+
+    let out = Shared::default();
+    let follower = {
+        let (mut out, url, schema) = (out.clone(), url.clone(), schema.clone());
+        std::thread::spawn(move || {
+            let args = [
+                "flow",
+                "show",
+                &url,
+                "followed",
+                "--schema",
+                &schema,
+                "--follow",
+                "--interval",
+                "5",
+            ];
+            flowdag_cli::Cli::new().run_with(args, &mut out)
+        })
+    };
+    wait_until("the run is shown", 3_000, || {
+        out.text().contains("Requested")
+    });
+    let mut last = Batch::new(&held, 2, lease);
+    last.events = vec![event(2, "Completed"), StoredEvent::new(3, "RunFinished")];
+    last.status = Some(RunStatus::Succeeded);
+    last.end = Some(RunEnd {
+        result: None,
+        error: None,
+    });
+    runtime.block_on(store.commit(last)).expect("commits");
+    wait_until("the command returns", 3_000, || follower.is_finished());
+    follower
+        .join()
+        .expect("no panic")
+        .expect("follows to the end");
+    let text = out.text();
+    let completed: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("2 ") || l.starts_with("3 "))
+        .collect();
+    assert_eq!(completed.len(), 2, "each new event once: {text}");
+    assert!(completed[0].contains("Completed"), "{text}");
+    assert!(
+        text.ends_with("\nrun `followed` ended: succeeded\n"),
+        "{text}"
+    );
+    runtime.block_on(testing::drop_schemas("cli_follow"));
 }

@@ -139,8 +139,9 @@ use std::time::Duration;
 
 use flowdag_store::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Notified, Owner,
-    RunFilter, RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent, StoredSignal,
-    TaskClaim, TaskCommitted, TaskInputs, TaskOutcome, TaskResult, Watch, WorkflowVersion,
+    RunData, RunFilter, RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent,
+    StoredSignal, TaskClaim, TaskCommitted, TaskInputs, TaskOutcome, TaskResult, Watch,
+    WorkflowVersion,
 };
 use tokio::sync::OnceCell;
 
@@ -430,6 +431,13 @@ impl Store for PostgresStore {
         Box::pin(async move {
             let doing = format!("reading the events of run `{run}`");
             transact!(self, doing, |tx| ops::events(&mut tx, run, from_seq))
+        })
+    }
+
+    fn run_data<'a>(&'a self, run: &'a str) -> StoreFuture<'a, RunData> {
+        Box::pin(async move {
+            let doing = format!("reading the data of run `{run}`");
+            transact!(self, doing, |tx| ops::run_data(&mut tx, run))
         })
     }
 

@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use flowdag_store::{
-    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner, RunEnd,
-    RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, StoreError, StoredEvent,
+    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner, RunData,
+    RunEnd, RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, StoreError, StoredEvent,
     StoredOutput, StoredPath, StoredSignal, StoredTimer, TaskChange, TaskClaim, TaskCommitted,
     TaskInputs, TaskOutcome, TaskResult, TimerChange, TimerKey, TimerKind, WaitChange,
     WorkflowVersion,
@@ -602,6 +602,31 @@ pub(crate) async fn due_runs(
 pub(crate) async fn events(tx: &mut Tx<'_>, run: &str, from: u64) -> R<Vec<StoredEvent>> {
     let summary = existing(tx, run).await?;
     read_events(tx, run, from, summary.next_seq).await
+}
+
+pub(crate) async fn run_data(tx: &mut Tx<'_>, run: &str) -> R<RunData> {
+    let row = tx
+        .query_opt(
+            "reading the data of a run",
+            "SELECT input, ended, result, error FROM runs WHERE id = $1",
+            &[&run],
+        )
+        .await?;
+    let row = row.ok_or_else(|| not_found(run))?;
+    let ended: bool = get(&row, 1)?;
+    let end = ended
+        .then(|| -> R<RunEnd> {
+            Ok(RunEnd {
+                result: get(&row, 2)?,
+                error: get(&row, 3)?,
+            })
+        })
+        .transpose()?;
+    Ok(RunData {
+        input: get(&row, 0)?,
+        outputs: outputs(tx, run).await?,
+        end,
+    })
 }
 
 pub(crate) async fn commit(tx: &mut Tx<'_>, batch: &Batch, channel: &str) -> R<Committed> {

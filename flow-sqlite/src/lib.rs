@@ -38,9 +38,11 @@
 //!   acknowledged survives a power cut), `NORMAL` on request ([`Durability::Process`]: survives
 //!   a crash of the process, not of the machine).
 //! - **The file is checked before anything is written**: `PRAGMA application_id` is "FLOW"
-//!   (`0x464C4F57`), `PRAGMA user_version` is the schema version. A SQLite file of another
-//!   application is [`StoreError::Foreign`], a damaged one [`StoreError::Corrupt`], one from a
-//!   newer flow [`StoreError::SchemaVersion`]; none of them is changed.
+//!   (`0x464C4F57`), `PRAGMA user_version` is the schema version, and a store has the tables
+//!   and columns of that version. A SQLite file of another application is
+//!   [`StoreError::Foreign`], a damaged one (a table missing or changed included)
+//!   [`StoreError::Corrupt`], one from a newer flow [`StoreError::SchemaVersion`]; none of
+//!   them is changed.
 //! - **One process at a time**: opening takes an exclusive advisory lock on `<file>.lock` (and
 //!   writes who holds it there); a second store on the same file, in this process or another,
 //!   gets [`StoreError::Locked`] naming the holder. The operating system drops the lock when
@@ -48,10 +50,10 @@
 //!   left by a store that closed or died: opening frees them, and a restarted process resumes
 //!   its runs at once.
 //! - **Clients**: [`SqliteStore::open_client`] opens an existing store without the lock, in
-//!   any process, while its owner runs: it reads (`list_runs`, `events`, `signals`) and sends
-//!   signals, which the owner's runs find at their next look; it refuses everything an owner
-//!   does (creating, loading, committing runs, leases, timers). The command line's
-//!   `flow signal` goes through it.
+//!   any process, while its owner runs: it reads (`list_runs`, `events`, `run_data`,
+//!   `signals`) and sends signals, which the owner's runs find at their next look; it refuses
+//!   everything an owner does (creating, loading, committing runs, leases, timers). The
+//!   command line's `flow runs`, `show` and `signal` go through it.
 
 mod error;
 mod ops;
@@ -68,8 +70,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use flowdag_store::{
-    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Owner, RunFilter,
-    RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent, StoredSignal,
+    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Owner, RunData,
+    RunFilter, RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent, StoredSignal,
 };
 use tokio::sync::oneshot;
 
@@ -195,12 +197,13 @@ impl SqliteStore {
 
     /// Opens the existing store in the file `path` as a *client*: without the file's lock, so
     /// while another process (a worker, the application) owns the store, and without freeing
-    /// any lease. A client reads ([`Store::list_runs`], [`Store::events`], [`Store::signals`])
-    /// and sends signals ([`Store::send_signal`]: a live run of the owner finds the signal at
-    /// its next poll of the store, and a signal that a step waits for makes the run due, so a
-    /// worker resumes a run that no process holds). Everything an owner does ([`Store::create_run`],
-    /// [`Store::load_run`], [`Store::commit`], [`Store::heartbeat`], [`Store::release`],
-    /// [`Store::due_timers`]) is refused with [`StoreError::Invalid`] naming the client mode.
+    /// any lease. A client reads ([`Store::list_runs`], [`Store::events`], [`Store::run_data`],
+    /// [`Store::signals`]) and sends signals ([`Store::send_signal`]: a live run of the owner
+    /// finds the signal at its next poll of the store, and a signal that a step waits for
+    /// makes the run due, so a worker resumes a run that no process holds). Everything an
+    /// owner does ([`Store::create_run`], [`Store::load_run`], [`Store::commit`],
+    /// [`Store::heartbeat`], [`Store::release`], [`Store::due_timers`]) is refused with
+    /// [`StoreError::Invalid`] naming the client mode.
     ///
     /// Blocks while it checks the file, like [`SqliteStore::open`].
     ///
@@ -458,6 +461,11 @@ impl Store for SqliteStore {
     fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
         let run = run.to_owned();
         self.call(move |db| ops::events(db, &run, from_seq))
+    }
+
+    fn run_data<'a>(&'a self, run: &'a str) -> StoreFuture<'a, RunData> {
+        let run = run.to_owned();
+        self.call(move |db| ops::run_data(db, &run))
     }
 
     fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {

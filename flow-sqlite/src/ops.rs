@@ -6,8 +6,8 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use flowdag_store::{
-    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner, RunEnd,
-    RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, StoreError, StoredEvent,
+    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner, RunData,
+    RunEnd, RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, StoreError, StoredEvent,
     StoredOutput, StoredPath, StoredSignal, StoredTimer, TimerChange, TimerKey, TimerKind,
     WaitChange,
 };
@@ -256,6 +256,28 @@ impl Db<'_> {
     }
 }
 
+impl Db<'_> {
+    /// The outputs of `run`, by node, then instance.
+    fn outputs(&self, run: &str) -> Result<Vec<StoredOutput>, StoreError> {
+        self.conn
+            .prepare_cached(
+                "SELECT node, instance, type_name, bytes FROM outputs WHERE run = ?1 ORDER BY node, instance",
+            )
+            .and_then(|mut stmt| {
+                stmt.query_map([run], |row| {
+                    Ok(StoredOutput {
+                        node: row.get(0)?,
+                        instance: row.get(1)?,
+                        type_name: row.get(2)?,
+                        bytes: row.get(3)?,
+                    })
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .map_err(self.err("reading the outputs of a run from"))
+    }
+}
+
 fn timer_node(key: &TimerKey) -> i64 {
     key.node.map_or(-1, i64::from)
 }
@@ -393,23 +415,7 @@ pub(crate) fn load_run(
             Ok(node)
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
-    let outputs = db
-        .conn
-        .prepare_cached(
-            "SELECT node, instance, type_name, bytes FROM outputs WHERE run = ?1 ORDER BY node, instance",
-        )
-        .and_then(|mut stmt| {
-            stmt.query_map([id], |row| {
-                Ok(StoredOutput {
-                    node: row.get(0)?,
-                    instance: row.get(1)?,
-                    type_name: row.get(2)?,
-                    bytes: row.get(3)?,
-                })
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()
-        })
-        .map_err(db.err("loading the outputs of a run from"))?;
+    let outputs = db.outputs(id)?;
     let timers = db
         .conn
         .prepare_cached(
@@ -522,6 +528,34 @@ pub(crate) fn list_runs(db: &Db<'_>, filter: &RunFilter) -> Result<Vec<RunSummar
 pub(crate) fn events(db: &Db<'_>, run: &str, from: u64) -> Result<Vec<StoredEvent>, StoreError> {
     let summary = db.existing(run)?;
     db.read_events(run, from, summary.next_seq)
+}
+
+pub(crate) fn run_data(db: &Db<'_>, run: &str) -> Result<RunData, StoreError> {
+    let found = db
+        .conn
+        .prepare_cached("SELECT input, ended, result, error FROM runs WHERE id = ?1")
+        .and_then(|mut stmt| {
+            stmt.query_row([run], |row| {
+                Ok((
+                    row.get::<_, Vec<u8>>(0)?,
+                    row.get::<_, bool>(1)?,
+                    row.get::<_, Option<Vec<u8>>>(2)?,
+                    row.get::<_, Option<String>>(3)?,
+                ))
+            })
+            .optional()
+        })
+        .map_err(db.err("reading the data of a run in"))?;
+    let Some((input, ended, result, error)) = found else {
+        return Err(StoreError::NotFound {
+            run: run.to_owned(),
+        });
+    };
+    Ok(RunData {
+        input,
+        outputs: db.outputs(run)?,
+        end: ended.then_some(RunEnd { result, error }),
+    })
 }
 
 pub(crate) fn commit(db: &Db<'_>, batch: Batch) -> Result<Committed, StoreError> {

@@ -1,6 +1,7 @@
 //! The file: how a store is told apart from other SQLite files, its schema and its settings.
 
 use std::path::Path;
+use std::sync::OnceLock;
 
 use flowdag_store::StoreError;
 use rusqlite::Connection;
@@ -135,7 +136,14 @@ pub(crate) fn open(
                 ))
             },
         )
-        .map_err(|e| sql_error(path, "reading the header", e))?;
+        .map_err(|e| match e.sqlite_error_code() {
+            // A header that SQLite reads but does not support: a damaged file.
+            Some(rusqlite::ErrorCode::Unknown) => StoreError::Corrupt {
+                path: path.to_owned(),
+                why: e.to_string(),
+            },
+            _ => sql_error(path, "reading the header", e),
+        })?;
     let version = u32::try_from(version).unwrap_or(u32::MAX);
     match (app_id, objects) {
         (APPLICATION_ID, _) if version > SCHEMA_VERSION => {
@@ -145,7 +153,7 @@ pub(crate) fn open(
                 known: SCHEMA_VERSION,
             });
         }
-        (APPLICATION_ID, _) if version == SCHEMA_VERSION => {}
+        (APPLICATION_ID, _) if version == SCHEMA_VERSION => tables_present(&conn, path)?,
         (0, 0) | (APPLICATION_ID, _) if !create => {
             return Err(StoreError::Foreign {
                 path: path.to_owned(),
@@ -192,6 +200,69 @@ pub(crate) fn open(
             .map_err(|e| sql_error(path, "setting the size limit", e))?;
     }
     Ok(conn)
+}
+
+/// Checks that a store of this schema version has the tables and columns of [`SCHEMA`]
+/// (names, types, nullability, keys; other tables are left alone): one that lost a table or
+/// whose schema was edited is
+/// damaged ([`StoreError::Corrupt`], naming the first table that differs), not a store to fail
+/// on at each query that reads it.
+fn tables_present(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    const COLUMNS: &str = "SELECT m.name, p.name, p.type, p.\"notnull\", p.pk
+        FROM sqlite_schema m JOIN pragma_table_info(m.name) p
+        WHERE m.type = 'table' ORDER BY m.name, p.cid";
+    type Columns = Vec<(String, String, String, bool, i64)>;
+    let columns = |conn: &Connection| -> rusqlite::Result<Columns> {
+        conn.prepare(COLUMNS)?
+            .query_map([], |row| {
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                ))
+            })?
+            .collect()
+    };
+    // Flow's own, made once per process in memory.
+    static EXPECTED: OnceLock<Result<Columns, String>> = OnceLock::new();
+    let expected = EXPECTED
+        .get_or_init(|| {
+            Connection::open_in_memory()
+                .and_then(|flow| {
+                    flow.execute_batch(SCHEMA)?;
+                    columns(&flow)
+                })
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|why| {
+            StoreError::io(
+                format!("making flow's schema to compare `{}` with", path.display()),
+                std::io::Error::other(why.clone()),
+            )
+        })?;
+    let found = columns(conn).map_err(|e| sql_error(path, "reading the schema", e))?;
+    let table = |columns: &Columns, name: &str| -> Columns {
+        columns.iter().filter(|c| c.0 == name).cloned().collect()
+    };
+    let mut names: Vec<&str> = expected.iter().map(|c| c.0.as_str()).collect();
+    names.dedup();
+    let Some(name) = names
+        .into_iter()
+        .find(|name| table(&found, name) != table(expected, name))
+    else {
+        return Ok(());
+    };
+    Err(StoreError::Corrupt {
+        path: path.to_owned(),
+        why: if table(&found, name).is_empty() {
+            format!("its table `{name}` is missing")
+        } else {
+            format!("its table `{name}` does not have the columns flow made")
+        },
+    })
 }
 
 /// Creates schema version 1 in an empty file, with the application id, in one transaction.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use flowdag_sqlite::{SCHEMA_VERSION, SqliteStore};
 use flowdag_store::{
     Batch, Created, NewRun, NewSignal, Owner, RunFilter, SignalMode, SignalSent, Store, StoreError,
-    StoredEvent, WaitChange,
+    StoredEvent, StoredOutput, WaitChange,
 };
 use rusqlite::Connection;
 
@@ -38,6 +38,7 @@ async fn a_client_reads_and_sends_signals_while_the_owner_holds_the_store() {
     let me = Owner::new("owner");
     let mut run = NewRun::new("order-1", "Order", 1, me.clone(), LEASE);
     run.events = vec![StoredEvent::new(0, "RunStarted")];
+    run.input = br#"{"order":1}"#.to_vec();
     let Created::New { lease, .. } = owner.create_run(run).await.expect("creates") else {
         panic!("a new run")
     };
@@ -50,6 +51,12 @@ async fn a_client_reads_and_sends_signals_while_the_owner_holds_the_store() {
         node: 1,
         instance: String::new(),
         name: "approve".into(),
+    }];
+    wait.outputs = vec![StoredOutput {
+        node: 0,
+        instance: String::new(),
+        type_name: "u64".into(),
+        bytes: b"7".to_vec(),
     }];
     owner.commit(wait).await.expect("commits");
 
@@ -70,6 +77,13 @@ async fn a_client_reads_and_sends_signals_while_the_owner_holds_the_store() {
     assert_eq!(runs[0].owner.as_deref(), Some("owner"));
     assert_eq!(runs[0].wake_at_ms, None);
     assert_eq!(client.events("order-1", 0).await.expect("reads").len(), 2);
+    let data = client.run_data("order-1").await.expect("reads the data");
+    assert_eq!(data.input, br#"{"order":1}"#);
+    assert_eq!(data.outputs.len(), 1);
+    assert_eq!(data.outputs[0].bytes, b"7");
+    assert_eq!(data.end, None);
+    let err = client.run_data("order-404").await.expect_err("no such run");
+    assert!(matches!(err, StoreError::NotFound { .. }), "{err}");
 
     // It sends: the owner sees the signal, and the run is due now.
     let before = now_ms();

@@ -84,3 +84,45 @@ async fn an_event_edited_out_of_range_is_corrupt() {
     assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
     assert!(err.to_string().contains("events"), "{err}");
 }
+
+/// A store that lost a table, or whose schema was edited (found by the command line's fuzz
+/// test), is `Corrupt` when it is opened, naming the table, rather than an I/O error at each
+/// query that reads it.
+#[tokio::test]
+async fn a_store_without_its_tables_or_columns_is_corrupt() {
+    let dir = common::dir("damaged-table");
+    let path = stored_run(&dir).await;
+    let pristine = std::fs::read(&path).expect("reads");
+    for (edit_sql, why) in [
+        ("DROP TABLE outputs", "its table `outputs` is missing"),
+        (
+            "ALTER TABLE runs RENAME COLUMN workflow TO flow",
+            "its table `runs` does not have the columns flow made",
+        ),
+    ] {
+        std::fs::write(&path, &pristine).expect("writes");
+        edit(&path, edit_sql);
+        for err in [
+            SqliteStore::open(&path).expect_err("refused"),
+            SqliteStore::open_client(&path).expect_err("refused"),
+        ] {
+            match &err {
+                StoreError::Corrupt { path: p, why: w } => {
+                    assert_eq!(p, &path);
+                    assert_eq!(w, why, "{edit_sql}");
+                }
+                other => panic!("{edit_sql}: expected Corrupt, got {other:?}"),
+            }
+        }
+    }
+}
+
+/// A table of the user's beside flow's is left alone.
+#[tokio::test]
+async fn a_table_beside_flows_is_left_alone() {
+    let dir = common::dir("extra-table");
+    let path = stored_run(&dir).await;
+    edit(&path, "CREATE TABLE notes (run TEXT, note TEXT)");
+    let store = SqliteStore::open_client(&path).expect("opens");
+    assert_eq!(store.events("order-1", 0).await.expect("reads").len(), 2);
+}

@@ -57,6 +57,7 @@ const LONG: Duration = Duration::from_secs(60);
 pub async fn all(make: impl Fn() -> Arc<dyn Store>) {
     create_and_load(&*make()).await;
     missing_run(&*make()).await;
+    run_data_without_a_lease(&*make()).await;
     idempotent_commit(&*make()).await;
     conflicts(&*make()).await;
     atomic_commit(&*make()).await;
@@ -246,6 +247,11 @@ pub async fn missing_run(store: &dyn Store) {
         "missing_run: events"
     );
     assert_eq!(
+        store.run_data("nope").await.map(|_| ()),
+        not_found,
+        "missing_run: run_data"
+    );
+    assert_eq!(
         store.signals("nope", 0).await.map(|_| ()),
         not_found,
         "missing_run: signals"
@@ -274,6 +280,105 @@ pub async fn missing_run(store: &dyn Store) {
     );
     let runs = store.list_runs(&RunFilter::default()).await;
     assert_eq!(runs, Ok(vec![]), "missing_run: nothing was created");
+}
+
+/// `run_data` reads a run's input, outputs (a node's and a nest instance's, an output stored
+/// again replacing the first) and end without its lease: the owner's lease and version are
+/// untouched and its next commit is applied.
+pub async fn run_data_without_a_lease(store: &dyn Store) {
+    let owner = Owner::new("a");
+    let lease = create(store, "r1", "W", &owner).await;
+    let read = |what: &'static str| async move {
+        store
+            .run_data("r1")
+            .await
+            .unwrap_or_else(|e| panic!("run_data_without_a_lease: {what}: {e}"))
+    };
+    let fresh = read("a new run").await;
+    assert_eq!(
+        fresh.input,
+        br#"{"id":42}"#.to_vec(),
+        "run_data_without_a_lease: the input"
+    );
+    assert_eq!(
+        fresh.outputs,
+        vec![],
+        "run_data_without_a_lease: no output yet"
+    );
+    assert_eq!(fresh.end, None, "run_data_without_a_lease: not ended");
+
+    let mut batch = completion(&lease, 2);
+    let instance = |index: u32, bytes: &[u8]| StoredOutput {
+        node: 1,
+        instance: format!("n1[{index}]"),
+        type_name: "Parcel".into(),
+        bytes: bytes.to_vec(),
+    };
+    batch.outputs.push(instance(2, b"2"));
+    batch.outputs.push(instance(1, b"1"));
+    assert_eq!(
+        commit(store, batch).await,
+        Ok(Committed::Applied { next_seq: 4 }),
+        "run_data_without_a_lease: a batch with outputs"
+    );
+    let before = store.list_runs(&RunFilter::default()).await;
+    let data = read("a run with outputs").await;
+    let shown: Vec<(u32, &str, &[u8])> = data
+        .outputs
+        .iter()
+        .map(|o| (o.node, o.instance.as_str(), o.bytes.as_slice()))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            (0, "", &br#"{"total":3}"#[..]),
+            (1, "n1[1]", b"1"),
+            (1, "n1[2]", b"2")
+        ],
+        "run_data_without_a_lease: outputs by node, then instance"
+    );
+    assert_eq!(
+        data.outputs[0].type_name, "Order",
+        "run_data_without_a_lease: the output's type"
+    );
+    assert_eq!(
+        store.list_runs(&RunFilter::default()).await,
+        before,
+        "run_data_without_a_lease: reading changed the run (its lease, version or times)"
+    );
+
+    // The owner's lease still holds: its next batches are applied. An output stored again
+    // replaces the first; the end is read back as committed.
+    let mut batch = Batch::new(&lease, 4, LONG);
+    batch.events = vec![
+        event(4, "Completed", Some(1)),
+        event(5, "RunFinished", None),
+    ];
+    batch.outputs = vec![instance(1, b"11")];
+    batch.status = Some(RunStatus::Failed);
+    batch.end = Some(RunEnd {
+        result: Some(b"\"partial\"".to_vec()),
+        error: Some("step `charge` failed: declined".into()),
+    });
+    assert_eq!(
+        commit(store, batch).await,
+        Ok(Committed::Applied { next_seq: 6 }),
+        "run_data_without_a_lease: the owner commits after a read"
+    );
+    let ended = read("an ended run").await;
+    assert_eq!(ended.outputs.len(), 3, "run_data_without_a_lease: replaced");
+    assert_eq!(
+        ended.outputs[1].bytes, b"11",
+        "run_data_without_a_lease: the output stored again"
+    );
+    assert_eq!(
+        ended.end,
+        Some(RunEnd {
+            result: Some(b"\"partial\"".to_vec()),
+            error: Some("step `charge` failed: declined".into()),
+        }),
+        "run_data_without_a_lease: the end"
+    );
 }
 
 /// A batch committed again (its answer was lost) is `AlreadyApplied` and writes nothing.
@@ -1576,7 +1681,9 @@ pub async fn tasks_closed_and_reopened(store: &dyn Store) {
 mod tests {
     use std::panic::AssertUnwindSafe;
 
-    use super::super::{DueTimer, Loaded, MemoryStore, RunSummary, StoreFuture, StoredSignal};
+    use super::super::{
+        DueTimer, Loaded, MemoryStore, RunData, RunSummary, StoreFuture, StoredSignal,
+    };
     use super::*;
 
     /// A store that breaks one rule: a batch sent again is written as if it were new (here:
@@ -1600,6 +1707,9 @@ mod tests {
         }
         fn events<'a>(&'a self, run: &'a str, from: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
             self.0.events(run, from)
+        }
+        fn run_data<'a>(&'a self, run: &'a str) -> StoreFuture<'a, RunData> {
+            self.0.run_data(run)
         }
         fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
             let inner = self.0.commit(batch);

@@ -48,7 +48,7 @@
 //!
 //! # Writing a store
 //!
-//! Implement [`Store`]: ten required methods, each one atomic step (one transaction of a
+//! Implement [`Store`]: eleven required methods, each one atomic step (one transaction of a
 //! database), whose rules are written on the method. The five task methods
 //! ([`Store::claim_tasks`] and the rest) have defaults that answer [`StoreError::Unsupported`]:
 //! a store that serves one process implements them only to run distributed runs.
@@ -171,6 +171,14 @@ pub trait Store: Send + Sync + 'static {
     /// The events of `run` from sequence number `from_seq` on, in order.
     /// [`StoreError::NotFound`] when the run does not exist.
     fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>>;
+
+    /// The data of `run`, read without its lease: its stored parameters, the outputs of its
+    /// completed nodes and nest instances (by node, then instance), and how it ended, if it
+    /// has. For those who look at a run without running it (a command line, a dashboard): it
+    /// writes nothing, takes no lease and bumps no version, so a run that an owner holds is
+    /// read as it stands and its owner goes on. [`StoreError::NotFound`] when the run does not
+    /// exist.
+    fn run_data<'a>(&'a self, run: &'a str) -> StoreFuture<'a, RunData>;
 
     /// Appends a batch in one transaction, after checking, in this order:
     ///
@@ -1186,6 +1194,17 @@ pub enum Committed {
         /// The run's next sequence number.
         next_seq: u64,
     },
+}
+
+/// A run's data as [`Store::run_data`] reads it, without a lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunData {
+    /// Its stored parameters (serialized, as in [`NewRun::input`]).
+    pub input: Vec<u8>,
+    /// The outputs of its completed nodes and nest instances, by node, then instance.
+    pub outputs: Vec<StoredOutput>,
+    /// How it ended, if it did (its last batch's [`Batch::end`]).
+    pub end: Option<RunEnd>,
 }
 
 /// A run as loaded to resume it: [`Store::load_run`].

@@ -6,11 +6,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use super::{
-    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner, RunEnd,
-    RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, Store, StoreError, StoreFuture,
-    StoredEvent, StoredOutput, StoredSignal, StoredTimer, TaskChange, TaskClaim, TaskCommitted,
-    TaskInputs, TaskOutcome, TaskResult, TimerChange, TimerKey, WaitChange, WorkflowVersion,
-    due_after, now_ms,
+    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner, RunData,
+    RunEnd, RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, Store, StoreError,
+    StoreFuture, StoredEvent, StoredOutput, StoredSignal, StoredTimer, TaskChange, TaskClaim,
+    TaskCommitted, TaskInputs, TaskOutcome, TaskResult, TimerChange, TimerKey, WaitChange,
+    WorkflowVersion, due_after, now_ms,
 };
 
 /// A [`Store`] in memory: everything a durable run stores, lost with the process. Cheap to
@@ -627,6 +627,15 @@ impl Store for MemoryStore {
                 .skip(usize::try_from(from_seq).unwrap_or(usize::MAX))
                 .cloned()
                 .collect()
+        }))
+    }
+
+    fn run_data<'a>(&'a self, run: &'a str) -> StoreFuture<'a, RunData> {
+        let state = self.state();
+        ready(state.row(run).map(|row| RunData {
+            input: row.input.clone(),
+            outputs: row.outputs.values().cloned().collect(),
+            end: row.end.clone(),
         }))
     }
 

@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use flowdag::prelude::*;
 use flowdag::store::{
-    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Owner, RunFilter,
-    RunSummary, SignalSent, Store, StoreFuture, StoredEvent, StoredSignal, WaitChange,
+    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Owner, RunData,
+    RunFilter, RunSummary, SignalSent, Store, StoreFuture, StoredEvent, StoredSignal, WaitChange,
 };
 use rusqlite::{Connection, params};
 
@@ -519,6 +519,9 @@ impl<S: Store + Clone> Store for CrashStore<S> {
     }
     fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
         self.inner.events(run, from_seq)
+    }
+    fn run_data<'a>(&'a self, run: &'a str) -> StoreFuture<'a, RunData> {
+        self.inner.run_data(run)
     }
     fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
         let end = batch.end_seq();

@@ -1,12 +1,15 @@
 //! What the command line's tests share.
 
+// Each test target uses some of these, none all of them.
+#![allow(dead_code)]
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use flowdag_runtime::store::{
-    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Owner, RunFilter,
-    RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent, StoredSignal,
+    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Owner, RunData,
+    RunFilter, RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent, StoredSignal,
 };
 
 /// A store whose commit number `fail_at` fails: the run stops there, as after a crash.
@@ -46,6 +49,9 @@ impl<S: Store> Store for Failing<S> {
     fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
         self.inner.events(run, from_seq)
     }
+    fn run_data<'a>(&'a self, run: &'a str) -> StoreFuture<'a, RunData> {
+        self.inner.run_data(run)
+    }
     fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
         if self.commits.fetch_add(1, Ordering::SeqCst) == self.fail_at {
             return Box::pin(std::future::ready(Err(StoreError::Closed)));
@@ -72,4 +78,43 @@ impl<S: Store> Store for Failing<S> {
     fn release<'a>(&'a self, owner: &'a Owner, held: &'a [Lease]) -> StoreFuture<'a, ()> {
         self.inner.release(owner, held)
     }
+}
+
+/// An output that a test reads while a command writes it from another thread (`flow show
+/// --follow`).
+#[derive(Clone, Default)]
+pub struct Shared(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Shared {
+    /// What was written so far, as text.
+    pub fn text(&self) -> String {
+        let bytes = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+impl std::io::Write for Shared {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Waits until `done` holds, looking every 10 ms, at most `looks` times; panics naming `what`
+/// when it never does (a bound against a hang, not a measure of speed).
+pub fn wait_until(what: &str, looks: u32, mut done: impl FnMut() -> bool) {
+    for _ in 0..looks {
+        if done() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("{what}: not after {looks} looks");
 }

@@ -13,7 +13,18 @@
 //! flow signal <db> <run> <name> <json>
 //!                                  # stores a signal for the run (kept until a step takes it)
 //! flow resume <db> <run>           # resumes the run here (needs its workflow: see below)
+//! flow cancel    <db> <run> [--reason TEXT]
+//!                                  # cancels the run (its compensations run)
+//! flow terminate <db> <run> [--reason TEXT]
+//! flow terminate <db> --workflow W [--graph-hash H] [--reason TEXT]
+//!                                  # ends runs at once, cancelled, without compensation
+//! flow redrive   <db> <run> [--json]
+//!                                  # sets a failed or cancelled run going again
+//! flow delete    <db> <run>.. | [--status S] [--workflow W] [--until TIME] [--id-contains T]
+//!                                  # deletes finished runs
 //! ```
+//!
+//! `docs/operations.md` says what each operation does and guarantees.
 //!
 //! Every command takes `--schema NAME` for a PostgreSQL store whose tables are not in the
 //! schema `flow`.
@@ -46,8 +57,8 @@
 //!
 //! Exit codes: 0 ok; 2 usage (clap); 3 run not found; 4 store unusable (missing, foreign,
 //! corrupt, locked by another process, written by a newer flow); 5 signal refused (payload
-//! not JSON, run ended); 1 anything else (the run's workflow is not registered, the store
-//! failed).
+//! not JSON, run ended); 6 operation refused by the run's status; 1 anything else (the run's
+//! workflow is not registered, the store failed).
 //!
 //! A SQLite store is owned by one process at a time, which holds an exclusive lock on its
 //! file (a `Worker`, the application). `runs`, `show` and `signal` open it as a client
@@ -429,6 +440,7 @@ impl Cli {
                             let ms = sub.get_one::<u64>("interval").copied().unwrap_or(200);
                             Duration::from_millis(ms)
                         }),
+                        workflows: &self.workflows,
                     };
                     show(store, &path, args, out).await
                 }
@@ -1046,6 +1058,28 @@ struct ShowArgs<'a> {
     full: bool,
     /// Whether to follow the run to its end, looking this often for new events.
     follow: Option<Duration>,
+    /// The workflows this binary knows: their signals are checked against the run's.
+    workflows: &'a BTreeMap<&'static str, Registered>,
+}
+
+/// What `show` says of an unconsumed signal: `None` while a step of the run may still take
+/// it; else why nothing will (the run ended; the run's workflow, registered in this binary,
+/// does not take it) or that it is an operator's request the run has not carried out yet.
+fn signal_note(
+    run: &RunSummary,
+    signal: &StoredSignal,
+    workflows: &BTreeMap<&'static str, Registered>,
+) -> Option<String> {
+    if run.status.is_finished() {
+        return Some("expired: the run ended without taking it".to_owned());
+    }
+    if flowdag_runtime::store::requests::is_request(&signal.name) {
+        return Some("an operator's request, not carried out yet".to_owned());
+    }
+    let registered = workflows.get(run.workflow.as_str())?;
+    (registered.check)(&signal.name, &signal.payload)
+        .err()
+        .map(|why| format!("no step will take it: {why}"))
 }
 
 /// How many characters of a value (an input, an output, a result, a signal's payload) `show`
@@ -1190,11 +1224,20 @@ async fn show(
         json,
         full,
         follow,
+        workflows,
     } = args;
     let run = find(store, path, id).await?;
     let events = store.events(id, 0).await?;
     let run_data = store.run_data(id).await?;
-    let signals = store.signals(id, 0).await?;
+    let signals: Vec<(StoredSignal, Option<String>)> = store
+        .signals(id, 0)
+        .await?
+        .into_iter()
+        .map(|signal| {
+            let note = signal_note(&run, &signal, workflows);
+            (signal, note)
+        })
+        .collect();
     let next = after(&events, 0);
     if json {
         show_json(&run, &events, run_data, &signals, out)?;
@@ -1212,7 +1255,7 @@ fn show_json(
     run: &RunSummary,
     events: &[StoredEvent],
     run_data: RunData,
-    signals: &[StoredSignal],
+    signals: &[(StoredSignal, Option<String>)],
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let RunData {
@@ -1254,7 +1297,11 @@ fn show_json(
             "step": u.step, "status": u.status, "attempts": u.attempts, "error": u.error,
         })).collect::<Vec<_>>(),
         "events": events.iter().map(event_json).collect::<Vec<_>>(),
-        "signals": signals.iter().map(signal_json).collect::<Vec<_>>(),
+        "signals": signals.iter().map(|(signal, note)| {
+            let mut value = signal_json(signal);
+            value["note"] = json!(note);
+            value
+        }).collect::<Vec<_>>(),
     });
     writeln!(out, "{value}")?;
     Ok(())
@@ -1264,7 +1311,7 @@ fn show_text(
     run: &RunSummary,
     events: &[StoredEvent],
     run_data: RunData,
-    signals: Vec<StoredSignal>,
+    signals: Vec<(StoredSignal, Option<String>)>,
     full: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
@@ -1362,13 +1409,14 @@ fn show_text(
     drop(table);
     if !signals.is_empty() {
         writeln!(out)?;
-        let mut table = Table::new(["SIGNAL", "ID", "PAYLOAD", "SENT"]);
-        for signal in signals {
+        let mut table = Table::new(["SIGNAL", "ID", "PAYLOAD", "SENT", "NOTE"]);
+        for (signal, note) in signals {
             table.row([
                 signal.name,
                 signal.id.to_string(),
                 shown(signal.payload, full),
                 utc(signal.sent_ms),
+                note.unwrap_or_default(),
             ]);
         }
         table.write(out)?;

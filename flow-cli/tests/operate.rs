@@ -368,3 +368,54 @@ fn operations_work_beside_the_process_that_owns_the_store() {
     drop(owner);
     assert_eq!(status(db, "beside-waiting"), "cancelled");
 }
+
+/// `show` says of each unconsumed signal why nothing will take it: an operator's request not
+/// carried out yet, a name the run's workflow does not take (in a binary that registered
+/// it), or, once the run has ended, that it expired with the run.
+#[test]
+fn show_says_which_signals_nothing_will_take() {
+    let path = store("notes");
+    let db = path.to_str().expect("UTF-8");
+    let generic = Cli::new();
+    ok(
+        &generic,
+        &["signal", db, "notes-waiting", "confirm", "true"],
+    );
+    ok(&generic, &["cancel", db, "notes-waiting"]);
+    let shown = ok(&generic, &["show", db, "notes-waiting", "--json"]);
+    let notes = |shown: &str| -> Vec<Value> {
+        let value: Value = serde_json::from_str(shown).expect("JSON");
+        value["signals"]
+            .as_array()
+            .expect("signals")
+            .iter()
+            .map(|s| s["note"].clone())
+            .collect()
+    };
+    let generic_notes = notes(&shown);
+    assert_eq!(
+        generic_notes[0],
+        Value::Null,
+        "the generic binary cannot tell"
+    );
+    assert!(
+        generic_notes[1]
+            .as_str()
+            .is_some_and(|n| n.contains("operator's request")),
+        "{generic_notes:?}"
+    );
+    let registered = Cli::new().register::<Parcel>();
+    let shown = ok(&registered, &["show", db, "notes-waiting", "--json"]);
+    assert!(
+        notes(&shown)[0]
+            .as_str()
+            .is_some_and(|n| n.starts_with("no step will take it")),
+        "{shown}"
+    );
+    ok(&generic, &["terminate", db, "notes-waiting"]);
+    let shown = ok(&generic, &["show", db, "notes-waiting"]);
+    assert!(
+        shown.contains("expired: the run ended without taking it"),
+        "{shown}"
+    );
+}

@@ -1251,13 +1251,18 @@ async fn show(
     }
 }
 
-fn show_json(
-    run: &RunSummary,
-    events: &[StoredEvent],
-    run_data: RunData,
-    signals: &[(StoredSignal, Option<String>)],
-    out: &mut dyn Write,
-) -> Result<(), CliError> {
+/// What `show` prints of a run: its stored data, and its steps, compensations and error as
+/// its journal shows them (the error stored with its end when the journal shows none).
+struct Projected {
+    input: Vec<u8>,
+    outputs: Vec<StoredOutput>,
+    result: Option<Vec<u8>>,
+    error: Option<String>,
+    steps: Vec<Step>,
+    undo: Vec<Undo>,
+}
+
+fn project(events: &[StoredEvent], run_data: RunData) -> Projected {
     let RunData {
         input,
         outputs,
@@ -1267,6 +1272,31 @@ fn show_json(
     let undo = compensations(events);
     let (result, stored_error) = end.map_or((None, None), |end| (end.result, end.error));
     let error = run_error(&steps, &undo).or(stored_error);
+    Projected {
+        input,
+        outputs,
+        result,
+        error,
+        steps,
+        undo,
+    }
+}
+
+fn show_json(
+    run: &RunSummary,
+    events: &[StoredEvent],
+    run_data: RunData,
+    signals: &[(StoredSignal, Option<String>)],
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let Projected {
+        input,
+        outputs,
+        result,
+        error,
+        steps,
+        undo,
+    } = project(events, run_data);
     let places = output_places(events, &steps, &outputs);
     let mut step_outputs: Vec<Value> = vec![Value::Null; steps.len()];
     let mut others = Vec::new();
@@ -1315,15 +1345,14 @@ fn show_text(
     full: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let RunData {
+    let Projected {
         input,
         outputs,
-        end,
-    } = run_data;
-    let steps = steps(events);
-    let undo = compensations(events);
-    let (result, stored_error) = end.map_or((None, None), |end| (end.result, end.error));
-    let error = run_error(&steps, &undo).or(stored_error);
+        result,
+        error,
+        steps,
+        undo,
+    } = project(events, run_data);
     writeln!(out, "run       {}", printable(&run.id))?;
     writeln!(out, "workflow  {}", printable(&run.workflow))?;
     writeln!(out, "status    {}", run.status)?;

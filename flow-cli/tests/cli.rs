@@ -9,37 +9,7 @@ use flowdag_sqlite::SqliteStore;
 use serde_json::Value;
 
 mod common;
-use common::Failing;
-
-#[derive(Debug)]
-struct Never;
-
-impl std::fmt::Display for Never {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("never")
-    }
-}
-
-impl std::error::Error for Never {}
-
-async fn fetch(order: u64) -> Result<String, Never> {
-    Ok(format!("item-{order}"))
-}
-
-async fn ship(item: &str) -> Result<String, Never> {
-    Ok(format!("shipped {item}"))
-}
-
-workflow! {
-    #[flow(durable)]
-    Order(order: u64) -> String {
-        Sequential {
-            item = Operation(fetch(order)),
-            sent = Operation(ship(&item)),
-        }
-        => sent.clone()
-    }
-}
+use common::{Failing, Never, Order, fetch};
 
 async fn pack(line: u64) -> Result<u64, Refused> {
     match line {

@@ -13,7 +13,7 @@ use flowdag_sqlite::SqliteStore;
 use serde_json::Value;
 
 mod common;
-use common::{Shared, wait_until};
+use common::{Shared, fetch, wait_until};
 
 const LEASE: Duration = Duration::from_secs(3600);
 
@@ -204,21 +204,6 @@ fn follow_with_json_prints_one_object_a_line() {
     assert_eq!(lines[3]["event"]["node"], "charge");
     assert_eq!(lines[5]["ended"]["status"], "succeeded");
     assert_eq!(lines[5]["ended"]["events"], 6);
-}
-
-#[derive(Debug)]
-struct Never;
-
-impl std::fmt::Display for Never {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("never")
-    }
-}
-
-impl std::error::Error for Never {}
-
-async fn fetch(order: u64) -> Result<String, Never> {
-    Ok(format!("item-{order}"))
 }
 
 workflow! {

@@ -40,7 +40,7 @@ use rusqlite::Connection;
 use rusqlite::types::Value as Sql;
 
 mod common;
-use common::Failing;
+use common::{Failing, Order, fetch};
 
 #[derive(Debug)]
 struct Refused(&'static str);
@@ -52,25 +52,6 @@ impl std::fmt::Display for Refused {
 }
 
 impl std::error::Error for Refused {}
-
-async fn fetch(order: u64) -> Result<String, Refused> {
-    Ok(format!("item-{order}"))
-}
-
-async fn ship(item: &str) -> Result<String, Refused> {
-    Ok(format!("shipped {item}"))
-}
-
-workflow! {
-    #[flow(durable)]
-    Order(order: u64) -> String {
-        Sequential {
-            item = Operation(fetch(order)),
-            sent = Operation(ship(&item)),
-        }
-        => sent.clone()
-    }
-}
 
 async fn pack(line: u64) -> Result<u64, Refused> {
     match line {

@@ -4,42 +4,11 @@
 
 use std::process::{Command, Output};
 
-use flowdag::prelude::*;
 use flowdag_postgres::{PostgresOptions, PostgresStore, testing};
 use serde_json::Value;
 
 mod common;
-use common::{Failing, Shared, wait_until};
-
-#[derive(Debug)]
-struct Never;
-
-impl std::fmt::Display for Never {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("never")
-    }
-}
-
-impl std::error::Error for Never {}
-
-async fn fetch(order: u64) -> Result<String, Never> {
-    Ok(format!("item-{order}"))
-}
-
-async fn ship(item: &str) -> Result<String, Never> {
-    Ok(format!("shipped {item}"))
-}
-
-workflow! {
-    #[flow(durable)]
-    Order(order: u64) -> String {
-        Sequential {
-            item = Operation(fetch(order)),
-            sent = Operation(ship(&item)),
-        }
-        => sent.clone()
-    }
-}
+use common::{Failing, Order, Shared, wait_until};
 
 fn flow(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_flow"))

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use flowdag::prelude::*;
 use flowdag_runtime::store::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Owner, RunData,
     RunFilter, RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent, StoredSignal,
@@ -117,4 +118,38 @@ pub fn wait_until(what: &str, looks: u32, mut done: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(10));
     }
     panic!("{what}: not after {looks} looks");
+}
+
+/// The error of a step that never fails.
+#[derive(Debug)]
+pub struct Never;
+
+impl std::fmt::Display for Never {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("never")
+    }
+}
+
+impl std::error::Error for Never {}
+
+/// Fetches an order's item.
+pub async fn fetch(order: u64) -> Result<String, Never> {
+    Ok(format!("item-{order}"))
+}
+
+/// Ships an item.
+pub async fn ship(item: &str) -> Result<String, Never> {
+    Ok(format!("shipped {item}"))
+}
+
+workflow! {
+    /// Fetches an order's item and ships it.
+    #[flow(durable)]
+    pub Order(order: u64) -> String {
+        Sequential {
+            item = Operation(fetch(order)),
+            sent = Operation(ship(&item)),
+        }
+        => sent.clone()
+    }
 }

@@ -575,6 +575,12 @@ async fn delete_runs_deletes_finished_runs_only() {
         .execute(1)
         .await
         .expect("unloads");
+    let unfinished = RunFilter {
+        statuses: vec![RunStatus::Waiting],
+        ..RunFilter::default()
+    };
+    let none = delete_runs(&store, &unfinished).await.expect("deletes");
+    assert!(none.is_empty(), "an unfinished status selects nothing");
     let deleted = delete_runs(&store, &RunFilter::default())
         .await
         .expect("deletes");
@@ -610,4 +616,34 @@ fn a_run_without_a_time_driver_stops_unwritten_and_resumes_where_time_is() {
         let outcome = resume::<Backoff, _>(&store, id).await.expect("resumes");
         assert_eq!(outcome.into_result().expect("succeeds"), 3);
     });
+}
+
+/// A run terminated by an operator loses its timers, its run deadline among them: redriven
+/// after that deadline had passed, it gets its whole deadline again instead of being
+/// cancelled at once.
+#[tokio::test]
+async fn a_terminated_run_keeps_no_timer_and_a_redrive_gets_its_whole_deadline() {
+    let store = MemoryStore::new();
+    let id = "deadline-redrive";
+    let ended = Sleepy::runner()
+        .deadline(Duration::from_millis(300))
+        .durable(&store, id)
+        .unload_when_waiting(Duration::ZERO)
+        .execute(6)
+        .await
+        .expect("unloads");
+    assert!(ended.is_unloaded());
+    terminate_run(&store, id, None, &Owner::new("operator"))
+        .await
+        .expect("terminates");
+    // The run's first deadline passes while it is terminated.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    redrive_run(&store, id).await.expect("redrives");
+    let ended = flowdag::durable::resume_or_unload::<Sleepy, _>(&store, id, Duration::ZERO)
+        .await
+        .expect("resumes");
+    assert!(
+        ended.is_unloaded(),
+        "the redriven run waits again, within a deadline of its own"
+    );
 }

@@ -656,9 +656,11 @@ pub(crate) async fn commit(tx: &mut Tx<'_>, batch: &Batch, channel: &str) -> R<C
     // batch is written and the run is read again to answer.
     if let Some((hash, nodes)) = &batch.graph {
         // A compatible change of the run's graph, adopted with this commit.
+        // Its tasks are claimed by the workers of the new graph (`claim_tasks` filters by it).
         tx.execute(
             "replacing the graph of a run",
-            "UPDATE runs SET graph_hash = $2 WHERE id = $1",
+            "WITH adopted AS (UPDATE runs SET graph_hash = $2 WHERE id = $1)
+             UPDATE tasks SET graph_hash = $2 WHERE run = $1",
             &[&batch.run, &i(*hash)],
         )
         .await?;
@@ -827,7 +829,8 @@ pub(crate) async fn commit(tx: &mut Tx<'_>, batch: &Batch, channel: &str) -> R<C
                     &opened,
                     &attempts,
                     &run.workflow,
-                    &i(run.graph_hash),
+                    // The run's graph from this batch on, when the batch adopts one.
+                    &i(batch.graph.as_ref().map_or(run.graph_hash, |(hash, _)| *hash)),
                     &channel,
                 ],
             )
@@ -1252,6 +1255,14 @@ pub(crate) async fn reopen(
         }));
     }
     insert_events(tx, run, std::slice::from_ref(marker), now).await?;
+    // Requests left from before (never carried out) would stop the redriven run at once.
+    tx.execute(
+        "reopening a run",
+        "UPDATE signals SET consumed_seq = $2 WHERE run = $1 AND consumed_seq IS NULL
+            AND left(name, 5) = 'flow.'",
+        &[&run, &i(marker.seq)],
+    )
+    .await?;
     tx.execute(
         "reopening a run",
         "WITH reopened AS (

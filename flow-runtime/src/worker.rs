@@ -120,12 +120,14 @@ pub struct Worker<S> {
     run_lease: Duration,
     owner: Owner,
     mailboxes: Mailboxes,
-    /// Whether the worker has looked for the runs of its workflows started with another
-    /// graph (once, at its first look: see [`Worker::due`]).
-    adopting: std::sync::atomic::AtomicBool,
+    /// Its looks for runs so far: at the first and every [`ADOPT_EVERY`] after, it also looks
+    /// for the runs of its workflows started with another graph (see [`Worker::due`]).
+    looks: std::sync::atomic::AtomicU64,
     /// The runs of another graph it took at that look: one whose change is not compatible
     /// is not the worker's, and is not reported.
-    adoptees: Mutex<Vec<String>>,
+    adoptees: Mutex<std::collections::HashSet<String>>,
+    /// The runs of another graph the worker found it cannot go on with: not taken again.
+    foreign: Mutex<std::collections::HashSet<String>>,
 }
 
 /// A run the worker resumed, and how it ended.
@@ -189,8 +191,9 @@ impl<S: Store + Clone> Worker<S> {
             run_lease: RUN_LEASE,
             owner: Owner::process(),
             mailboxes: Mailboxes::default(),
-            adopting: std::sync::atomic::AtomicBool::new(true),
-            adoptees: Mutex::new(Vec::new()),
+            looks: std::sync::atomic::AtomicU64::new(0),
+            adoptees: Mutex::new(std::collections::HashSet::new()),
+            foreign: Mutex::new(std::collections::HashSet::new()),
         }
     }
 
@@ -284,20 +287,20 @@ impl<S: Store + Clone> Worker<S> {
     /// The runs the worker would pick up now, oldest first, at most `limit`; `skip` are runs
     /// it drives already.
     ///
-    /// At its first look the worker also picks up the unfinished runs of its workflows that
-    /// were started with another graph and that no live owner holds: resuming one adopts the
-    /// graph the worker has when the change is compatible (see
-    /// [`incompatible_changes`](crate::durable::incompatible_changes)), after which the store
-    /// hands it to the workers of that graph; one that is not is refused once
-    /// (released at once, not reported) and left to a worker with its graph.
+    /// At its first look, and every [`ADOPT_EVERY`] looks after, the worker also picks up the
+    /// unfinished runs of its workflows that were started with another graph, that no live
+    /// owner holds and that are due: resuming one adopts the graph the worker has when the
+    /// change is compatible (see [`incompatible_changes`](crate::durable::incompatible_changes)),
+    /// after which the store hands it to the workers of that graph; one that is not is
+    /// released at once, not reported, and left to a worker with its graph.
     async fn due(&self, limit: usize, skip: &[String]) -> Result<Vec<RunSummary>, DurableError> {
         let versions = self.versions();
         let asked = u32::try_from(limit.saturating_add(skip.len())).unwrap_or(u32::MAX);
         let mut runs = self.store.due_runs(&self.owner, &versions, asked).await?;
-        if self
-            .adopting
-            .swap(false, std::sync::atomic::Ordering::Relaxed)
-        {
+        let look = self
+            .looks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if look % ADOPT_EVERY == 0 {
             let others = self.of_other_graphs().await?;
             if let Ok(mut adoptees) = self.adoptees.lock() {
                 adoptees.extend(others.iter().map(|run| run.id.clone()));
@@ -315,11 +318,15 @@ impl<S: Store + Clone> Worker<S> {
     /// Whether `resumed` is a run of another graph that the worker took to adopt its graph and
     /// that refused it: not the worker's run, and not reported.
     fn not_mine(&self, resumed: &Resumed) -> bool {
-        matches!(resumed.result, Err(DurableError::GraphChanged { .. }))
-            && self
+        let mine = !matches!(resumed.result, Err(DurableError::GraphChanged { .. }))
+            || !self
                 .adoptees
                 .lock()
-                .is_ok_and(|adoptees| adoptees.contains(&resumed.run))
+                .is_ok_and(|adoptees| adoptees.contains(&resumed.run));
+        if !mine && let Ok(mut foreign) = self.foreign.lock() {
+            foreign.insert(resumed.run.clone());
+        }
+        !mine
     }
 
     /// The unfinished runs of the registered workflows started with another graph than the
@@ -338,13 +345,11 @@ impl<S: Store + Clone> Worker<S> {
                 ..crate::store::RunFilter::default()
             };
             let runs = self.store.list_runs(&filter).await?;
+            let foreign = self.foreign.lock().map(|f| f.clone()).unwrap_or_default();
             found.extend(runs.into_iter().filter(|run| {
-                let free = match &run.owner {
-                    None => true,
-                    Some(holder) if holder == self.owner.as_str() => true,
-                    Some(_) => run.lease_until_ms.is_none_or(|until| until <= now),
-                };
-                run.graph_hash != registered.graph_hash && free
+                run.graph_hash != registered.graph_hash
+                    && run.is_due_for(&self.owner, now)
+                    && !foreign.contains(&run.id)
             }));
         }
         Ok(found)
@@ -729,6 +734,11 @@ fn refused_for_good(error: &DurableError) -> bool {
         _ => true,
     }
 }
+
+/// How often (in looks) a worker looks for the runs of its workflows started with another
+/// graph: at its first look and then every this many (about a minute at the default poll
+/// interval).
+const ADOPT_EVERY: u64 = 120;
 
 /// A run the worker drives.
 struct InFlight {

@@ -815,6 +815,14 @@ pub(crate) fn reopen(
     }
     let now = now_ms();
     db.insert_events(run, std::slice::from_ref(&marker), now)?;
+    // Requests left from before (never carried out) would stop the redriven run at once.
+    db.conn
+        .prepare_cached(
+            "UPDATE signals SET consumed_seq = ?2 WHERE run = ?1 AND consumed_seq IS NULL
+                AND substr(name, 1, 5) = 'flow.'",
+        )
+        .and_then(|mut stmt| stmt.execute(params![run, i(marker.seq)]))
+        .map_err(db.err("reopening a run in"))?;
     db.conn
         .prepare_cached(
             "UPDATE runs SET status = 'running', next_seq = ?2, owner = NULL, lease_until = NULL,

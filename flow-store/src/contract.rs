@@ -888,6 +888,19 @@ pub async fn reopen_and_delete(store: &dyn Store) {
     let owner = Owner::new("a");
     let lease = create(store, "r1", "W", &owner).await;
     let running = create(store, "r2", "W", &owner).await;
+    // A request the run never carried out: cleared by the redrive.
+    let leftover = store
+        .send_signal(NewSignal {
+            run: "r1".into(),
+            name: super::requests::CANCEL.into(),
+            payload: b"{}".to_vec(),
+            mode: SignalMode::Kept,
+        })
+        .await;
+    assert!(
+        matches!(leftover, Ok(SignalSent::Stored { .. })),
+        "reopen: a request: {leftover:?}"
+    );
     assert_eq!(
         store.reopen("r2", event(2, "Redriven", None)).await,
         Err(StoreError::WrongStatus {
@@ -943,6 +956,8 @@ pub async fn reopen_and_delete(store: &dyn Store) {
     assert!(reopened.is_due(u64::MAX / 2), "reopen: due at once");
     let events = store.events("r1", 6).await.map(|e| e.len());
     assert_eq!(events, Ok(1), "reopen: the marker is stored");
+    let open = store.signals("r1", 0).await.map(|s| s.len());
+    assert_eq!(open, Ok(0), "reopen: the leftover request is consumed");
     let loaded = store
         .load_run("r1", &Owner::new("b"), LONG)
         .await

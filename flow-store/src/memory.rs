@@ -370,6 +370,12 @@ impl State {
             });
         }
         let now = now_ms();
+        // Requests left from before (never carried out) would stop the redriven run at once.
+        for (signal, consumed) in self.signals.values_mut() {
+            if signal.run == run && super::requests::is_request(&signal.name) {
+                *consumed = true;
+            }
+        }
         let Some(row) = self.runs.get_mut(run) else {
             return Err(not_found(run));
         };

@@ -51,7 +51,7 @@ use crate::scheduler::{AttemptScope, Before, Hook, HookFuture, Run, RunEnd, Scop
 use crate::status::NodeStatus;
 use crate::store::{
     Batch, Committed, RunEnd as StoredEnd, RunStatus, StoreFuture, StoredEvent, StoredOutput,
-    TaskClaim, TaskOutcome, TimerChange, TimerKey, TimerKind, now_ms,
+    TaskChange, TaskClaim, TaskOutcome, TimerChange, TimerKey, TimerKind, now_ms,
 };
 
 mod inbox;
@@ -223,6 +223,7 @@ impl Journal {
         }
         if let EventKind::Failed { error } = &event.kind
             && error.contains(NO_TIMER)
+            && !self.journaled_failure(event.node, error)
         {
             // Not the step's failure: this process cannot run it. Nothing more is written.
             return self.environment();
@@ -351,6 +352,14 @@ impl Journal {
                 TimerChange::Clear { key } => self.open.retain(|k| k != key),
             }
         }
+    }
+
+    /// Replaying: whether the journal's next event is this failure of `node` with this
+    /// error (a journal written before a missing timer stopped runs instead of failing them).
+    fn journaled_failure(&self, node: Option<u32>, error: &str) -> bool {
+        self.setup.events.get(self.cursor).is_some_and(|journal| {
+            journal.kind == "Failed" && journal.node == node && error_text(journal) == error
+        })
     }
 
     /// This process cannot run the run (no tokio time driver): it stops, writing nothing
@@ -1423,6 +1432,33 @@ fn retry_redriven(run: &mut Run<'_, '_>) {
                 delay: Duration::ZERO,
             },
         );
+    }
+    if !fresh {
+        return;
+    }
+    // A distributed run lost its tasks when it ended: the tasks of the attempts it runs again
+    // are opened again.
+    let Some(journal) = run.hook::<Journal>() else {
+        return;
+    };
+    let remote: Vec<u32> = match journal.tasks.as_deref() {
+        Some(tasks) => journal
+            .held
+            .iter()
+            .map(|&(node, _)| node)
+            .filter(|&node| tasks.is_remote(node))
+            .collect(),
+        None => return,
+    };
+    let opens: Vec<TaskChange> = remote
+        .into_iter()
+        .map(|node| TaskChange::Open {
+            node,
+            attempt: run.attempt(node),
+        })
+        .collect();
+    if let Some(journal) = run.hook::<Journal>() {
+        journal.pending.tasks.extend(opens);
     }
 }
 

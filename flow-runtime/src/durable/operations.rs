@@ -22,7 +22,7 @@ use super::DurableError;
 use super::journal::{CANCEL_REQUESTED, TERMINATED};
 use crate::store::{
     Batch, NewSignal, Owner, RunEnd, RunFilter, RunStatus, RunSummary, SignalMode, SignalSent,
-    Store, StoreError, StoredEvent, requests,
+    Store, StoreError, StoredEvent, TimerChange, requests,
 };
 
 /// The kind of the event that reopens a failed or cancelled run.
@@ -123,6 +123,14 @@ pub async fn terminate_run<S: Store + ?Sized>(
     }
     batch.events.push(event);
     batch.consumed.push(id);
+    // Its timers go with it: a redrive must not find its old deadlines.
+    batch.timers = loaded
+        .timers
+        .iter()
+        .map(|timer| TimerChange::Clear {
+            key: timer.key.clone(),
+        })
+        .collect();
     batch.status = Some(RunStatus::Cancelled);
     batch.end = Some(RunEnd {
         result: None,
@@ -367,7 +375,7 @@ impl Replay {
 }
 
 /// Deletes every finished run that `filter` selects (its `statuses` default to the finished
-/// ones; an unfinished status in it is ignored), page by page; returns the ids deleted.
+/// ones; an unfinished status in it selects nothing), page by page; returns the ids deleted.
 ///
 /// # Errors
 ///
@@ -382,8 +390,13 @@ pub async fn delete_runs<S: Store + ?Sized>(
         RunStatus::Failed,
         RunStatus::Cancelled,
     ];
-    page.statuses.retain(|s| s.is_finished());
-    if page.statuses.is_empty() {
+    if !page.statuses.is_empty() {
+        page.statuses.retain(|s| s.is_finished());
+        if page.statuses.is_empty() {
+            // Only unfinished statuses asked for: nothing of them is deleted.
+            return Ok(Vec::new());
+        }
+    } else {
         page.statuses = finished.to_vec();
     }
     let wanted = filter.limit.map(|n| n as usize);

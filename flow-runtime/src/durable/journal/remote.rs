@@ -167,7 +167,7 @@ impl Tasks {
         }))
     }
 
-    fn is_remote(&self, node: u32) -> bool {
+    pub(super) fn is_remote(&self, node: u32) -> bool {
         self.remote.get(node as usize).copied().unwrap_or(false)
     }
 

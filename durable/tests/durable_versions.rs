@@ -243,13 +243,15 @@ async fn a_change_that_could_alter_the_past_is_refused_naming_it() {
     assert_eq!(outcome.into_result().expect("succeeds"), 2);
 }
 
-/// A worker with the new code picks up, at its first look, the runs started with the old
+/// A worker with the new code picks up, at its first look, the due runs started with the old
 /// graph: the compatible one goes on with its graph; the other is left as it was, its lease
 /// given back, and not reported.
 #[tokio::test]
 async fn a_worker_with_the_new_code_takes_the_compatible_runs_of_the_old_graph() {
     let store = MemoryStore::new();
     waiting(&store, "old-1").await;
+    // A worker takes the runs of another graph that are due: this one once its `Delay` is.
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let worker = Worker::new(store.clone()).register::<shipping_changed::Order>();
     let resumed = worker.resume_due().await.expect("looks");
     assert_eq!(resumed.len(), 1);
@@ -259,6 +261,8 @@ async fn a_worker_with_the_new_code_takes_the_compatible_runs_of_the_old_graph()
     assert_eq!(what_ran("old-1"), vec!["reserve", "ship_faster"]);
 
     waiting(&store, "old-2").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = summary(&store, "old-2").await;
     let worker = Worker::new(store.clone()).register::<reserve_changed::Order>();
     let resumed = worker.resume_due().await.expect("looks");
     assert!(
@@ -268,4 +272,5 @@ async fn a_worker_with_the_new_code_takes_the_compatible_runs_of_the_old_graph()
     let left = summary(&store, "old-2").await;
     assert_eq!(left.status, RunStatus::Waiting, "left as it was");
     assert_eq!(left.owner, None, "its lease given back");
+    assert_eq!(left.version, before.version + 1, "it was looked at once");
 }

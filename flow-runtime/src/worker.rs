@@ -300,7 +300,7 @@ impl<S: Store + Clone> Worker<S> {
         let look = self
             .looks
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if look % ADOPT_EVERY == 0 {
+        if look.is_multiple_of(ADOPT_EVERY) {
             let others = self.of_other_graphs().await?;
             if let Ok(mut adoptees) = self.adoptees.lock() {
                 adoptees.extend(others.iter().map(|run| run.id.clone()));

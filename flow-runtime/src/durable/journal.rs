@@ -1085,8 +1085,19 @@ fn start_delay(run: &mut Run<'_, '_>, node: u32) {
     };
     if let Some(i) = journal.timer_set.iter().position(|&n| n == node) {
         journal.timer_set.swap_remove(i);
-        let left = journal.left(&delay_key(Some(node)));
-        run.leaf(node).resume_timer(left);
+        let key = delay_key(Some(node));
+        if journal.setup.timers.iter().any(|t| t.key == key) {
+            let left = journal.left(&key);
+            run.leaf(node).resume_timer(left);
+            return;
+        }
+        // Its timer went when the run ended: a redriven run's `Delay` waits its whole time
+        // again, stored anew so that a later resume keeps its due time.
+        let after = run.leaf(node).delay().unwrap_or_default();
+        if let Some(journal) = run.hook::<Journal>() {
+            journal.pending.timers.push(TimerChange::Set { key, after });
+        }
+        run.leaf(node).resume_timer(after);
         return;
     }
     let after = run.leaf(node).delay();

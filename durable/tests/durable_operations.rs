@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use flowdag::durable::{
-    DurableError, Stop, cancel_run, delete_runs, redrive_run, resume, terminate_run,
+    DurableError, Stop, cancel_run, delete_runs, redrive_run, resume, send_signal, terminate_run,
 };
 use flowdag::prelude::*;
 use flowdag::store::{
@@ -100,6 +100,18 @@ async fn slow(n: u64) -> Result<u64, Down> {
     Ok(n)
 }
 
+/// Completes after a while: long after `flaky` failed beside it.
+async fn late(n: u64) -> Result<u64, Down> {
+    record("late");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    Ok(n * 10)
+}
+
+async fn add(a: u64, b: u64) -> Result<u64, Down> {
+    record("add");
+    Ok(a + b)
+}
+
 async fn undo(n: &u64) -> Result<(), Down> {
     record(&format!("undo {n}"));
     Ok(())
@@ -146,6 +158,40 @@ workflow! {
             tried = Operation(flaky(n), retries = 2, backoff = "10ms"),
         }
         => tried
+    }
+}
+
+workflow! {
+    #[flow(durable)]
+    Branches(n: u64) -> u64 {
+        Sequential {
+            Parallel {
+                tried = Operation(flaky(n)),
+                Sequential {
+                    waited = Operation(late(n)),
+                    doubled = Operation(add(waited, waited)),
+                },
+            },
+            total = Operation(add(tried, doubled)),
+        }
+        => total
+    }
+}
+
+workflow! {
+    #[flow(durable)]
+    Signalled(n: u64) -> u64 {
+        Sequential {
+            Parallel {
+                tried = Operation(flaky(n)),
+                Sequential {
+                    waited = Operation(late(n)),
+                    got = Signal(go: u64),
+                },
+            },
+            total = Operation(add(tried, got)),
+        }
+        => total
     }
 }
 
@@ -463,6 +509,89 @@ async fn a_redriven_run_keeps_its_completed_steps_and_retries_the_failed_one_wit
     );
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A branch that went on after the failure (its steps completed after the failed one
+/// failed) is not run again by a redrive: its steps take their stored outputs, and only the
+/// failed step and what follows it run; a resume of the finished run replays it all.
+#[tokio::test]
+async fn a_redrive_keeps_the_steps_that_completed_after_the_failure() {
+    let store = MemoryStore::new();
+    let id = "branches-redrive";
+    set_fails(id, 1);
+    let outcome = Branches::runner()
+        .durable(&store, id)
+        .execute(2)
+        .await
+        .expect("runs");
+    assert!(outcome.into_result().is_err(), "`tried` fails");
+    let journal = kinds(&store, id).await;
+    let failed = journal.iter().position(|k| k == "Failed tried#1");
+    let completed = journal.iter().position(|k| k == "Completed doubled#1");
+    assert!(
+        failed.is_some() && completed > failed,
+        "the other branch completed after the failure: {journal:?}"
+    );
+    redrive_run(&store, id).await.expect("redrives");
+    let outcome = resume::<Branches, _>(&store, id).await.expect("resumes");
+    assert_eq!(outcome.into_result().expect("succeeds"), 3 + 40);
+    assert_eq!(
+        keys(id),
+        vec![
+            format!("flaky {id}/tried/1"),
+            format!("late {id}/waited/1"),
+            format!("add {id}/doubled/1"),
+            format!("flaky {id}/tried/2"),
+            format!("add {id}/total/1"),
+        ],
+        "`waited` and `doubled` ran once"
+    );
+    let again = resume::<Branches, _>(&store, id).await.expect("replays");
+    assert_eq!(again.into_result().expect("succeeds"), 43);
+    assert_eq!(keys(id).len(), 5, "nothing ran again");
+}
+
+/// A `Signal` step that took its signal after the failure keeps it through a redrive: the
+/// signal was consumed, and the redriven run does not wait for another.
+#[tokio::test]
+async fn a_redrive_keeps_a_signal_taken_after_the_failure() {
+    let store = MemoryStore::new();
+    let id = "signalled-redrive";
+    set_fails(id, 1);
+    let run = Signalled::runner()
+        .durable(&store, id)
+        .signal_poll(Duration::from_millis(5))
+        .execute(5);
+    // Sent while `late` runs: `got` takes it when it starts, after `tried` failed.
+    let send = async {
+        for _ in 0..400 {
+            match send_signal(&store, id, Signalled::GO, 7).await {
+                Err(DurableError::Store(StoreError::NotFound { .. })) => {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                sent => return sent.expect("sends"),
+            }
+        }
+        panic!("the run was never stored");
+    };
+    let (outcome, _) = tokio::join!(run, send);
+    let outcome = outcome.expect("runs");
+    assert!(outcome.into_result().is_err(), "`tried` fails");
+    let journal = kinds(&store, id).await;
+    let failed = journal.iter().position(|k| k == "Failed tried#1");
+    let got = journal.iter().position(|k| k == "Completed got#1");
+    assert!(failed.is_some() && got > failed, "{journal:?}");
+    redrive_run(&store, id).await.expect("redrives");
+    let outcome = tokio::time::timeout(Duration::from_secs(30), resume::<Signalled, _>(&store, id))
+        .await
+        .expect("does not wait for another signal")
+        .expect("resumes");
+    assert_eq!(outcome.into_result().expect("succeeds"), 6 + 7);
+    let late: Vec<String> = keys(id)
+        .into_iter()
+        .filter(|k| k.starts_with("late"))
+        .collect();
+    assert_eq!(late.len(), 1, "{late:?}");
 }
 
 /// A run redriven twice: each redrive gives the failed step new attempts after its last one.

@@ -51,7 +51,7 @@ use crate::scheduler::{AttemptScope, Before, Hook, HookFuture, Run, RunEnd, Scop
 use crate::status::NodeStatus;
 use crate::store::{
     Batch, Committed, RunEnd as StoredEnd, RunStatus, StoreFuture, StoredEvent, StoredOutput,
-    TaskChange, TaskClaim, TaskOutcome, TimerChange, TimerKey, TimerKind, now_ms,
+    TaskChange, TaskClaim, TaskOutcome, TimerChange, TimerKey, TimerKind, WaitChange, now_ms,
 };
 
 mod inbox;
@@ -126,6 +126,9 @@ pub(crate) struct Journal {
     /// Each redrive of the run: the index in `setup.events` of its first event, and the steps
     /// that had failed with their last attempt (see `operations.rs`).
     epochs: Vec<(usize, Vec<(u32, u32)>)>,
+    /// The steps that completed in a part of the journal a redrive cut off: requested live,
+    /// each takes its stored output (`salvage`).
+    salvage: Vec<u32>,
 }
 
 /// The shortest time between two renewals of a lease.
@@ -167,6 +170,7 @@ impl Journal {
             requests: Some(requests),
             terminated: None,
             epochs: replay.epochs,
+            salvage: replay.salvage,
             renew_every: renew_every(&setup),
             setup,
         })
@@ -1346,7 +1350,10 @@ fn go_live(run: &mut Run<'_, '_>) {
         // Cancelled or terminated before anything of it runs again.
         return;
     }
+    // In this order, which a replay of the events they journal meets the same way: the
+    // failed steps' `Retrying`, then the salvaged steps' `Completed`.
     retry_redriven(run);
+    salvage(run);
     let Some(journal) = run.hook::<Journal>() else {
         return;
     };
@@ -1393,6 +1400,56 @@ fn go_live(run: &mut Run<'_, '_>) {
         }
     }
     release_durable(run);
+}
+
+/// Live after a redrive: each requested step that had completed in the part of the journal
+/// the redrive cut off (a branch that went on after the failure) completes again from its
+/// stored output, in the batch of its `Requested` (its task, its signal wait, its deadline
+/// are closed with it), instead of running again. Returns whether one did.
+fn salvage(run: &mut Run<'_, '_>) -> bool {
+    let Some(journal) = run.hook::<Journal>() else {
+        return false;
+    };
+    let ready: Vec<u32> = journal
+        .held
+        .iter()
+        .map(|&(node, _)| node)
+        .filter(|node| journal.salvage.contains(node))
+        .collect();
+    let mut any = false;
+    for node in ready {
+        let kind = run.graph().nodes[node as usize].kind;
+        let Some(journal) = run.hook::<Journal>() else {
+            return any;
+        };
+        // A step without a stored output (a `Delay` has none to restore) is restored from
+        // its kind alone; one whose output is gone runs again.
+        let stored = journal.setup.outputs.contains_key(&node);
+        if !worldly(kind) || (kind != NodeKind::Delay && !stored) {
+            continue;
+        }
+        journal.salvage.retain(|&n| n != node);
+        journal.unhold(node);
+        any = true;
+        match kind {
+            NodeKind::Delay => {
+                run.end_attempt(node);
+                run.complete(node);
+            }
+            NodeKind::Signal => {
+                inbox::signal_replayed(run, node);
+                if let Some(journal) = run.hook::<Journal>() {
+                    journal.pending.waits.push(WaitChange::Close {
+                        node,
+                        instance: String::new(),
+                    });
+                }
+                restore(run, node);
+            }
+            _ => restore(run, node),
+        }
+    }
+    any
 }
 
 /// Going live after a redrive: each step whose attempt in flight had failed for good (its
@@ -1533,6 +1590,14 @@ fn journal_poll(run: &mut Run<'_, '_>, cx: &mut Context<'_>, mut poll: Poll<()>)
         }
         if tasks && remote::poll_tasks(run, cx) {
             // A task's outcome is known: its node takes it now.
+            poll = run.poll(cx);
+            continue;
+        }
+        let Some(journal) = run.hook::<Journal>() else {
+            return poll;
+        };
+        if !journal.salvage.is_empty() && salvage(run) {
+            // A step a redrive had cut off completed again from its stored output.
             poll = run.poll(cx);
             continue;
         }

@@ -12,7 +12,10 @@
 //! skipped or aborted, the run's end) and goes on live from there: the steps that completed
 //! keep their outputs, the steps that were running run again with the same attempt (and key),
 //! and each failed step gets a new attempt, numbered after its last one (so a new key), with
-//! its whole retry budget again. The events from before the redrive stay in the journal.
+//! its whole retry budget again. A step that completed after the failure (a branch that
+//! went on without the failed step) is not run again: when the redriven run requests it, it
+//! takes the output the step stored, and its completion is journaled anew. The events from
+//! before the redrive stay in the journal.
 
 use std::time::Duration;
 
@@ -332,6 +335,10 @@ pub(crate) struct Replay {
     /// Each redrive: the index in `events` of its first event, and its failed steps with
     /// their last attempt before it.
     pub(crate) epochs: Vec<(usize, Vec<(u32, u32)>)>,
+    /// The run's own steps that completed in a part of the journal a redrive cut off (a
+    /// branch that went on after the failure): a redriven run that requests one of them
+    /// again takes its stored output instead of running it again.
+    pub(crate) salvage: Vec<u32>,
 }
 
 impl Replay {
@@ -339,6 +346,7 @@ impl Replay {
     pub(crate) fn of(stored: Vec<StoredEvent>) -> Replay {
         let mut events: Vec<StoredEvent> = Vec::with_capacity(stored.len());
         let mut epochs: Vec<(usize, Vec<(u32, u32)>)> = Vec::new();
+        let mut salvage: Vec<u32> = Vec::new();
         for event in stored {
             if event.path.is_some() {
                 continue;
@@ -363,6 +371,13 @@ impl Replay {
                             .collect()
                     })
                     .unwrap_or_default();
+                for cut in events.iter().filter(|e| e.seq >= from) {
+                    if let (Some(node), "Completed") = (cut.node, cut.kind.as_str())
+                        && !salvage.contains(&node)
+                    {
+                        salvage.push(node);
+                    }
+                }
                 events.retain(|e| e.seq < from);
                 epochs.retain(|&(start, _)| start <= events.len());
                 epochs.push((events.len(), floors));
@@ -370,7 +385,11 @@ impl Replay {
             }
             events.push(event);
         }
-        Replay { events, epochs }
+        Replay {
+            events,
+            epochs,
+            salvage,
+        }
     }
 }
 

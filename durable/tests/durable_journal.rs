@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use flowdag::durable::{DurableError, GraphChange};
+use flowdag::durable::{DurableError, GraphChange, resume};
 use flowdag::prelude::*;
 use flowdag::store::{
     Batch, Committed, Created, DueTimer, Lease, Loaded, MemoryStore, NewRun, NewSignal, Owner,
@@ -489,17 +489,17 @@ mod changed {
     }
 }
 
+/// A run that has passed the steps a new version changes is refused, naming each change; a
+/// run stopped before them goes on with the new version.
 #[tokio::test(start_paused = true)]
 async fn a_changed_graph_is_refused_with_what_changed() {
     let store = MemoryStore::new();
-    let failing = Probe::new(&store, Some(3));
-    assert!(
-        Order::runner()
-            .durable(&failing, "changed-1")
-            .execute(7)
-            .await
-            .is_err()
-    );
+    let outcome = Order::runner()
+        .durable(&Probe::new(&store, None), "changed-1")
+        .execute(7)
+        .await
+        .expect("runs");
+    assert_eq!(outcome.result.expect("succeeds"), EXPECTED);
     let err = changed::Order::resume(&store, "changed-1")
         .await
         .expect_err("refused");
@@ -530,9 +530,25 @@ async fn a_changed_graph_is_refused_with_what_changed() {
         "{text}"
     );
     assert!(text.contains("step `receipt` now calls"), "{text}");
-    // Nothing ran.
-    let before = executed("changed-1").len();
-    assert_eq!(executed("changed-1").len(), before);
+
+    // Stopped (a commit failed) before it reached any of them: it goes on with them.
+    let failing = Probe::new(&store, Some(3));
+    assert!(
+        Order::runner()
+            .durable(&failing, "changed-2")
+            .execute(7)
+            .await
+            .is_err()
+    );
+    let outcome = changed::Order::resume(&Probe::new(&store, None), "changed-2")
+        .await
+        .expect("the change is compatible");
+    // `charge(price + 1)`: 7 × 100 on its second attempt.
+    assert_eq!(
+        outcome.result.expect("succeeds"),
+        "700: reserved item-7",
+        "the new version's step ran"
+    );
 }
 
 #[test]
@@ -752,4 +768,86 @@ async fn a_resumed_deadline_keeps_its_due_time() {
         waited <= Duration::from_millis(300),
         "the deadline started again: {waited:?}"
     );
+}
+
+// --- Steps that end in the same round replay ---------------------------------------------
+
+async fn twin(n: u64) -> Result<u64, std::convert::Infallible> {
+    Ok(n + 1)
+}
+
+workflow! {
+    #[flow(durable)]
+    Twins(n: u64) -> u64 {
+        Parallel {
+            Sequential { a = Operation(twin(n)), b = Operation(twin(a)) },
+            Sequential { c = Operation(twin(n)), d = Operation(twin(c)) },
+        }
+        => b + d
+    }
+}
+
+workflow! {
+    #[flow(durable)]
+    TwinDelays(n: u64) -> u64 {
+        Parallel {
+            Sequential { Delay("100ms"), a = Operation(twin(n)) },
+            Sequential { Delay("150ms"), b = Operation(twin(n)) },
+        }
+        => a + b
+    }
+}
+
+/// Two steps that complete in the same round of the run journal both completions before the
+/// steps that follow them are requested; the replay applies both before it asks the run what
+/// comes next, and meets the journal.
+#[tokio::test]
+async fn steps_completed_in_one_round_replay() {
+    let store = MemoryStore::new();
+    let outcome = Twins::runner()
+        .durable(&store, "twins")
+        .execute(1)
+        .await
+        .expect("runs");
+    assert_eq!(outcome.into_result().expect("succeeds"), 6);
+    let kinds: Vec<String> = store
+        .events("twins", 0)
+        .await
+        .expect("reads")
+        .into_iter()
+        .map(|e| format!("{} {}", e.kind, e.node_name.unwrap_or_default()))
+        .collect();
+    let completed_c = kinds.iter().position(|k| k == "Completed c");
+    let requested_b = kinds.iter().position(|k| k == "Requested b");
+    assert!(
+        completed_c < requested_b,
+        "both completions come before the next requests: {kinds:?}"
+    );
+    let again = resume::<Twins, _>(&store, "twins")
+        .await
+        .expect("the finished run replays");
+    assert_eq!(again.into_result().expect("succeeds"), 6);
+}
+
+/// Two `Delay`s whose timers are both due when the run is resumed fire in one round; a later
+/// replay of the run meets its journal.
+#[tokio::test]
+async fn delays_due_together_at_a_resume_replay() {
+    let store = MemoryStore::new();
+    let ended = TwinDelays::runner()
+        .durable(&store, "twin-delays")
+        .unload_when_waiting(Duration::ZERO)
+        .execute(1)
+        .await
+        .expect("unloads");
+    assert!(ended.is_unloaded());
+    sleep(Duration::from_millis(200)).await;
+    let outcome = resume::<TwinDelays, _>(&store, "twin-delays")
+        .await
+        .expect("resumes");
+    assert_eq!(outcome.into_result().expect("succeeds"), 4);
+    let again = resume::<TwinDelays, _>(&store, "twin-delays")
+        .await
+        .expect("the finished run replays");
+    assert_eq!(again.into_result().expect("succeeds"), 4);
 }

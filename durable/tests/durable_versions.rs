@@ -1,7 +1,8 @@
 //! Changing a workflow while its runs are in flight: a change that cannot alter a run's past
-//! (a step that has not started changed, a step added after the others) is taken without
-//! ceremony by `resume` and by a `Worker`, and stored with the run; one that could (a started
-//! step changed, a step removed) is refused, naming what changed.
+//! (a step that has not started changed or removed, a step added where the run has not
+//! reached, wherever it moves the steps after it) is taken without ceremony by `resume` and
+//! by a `Worker`, and stored with the run; one that could (a started step changed or
+//! removed, a step added where the run has passed) is refused, naming what changed.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -136,6 +137,99 @@ mod reserve_changed {
     }
 }
 
+/// `stock` (started) removed.
+mod reserve_removed {
+    use super::*;
+    use flowdag::prelude::*;
+
+    workflow! {
+        #[flow(durable)]
+        pub Order(order: u64) -> u64 {
+            Sequential {
+                Delay("150ms"),
+                shipped = Operation(ship(order)),
+            }
+            => shipped
+        }
+    }
+}
+
+/// Two branches, each waiting; the second's `Delay` is the second in the graph's order.
+mod branches {
+    use super::*;
+    use flowdag::prelude::*;
+
+    workflow! {
+        #[flow(durable)]
+        pub Order(order: u64) -> u64 {
+            Parallel {
+                Sequential {
+                    stock = Operation(reserve(order)),
+                    Delay("150ms"),
+                    shipped = Operation(ship(stock)),
+                },
+                Sequential {
+                    Delay("250ms"),
+                    told = Operation(notify(order)),
+                },
+            }
+            => shipped + told
+        }
+    }
+}
+
+/// A step inserted after the first branch's `Delay`, where the run has not reached: every
+/// step after it in the graph's order (the second branch's, which started) moves.
+mod branches_inserted {
+    use super::*;
+    use flowdag::prelude::*;
+
+    workflow! {
+        #[flow(durable)]
+        pub Order(order: u64) -> u64 {
+            Parallel {
+                Sequential {
+                    stock = Operation(reserve(order)),
+                    Delay("150ms"),
+                    checked = Operation(notify(stock)),
+                    shipped = Operation(ship(checked)),
+                },
+                Sequential {
+                    Delay("250ms"),
+                    told = Operation(notify(order)),
+                },
+            }
+            => shipped + told
+        }
+    }
+}
+
+/// A step inserted after `stock`, which has completed: the run has passed where it would have
+/// run.
+mod reserve_followed {
+    use super::*;
+    use flowdag::prelude::*;
+
+    workflow! {
+        #[flow(durable)]
+        pub Order(order: u64) -> u64 {
+            Parallel {
+                Sequential {
+                    stock = Operation(reserve(order)),
+                    checked = Operation(notify(stock)),
+                    Delay("150ms"),
+                    shipped = Operation(ship(checked)),
+                },
+                Sequential {
+                    Delay("250ms"),
+                    told = Operation(notify(order)),
+                },
+            }
+            => shipped + told
+        }
+    }
+}
+
 /// `shipped` removed.
 mod shipping_removed {
     use super::*;
@@ -210,8 +304,8 @@ async fn a_step_added_after_the_others_runs_when_the_run_gets_there() {
     assert_eq!(what_ran("added"), vec!["reserve", "ship", "notify"]);
 }
 
-/// A change to a step that has started, and a step removed, are refused, naming the change;
-/// nothing is written, and the first version's code still resumes the run.
+/// A change to a step that has started, and a started step removed, are refused, naming the
+/// change; nothing is written, and the first version's code still resumes the run.
 #[tokio::test]
 async fn a_change_that_could_alter_the_past_is_refused_naming_it() {
     let store = MemoryStore::new();
@@ -227,10 +321,10 @@ async fn a_change_that_could_alter_the_past_is_refused_naming_it() {
         matches!(&changes[..], [GraphChange::Changed { node, .. }] if node == "stock"),
         "{changes:?}"
     );
-    let err = resume_or_unload::<shipping_removed::Order, _>(&store, "refused", Duration::ZERO)
+    let err = resume_or_unload::<reserve_removed::Order, _>(&store, "refused", Duration::ZERO)
         .await
-        .expect_err("`shipped` was removed");
-    assert!(err.to_string().contains("`shipped` was removed"), "{err}");
+        .expect_err("`stock` was removed");
+    assert!(err.to_string().contains("`stock` was removed"), "{err}");
     let after = summary(&store, "refused").await;
     assert_eq!(
         (after.graph_hash, after.next_seq),
@@ -241,6 +335,115 @@ async fn a_change_that_could_alter_the_past_is_refused_naming_it() {
         .await
         .expect("the first version resumes it");
     assert_eq!(outcome.into_result().expect("succeeds"), 2);
+}
+
+/// A step that has not started is removed: the run goes on without it.
+#[tokio::test]
+async fn a_step_removed_before_it_started_is_not_run() {
+    let store = MemoryStore::new();
+    waiting(&store, "removed").await;
+    let outcome = resume::<shipping_removed::Order, _>(&store, "removed")
+        .await
+        .expect("the change is compatible");
+    assert_eq!(outcome.into_result().expect("succeeds"), 1);
+    assert_eq!(what_ran("removed"), vec!["reserve"]);
+}
+
+/// A run of `branches`, unloaded while both branches wait.
+async fn both_waiting<S: Store + Clone>(store: &S, id: &str) {
+    let ended = branches::Order::runner()
+        .durable(store, id)
+        .unload_when_waiting(Duration::ZERO)
+        .execute(1)
+        .await
+        .expect("unloads");
+    assert!(ended.is_unloaded());
+    assert_eq!(what_ran(id), vec!["reserve"]);
+}
+
+/// A step inserted where the run has not reached runs when the run gets there, though every
+/// step after it in the graph moved, the second branch's waiting `Delay` among them: the
+/// run's stored rows move with them (a replay of the finished run meets its journal again),
+/// in memory and in SQLite.
+#[tokio::test]
+async fn a_step_inserted_where_the_run_has_not_reached_runs_and_the_rows_move() {
+    let dir = std::env::temp_dir().join(format!("flow-versions-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let path = dir.join("runs.db");
+    let _ = std::fs::remove_file(&path);
+    let sqlite = flowdag_sqlite::SqliteStore::open(&path).expect("opens");
+    inserted(&MemoryStore::new(), "inserted-memory").await;
+    inserted(&sqlite, "inserted-sqlite").await;
+    drop(sqlite);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+async fn inserted<S: Store + Clone>(store: &S, id: &str) {
+    both_waiting(store, id).await;
+    let delay_before = delay_events(store, id).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let outcome = resume::<branches_inserted::Order, _>(store, id)
+        .await
+        .expect("the change is compatible");
+    // notify(1) = 10, ship(10) = 11; told = notify(1) = 10.
+    assert_eq!(outcome.into_result().expect("succeeds"), 21);
+    let mut ran = what_ran(id);
+    ran.sort();
+    assert_eq!(ran, vec!["notify", "notify", "reserve", "ship"]);
+    let (_, rows) = graph_rows(&branches_inserted::Order::GRAPH);
+    let delay_after = delay_events(store, id).await;
+    assert_eq!(
+        delay_before.len() + 4,
+        delay_after.len(),
+        "both `Delay`s fired and completed: {delay_after:?}"
+    );
+    assert!(
+        delay_after.contains(&("delay#2".to_owned(), 4)),
+        "the second `Delay` moved from 3 to 4: {delay_after:?}"
+    );
+    for (name, node) in &delay_after {
+        assert_eq!(
+            rows[*node as usize].name, *name,
+            "every event of the run names its step's index in the new graph"
+        );
+    }
+    let again = resume::<branches_inserted::Order, _>(store, id)
+        .await
+        .expect("the finished run replays");
+    assert_eq!(again.into_result().expect("succeeds"), 21);
+    assert_eq!(what_ran(id).len(), 4, "nothing ran again");
+}
+
+/// The (name, index) of the run's own events of steps that start with `delay`.
+async fn delay_events<S: Store>(store: &S, id: &str) -> Vec<(String, u32)> {
+    store
+        .events(id, 0)
+        .await
+        .expect("reads")
+        .into_iter()
+        .filter(|e| e.path.is_none())
+        .filter_map(|e| Some((e.node_name?, e.node?)))
+        .filter(|(name, _)| name.starts_with("delay#"))
+        .collect()
+}
+
+/// A step inserted after a step that has completed is refused: it would have run already.
+#[tokio::test]
+async fn a_step_inserted_where_the_run_has_passed_is_refused() {
+    let store = MemoryStore::new();
+    both_waiting(&store, "passed").await;
+    let err = resume_or_unload::<reserve_followed::Order, _>(&store, "passed", Duration::ZERO)
+        .await
+        .expect_err("`checked` would have run after `stock`");
+    let DurableError::GraphChanged { changes, .. } = &err else {
+        panic!("{err:?}");
+    };
+    assert!(
+        changes
+            .iter()
+            .any(|c| matches!(c, GraphChange::Added(node) if node == "checked")),
+        "{changes:?}"
+    );
 }
 
 /// A worker with the new code picks up, at its first look, the due runs started with the old

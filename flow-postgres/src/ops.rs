@@ -106,6 +106,35 @@ fn not_found(run: &str) -> Fail {
 }
 
 /// The run, its row locked until the transaction ends, and the server's clock.
+/// Renumbers the steps of a run ([`Batch::renumber`]), table by table: the rows of each moved
+/// node to `-2 - new` (`$2` old and `$3` new indices), then every such row to `new`.
+macro_rules! renumber_sql {
+    ($table:literal, $own:literal) => {
+        (
+            concat!(
+                "UPDATE ",
+                $table,
+                " AS t SET node = -2 - m.new FROM unnest($2::bigint[], $3::bigint[]) AS m (old, new) \
+                 WHERE t.run = $1 AND t.node = m.old",
+                $own
+            ),
+            concat!(
+                "UPDATE ",
+                $table,
+                " SET node = -2 - node WHERE run = $1 AND node <= -2"
+            ),
+        )
+    };
+}
+
+const RENUMBER: [(&str, &str); 5] = [
+    renumber_sql!("events", " AND t.path IS NULL"),
+    renumber_sql!("outputs", ""),
+    renumber_sql!("timers", ""),
+    renumber_sql!("waits", ""),
+    renumber_sql!("tasks", ""),
+];
+
 async fn lock_run(tx: &mut Tx<'_>, run: &str) -> R<(RunSummary, u64)> {
     const SQL: &str =
         "SELECT id, workflow, graph_hash, input_hash, status, next_seq, version, owner,
@@ -654,6 +683,26 @@ pub(crate) async fn commit(tx: &mut Tx<'_>, batch: &Batch, channel: &str) -> R<C
     // The decisive step: the run moves on only from where this batch starts, under its lease.
     // The row lock above makes it succeed; were it to find the run changed, nothing of the
     // batch is written and the run is read again to answer.
+    if !batch.renumber.is_empty() {
+        // The steps the adopted graph numbers otherwise: each moved node first to
+        // `-2 - new` (a run-level timer has -1, no node a negative index), then to `new`, so
+        // that no row meets one it would collide with.
+        let (olds, news): (Vec<i64>, Vec<i64>) = batch
+            .renumber
+            .iter()
+            .map(|&(old, new)| (i64::from(old), i64::from(new)))
+            .unzip();
+        for (moving, placing) in RENUMBER {
+            tx.execute(
+                "renumbering the steps of a run",
+                moving,
+                &[&batch.run, &olds, &news],
+            )
+            .await?;
+            tx.execute("renumbering the steps of a run", placing, &[&batch.run])
+                .await?;
+        }
+    }
     if let Some((hash, nodes)) = &batch.graph {
         // A compatible change of the run's graph, adopted with this commit.
         // Its tasks are claimed by the workers of the new graph (`claim_tasks` filters by it).

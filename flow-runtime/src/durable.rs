@@ -27,7 +27,7 @@
 //! (`durable/journal.rs`) is the scheduler's hook, the one interface through which the
 //! scheduler knows of durable runs (`scheduler/hook.rs`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
@@ -498,6 +498,10 @@ pub(crate) struct JournalSetup {
     /// The graph the run goes on with, when it changed compatibly since the run started:
     /// stored with the run's first live commit.
     pub(crate) adopt: Option<(u64, Vec<NodeRow>)>,
+    /// With `adopt`: the stored steps the adopted graph numbers otherwise (stored index,
+    /// index now); the journal's rows were loaded renumbered, the store's follow with the
+    /// adopted graph.
+    pub(crate) renumber: Vec<(u32, u32)>,
 }
 
 impl JournalSetup {
@@ -523,6 +527,7 @@ impl JournalSetup {
             tasks: Vec::new(),
             mailbox: None,
             adopt: None,
+            renumber: Vec::new(),
         }
     }
 }
@@ -1129,9 +1134,16 @@ fn check_loaded<W: DurableWorkflow>(
     }
     let (graph_hash, nodes) = graph_rows(&W::GRAPH);
     let mut adopt = None;
+    let mut loaded = loaded;
+    let mut renumber = Vec::new();
     if loaded.run.graph_hash != graph_hash {
-        let started = started_nodes(&loaded.events);
-        let refused = incompatible_changes(&loaded.nodes, &nodes, |node| started.contains(&node));
+        let (started, settled) = progress(&loaded.events);
+        let refused = incompatible_changes(
+            &loaded.nodes,
+            &nodes,
+            |node| started.contains(&node),
+            |node| settled.contains(&node),
+        );
         if !refused.is_empty() {
             return Err(DurableError::GraphChanged {
                 run: id.to_owned(),
@@ -1141,6 +1153,8 @@ fn check_loaded<W: DurableWorkflow>(
         }
         // Compatible: the run goes on with the graph it has now, stored with its first
         // commit once its replay has checked that the past is the same.
+        renumber = renumbering(&loaded.nodes, &nodes);
+        renumber_loaded(&mut loaded, &renumber);
         if !loaded.run.status.is_finished() {
             adopt = Some((graph_hash, nodes));
         }
@@ -1167,58 +1181,133 @@ fn check_loaded<W: DurableWorkflow>(
         unload_tasks,
         tasks: loaded.tasks,
         adopt,
+        renumber,
         ..JournalSetup::new(Arc::clone(store), loaded.lease, extend)
     };
     Ok((options, setup, input))
 }
 
-/// The steps of a run that have an event in its journal (of the run's own steps, not of nest
-/// instances): the steps it started.
-fn started_nodes(events: &[StoredEvent]) -> std::collections::HashSet<u32> {
-    events
-        .iter()
-        .filter(|event| event.path.is_none())
+/// The steps of a run (its own, not of nest instances) that have an event in its journal
+/// (that it started), and those that settled (completed, failed for good, skipped, aborted,
+/// withdrawn).
+fn progress(events: &[StoredEvent]) -> (HashSet<u32>, HashSet<u32>) {
+    let own = || events.iter().filter(|event| event.path.is_none());
+    let started = own().filter_map(|event| event.node).collect();
+    let settled = own()
+        .filter(|event| {
+            matches!(
+                event.kind.as_str(),
+                "Completed" | "Failed" | "Skipped" | "Aborted" | "Withdrawn"
+            )
+        })
         .filter_map(|event| event.node)
-        .collect()
+        .collect();
+    (started, settled)
 }
 
 /// The changes from a run's stored graph to the workflow's graph now that may alter what the
 /// run did: empty when the run can go on with the graph it has now.
 ///
-/// Compatible: the stored steps (at least one) keep their places (index and name), and each step that
-/// changed (its call, its kind or policy, what it waits for, what undoes it) has not started
-/// (`started`); steps added after the stored ones. Anything else is refused: a step removed,
-/// renamed or moved, a started step changed, a change of the graph that no step shows. A
-/// compatible change can still alter the run's past in a way the rows do not show (a step
-/// added whose predecessors have completed would have started already): the replay sees it
+/// Steps are matched by name, wherever the graph now puts them. Compatible: a step that
+/// changed (its call, its kind or policy, what it waits for, what undoes it) and has not
+/// started (`started`: it has an event in the run's journal); a step removed that has not
+/// started; a step added where the run has not reached (one of the steps it follows has not
+/// settled, `settled`: completed, failed, skipped, aborted or withdrawn); steps that moved
+/// while those that started keep their order. Anything else is refused: a started step
+/// changed or removed, a step added after steps that have all settled (it would have run
+/// already) or with no step before it, started steps in another order, a change of the graph
+/// that no step shows. A compatible change can still alter the run's past in a way the rows
+/// do not show (a step added behind a race that has been decided): the replay sees it
 /// (`DurableError::Diverged`) before anything is written.
 pub fn incompatible_changes(
     stored: &[NodeRow],
     now: &[NodeRow],
     started: impl Fn(u32) -> bool,
+    settled: impl Fn(u32) -> bool,
 ) -> Vec<GraphChange> {
     let all = graph_changes(stored, now);
     // (A run stored without steps is not another version of this workflow.)
-    let in_place = !stored.is_empty()
-        && stored
-            .iter()
-            .enumerate()
-            .all(|(at, old)| now.get(at).is_some_and(|row| row.name == old.name));
-    if !in_place {
+    if stored.is_empty() {
         return all;
     }
-    let index = |name: &str| stored.iter().position(|row| row.name == name);
-    all.into_iter()
+    let stored_node = |name: &str| stored.iter().find(|row| row.name == name).map(|r| r.node);
+    let started_name = |name: &str| stored_node(name).is_some_and(&started);
+    let reached = |name: &str| {
+        now.iter().find(|row| row.name == name).is_none_or(|row| {
+            row.preds.iter().all(|&p| {
+                now.get(p as usize)
+                    .and_then(|pred| stored_node(&pred.name))
+                    .is_some_and(&settled)
+            })
+        })
+    };
+    let mut refused: Vec<GraphChange> = all
+        .into_iter()
         .filter(|change| match change {
-            GraphChange::Added(_) => false,
-            GraphChange::Removed(_) | GraphChange::Reordered => true,
+            GraphChange::Added(node) => reached(node),
+            GraphChange::Removed(node) => started_name(node),
+            // Decided below, from the steps' order.
+            GraphChange::Reordered => false,
             GraphChange::Changed { node, .. }
             | GraphChange::EdgesChanged { node, .. }
-            | GraphChange::CompensationChanged { node, .. } => index(node)
-                .and_then(|at| u32::try_from(at).ok())
-                .is_none_or(&started),
+            | GraphChange::CompensationChanged { node, .. } => started_name(node),
+        })
+        .collect();
+    // The started steps, in the order the graph has them now, must be in their stored order:
+    // the replay meets their events in that order.
+    let order: Vec<usize> = stored
+        .iter()
+        .filter(|row| started(row.node))
+        .filter_map(|row| now.iter().position(|r| r.name == row.name))
+        .collect();
+    let same_places = stored.len() == now.len()
+        && stored
+            .iter()
+            .zip(now)
+            .all(|(old, row)| old.name == row.name);
+    let moved = order.windows(2).any(|pair| pair[0] > pair[1]);
+    // Same steps in the same places and nothing changed: the hash differs for a reason no
+    // step shows (the journal's format).
+    let unexplained =
+        refused.is_empty() && same_places && graph_changes(stored, now) == [GraphChange::Reordered];
+    if moved || unexplained {
+        refused.push(GraphChange::Reordered);
+    }
+    refused
+}
+
+/// How a run's stored graph maps to the workflow's graph now: (stored index, index now) of
+/// each stored step that the graph now numbers otherwise.
+fn renumbering(stored: &[NodeRow], now: &[NodeRow]) -> Vec<(u32, u32)> {
+    stored
+        .iter()
+        .filter_map(|row| {
+            let at = now.iter().position(|r| r.name == row.name)?;
+            let at = u32::try_from(at).ok()?;
+            (at != row.node).then_some((row.node, at))
         })
         .collect()
+}
+
+/// A loaded run's rows as the graph now numbers its steps (`map`: see [`renumbering`]); the
+/// store's rows follow with the run's first live commit ([`Batch::renumber`]).
+fn renumber_loaded(loaded: &mut Loaded, map: &[(u32, u32)]) {
+    let to = |node: u32| crate::store::renumbered(map, node);
+    for event in loaded.events.iter_mut().filter(|e| e.path.is_none()) {
+        event.node = event.node.map(to);
+    }
+    for output in &mut loaded.outputs {
+        output.node = to(output.node);
+    }
+    for timer in &mut loaded.timers {
+        timer.key.node = timer.key.node.map(to);
+    }
+    for wait in &mut loaded.waits {
+        wait.0 = to(wait.0);
+    }
+    for task in &mut loaded.tasks {
+        task.node = to(task.node);
+    }
 }
 
 /// The stored outputs of a run's own nodes, by node, and the ends of its nest instances, by

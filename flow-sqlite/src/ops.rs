@@ -558,6 +558,35 @@ pub(crate) fn run_data(db: &Db<'_>, run: &str) -> Result<RunData, StoreError> {
     })
 }
 
+/// Gives the run's rows that name its own nodes by index the nodes' new indices
+/// ([`Batch::renumber`]): each moved node first to `-2 - new` (a run-level timer has -1, no
+/// node a negative index), then all of them to `new`, so that no step of the move meets a
+/// row it would collide with.
+fn renumber(db: &Db<'_>, run: &str, map: &[(u32, u32)]) -> Result<(), StoreError> {
+    for (table, own) in [
+        ("events", " AND path IS NULL"),
+        ("outputs", ""),
+        ("timers", ""),
+        ("waits", ""),
+    ] {
+        for &(old, new) in map {
+            db.conn
+                .prepare_cached(&format!(
+                    "UPDATE {table} SET node = ?3 WHERE run = ?1 AND node = ?2{own}"
+                ))
+                .and_then(|mut stmt| stmt.execute(params![run, old, -2 - i64::from(new)]))
+                .map_err(db.err("renumbering the steps of"))?;
+        }
+        db.conn
+            .prepare_cached(&format!(
+                "UPDATE {table} SET node = -2 - node WHERE run = ?1 AND node <= -2"
+            ))
+            .and_then(|mut stmt| stmt.execute(params![run]))
+            .map_err(db.err("renumbering the steps of"))?;
+    }
+    Ok(())
+}
+
 pub(crate) fn commit(db: &Db<'_>, batch: Batch) -> Result<Committed, StoreError> {
     let run = db.existing(&batch.run)?;
     if !batch.tasks.is_empty() {
@@ -598,6 +627,9 @@ pub(crate) fn commit(db: &Db<'_>, batch: Batch) -> Result<Committed, StoreError>
         }
     }
     let now = now_ms();
+    if !batch.renumber.is_empty() {
+        renumber(db, &batch.run, &batch.renumber)?;
+    }
     db.insert_events(&batch.run, &batch.events, now)?;
     for output in &batch.outputs {
         db.conn

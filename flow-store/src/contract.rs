@@ -46,9 +46,9 @@ use std::time::Duration;
 
 use super::{
     Batch, Committed, Created, Lease, NewRun, NewSignal, NodeRow, Owner, RunCursor, RunEnd,
-    RunFilter, RunStatus, SignalMode, SignalSent, Store, StoreError, StoredEvent, StoredOutput,
-    TaskChange, TaskClaim, TaskCommitted, TaskOutcome, TaskResult, TimerChange, TimerKey,
-    TimerKind, WaitChange, WorkflowVersion,
+    RunFilter, RunStatus, SignalMode, SignalSent, StepKind, Store, StoreError, StoredEvent,
+    StoredOutput, StoredPath, StoredStep, TaskChange, TaskClaim, TaskCommitted, TaskOutcome,
+    TaskResult, TimerChange, TimerKey, TimerKind, WaitChange, WorkflowVersion,
 };
 
 const LONG: Duration = Duration::from_secs(60);
@@ -68,6 +68,7 @@ pub async fn all(make: impl Fn() -> Arc<dyn Store>) {
     requests_wake_the_run(&*make()).await;
     reopen_and_delete(&*make()).await;
     graph_adopted(&*make()).await;
+    graph_renumbered(&*make()).await;
 }
 
 fn event(seq: u64, kind: &str, node: Option<u32>) -> StoredEvent {
@@ -1056,6 +1057,118 @@ pub async fn graph_adopted(store: &dyn Store) {
         .await
         .unwrap_or_else(|e| panic!("graph: load again: {e}"));
     assert_eq!(again.nodes, rows, "graph: the new node rows");
+}
+
+/// A batch that adopts a graph numbering the run's steps otherwise moves every stored row of
+/// the run's own steps to their new indices before its own rows are written: events (not a
+/// nest instance's), outputs (an instance's end too), timers (not the run's own) and waits.
+/// The move shifts `fetch` onto the index `charge` had: rows that would collide midway.
+pub async fn graph_renumbered(store: &dyn Store) {
+    let owner = Owner::new("a");
+    let lease = create(store, "r1", "W", &owner).await;
+    let mut first = Batch::new(&lease, 2, LONG);
+    let mut nested = event(4, "Completed", Some(1));
+    nested.path = Some(StoredPath(vec![StoredStep {
+        node: "n5".into(),
+        kind: StepKind::ForEach,
+        index: 1,
+    }]));
+    first.events = vec![
+        event(2, "Completed", Some(0)),
+        event(3, "Requested", Some(1)),
+        nested,
+    ];
+    let output = |node: u32, instance: &str| StoredOutput {
+        node,
+        instance: instance.into(),
+        type_name: "u8".into(),
+        bytes: format!("{node}{instance}").into_bytes(),
+    };
+    first.outputs = vec![output(0, ""), output(1, "lines[1]")];
+    let key = |node: Option<u32>, kind: TimerKind| TimerKey {
+        node,
+        instance: String::new(),
+        kind,
+    };
+    first.timers = vec![
+        TimerChange::Set {
+            key: key(Some(1), TimerKind::NodeDeadline),
+            after: LONG,
+        },
+        TimerChange::Set {
+            key: key(None, TimerKind::RunDeadline),
+            after: LONG,
+        },
+    ];
+    first.waits = vec![WaitChange::Open {
+        node: 1,
+        instance: String::new(),
+        name: "go".into(),
+    }];
+    assert!(
+        commit(store, first).await.is_ok(),
+        "renumbered: the first batch"
+    );
+    let mut rows = new_run("r1", "W", &owner, LONG).nodes;
+    for row in &mut rows {
+        row.node += 1;
+        row.preds = row.preds.iter().map(|p| p + 1).collect();
+    }
+    let mut adopt = Batch::new(&lease, 5, LONG);
+    adopt.graph = Some((GRAPH + 1, rows.clone()));
+    adopt.renumber = vec![(0, 1), (1, 2)];
+    adopt.events = vec![event(5, "Requested", Some(2))];
+    assert!(
+        commit(store, adopt).await.is_ok(),
+        "renumbered: a batch adopts a graph that moves both steps"
+    );
+    let loaded = store
+        .load_run("r1", &owner, LONG)
+        .await
+        .unwrap_or_else(|e| panic!("renumbered: load: {e}"));
+    assert_eq!(loaded.nodes, rows, "renumbered: the new node rows");
+    let nodes: Vec<(u64, Option<u32>)> = loaded.events.iter().map(|e| (e.seq, e.node)).collect();
+    assert_eq!(
+        nodes,
+        vec![
+            (0, None),
+            (1, Some(1)),
+            (2, Some(1)),
+            (3, Some(2)),
+            (4, Some(1)),
+            (5, Some(2))
+        ],
+        "renumbered: the run's own events moved, the instance's event did not"
+    );
+    let mut outputs: Vec<(u32, String, Vec<u8>)> = loaded
+        .outputs
+        .into_iter()
+        .map(|o| (o.node, o.instance, o.bytes))
+        .collect();
+    outputs.sort();
+    assert_eq!(
+        outputs,
+        vec![
+            (1, String::new(), b"0".to_vec()),
+            (2, "lines[1]".to_owned(), b"1lines[1]".to_vec())
+        ],
+        "renumbered: the outputs moved with their bytes"
+    );
+    let mut timers: Vec<TimerKey> = loaded.timers.into_iter().map(|t| t.key).collect();
+    timers.sort_by_key(|k| k.node);
+    assert_eq!(
+        timers,
+        vec![
+            key(None, TimerKind::RunDeadline),
+            key(Some(2), TimerKind::NodeDeadline)
+        ],
+        "renumbered: the step's timer moved, the run's stayed"
+    );
+    assert_eq!(
+        loaded.waits,
+        vec![(2, String::new(), "go".to_owned())],
+        "renumbered: the wait moved"
+    );
 }
 
 /// `list_runs` filters by workflow and status and keeps the limit, oldest first; a finished run

@@ -1056,6 +1056,21 @@ pub struct Batch {
     /// run's graph hash and node rows are replaced by these (a worker that has the new graph
     /// then picks the run up, [`Store::due_runs`]).
     pub graph: Option<(u64, Vec<NodeRow>)>,
+    /// With `graph`: the steps the new graph numbers otherwise, as (index in the run's
+    /// stored graph, index in the new one). Before the batch's own rows (which use the new
+    /// indices) are written, every stored row of the run that names one of its own nodes by
+    /// index (its own events, not its nest instances'; its outputs, timers, waits and tasks)
+    /// takes the node's new index. Empty when no step moved.
+    pub renumber: Vec<(u32, u32)>,
+}
+
+/// The index `node` takes under `renumber` ([`Batch::renumber`]): its new one if it moved,
+/// else its own.
+pub fn renumbered(renumber: &[(u32, u32)], node: u32) -> u32 {
+    renumber
+        .iter()
+        .find(|&&(old, _)| old == node)
+        .map_or(node, |&(_, new)| new)
 }
 
 impl Batch {
@@ -1077,6 +1092,7 @@ impl Batch {
             status: None,
             end: None,
             graph: None,
+            renumber: Vec::new(),
         }
     }
 

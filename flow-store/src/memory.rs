@@ -290,6 +290,46 @@ impl State {
         let Some(row) = self.runs.get_mut(&run) else {
             return Err(not_found(&run));
         };
+        if !batch.renumber.is_empty() {
+            let map = |node: u32| crate::renumbered(&batch.renumber, node);
+            for event in row.events.iter_mut().filter(|e| e.path.is_none()) {
+                event.node = event.node.map(map);
+            }
+            row.outputs = std::mem::take(&mut row.outputs)
+                .into_values()
+                .map(|mut output| {
+                    output.node = map(output.node);
+                    ((output.node, output.instance.clone()), output)
+                })
+                .collect();
+            row.timers = std::mem::take(&mut row.timers)
+                .into_iter()
+                .map(|(mut key, due)| {
+                    key.node = key.node.map(map);
+                    (key, due)
+                })
+                .collect();
+            row.waits = std::mem::take(&mut row.waits)
+                .into_iter()
+                .map(|((node, instance), name)| ((map(node), instance), name))
+                .collect();
+            let keys: Vec<(String, u32)> = self
+                .tasks
+                .keys()
+                .filter(|(r, _)| *r == run)
+                .cloned()
+                .collect();
+            let moved: Vec<(u32, TaskRow)> = keys
+                .into_iter()
+                .filter_map(|key| self.tasks.remove(&key).map(|task| (map(key.1), task)))
+                .collect();
+            for (node, task) in moved {
+                self.tasks.insert((run.clone(), node), task);
+            }
+        }
+        let Some(row) = self.runs.get_mut(&run) else {
+            return Err(not_found(&run));
+        };
         row.events.extend(batch.events);
         for output in batch.outputs {
             row.outputs

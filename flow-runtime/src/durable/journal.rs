@@ -1346,6 +1346,9 @@ fn go_live(run: &mut Run<'_, '_>) {
     // A compatible change of the run's graph is stored once the replay has shown the past
     // the same: with the run's first live commit.
     journal.pending.graph = journal.setup.adopt.take();
+    if journal.pending.graph.is_some() {
+        journal.pending.renumber = std::mem::take(&mut journal.setup.renumber);
+    }
     if requests::loaded_request(run) {
         // Cancelled or terminated before anything of it runs again.
         return;
@@ -1547,6 +1550,10 @@ fn journal_poll(run: &mut Run<'_, '_>, cx: &mut Context<'_>, mut poll: Poll<()>)
                     return Poll::Ready(());
                 }
                 if apply_journal(run) {
+                    // The world's events that follow are applied before the run is polled:
+                    // live, they came in one round (two steps completed together), and the
+                    // steps that follow them were requested after both.
+                    while apply_journal(run) {}
                     poll = run.poll(cx);
                     continue;
                 }

@@ -247,7 +247,7 @@ pub async fn redrive_run<S: Store + ?Sized>(
     let floors: Vec<Value> = cut
         .floors
         .iter()
-        .map(|(node, _, attempt)| json!([node, attempt]))
+        .map(|(node, name, attempt)| json!([node, attempt, name]))
         .collect();
     marker.data = json!({ "from": cut.from, "floors": floors })
         .to_string()
@@ -363,9 +363,21 @@ impl Replay {
                     .map(|floors| {
                         floors
                             .iter()
-                            .filter_map(|pair| {
-                                let node = u32::try_from(pair.get(0)?.as_u64()?).ok()?;
-                                let attempt = u32::try_from(pair.get(1)?.as_u64()?).ok()?;
+                            .filter_map(|floor| {
+                                let attempt = u32::try_from(floor.get(1)?.as_u64()?).ok()?;
+                                // By name, when the marker has it: the step's index in the
+                                // events (renumbered if a compatible change moved it).
+                                let named = floor.get(2).and_then(Value::as_str).and_then(|name| {
+                                    events.iter().find_map(|e| {
+                                        (e.node_name.as_deref() == Some(name))
+                                            .then_some(e.node)
+                                            .flatten()
+                                    })
+                                });
+                                let node = match named {
+                                    Some(node) => node,
+                                    None => u32::try_from(floor.get(0)?.as_u64()?).ok()?,
+                                };
                                 Some((node, attempt))
                             })
                             .collect()

@@ -334,11 +334,11 @@ impl fmt::Display for GraphChange {
     }
 }
 
-/// The node rows of `graph` (name, label, fingerprint, predecessors, compensation) and its
-/// hash: what a durable run stores to refuse a changed graph. A node's fingerprint covers its
-/// name, kind, label with whitespace removed, policy, predecessors' names and the call that
-/// undoes it (`compensate = ..`, whitespace removed); not its line or column, so moving code
-/// is not a change.
+/// The node rows of `graph` (name, label, fingerprint, predecessors, compensation, kind,
+/// policy) and its hash: what a durable run stores to refuse a changed graph and to say what
+/// changed. A node's fingerprint covers its name, kind, label with whitespace removed, policy,
+/// predecessors' names and the call that undoes it (`compensate = ..`, whitespace removed);
+/// not its line or column, so moving code is not a change.
 pub fn graph_rows(graph: &Graph) -> (u64, Vec<NodeRow>) {
     let mut preds: Vec<Vec<u32>> = vec![Vec::new(); graph.nodes.len()];
     for edge in graph.edges {
@@ -359,7 +359,9 @@ pub fn graph_rows(graph: &Graph) -> (u64, Vec<NodeRow>) {
                 .collect();
             pred_names.sort_unstable();
             let label: String = info.label.split_whitespace().collect();
-            let policy = format!("{:?}", graph.plan.policy(i));
+            let settings = graph.plan.policy(i);
+            // The fingerprint hashes the policy's `Debug` text: stored runs keep their hashes.
+            let policy = format!("{settings:?}");
             let compensate = graph.compensation(i).unwrap_or("");
             let undo: String = compensate.split_whitespace().collect();
             let preds_text = pred_names.join(",");
@@ -388,6 +390,8 @@ pub fn graph_rows(graph: &Graph) -> (u64, Vec<NodeRow>) {
                 fingerprint,
                 preds: node_preds,
                 compensate: compensate.to_owned(),
+                kind: info.kind.as_str().to_owned(),
+                policy: settings.to_string(),
             }
         })
         .collect();

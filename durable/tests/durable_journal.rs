@@ -568,6 +568,16 @@ fn fingerprints_ignore_where_the_code_is_and_see_what_it_does() {
         .collect();
     let item = other_rows.iter().find(|r| r.name == "item").expect("item");
     assert_eq!(names.get("item"), Some(&item.fingerprint));
+    // A row keeps the step's kind and its settings as written, to name what changed.
+    let receipt = rows.iter().find(|r| r.name == "receipt").expect("receipt");
+    assert_eq!(
+        (receipt.kind.as_str(), receipt.policy.as_str()),
+        ("operation", "retries = 2, backoff = 100ms")
+    );
+    assert_eq!(
+        (item.kind.as_str(), item.policy.as_str()),
+        ("operation", "")
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -230,6 +230,42 @@ mod reserve_followed {
     }
 }
 
+/// The first version with `stock` retried three times within a timeout.
+mod retried_3 {
+    use super::*;
+    use flowdag::prelude::*;
+
+    workflow! {
+        #[flow(durable)]
+        pub Order(order: u64) -> u64 {
+            Sequential {
+                stock = Operation(reserve(order), timeout = "5s", retries = 3),
+                Delay("150ms"),
+                shipped = Operation(ship(stock)),
+            }
+            => shipped
+        }
+    }
+}
+
+/// `stock` (started) retried four times.
+mod retried_4 {
+    use super::*;
+    use flowdag::prelude::*;
+
+    workflow! {
+        #[flow(durable)]
+        pub Order(order: u64) -> u64 {
+            Sequential {
+                stock = Operation(reserve(order), timeout = "5s", retries = 4),
+                Delay("150ms"),
+                shipped = Operation(ship(stock)),
+            }
+            => shipped
+        }
+    }
+}
+
 /// `shipped` removed.
 mod shipping_removed {
     use super::*;
@@ -318,8 +354,14 @@ async fn a_change_that_could_alter_the_past_is_refused_naming_it() {
         panic!("{err:?}");
     };
     assert!(
-        matches!(&changes[..], [GraphChange::Changed { node, .. }] if node == "stock"),
+        matches!(&changes[..], [GraphChange::PolicyChanged { node, was, now }]
+            if node == "stock" && was.is_empty() && now == "retries = 2"),
         "{changes:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains("step `stock` changed its policy from the defaults to `retries = 2`"),
+        "{err}"
     );
     let err = resume_or_unload::<reserve_removed::Order, _>(&store, "refused", Duration::ZERO)
         .await
@@ -444,6 +486,44 @@ async fn a_step_inserted_where_the_run_has_passed_is_refused() {
             .any(|c| matches!(c, GraphChange::Added(node) if node == "checked")),
         "{changes:?}"
     );
+}
+
+/// A started step whose settings changed (`retries = 3` to `retries = 4`) is refused, naming the
+/// settings it had and has.
+#[tokio::test]
+async fn a_changed_policy_of_a_started_step_is_refused_with_both_values() {
+    let store = MemoryStore::new();
+    let ended = retried_3::Order::runner()
+        .durable(&store, "retried")
+        .unload_when_waiting(Duration::ZERO)
+        .execute(1)
+        .await
+        .expect("unloads");
+    assert!(ended.is_unloaded());
+    let err = resume::<retried_4::Order, _>(&store, "retried")
+        .await
+        .expect_err("`stock` has started");
+    let DurableError::GraphChanged { changes, .. } = &err else {
+        panic!("{err:?}");
+    };
+    assert_eq!(
+        changes,
+        &[GraphChange::PolicyChanged {
+            node: "stock".into(),
+            was: "timeout = 5s, retries = 3".into(),
+            now: "timeout = 5s, retries = 4".into(),
+        }]
+    );
+    assert!(
+        err.to_string().contains(
+            "step `stock` changed its policy from `timeout = 5s, retries = 3` to `timeout = 5s, retries = 4`"
+        ),
+        "{err}"
+    );
+    let outcome = resume::<retried_3::Order, _>(&store, "retried")
+        .await
+        .expect("the first version resumes it");
+    assert_eq!(outcome.into_result().expect("succeeds"), 2);
 }
 
 /// A worker with the new code picks up, at its first look, the due runs started with the old

@@ -441,6 +441,8 @@ async fn a_run_of_another_graph_is_left_to_a_worker_that_has_it() {
         fingerprint: 7,
         preds: Vec::new(),
         compensate: String::new(),
+        kind: "operation".to_owned(),
+        policy: String::new(),
     }];
     let created = store.create_run(old).await.expect("creates");
     let held = created.lease().expect("a new run").clone();

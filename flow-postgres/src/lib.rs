@@ -73,8 +73,8 @@
 //! (`pg_advisory_xact_lock`), so that of N workers starting together one migrates and the
 //! others find the work done. Version 1 holds the durable runs; version 2 adds `tasks`;
 //! version 3 gives tasks their run's workflow and graph hash and adds the indexes of claims
-//! and due runs. A
-//! schema of a newer flow is refused with [`StoreError::SchemaVersion`] (upgrade flow); a
+//! and due runs; version 4 adds each node's kind and policy (empty in the rows written
+//! before: not stored). A schema of a newer flow is refused with [`StoreError::SchemaVersion`] (upgrade flow); a
 //! schema `flow` with tables but no `schema_version` is another application's:
 //! [`StoreError::Foreign`]. Nothing is written to a refused schema.
 //!

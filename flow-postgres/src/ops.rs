@@ -481,7 +481,7 @@ pub(crate) async fn load_run(
     let nodes = tx
         .query(
             "reading the nodes of a run",
-            "SELECT node, name, label, fingerprint, preds, compensate FROM nodes WHERE run = $1 ORDER BY node",
+            "SELECT node, name, label, fingerprint, preds, compensate, kind, policy FROM nodes WHERE run = $1 ORDER BY node",
             &[&id],
         )
         .await?
@@ -498,6 +498,8 @@ pub(crate) async fn load_run(
                     .map(|p| u32_of(p, "predecessor"))
                     .collect::<R<_>>()?,
                 compensate: get(row, 5)?,
+                kind: get(row, 6)?,
+                policy: get(row, 7)?,
             })
         })
         .collect::<R<Vec<_>>>()?;
@@ -1359,13 +1361,26 @@ async fn insert_nodes(tx: &mut Tx<'_>, run: &str, rows: &[NodeRow]) -> R<()> {
         })
         .collect();
     let compensate: Vec<&str> = rows.iter().map(|n| n.compensate.as_str()).collect();
+    let kinds: Vec<&str> = rows.iter().map(|n| n.kind.as_str()).collect();
+    let policies: Vec<&str> = rows.iter().map(|n| n.policy.as_str()).collect();
     tx.execute(
         "writing the nodes of a run",
-        "INSERT INTO nodes (run, node, name, label, fingerprint, preds, compensate)
-         SELECT $1, node, name, label, fingerprint, preds::bigint[], compensate
-         FROM unnest($2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[])
-            AS n (node, name, label, fingerprint, preds, compensate)",
-        &[&run, &nodes, &names, &labels, &prints, &preds, &compensate],
+        "INSERT INTO nodes (run, node, name, label, fingerprint, preds, compensate, kind, policy)
+         SELECT $1, node, name, label, fingerprint, preds::bigint[], compensate, kind, policy
+         FROM unnest($2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[],
+                     $8::text[], $9::text[])
+            AS n (node, name, label, fingerprint, preds, compensate, kind, policy)",
+        &[
+            &run,
+            &nodes,
+            &names,
+            &labels,
+            &prints,
+            &preds,
+            &compensate,
+            &kinds,
+            &policies,
+        ],
     )
     .await?;
     Ok(())

@@ -9,7 +9,7 @@ use crate::pool::{Pooled, quote_ident};
 
 /// The schema version this crate writes and reads (the row of `schema_version`). A newer
 /// database is refused ([`StoreError::SchemaVersion`]).
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// The migrations, in order: `MIGRATIONS[0]` makes version 1, `MIGRATIONS[1]` version 2, and so on. Each
 /// runs with `search_path` set to the store's schema, in the one transaction that migrates.
@@ -17,7 +17,7 @@ pub const SCHEMA_VERSION: u32 = 3;
 /// Integers that are `u64` in Rust (hashes, sequence numbers, times) are `bigint`, bit for bit;
 /// times are milliseconds since the Unix epoch by the server's clock. A run-level timer has
 /// node -1; the workflow's own nodes have instance ''.
-pub const MIGRATIONS: [&str; 3] = [MIGRATION_1, MIGRATION_2, MIGRATION_3];
+pub const MIGRATIONS: [&str; 4] = [MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4];
 
 /// Version 1: the durable runs.
 const MIGRATION_1: &str = "
@@ -155,6 +155,14 @@ CREATE INDEX tasks_ready ON tasks (workflow, graph_hash, opened) WHERE status = 
 CREATE INDEX tasks_claimed ON tasks (workflow, graph_hash, lease_until) WHERE status = 'running';
 CREATE INDEX runs_active ON runs (created_ms, id) WHERE status IN ('running','compensating');
 CREATE INDEX runs_wake ON runs (wake_at) WHERE status = 'waiting';
+";
+
+/// Version 4: a node's kind and resilience settings, to say what changed when they did. Rows
+/// written before have both empty (not stored).
+const MIGRATION_4: &str = "
+ALTER TABLE nodes
+  ADD COLUMN kind text NOT NULL DEFAULT '',    -- `operation`, `signal`, …
+  ADD COLUMN policy text NOT NULL DEFAULT '';  -- `timeout = 5s, retries = 3`; empty for none
 ";
 
 /// The advisory lock every migrating process takes (with the schema's name): "flow" in ASCII.

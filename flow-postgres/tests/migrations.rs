@@ -1,11 +1,12 @@
-//! The schema: created on first use, migrated from version 1 to 2, migrated once by many stores
-//! starting together; a newer schema and a foreign one are refused and left as they were.
+//! The schema: created on first use, migrated from older versions (1 to 2, 2 to 3, 3 to 4),
+//! migrated once by many stores starting together; a newer schema and a foreign one are refused
+//! and left as they were.
 
 use std::time::Duration;
 
 use flowdag_postgres::{MIGRATIONS, PostgresOptions, PostgresStore, SCHEMA_VERSION, testing};
 use flowdag_store::{
-    Batch, Committed, Created, NewRun, Owner, RunFilter, Store, StoreError, StoredEvent,
+    Batch, Committed, Created, NewRun, NodeRow, Owner, RunFilter, Store, StoreError, StoredEvent,
     TaskChange, WorkflowVersion,
 };
 
@@ -200,4 +201,64 @@ async fn a_version_2_schema_is_migrated_to_3_keeping_its_open_tasks_claimable() 
         "the open task took its run's workflow and graph"
     );
     testing::drop_schemas("migrate_tasks").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_3_schema_is_migrated_to_4_its_node_rows_without_kind_and_policy() {
+    let schema = testing::fresh_schema("migrate_nodes");
+    let client = testing::client().await;
+    // A database of a flow that knew version 3, with a run and its node rows.
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA \"{schema}\"; SET search_path TO \"{schema}\"; {} {} {}
+             INSERT INTO schema_version (version) VALUES (3);
+             INSERT INTO runs (id, workflow, graph_hash, input, input_hash, options, status,
+                next_seq, version, created_ms, updated_ms)
+             VALUES ('old', 'W', 5, '', 0, '', 'waiting', 0, 1, 1, 1);
+             INSERT INTO nodes (run, node, name, label, fingerprint, preds, compensate)
+             VALUES ('old', 0, 'fetch', 'fetch(id)', 11, '{{}}', ''),
+                    ('old', 1, 'charge', 'charge(&fetch)', 22, '{{0}}', 'refund(&charge)');",
+            MIGRATIONS[0], MIGRATIONS[1], MIGRATIONS[2]
+        ))
+        .await
+        .expect("a version 3 schema");
+    let store = store_in(&schema);
+    let owner = Owner::new("a");
+    let data = store
+        .load_run("old", &owner, LEASE)
+        .await
+        .expect("loads the old run");
+    assert_eq!(version(&client, &schema).await, vec![SCHEMA_VERSION as i32]);
+    assert_eq!(
+        data.nodes
+            .iter()
+            .map(|n| (
+                n.name.as_str(),
+                n.preds.clone(),
+                n.kind.as_str(),
+                n.policy.as_str()
+            ))
+            .collect::<Vec<_>>(),
+        vec![("fetch", vec![], "", ""), ("charge", vec![0], "", "")],
+        "the old rows, their kind and policy not stored"
+    );
+    // A run created now keeps both.
+    let mut run = NewRun::new("new", "W", 5, owner.clone(), LEASE);
+    run.nodes = vec![NodeRow {
+        node: 0,
+        name: "fetch".into(),
+        label: "fetch(id)".into(),
+        fingerprint: 11,
+        preds: vec![],
+        compensate: String::new(),
+        kind: "operation".into(),
+        policy: "retries = 3".into(),
+    }];
+    store.create_run(run.clone()).await.expect("creates");
+    let data = store
+        .load_run("new", &owner, LEASE)
+        .await
+        .expect("loads the new run");
+    assert_eq!(data.nodes, run.nodes);
+    testing::drop_schemas("migrate_nodes").await;
 }

@@ -25,6 +25,8 @@ async fn every_field_round_trips() {
             fingerprint: u64::MAX - 1,
             preds: vec![],
             compensate: String::new(),
+            kind: "operation".into(),
+            policy: "timeout = 5s, retries = 3".into(),
         },
         NodeRow {
             node: 1,
@@ -33,6 +35,8 @@ async fn every_field_round_trips() {
             fingerprint: 3,
             preds: vec![0],
             compensate: "refund(&charge)".into(),
+            kind: "signal".into(),
+            policy: String::new(),
         },
     ];
     let mut started = StoredEvent::new(0, "RunStarted");

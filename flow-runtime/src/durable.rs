@@ -261,20 +261,49 @@ impl From<StoreError> for DurableError {
     }
 }
 
-/// One node-level difference between a run's stored graph and the workflow's graph now.
+/// One node-level difference between a run's stored graph and the workflow's graph now, with
+/// what it was and what it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum GraphChange {
     /// A step was added.
     Added(String),
     /// A step was removed.
     Removed(String),
-    /// A step now calls something else, or has another kind or policy.
+    /// A step now calls something else (its label changed).
+    ///
+    /// With `was == now`, the step's label is the same but its kind or policy changed, and the
+    /// run's stored row does not say which or what it was: the row was written without them
+    /// (its [`NodeRow::kind`] is empty).
     Changed {
         /// The step.
         node: String,
         /// Its label when the run started.
         was: String,
         /// Its label now.
+        now: String,
+    },
+    /// A step is of another kind (`operation`, `signal`, … as [`NodeKind::as_str`] names them).
+    ///
+    /// [`NodeKind::as_str`]: crate::NodeKind::as_str
+    KindChanged {
+        /// The step.
+        node: String,
+        /// Its kind when the run started; empty if the run's stored row does not say.
+        was: String,
+        /// Its kind now.
+        now: String,
+    },
+    /// A step has other resilience settings (`timeout`, `retries`, `backoff`, `jitter`,
+    /// `deadline`), written as a step writes them (`retries = 3, timeout = 5s`; see
+    /// [`NodePolicy`](crate::NodePolicy)'s `Display`). An empty text is a step with none of
+    /// its own: the built-in defaults.
+    PolicyChanged {
+        /// The step.
+        node: String,
+        /// Its settings when the run started.
+        was: String,
+        /// Its settings now.
         now: String,
     },
     /// A step now waits for other steps.
@@ -305,11 +334,31 @@ impl fmt::Display for GraphChange {
         match self {
             GraphChange::Added(node) => write!(f, "step `{node}` was added"),
             GraphChange::Removed(node) => write!(f, "step `{node}` was removed"),
-            GraphChange::Changed { node, was, now } if was == now => {
-                write!(f, "step `{node}` changed its kind or policy")
-            }
+            GraphChange::Changed { node, was, now } if was == now => write!(
+                f,
+                "step `{node}` changed its kind or policy (the run's stored graph does not say which, nor what it was)"
+            ),
             GraphChange::Changed { node, was, now } => {
                 write!(f, "step `{node}` now calls `{now}` (was `{was}`)")
+            }
+            GraphChange::KindChanged { node, was, now } => {
+                write!(f, "step `{node}` is now {} `{now}` ", article(now))?;
+                match was.is_empty() {
+                    true => f.write_str("(its kind before was not stored)"),
+                    false => write!(f, "(was {} `{was}`)", article(was)),
+                }
+            }
+            GraphChange::PolicyChanged { node, was, now } => {
+                let settings = |text: &str| match text.is_empty() {
+                    true => "the defaults".to_owned(),
+                    false => format!("`{text}`"),
+                };
+                write!(
+                    f,
+                    "step `{node}` changed its policy from {} to {}",
+                    settings(was),
+                    settings(now)
+                )
             }
             GraphChange::EdgesChanged { node, was, now } => write!(
                 f,
@@ -334,11 +383,19 @@ impl fmt::Display for GraphChange {
     }
 }
 
-/// The node rows of `graph` (name, label, fingerprint, predecessors, compensation) and its
-/// hash: what a durable run stores to refuse a changed graph. A node's fingerprint covers its
-/// name, kind, label with whitespace removed, policy, predecessors' names and the call that
-/// undoes it (`compensate = ..`, whitespace removed); not its line or column, so moving code
-/// is not a change.
+/// "a" or "an", as a kind's name (`an operation`, `a signal`) takes.
+fn article(word: &str) -> &'static str {
+    match word.chars().next() {
+        Some('a' | 'e' | 'i' | 'o' | 'u') => "an",
+        _ => "a",
+    }
+}
+
+/// The node rows of `graph` (name, label, fingerprint, predecessors, compensation, kind,
+/// policy) and its hash: what a durable run stores to refuse a changed graph and to say what
+/// changed. A node's fingerprint covers its name, kind, label with whitespace removed, policy,
+/// predecessors' names and the call that undoes it (`compensate = ..`, whitespace removed);
+/// not its line or column, so moving code is not a change.
 pub fn graph_rows(graph: &Graph) -> (u64, Vec<NodeRow>) {
     let mut preds: Vec<Vec<u32>> = vec![Vec::new(); graph.nodes.len()];
     for edge in graph.edges {
@@ -359,7 +416,9 @@ pub fn graph_rows(graph: &Graph) -> (u64, Vec<NodeRow>) {
                 .collect();
             pred_names.sort_unstable();
             let label: String = info.label.split_whitespace().collect();
-            let policy = format!("{:?}", graph.plan.policy(i));
+            let settings = graph.plan.policy(i);
+            // The fingerprint hashes the policy's `Debug` text: stored runs keep their hashes.
+            let policy = format!("{settings:?}");
             let compensate = graph.compensation(i).unwrap_or("");
             let undo: String = compensate.split_whitespace().collect();
             let preds_text = pred_names.join(",");
@@ -388,6 +447,8 @@ pub fn graph_rows(graph: &Graph) -> (u64, Vec<NodeRow>) {
                 fingerprint,
                 preds: node_preds,
                 compensate: compensate.to_owned(),
+                kind: info.kind.as_str().to_owned(),
+                policy: settings.to_string(),
             }
         })
         .collect();
@@ -422,12 +483,38 @@ pub fn graph_changes(stored: &[NodeRow], now: &[NodeRow]) -> Vec<GraphChange> {
                     });
                 }
                 let label = |l: &str| l.split_whitespace().collect::<String>();
-                // The fingerprint covers the compensation too: a step whose compensation
-                // changed is `Changed` only if its label did.
                 let undo = label(&old.compensate) != label(&row.compensate);
-                if label(&old.label) != label(&row.label)
-                    || (!edges && !undo && old.fingerprint != row.fingerprint)
-                {
+                let call = label(&old.label) != label(&row.label);
+                if call {
+                    changes.push(GraphChange::Changed {
+                        node: row.name.clone(),
+                        was: old.label.clone(),
+                        now: row.label.clone(),
+                    });
+                }
+                // Kinds and policies are compared only where the fingerprint saw a change, and
+                // only when both rows have them (a row stored without them has an empty kind).
+                let print = old.fingerprint != row.fingerprint;
+                let known = print && !old.kind.is_empty() && !row.kind.is_empty();
+                let kind = known && old.kind != row.kind;
+                let policy = known && old.policy != row.policy;
+                if kind {
+                    changes.push(GraphChange::KindChanged {
+                        node: row.name.clone(),
+                        was: old.kind.clone(),
+                        now: row.kind.clone(),
+                    });
+                }
+                if policy {
+                    changes.push(GraphChange::PolicyChanged {
+                        node: row.name.clone(),
+                        was: old.policy.clone(),
+                        now: row.policy.clone(),
+                    });
+                }
+                // A change the fingerprint shows and the rows do not name: the stored row does
+                // not have the kind and policy the step had.
+                if print && !(call || edges || undo || kind || policy) {
                     changes.push(GraphChange::Changed {
                         node: row.name.clone(),
                         was: old.label.clone(),
@@ -1249,6 +1336,8 @@ pub fn incompatible_changes(
             // Decided below, from the steps' order.
             GraphChange::Reordered => false,
             GraphChange::Changed { node, .. }
+            | GraphChange::KindChanged { node, .. }
+            | GraphChange::PolicyChanged { node, .. }
             | GraphChange::EdgesChanged { node, .. }
             | GraphChange::CompensationChanged { node, .. } => started_name(node),
         })
@@ -1458,5 +1547,126 @@ mod tests {
         assert_eq!(resumed.deadline, None);
         let err = StoredOptions::from_bytes("r", b"{not json").expect_err("corrupt");
         assert!(err.to_string().contains("stored runner options"), "{err}");
+    }
+
+    fn row(node: u32, name: &str, fingerprint: u64, kind: &str, policy: &str) -> NodeRow {
+        NodeRow {
+            node,
+            name: name.to_owned(),
+            label: format!("{name}()"),
+            fingerprint,
+            preds: node.checked_sub(1).into_iter().collect(),
+            compensate: String::new(),
+            kind: kind.to_owned(),
+            policy: policy.to_owned(),
+        }
+    }
+
+    /// A step's other kind or policy is named with what it was and what it is.
+    #[test]
+    fn a_changed_kind_or_policy_is_named_with_both_values() {
+        let stored = [
+            row(0, "fetch", 1, "operation", ""),
+            row(1, "receipt", 2, "operation", "retries = 3"),
+            row(2, "approve", 3, "operation", "timeout = 5s"),
+        ];
+        let now = [
+            row(0, "fetch", 1, "operation", ""),
+            row(1, "receipt", 20, "operation", "retries = 4"),
+            row(2, "approve", 30, "signal", ""),
+        ];
+        let changes = graph_changes(&stored, &now);
+        assert_eq!(
+            changes,
+            [
+                GraphChange::PolicyChanged {
+                    node: "receipt".into(),
+                    was: "retries = 3".into(),
+                    now: "retries = 4".into(),
+                },
+                GraphChange::KindChanged {
+                    node: "approve".into(),
+                    was: "operation".into(),
+                    now: "signal".into(),
+                },
+                GraphChange::PolicyChanged {
+                    node: "approve".into(),
+                    was: "timeout = 5s".into(),
+                    now: String::new(),
+                },
+            ]
+        );
+        let texts: Vec<String> = changes.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            texts,
+            [
+                "step `receipt` changed its policy from `retries = 3` to `retries = 4`",
+                "step `approve` is now a `signal` (was an `operation`)",
+                "step `approve` changed its policy from `timeout = 5s` to the defaults",
+            ]
+        );
+        let gained = GraphChange::PolicyChanged {
+            node: "x".into(),
+            was: String::new(),
+            now: "retries = 1".into(),
+        };
+        assert_eq!(
+            gained.to_string(),
+            "step `x` changed its policy from the defaults to `retries = 1`"
+        );
+        let unknown = GraphChange::KindChanged {
+            node: "x".into(),
+            was: String::new(),
+            now: "delay".into(),
+        };
+        assert_eq!(
+            unknown.to_string(),
+            "step `x` is now a `delay` (its kind before was not stored)"
+        );
+        // Where the fingerprint is the same, the texts are not compared.
+        let mut same = now.clone();
+        same[1].policy = "retries=4".into();
+        assert_eq!(graph_changes(&now, &same), [GraphChange::Reordered]);
+    }
+
+    /// A row stored without kind and policy says that one of them changed, not which.
+    #[test]
+    fn a_row_without_kind_and_policy_says_that_one_changed() {
+        let stored = [row(0, "fetch", 1, "", ""), row(1, "receipt", 2, "", "")];
+        let now = [
+            row(0, "fetch", 1, "operation", ""),
+            row(1, "receipt", 20, "operation", "retries = 4"),
+        ];
+        let changes = graph_changes(&stored, &now);
+        assert_eq!(
+            changes,
+            [GraphChange::Changed {
+                node: "receipt".into(),
+                was: "receipt()".into(),
+                now: "receipt()".into(),
+            }]
+        );
+        assert_eq!(
+            changes[0].to_string(),
+            "step `receipt` changed its kind or policy (the run's stored graph does not say which, nor what it was)"
+        );
+    }
+
+    /// A step's other kind or policy is compatible while the step has not started.
+    #[test]
+    fn a_changed_policy_is_compatible_until_the_step_started() {
+        let stored = [
+            row(0, "fetch", 1, "operation", ""),
+            row(1, "receipt", 2, "operation", "retries = 3"),
+        ];
+        let now = [
+            row(0, "fetch", 1, "operation", ""),
+            row(1, "receipt", 20, "signal", "retries = 4"),
+        ];
+        assert_eq!(incompatible_changes(&stored, &now, |node| node == 0), []);
+        assert_eq!(
+            incompatible_changes(&stored, &now, |node| node == 1).len(),
+            2
+        );
     }
 }

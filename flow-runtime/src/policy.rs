@@ -1,5 +1,6 @@
 //! Failure policies, retries, backoff and cancellation.
 
+use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -132,6 +133,85 @@ impl NodePolicy {
     }
 }
 
+/// The settings that are set, as a step writes them, without quotes and in this order:
+/// `timeout = 5s, retries = 3, backoff = exponential(100ms, 10s), jitter = true,
+/// deadline = 1m30s` (a fixed backoff is `backoff = 100ms`). Durations are exact, in the units of
+/// the DSL (`1h`, `1m30s`, `1s500ms`, `0ms`). [`NodePolicy::NONE`] is the empty string.
+///
+/// ```
+/// use flowdag_runtime::{Backoff, NodePolicy};
+///
+/// let policy = NodePolicy {
+///     retries: Some(3),
+///     backoff: Some(Backoff::Fixed { ms: 1_500 }),
+///     ..NodePolicy::NONE
+/// };
+/// assert_eq!(policy.to_string(), "retries = 3, backoff = 1s500ms");
+/// assert_eq!(NodePolicy::NONE.to_string(), "");
+/// ```
+impl fmt::Display for NodePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        let mut setting = |f: &mut fmt::Formatter<'_>, name: &str| -> fmt::Result {
+            if !std::mem::take(&mut first) {
+                f.write_str(", ")?;
+            }
+            write!(f, "{name} = ")
+        };
+        if let Some(ms) = self.timeout_ms {
+            setting(f, "timeout")?;
+            write_ms(f, ms)?;
+        }
+        if let Some(retries) = self.retries {
+            setting(f, "retries")?;
+            write!(f, "{retries}")?;
+        }
+        match self.backoff {
+            Some(Backoff::Fixed { ms }) => {
+                setting(f, "backoff")?;
+                write_ms(f, ms)?;
+            }
+            Some(Backoff::Exponential { base_ms, max_ms }) => {
+                setting(f, "backoff")?;
+                f.write_str("exponential(")?;
+                write_ms(f, base_ms)?;
+                f.write_str(", ")?;
+                write_ms(f, max_ms)?;
+                f.write_str(")")?;
+            }
+            None => {}
+        }
+        if let Some(jitter) = self.jitter {
+            setting(f, "jitter")?;
+            write!(f, "{jitter}")?;
+        }
+        if let Some(ms) = self.deadline_ms {
+            setting(f, "deadline")?;
+            write_ms(f, ms)?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes `ms` milliseconds exactly, in the DSL's units: `1h`, `1m30s`, `1s500ms`, `0ms`.
+fn write_ms(f: &mut fmt::Formatter<'_>, ms: u64) -> fmt::Result {
+    if ms == 0 {
+        return f.write_str("0ms");
+    }
+    let parts = [
+        (ms / 3_600_000, "h"),
+        (ms / 60_000 % 60, "m"),
+        (ms / 1_000 % 60, "s"),
+        (ms % 1_000, "ms"),
+    ];
+    for (value, unit) in parts {
+        if value > 0 {
+            write!(f, "{value}{unit}")?;
+        }
+    }
+    Ok(())
+}
+
 /// Why a run was cancelled from outside.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -201,5 +281,32 @@ impl CancelToken {
             }
             notified.await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_reads_as_a_step_writes_it() {
+        let all = NodePolicy {
+            timeout_ms: Some(5_000),
+            retries: Some(0),
+            backoff: Some(Backoff::DEFAULT),
+            jitter: Some(false),
+            deadline_ms: Some(90_000),
+        };
+        assert_eq!(
+            all.to_string(),
+            "timeout = 5s, retries = 0, backoff = exponential(100ms, 10s), jitter = false, deadline = 1m30s"
+        );
+        let odd = NodePolicy {
+            timeout_ms: Some(3_723_004),
+            backoff: Some(Backoff::Fixed { ms: 0 }),
+            ..NodePolicy::NONE
+        };
+        assert_eq!(odd.to_string(), "timeout = 1h2m3s4ms, backoff = 0ms");
+        assert_eq!(NodePolicy::NONE.to_string(), "");
     }
 }

@@ -42,7 +42,8 @@
 //!   and columns of that version. A SQLite file of another application is
 //!   [`StoreError::Foreign`], a damaged one (a table missing or changed included)
 //!   [`StoreError::Corrupt`], one from a newer flow [`StoreError::SchemaVersion`]; none of
-//!   them is changed.
+//!   them is changed. A store of an older schema version is migrated to [`SCHEMA_VERSION`] when
+//!   a store opens it (in one transaction), and read as it is by a client.
 //! - **One process at a time**: opening takes an exclusive advisory lock on `<file>.lock` (and
 //!   writes who holds it there); a second store on the same file, in this process or another,
 //!   gets [`StoreError::Locked`] naming the holder. The operating system drops the lock when
@@ -153,8 +154,9 @@ impl std::fmt::Debug for SqliteStore {
 
 impl SqliteStore {
     /// Opens (or creates) the store in the file `path` with the default options. Blocks while
-    /// it checks the file and creates the schema: call it at start-up (or in
-    /// `spawn_blocking`), not inside a run.
+    /// it checks the file and creates the schema (or migrates a store of an older schema
+    /// version to [`SCHEMA_VERSION`]): call it at start-up (or in `spawn_blocking`), not inside
+    /// a run.
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
         SqliteStore::open_with(path, SqliteOptions::default())
     }
@@ -236,7 +238,8 @@ impl SqliteStore {
     /// A missing file ([`StoreError::Io`]: a client never creates a store), and the errors of
     /// [`SqliteStore::open`] for a file that is not a store of flow ([`StoreError::Foreign`],
     /// an empty database included), a damaged one ([`StoreError::Corrupt`]) or one of a newer
-    /// flow ([`StoreError::SchemaVersion`]). Nothing is written to a refused file.
+    /// flow ([`StoreError::SchemaVersion`]). Nothing is written to a refused file, and a store
+    /// of an older schema version is read as it is, not migrated (its owner migrates it).
     pub fn open_client(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
         let path = path.as_ref().to_owned();
         if !path.is_file() {

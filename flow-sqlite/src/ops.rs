@@ -380,10 +380,11 @@ pub(crate) fn load_run(
             },
         )
         .map_err(db.err("loading a run from"))?;
+    // (Only an owner loads a run, and an owner's store is of this crate's schema version.)
     let nodes = db
         .conn
         .prepare_cached(
-            "SELECT node, name, label, fingerprint, preds, compensate FROM nodes WHERE run = ?1 ORDER BY node",
+            "SELECT node, name, label, fingerprint, preds, compensate, kind, policy FROM nodes WHERE run = ?1 ORDER BY node",
         )
         .and_then(|mut stmt| {
             stmt.query_map([id], |row| {
@@ -395,6 +396,8 @@ pub(crate) fn load_run(
                         fingerprint: u(row.get(3)?),
                         preds: Vec::new(),
                         compensate: row.get(5)?,
+                        kind: row.get(6)?,
+                        policy: row.get(7)?,
                     },
                     row.get::<_, String>(4)?,
                 ))
@@ -913,8 +916,8 @@ fn insert_nodes(db: &Db<'_>, run: &str, nodes: &[NodeRow]) -> Result<(), StoreEr
             .join(",");
         db.conn
             .prepare_cached(
-                "INSERT INTO nodes (run, node, name, label, fingerprint, preds, compensate)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                "INSERT INTO nodes (run, node, name, label, fingerprint, preds, compensate, kind, policy)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             )
             .and_then(|mut stmt| {
                 stmt.execute(params![
@@ -924,7 +927,9 @@ fn insert_nodes(db: &Db<'_>, run: &str, nodes: &[NodeRow]) -> Result<(), StoreEr
                     node.label,
                     i(node.fingerprint),
                     preds,
-                    node.compensate
+                    node.compensate,
+                    node.kind,
+                    node.policy
                 ])
             })
             .map_err(db.err("writing the nodes of a run in"))?;

@@ -14,13 +14,15 @@ use crate::{Durability, SqliteOptions};
 pub const APPLICATION_ID: i32 = 0x464C_4F57;
 
 /// The schema version this crate writes and reads (`PRAGMA user_version`). A newer file is
-/// refused ([`StoreError::SchemaVersion`]). Version 1 is the only schema so far.
-pub const SCHEMA_VERSION: u32 = 1;
+/// refused ([`StoreError::SchemaVersion`]); an older one is migrated when a store opens it
+/// ([`SqliteStore::open`](crate::SqliteStore::open)), and read as it is by a client
+/// ([`SqliteStore::open_client`](crate::SqliteStore::open_client)), which writes nothing.
+pub const SCHEMA_VERSION: u32 = 2;
 
-/// Schema version 1. Integers that are `u64` in Rust (hashes, times) are stored as SQLite's
+/// Schema version 1; [`MIGRATIONS`] take it to [`SCHEMA_VERSION`], and a new store is made
+/// the same way. Integers that are `u64` in Rust (hashes, times) are stored as SQLite's
 /// signed 64-bit integers, bit for bit. A run-level timer has node -1; the workflow's own nodes
-/// have instance ''. The per-node state columns that distributed runs need (claims, joins) come
-/// with version 2.
+/// have instance ''.
 const SCHEMA: &str = "
 CREATE TABLE runs (
   id TEXT PRIMARY KEY,
@@ -110,9 +112,29 @@ CREATE TABLE waits (
 ) STRICT, WITHOUT ROWID;
 ";
 
+/// The migrations, in order: `MIGRATIONS[0]` takes version 1 to version 2, and so on.
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize - 1] = [MIGRATION_2];
+
+/// Version 2: a node's kind and resilience settings, to say what changed when they did. Rows
+/// written before have both empty (not stored).
+const MIGRATION_2: &str = "
+ALTER TABLE nodes ADD COLUMN kind TEXT NOT NULL DEFAULT '';    -- `operation`, `signal`, …
+ALTER TABLE nodes ADD COLUMN policy TEXT NOT NULL DEFAULT '';  -- `timeout = 5s, retries = 3`; empty for none
+";
+
+/// The schema of `version` (1 to [`SCHEMA_VERSION`]): [`SCHEMA`] and the migrations up to it.
+fn schema(version: u32) -> String {
+    let mut sql = SCHEMA.to_owned();
+    for migration in MIGRATIONS.iter().take(version.saturating_sub(1) as usize) {
+        sql.push_str(migration);
+    }
+    sql
+}
+
 /// Opens the connection: tells a store from a foreign or damaged file, creates the schema in a
-/// new one (when `create`; a client refuses an empty file), and applies the settings. Writes
-/// nothing to a file it refuses.
+/// new one and migrates an older one (when `create`: a store's owner; a client refuses an
+/// empty file and reads an older one as it is), and applies the settings. Writes nothing to a
+/// file it refuses.
 pub(crate) fn open(
     path: &Path,
     options: &SqliteOptions,
@@ -153,7 +175,14 @@ pub(crate) fn open(
                 known: SCHEMA_VERSION,
             });
         }
-        (APPLICATION_ID, _) if version == SCHEMA_VERSION => tables_present(&conn, path)?,
+        (APPLICATION_ID, _) if version == SCHEMA_VERSION => tables_present(&conn, path, version)?,
+        // An older store: checked as its version made it, then migrated by its owner.
+        (APPLICATION_ID, _) if version >= 1 => {
+            tables_present(&conn, path, version)?;
+            if create {
+                migrate(&conn, path, version)?;
+            }
+        }
         (0, 0) | (APPLICATION_ID, _) if !create => {
             return Err(StoreError::Foreign {
                 path: path.to_owned(),
@@ -202,12 +231,12 @@ pub(crate) fn open(
     Ok(conn)
 }
 
-/// Checks that a store of this schema version has the tables and columns of [`SCHEMA`]
-/// (names, types, nullability, keys; other tables are left alone): one that lost a table or
-/// whose schema was edited is
-/// damaged ([`StoreError::Corrupt`], naming the first table that differs), not a store to fail
-/// on at each query that reads it.
-fn tables_present(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+/// Checks that a store of schema version `version` (1 to [`SCHEMA_VERSION`]) has the tables and
+/// columns of that version's [`schema`] (names, types, nullability, keys, exactly; other tables
+/// are left alone): one that lost a table or whose schema was edited is damaged
+/// ([`StoreError::Corrupt`], naming the first table that differs), not a store to fail on at
+/// each query that reads it.
+fn tables_present(conn: &Connection, path: &Path, version: u32) -> Result<(), StoreError> {
     const COLUMNS: &str = "SELECT m.name, p.name, p.type, p.\"notnull\", p.pk
         FROM sqlite_schema m JOIN pragma_table_info(m.name) p
         WHERE m.type = 'table' ORDER BY m.name, p.cid";
@@ -225,13 +254,23 @@ fn tables_present(conn: &Connection, path: &Path) -> Result<(), StoreError> {
             })?
             .collect()
     };
-    // Flow's own, made once per process in memory.
-    static EXPECTED: OnceLock<Result<Columns, String>> = OnceLock::new();
-    let expected = EXPECTED
+    // Flow's own, made once per process and version in memory.
+    static EXPECTED: [OnceLock<Result<Columns, String>>; SCHEMA_VERSION as usize] =
+        [const { OnceLock::new() }; SCHEMA_VERSION as usize];
+    let slot = version
+        .checked_sub(1)
+        .and_then(|at| EXPECTED.get(at as usize))
+        .ok_or_else(|| StoreError::Invalid {
+            why: format!(
+                "no schema version {version} to compare `{}` with",
+                path.display()
+            ),
+        })?;
+    let expected = slot
         .get_or_init(|| {
             Connection::open_in_memory()
                 .and_then(|flow| {
-                    flow.execute_batch(SCHEMA)?;
+                    flow.execute_batch(&schema(version))?;
                     columns(&flow)
                 })
                 .map_err(|e| e.to_string())
@@ -265,11 +304,13 @@ fn tables_present(conn: &Connection, path: &Path) -> Result<(), StoreError> {
     })
 }
 
-/// Creates schema version 1 in an empty file, with the application id, in one transaction.
+/// Creates the schema of [`SCHEMA_VERSION`] in an empty file, with the application id, in one
+/// transaction.
 fn create(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    let schema = schema(SCHEMA_VERSION);
     conn.execute_batch(&format!(
         "BEGIN IMMEDIATE;
-         {SCHEMA}
+         {schema}
          PRAGMA application_id = {APPLICATION_ID};
          PRAGMA user_version = {SCHEMA_VERSION};
          COMMIT;"
@@ -278,4 +319,27 @@ fn create(conn: &Connection, path: &Path) -> Result<(), StoreError> {
         let _ = conn.execute_batch("ROLLBACK");
         sql_error(path, "creating the schema", e)
     })
+}
+
+/// Migrates a store of schema version `version` (checked) to [`SCHEMA_VERSION`], in one
+/// transaction: a failure leaves it as it was.
+fn migrate(conn: &Connection, path: &Path, version: u32) -> Result<(), StoreError> {
+    let mut sql = String::from("BEGIN IMMEDIATE;");
+    for migration in MIGRATIONS.iter().skip(version.saturating_sub(1) as usize) {
+        sql.push_str(migration);
+    }
+    sql.push_str(&format!(
+        "PRAGMA user_version = {SCHEMA_VERSION};
+         COMMIT;"
+    ));
+    conn.execute_batch(&sql).map_err(|e| {
+        let _ = conn.execute_batch("ROLLBACK");
+        sql_error(
+            path,
+            &format!("migrating the schema from version {version}"),
+            e,
+        )
+    })?;
+    // Checked as a store of this version: the migrations made what `create` makes.
+    tables_present(conn, path, SCHEMA_VERSION)
 }

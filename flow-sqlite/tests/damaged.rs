@@ -25,6 +25,8 @@ async fn stored_run(dir: &std::path::Path) -> std::path::PathBuf {
         fingerprint: 7,
         preds: Vec::new(),
         compensate: String::new(),
+        kind: "operation".into(),
+        policy: String::new(),
     }];
     run.events = vec![StoredEvent::new(0, "RunStarted")];
     let lease = match store.create_run(run).await {

@@ -90,6 +90,8 @@ fn new_run(id: &str, workflow: &str, owner: &Owner, lease: Duration) -> NewRun {
             fingerprint: 11,
             preds: vec![],
             compensate: String::new(),
+            kind: "operation".into(),
+            policy: "timeout = 5s, retries = 3, backoff = exponential(100ms, 10s)".into(),
         },
         NodeRow {
             node: 1,
@@ -98,6 +100,8 @@ fn new_run(id: &str, workflow: &str, owner: &Owner, lease: Duration) -> NewRun {
             fingerprint: 22,
             preds: vec![0],
             compensate: "refund(&charge)".into(),
+            kind: "operation".into(),
+            policy: String::new(),
         },
     ];
     run.input = br#"{"id":42}"#.to_vec();
@@ -1026,6 +1030,8 @@ pub async fn graph_adopted(store: &dyn Store) {
         fingerprint: 33,
         preds: vec![1],
         compensate: String::new(),
+        kind: "signal".into(),
+        policy: "deadline = 1m30s".into(),
     });
     // Loaded again by its owner: a new lease version, so the first lease is stale.
     let loaded = store

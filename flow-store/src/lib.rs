@@ -523,6 +523,12 @@ pub struct NodeRow {
     /// The call that undoes it (`compensate = refund(&charge)`, as written); empty when it
     /// has none.
     pub compensate: String,
+    /// Its kind (`operation`, `signal`, `foreach`, …). Empty: not stored (a row written
+    /// before stores kept it).
+    pub kind: String,
+    /// Its resilience settings as written (`timeout = 5s, retries = 3`); empty when it has
+    /// none of its own, or when not stored (a row whose `kind` is empty).
+    pub policy: String,
 }
 
 /// A run to create: [`Store::create_run`].

@@ -81,7 +81,7 @@ use std::time::Duration;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use flowdag_postgres::{PostgresOptions, PostgresStore};
 use flowdag_runtime::Outcome;
-use flowdag_runtime::durable::{DurableError, DurableWorkflow, resume};
+use flowdag_runtime::durable::{DurableError, DurableWorkflow, resume, runs_without_patch};
 use flowdag_runtime::store::{
     NewSignal, RunCursor, RunData, RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, Store,
     StoreError, StoredEvent, StoredOutput, StoredSignal,
@@ -427,7 +427,8 @@ impl Cli {
                         let run = find(store, &path, after).await?;
                         filter.after = Some(RunCursor::of(&run));
                     }
-                    runs(store, &filter, json, out).await
+                    let patch = sub.get_one::<String>("without-patch").map(String::as_str);
+                    runs(store, &filter, patch, json, out).await
                 }
                 "show" => {
                     let id = string(sub, "run");
@@ -567,6 +568,12 @@ fn command() -> Command {
                         .long("id-contains")
                         .value_name("TEXT")
                         .help("Only runs whose id contains TEXT (as written: no pattern)"),
+                )
+                .arg(
+                    Arg::new("without-patch")
+                        .long("without-patch")
+                        .value_name("ID")
+                        .help("Only runs that started before the version marker `Patched(\"ID\")` was written (they take its old path); with --status running,waiting,compensating, none listed means the marker can be removed. Applied to the page --limit selects"),
                 )
                 .arg(
                     Arg::new("from")
@@ -809,10 +816,20 @@ fn opt_time(ms: Option<u64>) -> String {
 async fn runs(
     store: &dyn Store,
     filter: &RunFilter,
+    without_patch: Option<&str>,
     json: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let runs = list(store, filter).await?;
+    let runs =
+        match without_patch {
+            Some(patch) => runs_without_patch(store, filter, patch)
+                .await
+                .map_err(|error| match error {
+                    DurableError::Store(error) => CliError::Store(error),
+                    error => CliError::Resume(error),
+                })?,
+            None => list(store, filter).await?,
+        };
     if json {
         let list: Vec<Value> = runs.iter().map(run_json).collect();
         writeln!(out, "{}", Value::Array(list))?;
@@ -1267,6 +1284,7 @@ fn project(events: &[StoredEvent], run_data: RunData) -> Projected {
         input,
         outputs,
         end,
+        ..
     } = run_data;
     let steps = steps(events);
     let undo = compensations(events);

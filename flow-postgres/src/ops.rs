@@ -639,7 +639,7 @@ pub(crate) async fn run_data(tx: &mut Tx<'_>, run: &str) -> R<RunData> {
     let row = tx
         .query_opt(
             "reading the data of a run",
-            "SELECT input, ended, result, error FROM runs WHERE id = $1",
+            "SELECT input, ended, result, error, options FROM runs WHERE id = $1",
             &[&run],
         )
         .await?;
@@ -655,6 +655,7 @@ pub(crate) async fn run_data(tx: &mut Tx<'_>, run: &str) -> R<RunData> {
         .transpose()?;
     Ok(RunData {
         input: get(&row, 0)?,
+        options: get(&row, 4)?,
         outputs: outputs(tx, run).await?,
         end,
     })

@@ -40,7 +40,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::graph::Graph;
+use crate::graph::{Graph, NodeKind};
 use crate::options::RunOptions;
 use crate::policy::FailurePolicy;
 use crate::report::Outcome;
@@ -48,9 +48,9 @@ use crate::runner::{Runner, Workflow};
 use crate::scheduler::Hook;
 use crate::scheduler::RunSetup;
 use crate::store::{
-    Created, Lease, Loaded, NewRun, NodeRow, Owner, RunFilter, RunStatus, Store, StoreError,
-    StoredEvent, StoredOutput, StoredSignal, StoredTimer, TaskClaim, TaskOutcome, TaskResult,
-    TimerChange, TimerKey, TimerKind, fnv1a,
+    Created, Lease, Loaded, NewRun, NodeRow, Owner, RunFilter, RunStatus, RunSummary, Store,
+    StoreError, StoredEvent, StoredOutput, StoredSignal, StoredTimer, TaskClaim, TaskOutcome,
+    TaskResult, TimerChange, TimerKey, TimerKind, fnv1a,
 };
 
 pub(crate) mod generated;
@@ -589,6 +589,9 @@ pub(crate) struct JournalSetup {
     /// index now); the journal's rows were loaded renumbered, the store's follow with the
     /// adopted graph.
     pub(crate) renumber: Vec<(u32, u32)>,
+    /// The ids of the version markers the run started with (`None`: a new run, which has
+    /// all of its graph's).
+    pub(crate) patches: Option<Vec<String>>,
 }
 
 impl JournalSetup {
@@ -615,6 +618,7 @@ impl JournalSetup {
             mailbox: None,
             adopt: None,
             renumber: Vec::new(),
+            patches: None,
         }
     }
 }
@@ -811,6 +815,11 @@ impl<W: DurableWorkflow> DurableRunner<W> {
         run.input_hash = input_hash;
         let mut stored = StoredOptions::of(&self.options);
         stored.distributed = self.distributed.then_some(true);
+        let patches: Vec<String> = markers(&W::GRAPH)
+            .into_iter()
+            .map(|(_, id)| id.to_owned())
+            .collect();
+        stored.patches = (!patches.is_empty()).then_some(patches);
         run.options = stored.to_bytes();
         if let Some(after) = self.options.deadline {
             run.timers.push(TimerChange::Set {
@@ -976,6 +985,10 @@ struct StoredOptions {
     max_concurrency: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     distributed: Option<bool>,
+    /// The ids of the version markers (`Patched`) the run's graph had when it started: the
+    /// run takes their new paths, and the old paths of those written since. `None`: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    patches: Option<Vec<String>>,
 }
 
 impl StoredOptions {
@@ -987,6 +1000,7 @@ impl StoredOptions {
             fail_fast: options.failure.map(|f| f == FailurePolicy::FailFast),
             max_concurrency: options.max_concurrency.map(NonZeroUsize::get),
             distributed: None,
+            patches: None,
         }
     }
 
@@ -1221,15 +1235,19 @@ fn check_loaded<W: DurableWorkflow>(
     }
     let (graph_hash, nodes) = graph_rows(&W::GRAPH);
     let mut adopt = None;
+    let stored = StoredOptions::from_bytes(id, &loaded.options)?;
+    let patches = stored.patches.clone().unwrap_or_default();
     let mut loaded = loaded;
     let mut renumber = Vec::new();
     if loaded.run.graph_hash != graph_hash {
         let (started, settled) = progress(&loaded.events);
-        let refused = incompatible_changes(
+        let dead = dead_steps(&W::GRAPH, &patches);
+        let refused = changes_for_run(
             &loaded.nodes,
             &nodes,
             |node| started.contains(&node),
             |node| settled.contains(&node),
+            |name| dead.contains(&name),
         );
         if !refused.is_empty() {
             return Err(DurableError::GraphChanged {
@@ -1251,7 +1269,6 @@ fn check_loaded<W: DurableWorkflow>(
             run: id.to_owned(),
             why: error.to_string(),
         })?;
-    let stored = StoredOptions::from_bytes(id, &loaded.options)?;
     let distributed = stored.distributed == Some(true);
     stored.apply(&mut options);
     let (outputs, instances) = split_outputs(loaded.outputs);
@@ -1269,6 +1286,7 @@ fn check_loaded<W: DurableWorkflow>(
         tasks: loaded.tasks,
         adopt,
         renumber,
+        patches: Some(patches),
         ..JournalSetup::new(Arc::clone(store), loaded.lease, extend)
     };
     Ok((options, setup, input))
@@ -1312,6 +1330,126 @@ pub fn incompatible_changes(
     started: impl Fn(u32) -> bool,
     settled: impl Fn(u32) -> bool,
 ) -> Vec<GraphChange> {
+    changes_for_run(stored, now, started, settled, |_| false)
+}
+
+/// The runs that `filter` selects and that started before version marker `patch` was
+/// written (`Patched("patch")` was not in their graph): they take its old path. Once none of
+/// a workflow's unfinished runs (`running`, `waiting`, `compensating`) is left, the marker
+/// can be removed (the new path kept as plain steps): the runs that started with it go on
+/// without it. `flow runs --without-patch` asks this.
+///
+/// # Errors
+///
+/// [`DurableError::Store`]: listing the runs or reading one failed; [`DurableError::Input`]:
+/// a run's stored options are not readable.
+pub async fn runs_without_patch<S: Store + ?Sized>(
+    store: &S,
+    filter: &RunFilter,
+    patch: &str,
+) -> Result<Vec<RunSummary>, DurableError> {
+    let mut old = Vec::new();
+    for run in store.list_runs(filter).await? {
+        let data = match store.run_data(&run.id).await {
+            Ok(data) => data,
+            // Deleted meanwhile: not a run any more.
+            Err(StoreError::NotFound { .. }) => continue,
+            Err(error) => return Err(error.into()),
+        };
+        let options = StoredOptions::from_bytes(&run.id, &data.options)?;
+        if !options
+            .patches
+            .unwrap_or_default()
+            .iter()
+            .any(|p| p == patch)
+        {
+            old.push(run);
+        }
+    }
+    Ok(old)
+}
+
+/// The prefix of a version marker's name (`Patched("id")` is the decision `patched:id`).
+const MARKER: &str = "patched:";
+
+/// The version markers of `graph`: (node, id).
+pub(crate) fn markers(graph: &Graph) -> Vec<(u32, &'static str)> {
+    graph
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, info)| info.kind == NodeKind::Decision)
+        .filter_map(|(at, info)| Some((u32::try_from(at).ok()?, info.name.strip_prefix(MARKER)?)))
+        .collect()
+}
+
+/// The names of the steps of `graph` that a run with the version markers `patches` never
+/// runs: the markers themselves (decided by the run, not journaled), the old path of each
+/// marker it has, the new path of each it has not.
+pub(crate) fn dead_steps(graph: &Graph, patches: &[String]) -> Vec<&'static str> {
+    let mut dead = Vec::new();
+    for (node, _) in unjournaled(graph, patches) {
+        dead.push(graph.nodes[node as usize].name);
+    }
+    dead
+}
+
+/// The nodes of `graph` whose events a run with the version markers `patches` does not
+/// journal, each with whether it is a marker whose old path the run takes.
+pub(crate) fn unjournaled(graph: &Graph, patches: &[String]) -> Vec<(u32, bool)> {
+    let mut nodes = Vec::new();
+    for (marker, id) in markers(graph) {
+        let has = patches.iter().any(|p| p == id);
+        nodes.push((marker, !has));
+        let plan = &graph.plan;
+        let untaken = match has {
+            true => plan.else_nodes.get(marker as usize),
+            false => plan.then_nodes.get(marker as usize),
+        };
+        nodes.extend(
+            untaken
+                .into_iter()
+                .flat_map(|branch| branch.iter())
+                .map(|&n| (n, false)),
+        );
+    }
+    nodes
+}
+
+/// The names of the steps `row` follows as a run sees them: a version marker stands for the
+/// steps it follows, and the steps `skip` names (those the run never runs) are left out.
+fn effective_preds(rows: &[NodeRow], row: &NodeRow, skip: &dyn Fn(&str) -> bool) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut seen = HashSet::new();
+    let mut stack: Vec<u32> = row.preds.clone();
+    while let Some(pred) = stack.pop() {
+        if !seen.insert(pred) {
+            continue;
+        }
+        let Some(pred) = rows.get(pred as usize) else {
+            continue;
+        };
+        if pred.name.starts_with(MARKER) {
+            stack.extend(&pred.preds);
+        } else if !skip(&pred.name) {
+            names.push(pred.name.clone());
+        }
+    }
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
+/// [`incompatible_changes`] for one run: `dead` names the steps of the graph now that the run
+/// never runs (a version marker's path it does not take, see [`dead_steps`]); they, and the
+/// version markers, change as they like.
+fn changes_for_run(
+    stored: &[NodeRow],
+    now: &[NodeRow],
+    started: impl Fn(u32) -> bool,
+    settled: impl Fn(u32) -> bool,
+    dead: impl Fn(&str) -> bool,
+) -> Vec<GraphChange> {
     let all = graph_changes(stored, now);
     // (A run stored without steps is not another version of this workflow.)
     if stored.is_empty() {
@@ -1319,27 +1457,42 @@ pub fn incompatible_changes(
     }
     let stored_node = |name: &str| stored.iter().find(|row| row.name == name).map(|r| r.node);
     let started_name = |name: &str| stored_node(name).is_some_and(&started);
+    let in_now = |name: &str| now.iter().any(|row| row.name == name);
+    let unseen = |name: &str| name.starts_with(MARKER) || dead(name);
+    // What each side's steps follow, as the run sees them.
+    let skip_now = |name: &str| dead(name);
+    let skip_stored = |name: &str| dead(name) || (!in_now(name) && !started_name(name));
+    let same_preds = |name: &str| {
+        let was = stored.iter().find(|row| row.name == name);
+        let is = now.iter().find(|row| row.name == name);
+        match (was, is) {
+            (Some(was), Some(is)) => {
+                effective_preds(stored, was, &skip_stored) == effective_preds(now, is, &skip_now)
+            }
+            _ => false,
+        }
+    };
     let reached = |name: &str| {
         now.iter().find(|row| row.name == name).is_none_or(|row| {
-            row.preds.iter().all(|&p| {
-                now.get(p as usize)
-                    .and_then(|pred| stored_node(&pred.name))
-                    .is_some_and(&settled)
-            })
+            effective_preds(now, row, &skip_now)
+                .iter()
+                .all(|pred| stored_node(pred).is_some_and(&settled))
         })
     };
     let mut refused: Vec<GraphChange> = all
         .into_iter()
         .filter(|change| match change {
-            GraphChange::Added(node) => reached(node),
+            GraphChange::Added(node) => !unseen(node) && reached(node),
             GraphChange::Removed(node) => started_name(node),
             // Decided below, from the steps' order.
             GraphChange::Reordered => false,
+            GraphChange::EdgesChanged { node, .. } => {
+                !unseen(node) && !same_preds(node) && started_name(node)
+            }
             GraphChange::Changed { node, .. }
             | GraphChange::KindChanged { node, .. }
             | GraphChange::PolicyChanged { node, .. }
-            | GraphChange::EdgesChanged { node, .. }
-            | GraphChange::CompensationChanged { node, .. } => started_name(node),
+            | GraphChange::CompensationChanged { node, .. } => !unseen(node) && started_name(node),
         })
         .collect();
     // The started steps, in the order the graph has them now, must be in their stored order:

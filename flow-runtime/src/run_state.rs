@@ -11,12 +11,22 @@ pub struct RunState {
     /// For each gate (`Race`, `Parallel(min = k)`), the arms that completed before it fired,
     /// in completion order (0-based, source order). Empty when the workflow has no gate.
     pub(crate) winners: Vec<Vec<usize>>,
+    /// The version markers (`Patched`, by node) whose old path the run takes (a durable run
+    /// started before they were written); empty for every other run.
+    pub(crate) old: Vec<u32>,
 }
 
 static MISSING: NodeError =
     NodeError::Internal("a decision read the outcome of a node that has none");
 
 impl RunState {
+    /// The test of version marker `marker` (`Patched("id")`): `true` (its new path) unless
+    /// the run is a durable run that started before the marker was written.
+    #[doc(hidden)]
+    pub fn patched(&self, marker: u32) -> bool {
+        !self.old.contains(&marker)
+    }
+
     /// The outcome of node `node`, whose output lives in `slot`: `Ok` with the value when it
     /// completed, `Err` with its error when it failed or was aborted.
     pub fn outcome<'a, T>(

@@ -536,7 +536,7 @@ pub(crate) fn events(db: &Db<'_>, run: &str, from: u64) -> Result<Vec<StoredEven
 pub(crate) fn run_data(db: &Db<'_>, run: &str) -> Result<RunData, StoreError> {
     let found = db
         .conn
-        .prepare_cached("SELECT input, ended, result, error FROM runs WHERE id = ?1")
+        .prepare_cached("SELECT input, ended, result, error, options FROM runs WHERE id = ?1")
         .and_then(|mut stmt| {
             stmt.query_row([run], |row| {
                 Ok((
@@ -544,18 +544,20 @@ pub(crate) fn run_data(db: &Db<'_>, run: &str) -> Result<RunData, StoreError> {
                     row.get::<_, bool>(1)?,
                     row.get::<_, Option<Vec<u8>>>(2)?,
                     row.get::<_, Option<String>>(3)?,
+                    row.get::<_, Vec<u8>>(4)?,
                 ))
             })
             .optional()
         })
         .map_err(db.err("reading the data of a run in"))?;
-    let Some((input, ended, result, error)) = found else {
+    let Some((input, ended, result, error, options)) = found else {
         return Err(StoreError::NotFound {
             run: run.to_owned(),
         });
     };
     Ok(RunData {
         input,
+        options,
         outputs: db.outputs(run)?,
         end: ended.then_some(RunEnd { result, error }),
     })

@@ -287,7 +287,7 @@ pub async fn missing_run(store: &dyn Store) {
     assert_eq!(runs, Ok(vec![]), "missing_run: nothing was created");
 }
 
-/// `run_data` reads a run's input, outputs (a node's and a nest instance's, an output stored
+/// `run_data` reads a run's input, options, outputs (a node's and a nest instance's, an output stored
 /// again replacing the first) and end without its lease: the owner's lease and version are
 /// untouched and its next commit is applied.
 pub async fn run_data_without_a_lease(store: &dyn Store) {
@@ -311,6 +311,11 @@ pub async fn run_data_without_a_lease(store: &dyn Store) {
         "run_data_without_a_lease: no output yet"
     );
     assert_eq!(fresh.end, None, "run_data_without_a_lease: not ended");
+    assert_eq!(
+        fresh.options,
+        b"{}".to_vec(),
+        "run_data_without_a_lease: the options"
+    );
 
     let mut batch = completion(&lease, 2);
     let instance = |index: u32, bytes: &[u8]| StoredOutput {

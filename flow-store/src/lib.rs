@@ -1223,6 +1223,8 @@ pub enum Committed {
 pub struct RunData {
     /// Its stored parameters (serialized, as in [`NewRun::input`]).
     pub input: Vec<u8>,
+    /// Its stored options (as in [`NewRun::options`]).
+    pub options: Vec<u8>,
     /// The outputs of its completed nodes and nest instances, by node, then instance.
     pub outputs: Vec<StoredOutput>,
     /// How it ended, if it did (its last batch's [`Batch::end`]).

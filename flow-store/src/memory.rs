@@ -680,6 +680,7 @@ impl Store for MemoryStore {
         let state = self.state();
         ready(state.row(run).map(|row| RunData {
             input: row.input.clone(),
+            options: row.options.clone(),
             outputs: row.outputs.values().cloned().collect(),
             end: row.end.clone(),
         }))

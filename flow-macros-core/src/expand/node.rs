@@ -181,7 +181,14 @@ pub fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
                     }
                 },
             );
-            let test = quote_spanned!(span=> { let __flow_test: bool = #expr; __flow_test });
+            let test = match &node.patch {
+                // A version marker's test is the run's: whether it started with the marker.
+                Some(_) => {
+                    let index = names.pos[id] as u32;
+                    quote!(#state.patched(#index))
+                }
+                None => quote_spanned!(span=> { let __flow_test: bool = #expr; __flow_test }),
+            };
             quote! {
                 let #var = (#private::Decision, move |#state: &#private::RunState| -> bool {
                     #(#inputs)*

@@ -29,9 +29,10 @@ pub fn graph_const(names: &Names<'_>) -> TokenStream {
     let nodes = checked.order.iter().map(|&id| {
         let node = &dag.nodes[id];
         let display = &node.display;
-        let label = match checked.nests.iter().find(|n| n.node == id) {
-            Some(nest) => nest_label(&nest.step),
-            None => source_text(&node.expr),
+        let label = match (checked.nests.iter().find(|n| n.node == id), &node.patch) {
+            (Some(nest), _) => nest_label(&nest.step),
+            (None, Some(patch)) => format!("Patched(\"{}\")", patch.value()),
+            (None, None) => source_text(&node.expr),
         };
         let kind = match node.kind {
             Kind::Operation => quote!(#node_kind::Operation),

@@ -82,6 +82,7 @@ impl Builder<'_> {
             then_nodes: Vec::new(),
             else_nodes: Vec::new(),
             waits: None,
+            patch: None,
         }
     }
 
@@ -298,8 +299,25 @@ impl Builder<'_> {
     }
 
     fn conditional(&mut self, cond: &CondStep) -> (Vec<usize>, Vec<usize>) {
+        if let Some(id) = &cond.patch
+            && self
+                .dag
+                .nodes
+                .iter()
+                .filter_map(|node| node.patch.as_ref())
+                .any(|other| other.value() == id.value())
+        {
+            self.cx.error(
+                id.span(),
+                format!(
+                    "two version markers named \"{}\": give each `Patched` its own id",
+                    id.value()
+                ),
+            );
+        }
         let decision = self.push(Node {
             groups: Vec::new(),
+            patch: cond.patch.clone(),
             ..self.node(Kind::Decision, &cond.keyword, cond.test.clone())
         });
         if cond.then.is_empty() {

@@ -15,6 +15,8 @@ pub(super) fn name_nodes(dag: &mut Dag) {
         .nodes
         .iter()
         .map(|node| match (&node.name, node.kind) {
+            // A version marker's name is its id's: steps keep their names when one is added.
+            _ if node.patch.is_some() => String::new(),
             (Some(name), _) => name.to_string(),
             (None, Kind::Decision) => "decision".to_string(),
             (None, Kind::Cancel) => "cancel".to_string(),
@@ -39,6 +41,10 @@ pub(super) fn name_nodes(dag: &mut Dag) {
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
     let mut names = Vec::with_capacity(bases.len());
     for (node, base) in dag.nodes.iter().zip(&bases) {
+        if let Some(id) = &node.patch {
+            names.push(format!("patched:{}", id.value()));
+            continue;
+        }
         if node.name.is_some() {
             names.push(base.clone());
             continue;

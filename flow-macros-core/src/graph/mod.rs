@@ -142,6 +142,8 @@ pub struct Node {
     pub else_nodes: Vec<usize>,
     /// For a `Signal` or `Delay` step: what it waits for.
     pub waits: Option<Waits>,
+    /// For a version marker (`Patched("id")`, a decision): its id.
+    pub patch: Option<syn::LitStr>,
 }
 
 impl Node {

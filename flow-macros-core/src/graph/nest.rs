@@ -22,6 +22,14 @@ impl Builder<'_> {
             .as_ref()
             .filter(|body| !body.body.is_empty())
             .map(|body| build(body, self.cx));
+        if let Some(body) = &body {
+            for id in body.nodes.iter().filter_map(|node| node.patch.as_ref()) {
+                self.cx.error(
+                    id.span(),
+                    "a version marker (`Patched`) goes in the workflow's own steps, not in a `ForEach`, `Loop` or `Workflow` body: put it around the nest step",
+                );
+            }
+        }
         let expr = reads(step, body.as_ref());
         let kind = match step.what {
             What::ForEach(_) => Kind::ForEach,

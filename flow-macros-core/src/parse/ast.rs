@@ -158,6 +158,9 @@ pub struct CondStep {
     pub then_brace: Span,
     /// The `else` keyword's span and the branch's steps.
     pub otherwise: Option<(Span, Vec<Step>)>,
+    /// For a version marker, `Patched("id") { new } else { old }`: its id. Its test is the
+    /// run's: whether the run started with a graph that had the marker.
+    pub patch: Option<syn::LitStr>,
 }
 
 /// `key = value` in a step's options.

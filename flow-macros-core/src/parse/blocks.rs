@@ -127,5 +127,46 @@ pub fn conditional(keyword: Ident, rest: Vec<TokenTree>, cx: &mut Ctxt) -> Optio
         then: steps(then.stream(), cx),
         then_brace: then.span(),
         otherwise,
+        patch: None,
     })
+}
+
+/// Parses the rest of a version marker after its keyword: `("id") { new } else { old }`.
+pub fn patched(keyword: Ident, mut rest: Vec<TokenTree>, cx: &mut Ctxt) -> Option<CondStep> {
+    let Some(id) = group(rest.first(), Delimiter::Parenthesis) else {
+        cx.error(
+            keyword.span(),
+            "expected `Patched(\"id\") { .. }`: the marker's id in parentheses",
+        );
+        return None;
+    };
+    let id = match syn::parse2::<syn::LitStr>(id.stream()) {
+        Ok(id) => id,
+        Err(_) => {
+            cx.error(
+                id.span(),
+                "expected the marker's id as a string inside `Patched(..)`, as in `Patched(\"add-receipt\")`",
+            );
+            return None;
+        }
+    };
+    let text = id.value();
+    if text.is_empty()
+        || !text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        cx.error(
+            id.span(),
+            "a `Patched` id is one or more ASCII letters, digits, `-`, `_` or `.`, as in `Patched(\"add-receipt\")`",
+        );
+        return None;
+    }
+    // The branches parse as a `Conditional`'s do; the test is the run's, not an expression.
+    let mut test = proc_macro2::Group::new(Delimiter::Parenthesis, quote::quote!(true));
+    test.set_span(rest[0].span());
+    rest[0] = TokenTree::Group(test);
+    let mut step = conditional(keyword, rest, cx)?;
+    step.patch = Some(id);
+    Some(step)
 }

@@ -8,7 +8,7 @@ use syn::Token;
 use syn::parse::ParseStream;
 
 use super::ast::{GateStep, Step};
-use super::blocks::{block, conditional, has_min};
+use super::blocks::{block, conditional, has_min, patched};
 use super::calls::{cancel, operation, terminate};
 use super::nest::{complete, nest};
 use super::pick::pick;
@@ -18,7 +18,7 @@ use crate::ctxt::Ctxt;
 use crate::suggest::did_you_mean;
 
 /// Every kind of step, for messages.
-pub const STEP_KINDS: &str = "`Operation`, `Sequential`, `Parallel`, `Conditional`, `Race`, `Pick`, `Signal`, `Delay`, `ForEach`, `Loop`, `Workflow`, `Cancel`, `Complete` or `Terminate`";
+pub const STEP_KINDS: &str = "`Operation`, `Sequential`, `Parallel`, `Conditional`, `Patched`, `Race`, `Pick`, `Signal`, `Delay`, `ForEach`, `Loop`, `Workflow`, `Cancel`, `Complete` or `Terminate`";
 
 /// Splits a block's tokens at top-level commas and parses each piece as a step.
 pub fn steps(tokens: TokenStream, cx: &mut Ctxt) -> Vec<Step> {
@@ -129,6 +129,7 @@ pub fn step(chunk: Vec<TokenTree>, cx: &mut Ctxt) -> Option<Step> {
             })
         }
         "Conditional" => conditional(keyword, rest, cx).map(Step::Conditional),
+        "Patched" => patched(keyword, rest, cx).map(Step::Conditional),
         "Signal" => signal(name, keyword, rest, cx).map(Step::Signal),
         "Delay" => delay(name, keyword, rest, cx).map(Step::Delay),
         "Pick" => pick(keyword, rest, cx).map(Step::Pick),

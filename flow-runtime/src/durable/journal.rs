@@ -129,6 +129,11 @@ pub(crate) struct Journal {
     /// The steps that completed in a part of the journal a redrive cut off: requested live,
     /// each takes its stored output (`salvage`).
     salvage: Vec<u32>,
+    /// By node: whether its events stay out of the journal (a version marker, decided by the
+    /// run; a step on a marker's path the run does not take). Made by `attach`.
+    unjournaled: Vec<bool>,
+    /// The version markers whose old path the run takes.
+    old_paths: Vec<u32>,
 }
 
 /// The shortest time between two renewals of a lease.
@@ -171,6 +176,8 @@ impl Journal {
             terminated: None,
             epochs: replay.epochs,
             salvage: replay.salvage,
+            unjournaled: Vec::new(),
+            old_paths: Vec::new(),
             renew_every: renew_every(&setup),
             setup,
         })
@@ -220,6 +227,13 @@ impl Journal {
     fn record(&mut self, event: &Event) {
         if event.path.is_some() {
             return self.record_nested(event);
+        }
+        // A version marker and the path the run does not take leave no trace: a run's markers
+        // are fixed when it starts, so every replay decides them the same way.
+        if let Some(node) = event.node
+            && self.unjournaled.get(node as usize) == Some(&true)
+        {
+            return;
         }
         self.last_replayed = false;
         if self.broken {
@@ -874,6 +888,29 @@ impl Steps for JournalSteps {
 impl Hook for Journal {
     fn attach(&mut self, graph: &'static Graph) {
         self.tasks = remote::Tasks::new(&self.setup, graph);
+        // A new run has every marker of its graph; a loaded one those it started with.
+        let patches = self.setup.patches.clone().unwrap_or_else(|| {
+            crate::durable::markers(graph)
+                .into_iter()
+                .map(|(_, id)| id.to_owned())
+                .collect()
+        });
+        let unjournaled = crate::durable::unjournaled(graph, &patches);
+        if !unjournaled.is_empty() {
+            self.unjournaled = vec![false; graph.nodes.len()];
+            for &(node, old) in &unjournaled {
+                if let Some(flag) = self.unjournaled.get_mut(node as usize) {
+                    *flag = true;
+                }
+                if old {
+                    self.old_paths.push(node);
+                }
+            }
+        }
+    }
+
+    fn old_paths(&self) -> Vec<u32> {
+        self.old_paths.clone()
     }
 
     fn record(&mut self, event: &Event) {

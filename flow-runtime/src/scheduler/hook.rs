@@ -83,6 +83,12 @@ pub(crate) trait Hook: Any + Send {
     /// The run cannot make a timer it needs (no tokio time driver): it stops now.
     fn no_timer(&mut self) {}
 
+    /// The version markers (`Patched`, by node) whose old path the run takes: those its
+    /// graph did not have when a durable run started. Called once, after `attach`.
+    fn old_paths(&self) -> Vec<u32> {
+        Vec::new()
+    }
+
     /// The attempts of `node` that do not count against its retries: those made before a
     /// redrive of a durable run, whose next attempt has the step's whole retry budget again.
     fn attempts_before(&self, _node: u32) -> u32 {

@@ -429,6 +429,7 @@ impl Scheduler {
             state: RunState {
                 errors: Vec::new(),
                 winners: Vec::new(),
+                old: Vec::new(),
             },
             ready,
             watches: Vec::new(),
@@ -478,6 +479,7 @@ impl Scheduler {
         };
         if let Some(hook) = scheduler.hook.as_deref_mut() {
             hook.attach(graph);
+            scheduler.state.old = hook.old_paths();
             if let Some(recording) = scheduler.recording.as_deref_mut() {
                 // The hook takes every event, on `emit`'s out-of-line path.
                 recording.nested = true;

@@ -201,6 +201,23 @@ workflow! {
 }
 
 // ---- docs/dsl.md, block 10
+workflow! {
+    /// Bills a held item. New runs hold it a second time and bill that hold; runs started
+    /// before that change bill the first hold.
+    #[flow(durable)]
+    pub HoldAgain(sku: String) -> u64 {
+        held = Operation(hold(sku.clone())),
+        Patched("hold-again") {
+            again = Operation(hold(format!("{sku}-2"))),
+            rebilled = Operation(bill(&sku, &again)),
+        } else {
+            billed = Operation(bill(&sku, &held)),
+        },
+        => rebilled.or(billed).copied().unwrap_or(0)
+    }
+}
+
+// ---- docs/dsl.md, block 11
 #[derive(Debug, Clone)]
 pub struct Approval { pub by: String }
 
@@ -230,7 +247,7 @@ pub async fn approve_and_run(ctx: &AppCtx) -> Result<String, WorkflowError> {
     runner.run((ctx, 7)).await
 }
 
-// ---- docs/dsl.md, block 11
+// ---- docs/dsl.md, block 12
 pub async fn expire_order(order: &Order) -> Result<u64, ShopError> {
     Ok(order.id)
 }
@@ -250,7 +267,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 12
+// ---- docs/dsl.md, block 13
 workflow! {
     /// Reserves stock for an order, unless the order is called off first.
     pub Reserve(ctx: &AppCtx, order_id: u64, abort: bool) -> Option<u64> {
@@ -269,7 +286,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 13
+// ---- docs/dsl.md, block 14
 workflow! {
     /// Quotes a large order at its total, without scoring its risk.
     pub Quote(ctx: &AppCtx, order_id: u64) -> u64 {
@@ -282,7 +299,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 14
+// ---- docs/dsl.md, block 15
 workflow! {
     /// Charges every order of a batch, at most four at a time.
     pub ChargeAll(ctx: &AppCtx, ids: &[u64]) -> Vec<u64> {
@@ -296,7 +313,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 15
+// ---- docs/dsl.md, block 16
 workflow! {
     /// Prices orders for 50 ms, then goes on with the prices it has.
     pub QuickQuote(ctx: &AppCtx, ids: &[u64]) -> usize {
@@ -310,7 +327,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 16
+// ---- docs/dsl.md, block 17
 /// How far a parcel got: `ready` once it left.
 #[derive(Debug, Clone)]
 pub struct Shipping { pub ready: bool, pub tries: u32 }
@@ -332,7 +349,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 17
+// ---- docs/dsl.md, block 18
 /// The id after the last order read, or 0.
 pub fn next_id(last: Option<&Order>) -> u64 {
     last.map_or(0, |o| o.id + 1)
@@ -349,7 +366,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 18
+// ---- docs/dsl.md, block 19
 workflow! {
     /// Checks out an order as one step, then notifies.
     pub CheckoutAndNotify(ctx: &AppCtx, order_id: u64) -> Option<u64> {
@@ -359,7 +376,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 19
+// ---- docs/dsl.md, block 20
 pub async fn archive(order: Order) -> Result<u64, ShopError> {
     Ok(order.id)
 }
@@ -376,7 +393,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 20
+// ---- docs/dsl.md, block 21
 pub async fn pay_by_card(order: &Order) -> Result<Receipt, ShopError> {
     Ok(Receipt { order_id: order.id, amount: order.total })
 }
@@ -403,7 +420,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 21
+// ---- docs/dsl.md, block 22
 pub async fn step(n: u64) -> Result<u64, Infallible> { Ok(n) }
 pub async fn add(a: &u64, b: &u64) -> Result<u64, Infallible> { Ok(a + b) }
 
@@ -419,7 +436,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 22
+// ---- docs/dsl.md, block 23
 workflow! {
     /// Scores an order with a flaky service: 2 retries, 50 ms then 100 ms apart, 1 s in all.
     pub Resilient(ctx: &AppCtx, order_id: u64) -> f64 {
@@ -436,7 +453,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 23
+// ---- docs/dsl.md, block 24
 workflow! {
     /// Notifies twice; stops everything at the first uncaught failure.
     #[flow(failure = FailFast)]
@@ -448,7 +465,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 24
+// ---- docs/dsl.md, block 25
 workflow! {
     /// Releases the reservation whether or not the charge went through; reports a failure.
     pub ChargeOnce(ctx: &AppCtx, order_id: u64) {
@@ -462,7 +479,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 25
+// ---- docs/dsl.md, block 26
 workflow! {
     /// Two postings that must not interleave, beside an independent notification.
     pub Postings(ctx: &AppCtx) {
@@ -477,7 +494,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 26
+// ---- docs/dsl.md, block 27
 workflow! {
     /// Reserves, charges, then scores the risk; when scoring fails, the charge is undone, then
     /// the reservation (a notification stands for the refund and for the release here).
@@ -495,7 +512,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 27
+// ---- docs/dsl.md, block 28
 pub struct Client;
 impl Client {
     pub async fn get(&self, id: u64) -> Result<u64, ShopError> { Ok(id) }
@@ -510,7 +527,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 28
+// ---- docs/dsl.md, block 29
 #[operation(name = "charge card", timeout = "2s")]
 pub async fn charge_card(order: &Order, stock: &Reservation) -> Result<Receipt, ShopError> {
     charge(order, stock).await
@@ -526,7 +543,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 29
+// ---- docs/dsl.md, block 30
 workflow! {
     /// Rejects orders whose risk is high or could not be scored in time.
     pub Screen(ctx: &AppCtx, order_id: u64) {
@@ -541,7 +558,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 30
+// ---- docs/dsl.md, block 31
 workflow! {
     /// Charges an order and returns the receipt, if the risk was low.
     pub Receipted(ctx: &AppCtx, order_id: u64) -> (u64, Option<Receipt>) {
@@ -558,7 +575,7 @@ workflow! {
     }
 }
 
-// ---- docs/dsl.md, block 31
+// ---- docs/dsl.md, block 32
 use std::num::NonZeroUsize;
 use std::time::Duration;
 

@@ -379,6 +379,37 @@ async fn a_change_that_could_alter_the_past_is_refused_naming_it() {
     assert_eq!(outcome.into_result().expect("succeeds"), 2);
 }
 
+/// A finished run is never refused: a change to a step it ran (here `stock`'s retries) does
+/// not stop its result being given again, by a replay that writes nothing.
+#[tokio::test]
+async fn a_finished_run_gives_its_result_under_a_changed_graph() {
+    let store = MemoryStore::new();
+    let outcome = v1::Order::runner()
+        .durable(&store, "finished")
+        .execute(1)
+        .await
+        .expect("runs");
+    assert_eq!(outcome.into_result().expect("succeeds"), 2);
+    let before = summary(&store, "finished").await;
+    let again = resume::<reserve_changed::Order, _>(&store, "finished")
+        .await
+        .expect("a finished run is not refused");
+    assert_eq!(again.into_result().expect("its result"), 2);
+    let again = reserve_changed::Order::runner()
+        .durable(&store, "finished")
+        .execute(1)
+        .await
+        .expect("execute on its id gives its result too");
+    assert_eq!(again.into_result().expect("its result"), 2);
+    assert_eq!(what_ran("finished"), vec!["reserve", "ship"], "nothing ran again");
+    let after = summary(&store, "finished").await;
+    assert_eq!(
+        (after.graph_hash, after.next_seq, after.status),
+        (before.graph_hash, before.next_seq, RunStatus::Succeeded),
+        "nothing was written"
+    );
+}
+
 /// A step that has not started is removed: the run goes on without it.
 #[tokio::test]
 async fn a_step_removed_before_it_started_is_not_run() {

@@ -1249,7 +1249,10 @@ fn check_loaded<W: DurableWorkflow>(
             |node| settled.contains(&node),
             |name| dead.contains(&name),
         );
-        if !refused.is_empty() {
+        // A finished run is not refused: nothing of it runs again, and its replay (which
+        // writes nothing) gives its result again, or says where this code would have done
+        // otherwise (`Diverged`).
+        if !refused.is_empty() && !loaded.run.status.is_finished() {
             return Err(DurableError::GraphChanged {
                 run: id.to_owned(),
                 workflow: W::GRAPH.name().to_owned(),

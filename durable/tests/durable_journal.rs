@@ -490,16 +490,19 @@ mod changed {
 }
 
 /// A run that has passed the steps a new version changes is refused, naming each change; a
-/// run stopped before them goes on with the new version.
+/// run stopped before them goes on with the new version; a finished run is replayed, and
+/// says where the new version would have done otherwise.
 #[tokio::test(start_paused = true)]
 async fn a_changed_graph_is_refused_with_what_changed() {
     let store = MemoryStore::new();
-    let outcome = Order::runner()
-        .durable(&Probe::new(&store, None), "changed-1")
-        .execute(7)
-        .await
-        .expect("runs");
-    assert_eq!(outcome.result.expect("succeeds"), EXPECTED);
+    // Stopped (its sixth commit failed) after `receipt` was requested.
+    assert!(
+        Order::runner()
+            .durable(&Probe::new(&store, Some(5)), "changed-1")
+            .execute(7)
+            .await
+            .is_err()
+    );
     let err = changed::Order::resume(&store, "changed-1")
         .await
         .expect_err("refused");
@@ -549,6 +552,18 @@ async fn a_changed_graph_is_refused_with_what_changed() {
         "700: reserved item-7",
         "the new version's step ran"
     );
+
+    // Finished: not refused, replayed; the new version would have decided otherwise.
+    let outcome = Order::runner()
+        .durable(&Probe::new(&store, None), "changed-3")
+        .execute(7)
+        .await
+        .expect("runs");
+    assert_eq!(outcome.result.expect("succeeds"), EXPECTED);
+    let err = changed::Order::resume(&store, "changed-3")
+        .await
+        .expect_err("the replay meets the removed decision");
+    assert!(matches!(err, DurableError::Diverged { .. }), "{err}");
 }
 
 #[test]

@@ -112,6 +112,22 @@ async fn add(a: u64, b: u64) -> Result<u64, Down> {
     Ok(a + b)
 }
 
+/// The runs whose `breaks` has failed once (it fails the first time in each run).
+static BROKE: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+async fn breaks(n: u64) -> Result<u64, Down> {
+    record("breaks");
+    match BROKE.lock().expect("not poisoned").insert(run_of_attempt()) {
+        true => Err(Down),
+        false => Ok(n),
+    }
+}
+
+async fn pair(a: Option<&u64>, b: Option<&u64>) -> Result<u64, Down> {
+    record("pair");
+    Ok(a.copied().unwrap_or(0) + b.copied().unwrap_or(0))
+}
+
 async fn undo(n: &u64) -> Result<(), Down> {
     record(&format!("undo {n}"));
     Ok(())
@@ -192,6 +208,23 @@ workflow! {
             total = Operation(add(tried, got)),
         }
         => total
+    }
+}
+
+workflow! {
+    #[flow(durable)]
+    Caught(n: u64) -> u64 {
+        Sequential {
+            f = Operation(flaky(n)),
+            Conditional(f.is_ok()) {
+                a = Operation(add(n, 100)),
+            } else {
+                b = Operation(add(n, 1000)),
+            },
+            x = Operation(pair(a, b)),
+            y = Operation(breaks(x)),
+        }
+        => y
     }
 }
 
@@ -592,6 +625,34 @@ async fn a_redrive_keeps_a_signal_taken_after_the_failure() {
         .filter(|k| k.starts_with("late"))
         .collect();
     assert_eq!(late.len(), 1, "{late:?}");
+}
+
+/// A step that completed after the failure is not salvaged when a step before it runs
+/// again: its inputs may differ. Here the failure sent a decision to its `else` branch; redriven,
+/// the failed step succeeds, the decision takes the other branch, and the step after both
+/// runs again on what that branch gave.
+#[tokio::test]
+async fn a_redrive_runs_again_a_step_whose_inputs_changed() {
+    let store = MemoryStore::new();
+    let id = "caught-redrive";
+    set_fails(id, 1);
+    let outcome = Caught::runner()
+        .durable(&store, id)
+        .execute(1)
+        .await
+        .expect("runs");
+    assert!(outcome.into_result().is_err(), "`y` fails");
+    let journal = kinds(&store, id).await;
+    assert!(
+        journal.iter().any(|k| k == "Completed x#1") && journal.iter().any(|k| k == "Failed f#1"),
+        "`x` completed after `f` failed: {journal:?}"
+    );
+    redrive_run(&store, id).await.expect("redrives");
+    let outcome = resume::<Caught, _>(&store, id).await.expect("resumes");
+    // `f` succeeds now: `a` = 101 runs, `b` does not, and `x` adds them again.
+    assert_eq!(outcome.into_result().expect("succeeds"), 101);
+    let pairs = keys(id).iter().filter(|k| k.starts_with("pair")).count();
+    assert_eq!(pairs, 2, "`x` ran again: {:?}", keys(id));
 }
 
 /// A run redriven twice: each redrive gives the failed step new attempts after its last one.

@@ -104,6 +104,29 @@ mod v2 {
     }
 }
 
+/// `shipped`, which old runs have run, moved into the marker's new branch: refused for them.
+mod moved_in {
+    use super::*;
+    use flowdag::prelude::*;
+
+    workflow! {
+        #[flow(durable)]
+        pub Order(order: u64) -> u64 {
+            Sequential {
+                stock = Operation(reserve(order)),
+                Patched("fast-ship") {
+                    shipped = Operation(ship(stock)),
+                } else {
+                    fast = Operation(ship_faster(stock)),
+                },
+                Delay("150ms"),
+                told = Operation(notify(*fast.or(shipped).unwrap_or(&0))),
+            }
+            => told
+        }
+    }
+}
+
 /// No old run is left: the marker goes, the new path stays.
 mod v3 {
     use super::*;
@@ -239,6 +262,26 @@ async fn removing_the_marker_while_an_old_run_is_left_is_refused() {
         changes
             .iter()
             .any(|c| matches!(c, GraphChange::Added(node) if node == "fast")),
+        "{changes:?}"
+    );
+}
+
+/// A step an old run has run, moved into a marker's new branch (which the old run does not
+/// take), refuses the old run: its events would meet no step.
+#[tokio::test]
+async fn a_started_step_moved_into_the_new_branch_is_refused() {
+    let store = MemoryStore::new();
+    waiting!(v1::Order, &store, "moved");
+    let err = resume_or_unload::<moved_in::Order, _>(&store, "moved", Duration::ZERO)
+        .await
+        .expect_err("`shipped` ran and is now on a path the run does not take");
+    let DurableError::GraphChanged { changes, .. } = &err else {
+        panic!("{err:?}");
+    };
+    assert!(
+        changes
+            .iter()
+            .any(|c| matches!(c, GraphChange::EdgesChanged { node, .. } if node == "shipped")),
         "{changes:?}"
     );
 }

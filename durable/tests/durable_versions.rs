@@ -266,6 +266,24 @@ mod retried_4 {
     }
 }
 
+/// `shipped` renamed `sent`.
+mod shipping_renamed {
+    use super::*;
+    use flowdag::prelude::*;
+
+    workflow! {
+        #[flow(durable)]
+        pub Order(order: u64) -> u64 {
+            Sequential {
+                stock = Operation(reserve(order)),
+                Delay("150ms"),
+                sent = Operation(ship(stock)),
+            }
+            => sent
+        }
+    }
+}
+
 /// `shipped` removed.
 mod shipping_removed {
     use super::*;
@@ -401,12 +419,38 @@ async fn a_finished_run_gives_its_result_under_a_changed_graph() {
         .await
         .expect("execute on its id gives its result too");
     assert_eq!(again.into_result().expect("its result"), 2);
-    assert_eq!(what_ran("finished"), vec!["reserve", "ship"], "nothing ran again");
+    assert_eq!(
+        what_ran("finished"),
+        vec!["reserve", "ship"],
+        "nothing ran again"
+    );
     let after = summary(&store, "finished").await;
     assert_eq!(
         (after.graph_hash, after.next_seq, after.status),
         (before.graph_hash, before.next_seq, RunStatus::Succeeded),
         "nothing was written"
+    );
+}
+
+/// A finished run whose step was renamed replays to `Diverged`, not to a result: the renamed
+/// step's events are not the new step's.
+#[tokio::test]
+async fn a_finished_run_with_a_renamed_step_diverges() {
+    let store = MemoryStore::new();
+    let outcome = v1::Order::runner()
+        .durable(&store, "renamed")
+        .execute(1)
+        .await
+        .expect("runs");
+    assert_eq!(outcome.into_result().expect("succeeds"), 2);
+    let err = resume::<shipping_renamed::Order, _>(&store, "renamed")
+        .await
+        .expect_err("`sent` is not `shipped`");
+    assert!(matches!(err, DurableError::Diverged { .. }), "{err:?}");
+    assert_eq!(
+        what_ran("renamed"),
+        vec!["reserve", "ship"],
+        "nothing ran again"
     );
 }
 
@@ -454,6 +498,18 @@ async fn a_step_inserted_where_the_run_has_not_reached_runs_and_the_rows_move() 
 async fn inserted<S: Store + Clone>(store: &S, id: &str) {
     both_waiting(store, id).await;
     let delay_before = delay_events(store, id).await;
+    // Loaded by the new build while both `Delay`s still wait: it adopts the graph and
+    // unloads at once; the rows move with the adoption.
+    let ended = resume_or_unload::<branches_inserted::Order, _>(store, id, Duration::ZERO)
+        .await
+        .expect("the change is compatible");
+    assert!(ended.is_unloaded());
+    let moved = delay_events(store, id).await;
+    assert_eq!(moved.len(), delay_before.len());
+    assert!(
+        moved.contains(&("delay#2".to_owned(), 4)),
+        "the second `Delay`'s rows moved with the adoption: {moved:?}"
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     let outcome = resume::<branches_inserted::Order, _>(store, id)
         .await

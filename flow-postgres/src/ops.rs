@@ -129,7 +129,8 @@ macro_rules! renumber_sql {
 
 const RENUMBER: [(&str, &str); 5] = [
     renumber_sql!("events", " AND t.path IS NULL"),
-    renumber_sql!("outputs", ""),
+    // Not the ends of instances nested deeper (`ship[3]/pack@2`): their node is the body's.
+    renumber_sql!("outputs", " AND t.instance NOT LIKE '%/%'"),
     renumber_sql!("timers", ""),
     renumber_sql!("waits", ""),
     renumber_sql!("tasks", ""),

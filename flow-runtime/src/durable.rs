@@ -1262,7 +1262,18 @@ fn check_loaded<W: DurableWorkflow>(
         // Compatible: the run goes on with the graph it has now, stored with its first
         // commit once its replay has checked that the past is the same.
         renumber = renumbering(&loaded.nodes, &nodes);
-        renumber_loaded(&mut loaded, &renumber);
+        // In memory, a stored step the graph no longer has takes a number no step has: its
+        // events (a finished run's, replayed) meet no step of this graph.
+        let mut moves = renumber.clone();
+        moves.extend(
+            loaded
+                .nodes
+                .iter()
+                .filter(|row| !nodes.iter().any(|now| now.name == row.name))
+                .enumerate()
+                .map(|(k, row)| (row.node, u32::MAX - k as u32)),
+        );
+        renumber_loaded(&mut loaded, &moves);
         if !loaded.run.status.is_finished() {
             adopt = Some((graph_hash, nodes));
         }
@@ -1489,13 +1500,17 @@ fn changes_for_run(
             GraphChange::Removed(node) => started_name(node),
             // Decided below, from the steps' order.
             GraphChange::Reordered => false,
+            // A step the run started is refused even on a path it no longer takes (moved
+            // into a marker's branch): its events would meet nothing.
             GraphChange::EdgesChanged { node, .. } => {
-                !unseen(node) && !same_preds(node) && started_name(node)
+                !node.starts_with(MARKER) && started_name(node) && (dead(node) || !same_preds(node))
             }
             GraphChange::Changed { node, .. }
             | GraphChange::KindChanged { node, .. }
             | GraphChange::PolicyChanged { node, .. }
-            | GraphChange::CompensationChanged { node, .. } => !unseen(node) && started_name(node),
+            | GraphChange::CompensationChanged { node, .. } => {
+                !node.starts_with(MARKER) && started_name(node)
+            }
         })
         .collect();
     // The started steps, in the order the graph has them now, must be in their stored order:
@@ -1541,7 +1556,11 @@ fn renumber_loaded(loaded: &mut Loaded, map: &[(u32, u32)]) {
     for event in loaded.events.iter_mut().filter(|e| e.path.is_none()) {
         event.node = event.node.map(to);
     }
-    for output in &mut loaded.outputs {
+    for output in loaded
+        .outputs
+        .iter_mut()
+        .filter(|output| crate::store::own_output(&output.instance))
+    {
         output.node = to(output.node);
     }
     for timer in &mut loaded.timers {
@@ -1819,9 +1838,12 @@ mod tests {
             row(0, "fetch", 1, "operation", ""),
             row(1, "receipt", 20, "signal", "retries = 4"),
         ];
-        assert_eq!(incompatible_changes(&stored, &now, |node| node == 0), []);
         assert_eq!(
-            incompatible_changes(&stored, &now, |node| node == 1).len(),
+            incompatible_changes(&stored, &now, |node| node == 0, |_| true),
+            []
+        );
+        assert_eq!(
+            incompatible_changes(&stored, &now, |node| node == 1, |_| true).len(),
             2
         );
     }

@@ -570,7 +570,9 @@ pub(crate) fn run_data(db: &Db<'_>, run: &str) -> Result<RunData, StoreError> {
 fn renumber(db: &Db<'_>, run: &str, map: &[(u32, u32)]) -> Result<(), StoreError> {
     for (table, own) in [
         ("events", " AND path IS NULL"),
-        ("outputs", ""),
+        // Not the ends of instances nested deeper (`ship[3]/pack@2`): their node is the
+        // nest body's.
+        ("outputs", " AND instance NOT LIKE '%/%'"),
         ("timers", ""),
         ("waits", ""),
     ] {

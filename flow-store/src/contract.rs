@@ -1072,7 +1072,8 @@ pub async fn graph_adopted(store: &dyn Store) {
 
 /// A batch that adopts a graph numbering the run's steps otherwise moves every stored row of
 /// the run's own steps to their new indices before its own rows are written: events (not a
-/// nest instance's), outputs (an instance's end too), timers (not the run's own) and waits.
+/// nest instance's), outputs (the end of an instance of the run's own nest too, not of one
+/// nested deeper), timers (not the run's own) and waits.
 /// The move shifts `fetch` onto the index `charge` had: rows that would collide midway.
 pub async fn graph_renumbered(store: &dyn Store) {
     let owner = Owner::new("a");
@@ -1095,7 +1096,12 @@ pub async fn graph_renumbered(store: &dyn Store) {
         type_name: "u8".into(),
         bytes: format!("{node}{instance}").into_bytes(),
     };
-    first.outputs = vec![output(0, ""), output(1, "lines[1]")];
+    // The end of an instance nested deeper names a node of the nest's body: it stays.
+    first.outputs = vec![
+        output(0, ""),
+        output(1, "lines[1]"),
+        output(1, "lines[1]/pack@2"),
+    ];
     let key = |node: Option<u32>, kind: TimerKind| TimerKey {
         node,
         instance: String::new(),
@@ -1161,9 +1167,14 @@ pub async fn graph_renumbered(store: &dyn Store) {
         outputs,
         vec![
             (1, String::new(), b"0".to_vec()),
-            (2, "lines[1]".to_owned(), b"1lines[1]".to_vec())
+            (
+                1,
+                "lines[1]/pack@2".to_owned(),
+                b"1lines[1]/pack@2".to_vec()
+            ),
+            (2, "lines[1]".to_owned(), b"1lines[1]".to_vec()),
         ],
-        "renumbered: the outputs moved with their bytes"
+        "renumbered: the outputs moved with their bytes, not a deeper instance's end"
     );
     let mut timers: Vec<TimerKey> = loaded.timers.into_iter().map(|t| t.key).collect();
     timers.sort_by_key(|k| k.node);

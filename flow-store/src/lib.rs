@@ -1065,9 +1065,18 @@ pub struct Batch {
     /// With `graph`: the steps the new graph numbers otherwise, as (index in the run's
     /// stored graph, index in the new one). Before the batch's own rows (which use the new
     /// indices) are written, every stored row of the run that names one of its own nodes by
-    /// index (its own events, not its nest instances'; its outputs, timers, waits and tasks)
-    /// takes the node's new index. Empty when no step moved.
+    /// index takes the node's new index: its own events (not its nest instances'), its
+    /// outputs (its own steps' and the ends of its own nests' instances, `ship[3]`; not the
+    /// ends of instances nested deeper, `ship[3]/pack@2`, whose node is the nest body's),
+    /// timers, waits and tasks. Empty when no step moved.
     pub renumber: Vec<(u32, u32)>,
+}
+
+/// Whether an output of `instance` names a node of the run's own graph ([`Batch::renumber`]):
+/// a step's output (no instance) or the end of an instance of one of the run's nests
+/// (`ship[3]`), not the end of an instance nested deeper (`ship[3]/pack@2`).
+pub fn own_output(instance: &str) -> bool {
+    !instance.contains('/')
 }
 
 /// The index `node` takes under `renumber` ([`Batch::renumber`]): its new one if it moved,

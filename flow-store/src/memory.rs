@@ -298,7 +298,9 @@ impl State {
             row.outputs = std::mem::take(&mut row.outputs)
                 .into_values()
                 .map(|mut output| {
-                    output.node = map(output.node);
+                    if crate::own_output(&output.instance) {
+                        output.node = map(output.node);
+                    }
                     ((output.node, output.instance.clone()), output)
                 })
                 .collect();

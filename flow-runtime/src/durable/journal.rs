@@ -129,11 +129,21 @@ pub(crate) struct Journal {
     /// The steps that completed in a part of the journal a redrive cut off: requested live,
     /// each takes its stored output (`salvage`).
     salvage: Vec<u32>,
+    /// By node, once live after a redrive: whether its end is the one the run had before
+    /// (settled in the replay, or salvaged). A step is salvaged only when every step before
+    /// it is: else its inputs may differ from those its stored output was made of.
+    kept: Vec<bool>,
     /// By node: whether its events stay out of the journal (a version marker, decided by the
     /// run; a step on a marker's path the run does not take). Made by `attach`.
     unjournaled: Vec<bool>,
     /// The version markers whose old path the run takes.
     old_paths: Vec<u32>,
+    /// A compatible change moved the run's steps, and the batch that moves its stored rows
+    /// (`Batch::renumber`) is not durable yet: until it is, the store's task rows still have
+    /// the old numbers, and the run does not look at them.
+    moving: bool,
+    /// The commit in flight carries the moves.
+    moving_in_flight: bool,
 }
 
 /// The shortest time between two renewals of a lease.
@@ -145,7 +155,7 @@ impl Journal {
         let next = setup.events.last().map_or(0, |event| event.seq + 1);
         // The events of nest instances are not replayed (see `record_nested`), nor the events
         // that a redrive cut off (`operations.rs`).
-        let replay = Replay::of(std::mem::take(&mut setup.events));
+        let replay = Replay::of_moved(std::mem::take(&mut setup.events), &setup.renumber);
         setup.events = replay.events;
         let requests = requests::Requests::new(&setup.signals, setup.request_poll);
         Box::new(Journal {
@@ -176,8 +186,11 @@ impl Journal {
             terminated: None,
             epochs: replay.epochs,
             salvage: replay.salvage,
+            kept: Vec::new(),
             unjournaled: Vec::new(),
             old_paths: Vec::new(),
+            moving: false,
+            moving_in_flight: false,
             renew_every: renew_every(&setup),
             setup,
         })
@@ -486,6 +499,9 @@ impl Journal {
                     Poll::Ready(Ok(_)) => {
                         self.commit = None;
                         self.durable_seq = end;
+                        if std::mem::take(&mut self.moving_in_flight) {
+                            self.moving = false;
+                        }
                         self.renewed = tokio::time::Instant::now();
                         Poll::Ready(true)
                     }
@@ -502,6 +518,7 @@ impl Journal {
                 && self.pending.waits.is_empty()
                 && self.pending.consumed.is_empty()
                 && self.pending.tasks.is_empty()
+                && self.pending.graph.is_none()
                 && !self.renewal_due(cx)
             {
                 return Poll::Ready(false);
@@ -513,6 +530,7 @@ impl Journal {
                 Batch::new(&self.setup.lease, end, self.setup.extend),
             );
             self.note_timers(&batch.timers);
+            self.moving_in_flight = !batch.renumber.is_empty();
             let store = Arc::clone(&self.setup.store);
             self.commit = Some((Box::pin(async move { store.commit(batch).await }), end));
         }
@@ -633,6 +651,7 @@ impl Journal {
         let mut batch = Batch::new(&self.setup.lease, self.durable_seq, Duration::ZERO);
         batch.status = Some(RunStatus::Waiting);
         batch.graph = self.pending.graph.take();
+        batch.renumber = std::mem::take(&mut self.pending.renumber);
         match self.setup.store.commit(batch).await {
             Ok(_) => self.unloaded = Some(wake_at_ms),
             Err(error) => self.fail(DurableError::Store(error)),
@@ -796,6 +815,10 @@ fn delay_key(node: Option<u32>) -> TimerKey {
 fn same(journal: &StoredEvent, replay: &StoredEvent) -> bool {
     journal.kind == replay.kind
         && journal.node == replay.node
+        // Steps are known by name: a step numbered as another was is not that step.
+        && (journal.node_name.is_none()
+            || replay.node_name.is_none()
+            || journal.node_name == replay.node_name)
         && journal.attempt == replay.attempt
         && (journal.kind != "Completed" || journal.data == replay.data)
 }
@@ -1385,6 +1408,7 @@ fn go_live(run: &mut Run<'_, '_>) {
     journal.pending.graph = journal.setup.adopt.take();
     if journal.pending.graph.is_some() {
         journal.pending.renumber = std::mem::take(&mut journal.setup.renumber);
+        journal.moving = !journal.pending.renumber.is_empty();
     }
     if requests::loaded_request(run) {
         // Cancelled or terminated before anything of it runs again.
@@ -1447,6 +1471,27 @@ fn go_live(run: &mut Run<'_, '_>) {
 /// stored output, in the batch of its `Requested` (its task, its signal wait, its deadline
 /// are closed with it), instead of running again. Returns whether one did.
 fn salvage(run: &mut Run<'_, '_>) -> bool {
+    let len = run.len();
+    let Some(journal) = run.hook::<Journal>() else {
+        return false;
+    };
+    if journal.kept.is_empty() && !journal.salvage.is_empty() {
+        // At the end of the replay: what settled there is the run's past.
+        journal.kept = vec![false; len];
+        let settled: Vec<u32> = (0..len as u32)
+            .filter(|&node| {
+                matches!(
+                    run.status(node),
+                    NodeStatus::Completed | NodeStatus::Skipped
+                )
+            })
+            .collect();
+        if let Some(journal) = run.hook::<Journal>() {
+            for node in settled {
+                journal.kept[node as usize] = true;
+            }
+        }
+    }
     let Some(journal) = run.hook::<Journal>() else {
         return false;
     };
@@ -1463,12 +1508,31 @@ fn salvage(run: &mut Run<'_, '_>) -> bool {
             return any;
         };
         // A step without a stored output (a `Delay` has none to restore) is restored from
-        // its kind alone; one whose output is gone runs again.
+        // its kind alone; one whose output is gone, or whose inputs may have changed (a step
+        // before it ran again), runs again.
         let stored = journal.setup.outputs.contains_key(&node);
-        if !worldly(kind) || (kind != NodeKind::Delay && !stored) {
+        journal.salvage.retain(|&n| n != node);
+        let preds: Vec<u32> = run
+            .graph()
+            .edges
+            .iter()
+            .filter(|edge| edge.to == node)
+            .map(|edge| edge.from)
+            .collect();
+        let before_kept = run.hook::<Journal>().is_some_and(|journal| {
+            preds
+                .iter()
+                .all(|&pred| journal.kept.get(pred as usize) == Some(&true))
+        });
+        if !worldly(kind) || (kind != NodeKind::Delay && !stored) || !before_kept {
             continue;
         }
-        journal.salvage.retain(|&n| n != node);
+        let Some(journal) = run.hook::<Journal>() else {
+            return any;
+        };
+        if let Some(flag) = journal.kept.get_mut(node as usize) {
+            *flag = true;
+        }
         journal.unhold(node);
         any = true;
         match kind {
@@ -1625,6 +1689,15 @@ fn journal_poll(run: &mut Run<'_, '_>, cx: &mut Context<'_>, mut poll: Poll<()>)
         let Some(journal) = run.hook::<Journal>() else {
             return poll;
         };
+        if !journal.salvage.is_empty() && salvage(run) {
+            // A step a redrive had cut off completed again from its stored output (before
+            // the signals are dealt: a salvaged `Signal` step takes none).
+            poll = run.poll(cx);
+            continue;
+        }
+        let Some(journal) = run.hook::<Journal>() else {
+            return poll;
+        };
         let signals = journal.inbox.is_some();
         let tasks = journal.tasks.is_some();
         if signals && inbox::poll_signals(run, cx) {
@@ -1634,14 +1707,6 @@ fn journal_poll(run: &mut Run<'_, '_>, cx: &mut Context<'_>, mut poll: Poll<()>)
         }
         if tasks && remote::poll_tasks(run, cx) {
             // A task's outcome is known: its node takes it now.
-            poll = run.poll(cx);
-            continue;
-        }
-        let Some(journal) = run.hook::<Journal>() else {
-            return poll;
-        };
-        if !journal.salvage.is_empty() && salvage(run) {
-            // A step a redrive had cut off completed again from its stored output.
             poll = run.poll(cx);
             continue;
         }

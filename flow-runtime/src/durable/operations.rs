@@ -344,6 +344,13 @@ pub(crate) struct Replay {
 impl Replay {
     /// The replay of a run's stored journal.
     pub(crate) fn of(stored: Vec<StoredEvent>) -> Replay {
+        Replay::of_moved(stored, &[])
+    }
+
+    /// The replay of a run's stored journal whose steps a compatible change renumbered
+    /// (`moved`, as in `Batch::renumber`): a redrive marker that names a failed step by its
+    /// number alone names it by its stored number.
+    pub(crate) fn of_moved(stored: Vec<StoredEvent>, moved: &[(u32, u32)]) -> Replay {
         let mut events: Vec<StoredEvent> = Vec::with_capacity(stored.len());
         let mut epochs: Vec<(usize, Vec<(u32, u32)>)> = Vec::new();
         let mut salvage: Vec<u32> = Vec::new();
@@ -376,7 +383,10 @@ impl Replay {
                                 });
                                 let node = match named {
                                     Some(node) => node,
-                                    None => u32::try_from(floor.get(0)?.as_u64()?).ok()?,
+                                    None => crate::store::renumbered(
+                                        moved,
+                                        u32::try_from(floor.get(0)?.as_u64()?).ok()?,
+                                    ),
                                 };
                                 Some((node, attempt))
                             })

@@ -391,6 +391,10 @@ pub(super) fn poll_tasks(run: &mut Run<'_, '_>, cx: &mut Context<'_>) -> bool {
     let Some(journal) = run.hook::<Journal>() else {
         return false;
     };
+    if journal.moving {
+        // The store's task rows have the steps' old numbers until the run's rows move.
+        return false;
+    }
     let every = journal.setup.signal_poll;
     let store = Arc::clone(&journal.setup.store);
     let run_id = journal.setup.lease.run.clone();

@@ -21,6 +21,19 @@ pub(crate) fn sql_error(path: &Path, doing: &str, error: rusqlite::Error) -> Sto
             why: format!("{doing} it: {error}"),
         };
     }
+    // A value flow writes refused by a CHECK or NOT NULL constraint: flow never writes one
+    // its schema refuses, so the schema's text was edited or damaged.
+    if let rusqlite::Error::SqliteFailure(failure, _) = &error
+        && matches!(
+            failure.extended_code,
+            rusqlite::ffi::SQLITE_CONSTRAINT_CHECK | rusqlite::ffi::SQLITE_CONSTRAINT_NOTNULL
+        )
+    {
+        return StoreError::Corrupt {
+            path: path.to_owned(),
+            why: format!("{doing} it: {error} (its schema is not as flow made it)"),
+        };
+    }
     match error.sqlite_error_code() {
         Some(ErrorCode::DiskFull) => StoreError::Full {
             path: path.to_owned(),

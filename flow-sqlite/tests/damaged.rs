@@ -128,3 +128,32 @@ async fn a_table_beside_flows_is_left_alone() {
     let store = SqliteStore::open_client(&path).expect("opens");
     assert_eq!(store.events("order-1", 0).await.expect("reads").len(), 2);
 }
+
+/// A schema whose constraint text was damaged (a CHECK that refuses a value flow writes) is
+/// `Corrupt` when a write meets it, not an I/O error to try again.
+#[tokio::test]
+async fn a_damaged_constraint_is_corrupt() {
+    let dir = common::dir("damaged-check");
+    let path = stored_run(&dir).await;
+    edit(
+        &path,
+        "PRAGMA writable_schema = ON;
+         UPDATE sqlite_schema SET sql = replace(sql, '''kept''', '''kep4''') WHERE name = 'signals';
+         PRAGMA writable_schema = OFF;",
+    );
+    let store = SqliteStore::open_client(&path).expect("opens");
+    let signal = flowdag_store::NewSignal {
+        run: "order-1".into(),
+        name: "approve".into(),
+        payload: b"true".to_vec(),
+        mode: flowdag_store::SignalMode::Kept,
+    };
+    let err = store
+        .send_signal(signal)
+        .await
+        .expect_err("the damaged CHECK");
+    assert!(
+        matches!(&err, StoreError::Corrupt { why, .. } if why.contains("schema")),
+        "{err:?}"
+    );
+}

@@ -325,8 +325,15 @@ pub enum GraphChange {
         /// The call that undoes it now, if any.
         now: Option<String>,
     },
-    /// The steps are the same but in another order (another topological order).
-    Reordered,
+    /// The steps are in another order (another topological order): the steps concerned, in
+    /// the order they had and the order they have. When both are the same, the graph changed
+    /// in a way no step shows (the journal's format).
+    Reordered {
+        /// The steps in their order when the run started.
+        was: Vec<String>,
+        /// The same steps in their order now.
+        now: Vec<String>,
+    },
 }
 
 impl fmt::Display for GraphChange {
@@ -378,7 +385,15 @@ impl fmt::Display for GraphChange {
                 }
                 (None, None) => write!(f, "step `{node}` changed its compensation"),
             },
-            GraphChange::Reordered => f.write_str("its steps are in another order"),
+            GraphChange::Reordered { was, now } if was == now => {
+                f.write_str("it changed in a way no step shows (the journal's format)")
+            }
+            GraphChange::Reordered { was, now } => write!(
+                f,
+                "its steps are now in the order [{}] (was [{}])",
+                now.join(", "),
+                was.join(", ")
+            ),
         }
     }
 }
@@ -538,7 +553,11 @@ pub fn graph_changes(stored: &[NodeRow], now: &[NodeRow]) -> Vec<GraphChange> {
         }
     }
     if changes.is_empty() {
-        changes.push(GraphChange::Reordered);
+        let names = |rows: &[NodeRow]| rows.iter().map(|row| row.name.clone()).collect();
+        changes.push(GraphChange::Reordered {
+            was: names(stored),
+            now: names(now),
+        });
     }
     changes
 }
@@ -1499,7 +1518,7 @@ fn changes_for_run(
             GraphChange::Added(node) => !unseen(node) && reached(node),
             GraphChange::Removed(node) => started_name(node),
             // Decided below, from the steps' order.
-            GraphChange::Reordered => false,
+            GraphChange::Reordered { .. } => false,
             // A step the run started is refused even on a path it no longer takes (moved
             // into a marker's branch): its events would meet nothing.
             GraphChange::EdgesChanged { node, .. } => {
@@ -1515,23 +1534,38 @@ fn changes_for_run(
         .collect();
     // The started steps, in the order the graph has them now, must be in their stored order:
     // the replay meets their events in that order.
-    let order: Vec<usize> = stored
+    let order: Vec<(usize, &str)> = stored
         .iter()
         .filter(|row| started(row.node))
-        .filter_map(|row| now.iter().position(|r| r.name == row.name))
+        .filter_map(|row| {
+            let at = now.iter().position(|r| r.name == row.name)?;
+            Some((at, row.name.as_str()))
+        })
         .collect();
     let same_places = stored.len() == now.len()
         && stored
             .iter()
             .zip(now)
             .all(|(old, row)| old.name == row.name);
-    let moved = order.windows(2).any(|pair| pair[0] > pair[1]);
+    let moved = order.windows(2).any(|pair| pair[0].0 > pair[1].0);
+    if moved {
+        let was: Vec<String> = order.iter().map(|(_, name)| (*name).to_owned()).collect();
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        let now = sorted.iter().map(|(_, name)| (*name).to_owned()).collect();
+        refused.push(GraphChange::Reordered { was, now });
+    }
     // Same steps in the same places and nothing changed: the hash differs for a reason no
     // step shows (the journal's format).
-    let unexplained =
-        refused.is_empty() && same_places && graph_changes(stored, now) == [GraphChange::Reordered];
-    if moved || unexplained {
-        refused.push(GraphChange::Reordered);
+    let unexplained = refused.is_empty()
+        && same_places
+        && matches!(&graph_changes(stored, now)[..], [GraphChange::Reordered { .. }]);
+    if unexplained {
+        let names: Vec<String> = stored.iter().map(|row| row.name.clone()).collect();
+        refused.push(GraphChange::Reordered {
+            was: names.clone(),
+            now: names,
+        });
     }
     refused
 }
@@ -1737,6 +1771,41 @@ mod tests {
         }
     }
 
+    /// Started steps in another order are named in both orders; a hash that changed with no
+    /// step changed says so.
+    #[test]
+    fn steps_in_another_order_are_named_in_both_orders() {
+        let stored = [
+            row(0, "a", 1, "operation", ""),
+            row(1, "b", 2, "operation", ""),
+        ];
+        let now = [
+            row(0, "b", 2, "operation", ""),
+            row(1, "a", 1, "operation", ""),
+        ];
+        let changes = incompatible_changes(&stored, &now, |_| true, |_| true);
+        let reordered = changes
+            .iter()
+            .find(|c| matches!(c, GraphChange::Reordered { .. }))
+            .expect("reordered");
+        assert_eq!(
+            reordered,
+            &GraphChange::Reordered {
+                was: vec!["a".into(), "b".into()],
+                now: vec!["b".into(), "a".into()],
+            }
+        );
+        assert_eq!(
+            reordered.to_string(),
+            "its steps are now in the order [b, a] (was [a, b])"
+        );
+        let same = incompatible_changes(&stored, &stored, |_| true, |_| true);
+        assert_eq!(
+            same.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            ["it changed in a way no step shows (the journal's format)"]
+        );
+    }
+
     /// A step's other kind or policy is named with what it was and what it is.
     #[test]
     fn a_changed_kind_or_policy_is_named_with_both_values() {
@@ -1801,7 +1870,10 @@ mod tests {
         // Where the fingerprint is the same, the texts are not compared.
         let mut same = now.clone();
         same[1].policy = "retries=4".into();
-        assert_eq!(graph_changes(&now, &same), [GraphChange::Reordered]);
+        assert!(matches!(
+            &graph_changes(&now, &same)[..],
+            [GraphChange::Reordered { .. }]
+        ));
     }
 
     /// A row stored without kind and policy says that one of them changed, not which.

@@ -1559,7 +1559,10 @@ fn changes_for_run(
     // step shows (the journal's format).
     let unexplained = refused.is_empty()
         && same_places
-        && matches!(&graph_changes(stored, now)[..], [GraphChange::Reordered { .. }]);
+        && matches!(
+            &graph_changes(stored, now)[..],
+            [GraphChange::Reordered { .. }]
+        );
     if unexplained {
         let names: Vec<String> = stored.iter().map(|row| row.name.clone()).collect();
         refused.push(GraphChange::Reordered {

@@ -4,45 +4,16 @@
 //! by a `Worker`, and stored with the run; one that could (a started step changed or
 //! removed, a step added where the run has passed) is refused, naming what changed.
 
-use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use flowdag::Worker;
 use flowdag::durable::{DurableError, GraphChange, graph_rows, resume, resume_or_unload};
 use flowdag::store::{MemoryStore, RunFilter, RunStatus, RunSummary, Store};
 
-/// What ran, by run.
-static RAN: Mutex<BTreeMap<String, Vec<String>>> = Mutex::new(BTreeMap::new());
+#[path = "common/ran.rs"]
+mod ran;
 
-#[derive(Debug)]
-struct Never;
-
-impl std::fmt::Display for Never {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("never")
-    }
-}
-
-impl std::error::Error for Never {}
-
-fn ran(what: &str) {
-    if let Some(attempt) = flowdag::attempt() {
-        RAN.lock()
-            .expect("not poisoned")
-            .entry(attempt.run().to_owned())
-            .or_default()
-            .push(what.to_owned());
-    }
-}
-
-fn what_ran(run: &str) -> Vec<String> {
-    RAN.lock()
-        .expect("not poisoned")
-        .get(run)
-        .cloned()
-        .unwrap_or_default()
-}
+use ran::{Never, ran, what_ran};
 
 async fn reserve(order: u64) -> Result<u64, Never> {
     ran("reserve");

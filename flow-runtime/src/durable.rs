@@ -1488,6 +1488,8 @@ fn changes_for_run(
     if stored.is_empty() {
         return all;
     }
+    // No step changed: the steps moved, or the hash changed for a reason no step shows.
+    let nothing_changed = matches!(&all[..], [GraphChange::Reordered { .. }]);
     let stored_node = |name: &str| stored.iter().find(|row| row.name == name).map(|r| r.node);
     let started_name = |name: &str| stored_node(name).is_some_and(&started);
     let in_now = |name: &str| now.iter().any(|row| row.name == name);
@@ -1557,12 +1559,7 @@ fn changes_for_run(
     }
     // Same steps in the same places and nothing changed: the hash differs for a reason no
     // step shows (the journal's format).
-    let unexplained = refused.is_empty()
-        && same_places
-        && matches!(
-            &graph_changes(stored, now)[..],
-            [GraphChange::Reordered { .. }]
-        );
+    let unexplained = refused.is_empty() && same_places && nothing_changed;
     if unexplained {
         let names: Vec<String> = stored.iter().map(|row| row.name.clone()).collect();
         refused.push(GraphChange::Reordered {

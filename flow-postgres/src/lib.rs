@@ -138,7 +138,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flowdag_store::{
-    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Notified, Owner,
+    Batch, Committed, ContinueRun, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Notified, Owner,
     RunData, RunFilter, RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent,
     StoredSignal, TaskClaim, TaskCommitted, TaskInputs, TaskOutcome, TaskResult, Watch,
     WorkflowVersion,
@@ -515,6 +515,17 @@ impl Store for PostgresStore {
         Box::pin(async move {
             let doing = format!("deleting run `{run}`");
             transact!(self, doing, |tx| ops::delete_run(&mut tx, run))
+        })
+    }
+
+    fn continue_run<'a>(&'a self, lease: &'a Lease, next: ContinueRun) -> StoreFuture<'a, Lease> {
+        Box::pin(async move {
+            let doing = format!("continuing run `{}` as new", lease.run);
+            transact!(self, doing, |tx| ops::continue_run(
+                &mut tx,
+                lease,
+                next.clone()
+            ))
         })
     }
 

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use flowdag_store::{
-    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner, RunData,
+    Batch, Committed, ContinueRun, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner, RunData,
     RunEnd, RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, StoreError, StoredEvent,
     StoredOutput, StoredPath, StoredSignal, StoredTimer, TaskChange, TaskClaim, TaskCommitted,
     TaskInputs, TaskOutcome, TaskResult, TimerChange, TimerKey, TimerKind, WaitChange,
@@ -1328,6 +1328,108 @@ pub(crate) async fn reopen(
     .await?;
     set_wake(tx, run).await?;
     existing(tx, run).await
+}
+
+/// Ends a run's generation and starts the next under its id: [`Store::continue_run`].
+///
+/// [`Store::continue_run`]: flowdag_store::Store::continue_run
+pub(crate) async fn continue_run(tx: &mut Tx<'_>, lease: &Lease, next: ContinueRun) -> R<Lease> {
+    let run = lease.run.as_str();
+    let (summary, now) = lock_run(tx, run).await?;
+    let check = Batch::new(lease, next.next_seq, next.lease);
+    check.check_lease(&summary).map_err(Fail::Store)?;
+    if summary.status.is_finished() {
+        return Err(Fail::Store(StoreError::Finished {
+            run: run.to_owned(),
+        }));
+    }
+    if next.next_seq != summary.next_seq {
+        return Err(Fail::Store(check.gap(summary.next_seq)));
+    }
+    const KEEP: [&str; 3] = [
+        "UPDATE events SET run = $2 WHERE run = $1",
+        "UPDATE outputs SET run = $2 WHERE run = $1",
+        "UPDATE signals SET run = $2 WHERE run = $1 AND consumed_seq IS NOT NULL",
+    ];
+    const DROP: [&str; 3] = [
+        "DELETE FROM events WHERE run = $1",
+        "DELETE FROM outputs WHERE run = $1",
+        "DELETE FROM signals WHERE run = $1 AND consumed_seq IS NOT NULL",
+    ];
+    match &next.archive {
+        Some(archive) => {
+            if read_run(tx, archive).await?.is_some() {
+                return Err(Fail::Store(StoreError::Invalid {
+                    why: format!(
+                        "run `{run}` cannot keep its ended generation as `{archive}`: a run of that id exists"
+                    ),
+                }));
+            }
+            tx.execute(
+                "keeping the ended generation of a run",
+                "INSERT INTO runs (id, workflow, graph_hash, input, input_hash, options, status,
+                    next_seq, version, owner, lease_until, wake_at, ended, result, error,
+                    created_ms, updated_ms)
+                 SELECT $2, workflow, graph_hash, input, input_hash, options, 'continued',
+                    next_seq, version, NULL, NULL, NULL, true, $3, $4, created_ms, $5
+                 FROM runs WHERE id = $1",
+                &[&run, archive, &next.end.result, &next.end.error, &i(now)],
+            )
+            .await?;
+            tx.execute(
+                "keeping the ended generation of a run",
+                "INSERT INTO nodes (run, node, name, label, fingerprint, preds, compensate, kind, policy)
+                 SELECT $2, node, name, label, fingerprint, preds, compensate, kind, policy
+                 FROM nodes WHERE run = $1",
+                &[&run, archive],
+            )
+            .await?;
+            for sql in KEEP {
+                tx.execute("keeping the ended generation of a run", sql, &[&run, archive])
+                    .await?;
+            }
+        }
+        None => {
+            for sql in DROP {
+                tx.execute("dropping the ended generation of a run", sql, &[&run])
+                    .await?;
+            }
+        }
+    }
+    for sql in [
+        "DELETE FROM timers WHERE run = $1",
+        "DELETE FROM waits WHERE run = $1",
+        "DELETE FROM tasks WHERE run = $1",
+    ] {
+        tx.execute("starting the next generation of a run", sql, &[&run])
+            .await?;
+    }
+    let version = summary.version + 1;
+    let until = u(i(now).saturating_add(lease_ms(next.lease)));
+    tx.execute(
+        "starting the next generation of a run",
+        "UPDATE runs SET input = $2, options = $3, status = 'running', next_seq = 0,
+            version = $4, owner = $5, lease_until = $6, wake_at = NULL, ended = false,
+            result = NULL, error = NULL, updated_ms = $7 WHERE id = $1",
+        &[
+            &run,
+            &next.input,
+            &next.options,
+            &i(version),
+            &lease.owner.as_str(),
+            &i(until),
+            &i(now),
+        ],
+    )
+    .await?;
+    apply_timers(tx, run, &next.timers, now).await?;
+    set_wake(tx, run).await?;
+    Ok(Lease {
+        run: run.to_owned(),
+        owner: lease.owner.clone(),
+        version,
+        until_ms: until,
+    })
 }
 
 pub(crate) async fn delete_run(tx: &mut Tx<'_>, run: &str) -> R<()> {

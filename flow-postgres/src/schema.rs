@@ -9,7 +9,7 @@ use crate::pool::{Pooled, quote_ident};
 
 /// The schema version this crate writes and reads (the row of `schema_version`). A newer
 /// database is refused ([`StoreError::SchemaVersion`]).
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// The migrations, in order: `MIGRATIONS[0]` makes version 1, `MIGRATIONS[1]` version 2, and so on. Each
 /// runs with `search_path` set to the store's schema, in the one transaction that migrates.
@@ -17,7 +17,13 @@ pub const SCHEMA_VERSION: u32 = 4;
 /// Integers that are `u64` in Rust (hashes, sequence numbers, times) are `bigint`, bit for bit;
 /// times are milliseconds since the Unix epoch by the server's clock. A run-level timer has
 /// node -1; the workflow's own nodes have instance ''.
-pub const MIGRATIONS: [&str; 4] = [MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4];
+pub const MIGRATIONS: [&str; 5] = [
+    MIGRATION_1,
+    MIGRATION_2,
+    MIGRATION_3,
+    MIGRATION_4,
+    MIGRATION_5,
+];
 
 /// Version 1: the durable runs.
 const MIGRATION_1: &str = "
@@ -163,6 +169,13 @@ const MIGRATION_4: &str = "
 ALTER TABLE nodes
   ADD COLUMN kind text NOT NULL DEFAULT '',    -- `operation`, `signal`, …
   ADD COLUMN policy text NOT NULL DEFAULT '';  -- `timeout = 5s, retries = 3`; empty for none
+";
+
+/// Version 5: the status `continued` (a kept generation of a run that continued as new).
+const MIGRATION_5: &str = "
+ALTER TABLE runs DROP CONSTRAINT runs_status_check;
+ALTER TABLE runs ADD CONSTRAINT runs_status_check
+  CHECK (status IN ('running','waiting','compensating','succeeded','failed','cancelled','stuck','continued'));
 ";
 
 /// The advisory lock every migrating process takes (with the schema's name): "flow" in ASCII.

@@ -71,7 +71,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use flowdag_store::{
-    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Owner, RunData,
+    Batch, Committed, ContinueRun, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Owner, RunData,
     RunFilter, RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent, StoredSignal,
 };
 use tokio::sync::oneshot;
@@ -525,5 +525,13 @@ impl Store for SqliteStore {
     fn delete_run<'a>(&'a self, run: &'a str) -> StoreFuture<'a, ()> {
         let run = run.to_owned();
         self.call(move |db| ops::delete_run(db, &run))
+    }
+
+    fn continue_run<'a>(&'a self, lease: &'a Lease, next: ContinueRun) -> StoreFuture<'a, Lease> {
+        if let Some(refused) = self.client_refuses("continue_run") {
+            return refused;
+        }
+        let lease = lease.clone();
+        self.call(move |db| ops::continue_run(db, &lease, next))
     }
 }

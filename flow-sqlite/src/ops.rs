@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use flowdag_store::{
-    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner, RunData,
+    Batch, Committed, ContinueRun, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner, RunData,
     RunEnd, RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, StoreError, StoredEvent,
     StoredOutput, StoredPath, StoredSignal, StoredTimer, TimerChange, TimerKey, TimerKind,
     WaitChange,
@@ -893,6 +893,129 @@ pub(crate) fn delete_run(db: &Db<'_>, run: &str) -> Result<(), StoreError> {
         .and_then(|mut stmt| stmt.execute([run]))
         .map_err(db.err("deleting a run from"))?;
     Ok(())
+}
+
+/// Ends a run's generation and starts the next under its id: [`Store::continue_run`].
+///
+/// [`Store::continue_run`]: flowdag_store::Store::continue_run
+pub(crate) fn continue_run(
+    db: &Db<'_>,
+    lease: &Lease,
+    next: ContinueRun,
+) -> Result<Lease, StoreError> {
+    let run = lease.run.as_str();
+    let summary = db.existing(run)?;
+    let check = Batch::new(lease, next.next_seq, next.lease);
+    check.check_lease(&summary)?;
+    if summary.status.is_finished() {
+        return Err(StoreError::Finished {
+            run: run.to_owned(),
+        });
+    }
+    if next.next_seq != summary.next_seq {
+        return Err(check.gap(summary.next_seq));
+    }
+    let now = now_ms();
+    match &next.archive {
+        Some(archive) => {
+            if db.existing(archive).is_ok() {
+                return Err(StoreError::Invalid {
+                    why: format!(
+                        "run `{run}` cannot keep its ended generation as `{archive}`: a run of that id exists"
+                    ),
+                });
+            }
+            db.conn
+                .prepare_cached(
+                    "INSERT INTO runs (id, workflow, graph_hash, input, input_hash, options, status,
+                        next_seq, version, owner, lease_until, wake_at, ended, result, error,
+                        created_ms, updated_ms)
+                     SELECT ?2, workflow, graph_hash, input, input_hash, options, 'continued',
+                        next_seq, version, NULL, NULL, NULL, 1, ?3, ?4, created_ms, ?5
+                     FROM runs WHERE id = ?1",
+                )
+                .and_then(|mut stmt| {
+                    stmt.execute(params![
+                        run,
+                        archive,
+                        next.end.result,
+                        next.end.error,
+                        i(now)
+                    ])
+                })
+                .and_then(|_| {
+                    db.conn
+                        .prepare_cached(
+                            "INSERT INTO nodes (run, node, name, label, fingerprint, preds, compensate, kind, policy)
+                             SELECT ?2, node, name, label, fingerprint, preds, compensate, kind, policy
+                             FROM nodes WHERE run = ?1",
+                        )
+                        .and_then(|mut stmt| stmt.execute(params![run, archive]))
+                })
+                .map_err(db.err("keeping the ended generation of a run in"))?;
+            for table in ["events", "outputs"] {
+                db.conn
+                    .prepare_cached(&format!("UPDATE {table} SET run = ?2 WHERE run = ?1"))
+                    .and_then(|mut stmt| stmt.execute(params![run, archive]))
+                    .map_err(db.err("keeping the ended generation of a run in"))?;
+            }
+            db.conn
+                .prepare_cached(
+                    "UPDATE signals SET run = ?2 WHERE run = ?1 AND consumed_seq IS NOT NULL",
+                )
+                .and_then(|mut stmt| stmt.execute(params![run, archive]))
+                .map_err(db.err("keeping the ended generation of a run in"))?;
+        }
+        None => {
+            for sql in [
+                "DELETE FROM events WHERE run = ?1",
+                "DELETE FROM outputs WHERE run = ?1",
+                "DELETE FROM signals WHERE run = ?1 AND consumed_seq IS NOT NULL",
+            ] {
+                db.conn
+                    .prepare_cached(sql)
+                    .and_then(|mut stmt| stmt.execute([run]))
+                    .map_err(db.err("dropping the ended generation of a run in"))?;
+            }
+        }
+    }
+    for sql in [
+        "DELETE FROM timers WHERE run = ?1",
+        "DELETE FROM waits WHERE run = ?1",
+    ] {
+        db.conn
+            .prepare_cached(sql)
+            .and_then(|mut stmt| stmt.execute([run]))
+            .map_err(db.err("starting the next generation of a run in"))?;
+    }
+    let version = summary.version + 1;
+    let until = due_after(now, next.lease);
+    db.conn
+        .prepare_cached(
+            "UPDATE runs SET input = ?2, options = ?3, status = 'running', next_seq = 0,
+                version = ?4, owner = ?5, lease_until = ?6, wake_at = NULL, ended = 0,
+                result = NULL, error = NULL, updated_ms = ?7 WHERE id = ?1",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                run,
+                next.input,
+                next.options,
+                i(version),
+                lease.owner.as_str(),
+                i(until),
+                i(now)
+            ])
+        })
+        .map_err(db.err("starting the next generation of a run in"))?;
+    db.apply_timers(run, &next.timers, now)?;
+    db.set_wake(run)?;
+    Ok(Lease {
+        run: run.to_owned(),
+        owner: lease.owner.clone(),
+        version,
+        until_ms: until,
+    })
 }
 
 /// Replaces a run's graph hash and node rows (a compatible change adopted by its commit).

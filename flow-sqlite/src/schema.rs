@@ -17,7 +17,7 @@ pub const APPLICATION_ID: i32 = 0x464C_4F57;
 /// refused ([`StoreError::SchemaVersion`]); an older one is migrated when a store opens it
 /// ([`SqliteStore::open`](crate::SqliteStore::open)), and read as it is by a client
 /// ([`SqliteStore::open_client`](crate::SqliteStore::open_client)), which writes nothing.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Schema version 1; [`MIGRATIONS`] take it to [`SCHEMA_VERSION`], and a new store is made
 /// the same way. Integers that are `u64` in Rust (hashes, times) are stored as SQLite's
@@ -113,13 +113,46 @@ CREATE TABLE waits (
 ";
 
 /// The migrations, in order: `MIGRATIONS[0]` takes version 1 to version 2, and so on.
-const MIGRATIONS: [&str; SCHEMA_VERSION as usize - 1] = [MIGRATION_2];
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize - 1] = [MIGRATION_2, MIGRATION_3];
 
 /// Version 2: a node's kind and resilience settings, to say what changed when they did. Rows
 /// written before have both empty (not stored).
 const MIGRATION_2: &str = "
 ALTER TABLE nodes ADD COLUMN kind TEXT NOT NULL DEFAULT '';    -- `operation`, `signal`, …
 ALTER TABLE nodes ADD COLUMN policy TEXT NOT NULL DEFAULT '';  -- `timeout = 5s, retries = 3`; empty for none
+";
+
+/// Version 3: the status `continued` (a kept generation of a run that continued as new). A
+/// table's CHECK cannot be altered in SQLite: the runs are copied into a table with the new
+/// one, which takes the old name, and the indexes are made again.
+const MIGRATION_3: &str = "
+CREATE TABLE runs_v3 (
+  id TEXT PRIMARY KEY,
+  workflow TEXT NOT NULL,
+  graph_hash INTEGER NOT NULL,
+  input BLOB NOT NULL,
+  input_hash INTEGER NOT NULL,
+  options BLOB NOT NULL,
+  status TEXT NOT NULL CHECK (status IN ('running','waiting','compensating','succeeded','failed','cancelled','stuck','continued')),
+  next_seq INTEGER NOT NULL,
+  version INTEGER NOT NULL,
+  owner TEXT,
+  lease_until INTEGER,
+  wake_at INTEGER,
+  ended INTEGER NOT NULL DEFAULT 0,
+  result BLOB,
+  error TEXT,
+  created_ms INTEGER NOT NULL,
+  updated_ms INTEGER NOT NULL
+) STRICT;
+INSERT INTO runs_v3 (id, workflow, graph_hash, input, input_hash, options, status, next_seq,
+  version, owner, lease_until, wake_at, ended, result, error, created_ms, updated_ms)
+  SELECT id, workflow, graph_hash, input, input_hash, options, status, next_seq, version, owner,
+    lease_until, wake_at, ended, result, error, created_ms, updated_ms FROM runs;
+DROP TABLE runs;
+ALTER TABLE runs_v3 RENAME TO runs;
+CREATE INDEX runs_created ON runs(created_ms, id);
+CREATE INDEX runs_wake ON runs(wake_at) WHERE wake_at IS NOT NULL;
 ";
 
 /// The schema of `version` (1 to [`SCHEMA_VERSION`]): [`SCHEMA`] and the migrations up to it.

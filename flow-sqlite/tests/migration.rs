@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use flowdag_sqlite::{APPLICATION_ID, SCHEMA_VERSION, SqliteStore};
-use flowdag_store::{Created, NewRun, NodeRow, Owner, RunFilter, Store, StoreError};
+use flowdag_store::{
+    ContinueRun, Created, NewRun, NodeRow, Owner, RunEnd, RunFilter, RunStatus, Store, StoreError,
+};
 use rusqlite::Connection;
 
 const LEASE: Duration = Duration::from_secs(3600);
@@ -150,12 +152,12 @@ fn node_columns(path: &Path) -> Vec<String> {
 
 #[tokio::test]
 async fn a_store_of_version_1_is_migrated_its_old_rows_without_kind_and_policy() {
-    assert_eq!(SCHEMA_VERSION, 2);
+    assert_eq!(SCHEMA_VERSION, 3);
     let dir = common::dir("migrate-1");
     let path = store_of_version_1(&dir);
 
     let store = SqliteStore::open(&path).expect("opens and migrates");
-    assert_eq!(user_version(&path), 2);
+    assert_eq!(user_version(&path), 3);
     assert_eq!(
         node_columns(&path),
         [
@@ -194,6 +196,37 @@ async fn a_store_of_version_1_is_migrated_its_old_rows_without_kind_and_policy()
         ],
         "the old rows, their kind and policy not stored"
     );
+    // The migrated runs table takes the status `continued` (version 3), its rows kept.
+    let next = store
+        .continue_run(
+            &loaded.lease,
+            ContinueRun {
+                next_seq: 1,
+                input: b"2".to_vec(),
+                options: Vec::new(),
+                archive: Some("old~1".into()),
+                end: RunEnd {
+                    result: None,
+                    error: None,
+                },
+                timers: Vec::new(),
+                lease: LEASE,
+            },
+        )
+        .await
+        .expect("the old run continues as new");
+    store.release(&me, &[next]).await.expect("releases");
+    let runs = store
+        .list_runs(&RunFilter::default())
+        .await
+        .expect("lists");
+    assert_eq!(
+        runs.iter()
+            .map(|r| (r.id.as_str(), r.status))
+            .collect::<Vec<_>>(),
+        vec![("old", RunStatus::Running), ("old~1", RunStatus::Continued)],
+        "the migrated table's rows and a continued generation"
+    );
 
     // A run created now keeps both, also after the store is opened again.
     let mut run = NewRun::new("new", "Checkout", 6, me.clone(), LEASE);
@@ -215,7 +248,7 @@ async fn a_store_of_version_1_is_migrated_its_old_rows_without_kind_and_policy()
     let store = SqliteStore::open(&path).expect("opens the migrated store");
     let loaded = store.load_run("new", &me, LEASE).await.expect("loads");
     assert_eq!(loaded.nodes, run.nodes);
-    assert_eq!(user_version(&path), 2);
+    assert_eq!(user_version(&path), 3);
 }
 
 #[tokio::test]

@@ -45,7 +45,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    Batch, Committed, Created, Lease, NewRun, NewSignal, NodeRow, Owner, RunCursor, RunEnd,
+    Batch, Committed, ContinueRun, Created, Lease, NewRun, NewSignal, NodeRow, Owner, RunCursor, RunEnd,
     RunFilter, RunStatus, SignalMode, SignalSent, StepKind, Store, StoreError, StoredEvent,
     StoredOutput, StoredPath, StoredStep, TaskChange, TaskClaim, TaskCommitted, TaskOutcome,
     TaskResult, TimerChange, TimerKey, TimerKind, WaitChange, WorkflowVersion,
@@ -69,6 +69,7 @@ pub async fn all(make: impl Fn() -> Arc<dyn Store>) {
     reopen_and_delete(&*make()).await;
     graph_adopted(&*make()).await;
     graph_renumbered(&*make()).await;
+    continued(&*make()).await;
 }
 
 fn event(seq: u64, kind: &str, node: Option<u32>) -> StoredEvent {
@@ -1020,6 +1021,177 @@ pub async fn reopen_and_delete(store: &dyn Store) {
         "delete_run: the other run stays"
     );
     drop(running);
+}
+
+/// `continue_run` ends a generation: kept as a `continued` run of its own (events, outputs,
+/// nodes, consumed signals, end) or deleted; the run keeps its id, `input_hash` and unconsumed
+/// signals, starts an empty journal with the new input, options and timers, and its caller
+/// holds a new lease (the old one is fenced). A wrong lease, a stale sequence number, a
+/// finished run or a taken archive id writes nothing.
+pub async fn continued(store: &dyn Store) {
+    let owner = Owner::new("a");
+    let lease = create(store, "r1", "W", &owner).await;
+    assert!(
+        commit(store, completion(&lease, 2)).await.is_ok(),
+        "continue_run: the first generation completes a step"
+    );
+    let mut taken = NewSignal {
+        run: "r1".into(),
+        name: "go".into(),
+        payload: b"1".to_vec(),
+        mode: SignalMode::Kept,
+    };
+    let Ok(SignalSent::Stored { id: consumed, .. }) = store.send_signal(taken.clone()).await else {
+        panic!("continue_run: a signal for the first generation");
+    };
+    taken.payload = b"2".to_vec();
+    assert!(
+        matches!(store.send_signal(taken).await, Ok(SignalSent::Stored { .. })),
+        "continue_run: a signal left for the next generation"
+    );
+    let mut take = Batch::new(&lease, 4, LONG);
+    take.events = vec![event(4, "SignalReceived", Some(1))];
+    take.consumed = vec![consumed];
+    take.timers = vec![TimerChange::Set {
+        key: TimerKey {
+            node: None,
+            instance: String::new(),
+            kind: TimerKind::RunDeadline,
+        },
+        after: LONG,
+    }];
+    assert!(
+        commit(store, take).await.is_ok(),
+        "continue_run: the first generation takes a signal"
+    );
+    let next = |archive: Option<&str>, next_seq: u64| ContinueRun {
+        next_seq,
+        input: br#"{"id":43}"#.to_vec(),
+        options: br#"{"generation":2}"#.to_vec(),
+        archive: archive.map(str::to_owned),
+        end: RunEnd {
+            result: Some(b"43".to_vec()),
+            error: None,
+        },
+        timers: Vec::new(),
+        lease: LONG,
+    };
+    let stale = Lease {
+        version: lease.version + 7,
+        ..lease.clone()
+    };
+    assert!(
+        matches!(
+            store.continue_run(&stale, next(Some("r1~1"), 5)).await,
+            Err(StoreError::LeaseLost { .. })
+        ),
+        "continue_run: another lease"
+    );
+    assert!(
+        matches!(
+            store.continue_run(&lease, next(Some("r1~1"), 4)).await,
+            Err(StoreError::Conflict { expected: 5, .. })
+        ),
+        "continue_run: a journal that is not whole"
+    );
+    let other = create(store, "r2", "W", &owner).await;
+    assert!(
+        matches!(
+            store.continue_run(&lease, next(Some("r2"), 5)).await,
+            Err(StoreError::Invalid { .. })
+        ),
+        "continue_run: an archive id that is taken"
+    );
+    let unchanged = store.events("r1", 0).await.map(|e| e.len());
+    assert_eq!(unchanged, Ok(5), "continue_run: a refusal writes nothing");
+
+    let new_lease = store
+        .continue_run(&lease, next(Some("r1~1"), 5))
+        .await
+        .unwrap_or_else(|e| panic!("continue_run: keeping the generation: {e}"));
+    assert_eq!(new_lease.owner, owner, "continue_run: the caller holds the run");
+    assert!(
+        new_lease.version > lease.version,
+        "continue_run: a new lease version"
+    );
+    let mut late = Batch::new(&lease, 0, LONG);
+    late.events = vec![event(0, "RunStarted", None)];
+    assert!(
+        matches!(commit(store, late).await, Err(StoreError::LeaseLost { .. })),
+        "continue_run: the ended generation's lease is fenced"
+    );
+    let data = store
+        .run_data("r1")
+        .await
+        .unwrap_or_else(|e| panic!("continue_run: run_data: {e}"));
+    assert_eq!(data.input, br#"{"id":43}"#.to_vec(), "continue_run: new input");
+    let events = store.events("r1", 0).await.map(|e| e.len());
+    assert_eq!(events, Ok(0), "continue_run: an empty journal");
+    assert!(data.outputs.is_empty(), "continue_run: no outputs");
+    assert_eq!(data.end, None, "continue_run: no end");
+    let open = store.signals("r1", 0).await.map(|s| s.len());
+    assert_eq!(open, Ok(1), "continue_run: the unconsumed signal stays");
+    let loaded = store
+        .load_run("r1", &owner, LONG)
+        .await
+        .unwrap_or_else(|e| panic!("continue_run: load the next generation: {e}"));
+    assert_eq!(loaded.run.status, RunStatus::Running, "continue_run: status");
+    assert_eq!(loaded.run.next_seq, 0, "continue_run: next_seq");
+    assert_eq!(loaded.run.input_hash, 42, "continue_run: the run's input_hash stays");
+    assert_eq!(loaded.options, br#"{"generation":2}"#.to_vec(), "continue_run: new options");
+    assert!(loaded.timers.is_empty(), "continue_run: the old timers are gone");
+    assert_eq!(loaded.nodes.len(), 2, "continue_run: the graph stays");
+    let kept = store
+        .run_data("r1~1")
+        .await
+        .unwrap_or_else(|e| panic!("continue_run: run_data of the kept generation: {e}"));
+    let events = store.events("r1~1", 0).await.map(|e| e.len());
+    assert_eq!(events, Ok(5), "continue_run: kept events");
+    assert_eq!(kept.outputs.len(), 1, "continue_run: kept outputs");
+    assert_eq!(kept.input, br#"{"id":42}"#.to_vec(), "continue_run: kept input");
+    assert_eq!(
+        kept.end.as_ref().and_then(|e| e.result.clone()),
+        Some(b"43".to_vec()),
+        "continue_run: kept end"
+    );
+    let runs = store
+        .list_runs(&RunFilter::default())
+        .await
+        .unwrap_or_else(|e| panic!("continue_run: list_runs: {e}"));
+    let archived = runs.iter().find(|r| r.id == "r1~1");
+    assert_eq!(
+        archived.map(|r| (r.status, r.workflow.as_str(), r.owner.clone())),
+        Some((RunStatus::Continued, "W", None)),
+        "continue_run: the kept generation is listed"
+    );
+    // Dropping the generation: nothing is kept.
+    let lease = loaded.lease;
+    let new_lease = store
+        .continue_run(&lease, next(None, 0))
+        .await
+        .unwrap_or_else(|e| panic!("continue_run: dropping the generation: {e}"));
+    let runs = store
+        .list_runs(&RunFilter::default())
+        .await
+        .unwrap_or_else(|e| panic!("continue_run: list_runs: {e}"));
+    assert_eq!(runs.len(), 3, "continue_run: a dropped generation is not kept");
+    let mut end = Batch::new(&new_lease, 0, LONG);
+    end.events = vec![event(0, "RunFinished", None)];
+    end.status = Some(RunStatus::Succeeded);
+    end.end = Some(RunEnd {
+        result: None,
+        error: None,
+    });
+    assert!(commit(store, end).await.is_ok(), "continue_run: the last generation ends");
+    assert!(
+        matches!(
+            store.continue_run(&new_lease, next(None, 1)).await,
+            Err(StoreError::Finished { .. }) | Err(StoreError::LeaseLost { .. })
+        ),
+        "continue_run: a finished run"
+    );
+    assert_eq!(store.delete_run("r1~1").await, Ok(()), "continue_run: delete a kept generation");
+    drop(other);
 }
 
 /// A batch with a `graph` replaces the run's graph hash and node rows; a refused batch (a lost

@@ -380,7 +380,27 @@ pub trait Store: Send + Sync + 'static {
         })))
     }
 
-    /// Deletes a finished run (`succeeded`, `failed` or `cancelled`) and everything stored
+    /// Ends the current generation of a run and starts the next under the same id, in one
+    /// transaction (*continue as new*): the generation's rows are kept under `next.archive`
+    /// (a finished run with the status [`RunStatus::Continued`]) or deleted; the run keeps its
+    /// id, workflow, graph, `input_hash`, creation time and unconsumed signals, takes
+    /// `next.input`, `next.options` and `next.timers`, has an empty journal (its next
+    /// sequence number is 0), no outputs, waits or tasks, the status `running`, and a new
+    /// lease for the caller (the version bumped: a batch of the ended generation cannot
+    /// land). Errors: [`StoreError::NotFound`]; [`StoreError::LeaseLost`] when `lease` is not
+    /// the run's; [`StoreError::Finished`] for a finished run; [`StoreError::Conflict`] when
+    /// `next.next_seq` is not the run's next sequence number; [`StoreError::Invalid`] when a
+    /// run named `next.archive` exists. Nothing is written on an error.
+    ///
+    /// The default is [`StoreError::Unsupported`] (the stores of this project implement it).
+    fn continue_run<'a>(&'a self, lease: &'a Lease, next: ContinueRun) -> StoreFuture<'a, Lease> {
+        let _ = (lease, next);
+        Box::pin(std::future::ready(Err(StoreError::Unsupported {
+            what: "continue_run",
+        })))
+    }
+
+    /// Deletes a finished run (`succeeded`, `failed`, `cancelled` or `continued`) and everything stored
     /// for it: its node rows, events, outputs, timers, signals, waits and tasks, in one
     /// transaction. Errors: [`StoreError::NotFound`]; [`StoreError::WrongStatus`] for a run
     /// that has not finished (nothing is deleted).
@@ -583,6 +603,30 @@ impl NewRun {
     }
 }
 
+/// A run that ends a generation and goes on under its own id with a new input (*continue as
+/// new*): [`Store::continue_run`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContinueRun {
+    /// The run's next sequence number as the caller knows it: the generation's whole journal
+    /// is committed (else [`StoreError::Conflict`]).
+    pub next_seq: u64,
+    /// The next generation's stored parameters (serialized). The run's `input_hash` stays the
+    /// first generation's: it names the run, whatever generation it is in.
+    pub input: Vec<u8>,
+    /// The next generation's runner options (serialized).
+    pub options: Vec<u8>,
+    /// `Some(id)`: the ended generation is kept as a finished run of that id with the status
+    /// [`RunStatus::Continued`]: its node rows, events, outputs, consumed signals and `end`.
+    /// `None`: they are deleted.
+    pub archive: Option<String>,
+    /// How the ended generation ended (kept with its archive).
+    pub end: RunEnd,
+    /// The next generation's first timers (a run deadline).
+    pub timers: Vec<TimerChange>,
+    /// For how long the lease is given.
+    pub lease: Duration,
+}
+
 /// The answer of [`Store::create_run`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Created {
@@ -625,11 +669,15 @@ pub enum RunStatus {
     Cancelled,
     /// A compensation failed for good: an operator must look.
     Stuck,
+    /// A generation of a run that continued as new, kept as a run of its own (`order-1~3`):
+    /// it ended successfully and the run went on under its own id with a new input
+    /// ([`Store::continue_run`]).
+    Continued,
 }
 
 impl RunStatus {
     /// Every status, in declaration order.
-    pub const ALL: [RunStatus; 7] = [
+    pub const ALL: [RunStatus; 8] = [
         RunStatus::Running,
         RunStatus::Waiting,
         RunStatus::Compensating,
@@ -637,6 +685,7 @@ impl RunStatus {
         RunStatus::Failed,
         RunStatus::Cancelled,
         RunStatus::Stuck,
+        RunStatus::Continued,
     ];
 
     /// Its stored name: `running`, `waiting`, …
@@ -649,6 +698,7 @@ impl RunStatus {
             RunStatus::Failed => "failed",
             RunStatus::Cancelled => "cancelled",
             RunStatus::Stuck => "stuck",
+            RunStatus::Continued => "continued",
         }
     }
 
@@ -656,7 +706,10 @@ impl RunStatus {
     pub fn is_finished(self) -> bool {
         matches!(
             self,
-            RunStatus::Succeeded | RunStatus::Failed | RunStatus::Cancelled
+            RunStatus::Succeeded
+                | RunStatus::Failed
+                | RunStatus::Cancelled
+                | RunStatus::Continued
         )
     }
 }
@@ -676,7 +729,7 @@ impl FromStr for RunStatus {
             .find(|status| status.as_str() == s)
             .ok_or_else(|| StoreError::Invalid {
                 why: format!(
-                    "unknown run status `{s}`; expected one of running, waiting, compensating, succeeded, failed, cancelled, stuck"
+                    "unknown run status `{s}`; expected one of running, waiting, compensating, succeeded, failed, cancelled, stuck, continued"
                 ),
             })
     }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use super::{
-    Batch, Committed, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner, RunData,
+    Batch, Committed, ContinueRun, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner, RunData,
     RunEnd, RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, Store, StoreError,
     StoreFuture, StoredEvent, StoredOutput, StoredSignal, StoredTimer, TaskChange, TaskClaim,
     TaskCommitted, TaskInputs, TaskOutcome, TaskResult, TimerChange, TimerKey, WaitChange,
@@ -434,6 +434,95 @@ impl State {
         Ok(summary)
     }
 
+    fn continue_run(&mut self, lease: &Lease, next: ContinueRun) -> Result<Lease, StoreError> {
+        let run = lease.run.as_str();
+        let row = self.row(run)?;
+        let check = Batch::new(lease, next.next_seq, next.lease);
+        check.check_lease(&row.summary)?;
+        if row.summary.status.is_finished() {
+            return Err(StoreError::Finished {
+                run: run.to_owned(),
+            });
+        }
+        if next.next_seq != row.summary.next_seq {
+            return Err(check.gap(row.summary.next_seq));
+        }
+        if let Some(archive) = &next.archive
+            && self.runs.contains_key(archive)
+        {
+            return Err(StoreError::Invalid {
+                why: format!(
+                    "run `{run}` cannot keep its ended generation as `{archive}`: a run of that id exists"
+                ),
+            });
+        }
+        // Checked: apply.
+        let now = now_ms();
+        let Some(row) = self.runs.get_mut(run) else {
+            return Err(not_found(run));
+        };
+        let events = std::mem::take(&mut row.events);
+        let outputs = std::mem::take(&mut row.outputs);
+        let input = std::mem::replace(&mut row.input, next.input);
+        let options = std::mem::replace(&mut row.options, next.options);
+        row.timers.clear();
+        row.waits.clear();
+        row.end = None;
+        apply_timers(&mut row.timers, next.timers, now);
+        let version = row.summary.version + 1;
+        let until = due_after(now, next.lease);
+        let ended = row.summary.clone();
+        let nodes = row.nodes.clone();
+        let summary = &mut row.summary;
+        summary.status = RunStatus::Running;
+        summary.next_seq = 0;
+        summary.version = version;
+        summary.owner = Some(lease.owner.as_str().to_owned());
+        summary.lease_until_ms = Some(until);
+        summary.updated_ms = now;
+        self.tasks.retain(|(r, _), _| r != run);
+        match next.archive {
+            Some(archive) => {
+                for (signal, consumed) in self.signals.values_mut() {
+                    if *consumed && signal.run == run {
+                        signal.run.clone_from(&archive);
+                    }
+                }
+                let summary = RunSummary {
+                    id: archive.clone(),
+                    status: RunStatus::Continued,
+                    owner: None,
+                    lease_until_ms: None,
+                    wake_at_ms: None,
+                    updated_ms: now,
+                    ..ended
+                };
+                let kept = RunRow {
+                    summary,
+                    input,
+                    options,
+                    nodes,
+                    events,
+                    outputs,
+                    timers: BTreeMap::new(),
+                    waits: BTreeMap::new(),
+                    end: Some(next.end),
+                };
+                self.runs.insert(archive, kept);
+            }
+            None => self
+                .signals
+                .retain(|_, (signal, consumed)| !(*consumed && signal.run == run)),
+        }
+        self.set_wake(run);
+        Ok(Lease {
+            run: run.to_owned(),
+            owner: lease.owner.clone(),
+            version,
+            until_ms: until,
+        })
+    }
+
     fn delete(&mut self, run: &str) -> Result<(), StoreError> {
         let status = self.row(run)?.summary.status;
         if !status.is_finished() {
@@ -767,6 +856,10 @@ impl Store for MemoryStore {
 
     fn delete_run<'a>(&'a self, run: &'a str) -> StoreFuture<'a, ()> {
         ready(self.state().delete(run))
+    }
+
+    fn continue_run<'a>(&'a self, lease: &'a Lease, next: ContinueRun) -> StoreFuture<'a, Lease> {
+        ready(self.state().continue_run(lease, next))
     }
 }
 

@@ -397,9 +397,9 @@ pub mod prelude {
 #[cfg(feature = "durable")]
 pub mod durable {
     pub use flowdag_runtime::durable::{
-        Attempt, Durable, DurableError, DurableRunner, DurableWorkflow, GraphChange, attempt,
-        graph_changes, graph_rows, incompatible_changes, resume, resume_all, runs_without_patch,
-        send_signal, send_signal_json,
+        Attempt, Continue, Durable, DurableError, DurableRunner, DurableWorkflow, GraphChange,
+        attempt, graph_changes, graph_rows, incompatible_changes, resume, resume_all,
+        runs_without_patch, send_signal, send_signal_json,
     };
     pub use flowdag_runtime::durable::{Ended, UnloadingRunner, resume_or_unload};
     pub use flowdag_runtime::durable::{

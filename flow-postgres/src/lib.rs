@@ -138,8 +138,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flowdag_store::{
-    Batch, Committed, ContinueRun, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Notified, Owner,
-    RunData, RunFilter, RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent,
+    Batch, Committed, ContinueRun, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Notified,
+    Owner, RunData, RunFilter, RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent,
     StoredSignal, TaskClaim, TaskCommitted, TaskInputs, TaskOutcome, TaskResult, Watch,
     WorkflowVersion,
 };

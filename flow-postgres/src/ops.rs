@@ -7,11 +7,11 @@
 use std::time::Duration;
 
 use flowdag_store::{
-    Batch, Committed, ContinueRun, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner, RunData,
-    RunEnd, RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, StoreError, StoredEvent,
-    StoredOutput, StoredPath, StoredSignal, StoredTimer, TaskChange, TaskClaim, TaskCommitted,
-    TaskInputs, TaskOutcome, TaskResult, TimerChange, TimerKey, TimerKind, WaitChange,
-    WorkflowVersion,
+    Batch, Committed, ContinueRun, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow,
+    Owner, RunData, RunEnd, RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, StoreError,
+    StoredEvent, StoredOutput, StoredPath, StoredSignal, StoredTimer, TaskChange, TaskClaim,
+    TaskCommitted, TaskInputs, TaskOutcome, TaskResult, TimerChange, TimerKey, TimerKind,
+    WaitChange, WorkflowVersion,
 };
 use tokio_postgres::Row;
 
@@ -1385,8 +1385,12 @@ pub(crate) async fn continue_run(tx: &mut Tx<'_>, lease: &Lease, next: ContinueR
             )
             .await?;
             for sql in KEEP {
-                tx.execute("keeping the ended generation of a run", sql, &[&run, archive])
-                    .await?;
+                tx.execute(
+                    "keeping the ended generation of a run",
+                    sql,
+                    &[&run, archive],
+                )
+                .await?;
             }
         }
         None => {

@@ -48,9 +48,9 @@ use crate::runner::{Runner, Workflow};
 use crate::scheduler::Hook;
 use crate::scheduler::RunSetup;
 use crate::store::{
-    Created, Lease, Loaded, NewRun, NodeRow, Owner, RunFilter, RunStatus, RunSummary, Store,
-    StoreError, StoredEvent, StoredOutput, StoredSignal, StoredTimer, TaskClaim, TaskOutcome,
-    TaskResult, TimerChange, TimerKey, TimerKind, fnv1a,
+    Batch, ContinueRun, Created, Lease, Loaded, NewRun, NodeRow, Owner, RunEnd, RunFilter,
+    RunStatus, RunSummary, Store, StoreError, StoredEvent, StoredOutput, StoredSignal, StoredTimer,
+    TaskClaim, TaskOutcome, TaskResult, TimerChange, TimerKey, TimerKind, fnv1a,
 };
 
 pub(crate) mod generated;
@@ -611,6 +611,11 @@ pub(crate) struct JournalSetup {
     /// The ids of the version markers the run started with (`None`: a new run, which has
     /// all of its graph's).
     pub(crate) patches: Option<Vec<String>>,
+    /// The workflow continues as new and the run has not finished: a success is settled by
+    /// the run's future ([`journal::Settle`]).
+    pub(crate) continues: bool,
+    /// The run's generation (1 for the first; one more each time it continued as new).
+    pub(crate) generation: u32,
 }
 
 impl JournalSetup {
@@ -638,6 +643,8 @@ impl JournalSetup {
             adopt: None,
             renumber: Vec::new(),
             patches: None,
+            continues: false,
+            generation: 1,
         }
     }
 }
@@ -651,6 +658,75 @@ impl fmt::Debug for JournalSetup {
     }
 }
 
+/// The output of a workflow that *continues as new* (`#[flow(durable, continue_as_new)]`): the
+/// run is done, or it ends this generation and starts again under the same id with a new
+/// input, its journal empty. A run that loops for ever (a poller, a subscription, an entity
+/// that takes commands) keeps a journal as long as one generation's.
+///
+/// `I` is the workflow's stored parameters (the value for one parameter, a tuple for
+/// several), `T` what the run gives when it is done. The run's future (`execute`, `resume`, a
+/// `Worker`) goes on through every generation and gives the last one's `Done`.
+///
+/// ```
+/// use flowdag::durable::Continue;
+/// let next: Continue<u64, String> = Continue::Again(42);
+/// assert_eq!(next.done(), None);
+/// assert_eq!(Continue::<u64, _>::Done("read").done(), Some("read"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub enum Continue<I, T> {
+    /// The run is done, with this output.
+    Done(T),
+    /// End this generation and start the run again with this input. The ended generation
+    /// is kept as a finished run of its own, `"{id}~{n}"` (`order-1~1` for the first), with
+    /// the status `continued`: `flow show` reads it, `flow delete --status continued` removes
+    /// it.
+    Again(I),
+    /// As [`Continue::Again`], but the ended generation's events, outputs and consumed
+    /// signals are deleted: nothing of it is kept.
+    AgainDropping(I),
+}
+
+impl<I, T> Continue<I, T> {
+    /// The output of a run that is done; `None` for one that goes on.
+    pub fn done(self) -> Option<T> {
+        match self {
+            Continue::Done(output) => Some(output),
+            Continue::Again(_) | Continue::AgainDropping(_) => None,
+        }
+    }
+}
+
+/// The output type of a workflow declared `continue_as_new`: a [`Continue`] whose input is
+/// the workflow's stored parameters. Not a public API: the code the macro generates calls
+/// [`again`].
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "a workflow that continues as new returns `flowdag::durable::Continue<{S}, T>`: `{Self}` is not",
+    label = "the output of a `continue_as_new` workflow",
+    note = "`Continue::Again(input)` starts the run again with `input` (the workflow's parameters: the value for one, a tuple for several); `Continue::Done(output)` ends it"
+)]
+pub trait ContinueOutput<S>: Sized {
+    /// The next generation's input and whether the ended one is kept; else `self`.
+    fn again(self) -> Result<(S, bool), Self>;
+}
+
+impl<S, T> ContinueOutput<S> for Continue<S, T> {
+    fn again(self) -> Result<(S, bool), Self> {
+        match self {
+            Continue::Again(input) => Ok((input, true)),
+            Continue::AgainDropping(input) => Ok((input, false)),
+            done => Err(done),
+        }
+    }
+}
+
+/// What `__again` of a `continue_as_new` workflow calls. Not a public API.
+#[doc(hidden)]
+pub fn again<S, O: ContinueOutput<S>>(output: O) -> Result<(S, bool), O> {
+    output.again()
+}
+
 /// A workflow declared `#[flow(durable)]`: its parameters are stored with each run. The macro
 /// implements it.
 pub trait DurableWorkflow: Workflow + 'static {
@@ -661,6 +737,19 @@ pub trait DurableWorkflow: Workflow + 'static {
     /// The stored parameters as the run takes them. Not a public API.
     #[doc(hidden)]
     fn __input<'a>(stored: Self::Stored) -> Self::Input<'a>;
+
+    /// Whether the workflow continues as new (`#[flow(durable, continue_as_new)]`): its
+    /// output is a [`Continue`]. Not a public API.
+    #[doc(hidden)]
+    const __CONTINUES: bool = false;
+
+    /// The input of the next generation and whether the ended one is kept, when `output`
+    /// says to continue as new ([`Continue::Again`], [`Continue::AgainDropping`]); else the
+    /// output, given back. Not a public API.
+    #[doc(hidden)]
+    fn __again(output: Self::Output) -> Result<(Self::Stored, bool), Self::Output> {
+        Err(output)
+    }
 
     /// Checks a signal before it is stored for a run of this workflow: `Ok(transient)` when
     /// the workflow declares `name` and `payload` reads as its type, else why not. Not a
@@ -832,14 +921,7 @@ impl<W: DurableWorkflow> DurableRunner<W> {
         run.nodes = nodes;
         run.input = bytes;
         run.input_hash = input_hash;
-        let mut stored = StoredOptions::of(&self.options);
-        stored.distributed = self.distributed.then_some(true);
-        let patches: Vec<String> = markers(&W::GRAPH)
-            .into_iter()
-            .map(|(_, id)| id.to_owned())
-            .collect();
-        stored.patches = (!patches.is_empty()).then_some(patches);
-        run.options = stored.to_bytes();
+        run.options = new_options::<W>(&self.options, self.distributed, 1);
         if let Some(after) = self.options.deadline {
             run.timers.push(TimerChange::Set {
                 key: run_deadline_key(),
@@ -854,6 +936,7 @@ impl<W: DurableWorkflow> DurableRunner<W> {
                     unload,
                     distributed: self.distributed,
                     unload_tasks,
+                    continues: W::__CONTINUES,
                     ..JournalSetup::new(self.store, lease, LEASE)
                 };
                 debug_assert_eq!(next_seq, 0);
@@ -1008,6 +1091,9 @@ struct StoredOptions {
     /// run takes their new paths, and the old paths of those written since. `None`: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     patches: Option<Vec<String>>,
+    /// The run's generation, when it continued as new (`None`: the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    generation: Option<u32>,
 }
 
 impl StoredOptions {
@@ -1020,6 +1106,7 @@ impl StoredOptions {
             max_concurrency: options.max_concurrency.map(NonZeroUsize::get),
             distributed: None,
             patches: None,
+            generation: None,
         }
     }
 
@@ -1051,6 +1138,25 @@ impl StoredOptions {
         });
         options.max_concurrency = self.max_concurrency.and_then(NonZeroUsize::new);
     }
+}
+
+/// The runner options stored with a new run of `W` (or a new generation of one): those of
+/// `options` that change what the run does, whether it is distributed, the version markers of
+/// its graph and its generation.
+fn new_options<W: DurableWorkflow>(
+    options: &RunOptions,
+    distributed: bool,
+    generation: u32,
+) -> Vec<u8> {
+    let mut stored = StoredOptions::of(options);
+    stored.distributed = distributed.then_some(true);
+    let patches: Vec<String> = markers(&W::GRAPH)
+        .into_iter()
+        .map(|(_, id)| id.to_owned())
+        .collect();
+    stored.patches = (!patches.is_empty()).then_some(patches);
+    stored.generation = (generation > 1).then_some(generation);
+    stored.to_bytes()
 }
 
 /// The timer of a run's deadline.
@@ -1303,6 +1409,7 @@ fn check_loaded<W: DurableWorkflow>(
             why: error.to_string(),
         })?;
     let distributed = stored.distributed == Some(true);
+    let generation = stored.generation.unwrap_or(1);
     stored.apply(&mut options);
     let (outputs, instances) = split_outputs(loaded.outputs);
     let setup = JournalSetup {
@@ -1320,6 +1427,8 @@ fn check_loaded<W: DurableWorkflow>(
         adopt,
         renumber,
         patches: Some(patches),
+        continues: W::__CONTINUES && !loaded.run.status.is_finished(),
+        generation,
         ..JournalSetup::new(Arc::clone(store), loaded.lease, extend)
     };
     Ok((options, setup, input))
@@ -1631,45 +1740,209 @@ fn by_node(outputs: Vec<StoredOutput>) -> HashMap<u32, Vec<u8>> {
 }
 
 /// Runs a prepared durable run: the workflow's own run, with its journal handed to the
-/// scheduler in the run's setup (the scheduler's `Hook`), beside the runner's options.
+/// scheduler in the run's setup (the scheduler's `Hook`), beside the runner's options; a
+/// workflow that continues as new goes on through its generations.
 fn drive<W: DurableWorkflow, R: Shape<W::Output>>(
-    (mut options, setup, input): Prepared<W>,
-) -> Drive<impl Future<Output = Outcome<W::Output>>, R> {
-    options.record = true;
-    options.report = true;
-    let setup = RunSetup::hooked(options, journal::Journal::new(setup) as Box<dyn Hook>);
+    (options, setup, input): Prepared<W>,
+) -> Drive<W, impl Future<Output = Outcome<W::Output>>, R> {
+    let next = Next {
+        store: Arc::clone(&setup.store),
+        extend: setup.extend,
+        signal_poll: setup.signal_poll,
+        request_poll: setup.request_poll,
+        unload: setup.unload,
+        distributed: setup.distributed,
+        unload_tasks: setup.unload_tasks,
+        mailbox: setup.mailbox.clone(),
+        generation: setup.generation,
+        options: options.clone(),
+    };
+    let start: fn(RunOptions, JournalSetup, W::Stored) -> _ = start::<W>;
     Drive {
-        run: W::__execute::<'static>(setup, W::__input::<'static>(input)),
+        run: start(options, setup, input),
+        start,
+        next,
+        settling: None,
         shape: PhantomData,
     }
 }
 
+/// The workflow's run under its journal.
+fn start<W: DurableWorkflow>(
+    mut options: RunOptions,
+    setup: JournalSetup,
+    input: W::Stored,
+) -> impl Future<Output = Outcome<W::Output>> {
+    options.record = true;
+    options.report = true;
+    let setup = RunSetup::hooked(options, journal::Journal::new(setup) as Box<dyn Hook>);
+    W::__execute::<'static>(setup, W::__input::<'static>(input))
+}
+
+/// What a run that continues as new takes from one generation to the next: the runner's
+/// settings (the journal setup's, and the run's options).
+struct Next {
+    store: Arc<dyn Store>,
+    extend: Duration,
+    signal_poll: Duration,
+    request_poll: Duration,
+    unload: Option<Duration>,
+    distributed: bool,
+    unload_tasks: Option<Duration>,
+    mailbox: Option<Arc<journal::Mailbox>>,
+    generation: u32,
+    options: RunOptions,
+}
+
+/// A store call that settles a generation: the run's success committed (`None`), or its next
+/// generation started under this lease.
+type Settling = Pin<Box<dyn Future<Output = Result<Option<Lease>, StoreError>> + Send>>;
+
 pin_project_lite::pin_project! {
     /// The future of a durable run: the workflow's run, whose result is replaced by the error
     /// that stopped it, if one did (or, shaped as [`Ended`], by its unloading): what the
-    /// journal gave back when the run ended. Written by hand (not an `async` block) so that
-    /// the run's future can be spawned: an `async` block generic over the workflow trips
-    /// rustc's higher-ranked `Send` check (rust-lang/rust#100013).
-    struct Drive<F, R> {
+    /// journal gave back when the run ended. A workflow that continues as new is settled here
+    /// once its output is known: its success committed, or its next generation started under
+    /// the same id and run. Written by hand (not an `async` block) so that the run's future
+    /// can be spawned: an `async` block generic over the workflow trips rustc's
+    /// higher-ranked `Send` check (rust-lang/rust#100013).
+    struct Drive<W: DurableWorkflow, F, R> {
         #[pin]
         run: F,
+        start: fn(RunOptions, JournalSetup, W::Stored) -> F,
+        next: Next,
+        // The store call in flight, with the outcome it settles (`None` when it starts the
+        // next generation, with that generation's input).
+        settling: Option<(Settling, Option<Outcome<W::Output>>, Option<W::Stored>)>,
         shape: PhantomData<fn() -> R>,
     }
 }
 
-impl<F: Future<Output = Outcome<T>>, T, R: Shape<T>> Future for Drive<F, R> {
+impl<W: DurableWorkflow, F: Future<Output = Outcome<W::Output>>, R: Shape<W::Output>> Future
+    for Drive<W, F, R>
+{
     type Output = Result<R, DurableError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let mut outcome = std::task::ready!(this.run.poll(cx));
-        let end = outcome.report.take_hook_end::<journal::JournalEnd>();
-        let (error, unloaded) = end.map_or((None, None), |end| (end.error, end.unloaded));
-        Poll::Ready(match error {
-            Some(error) => Err(error),
-            None => Ok(R::shape(outcome, unloaded)),
-        })
+        let mut this = self.project();
+        loop {
+            if let Some((settling, outcome, input)) = this.settling.as_mut() {
+                let lease = match std::task::ready!(settling.as_mut().poll(cx)) {
+                    Ok(lease) => lease,
+                    Err(error) => {
+                        *this.settling = None;
+                        return Poll::Ready(Err(DurableError::Store(error)));
+                    }
+                };
+                let (outcome, input) = (outcome.take(), input.take());
+                *this.settling = None;
+                match (lease, outcome, input) {
+                    (None, Some(outcome), _) => return Poll::Ready(Ok(R::shape(outcome, None))),
+                    (Some(lease), _, Some(input)) => {
+                        let next = &mut *this.next;
+                        next.generation += 1;
+                        let setup = JournalSetup {
+                            signal_poll: next.signal_poll,
+                            request_poll: next.request_poll,
+                            unload: next.unload,
+                            distributed: next.distributed,
+                            unload_tasks: next.unload_tasks,
+                            mailbox: next.mailbox.clone(),
+                            continues: W::__CONTINUES,
+                            generation: next.generation,
+                            ..JournalSetup::new(Arc::clone(&next.store), lease, next.extend)
+                        };
+                        let run = (this.start)(next.options.clone(), setup, input);
+                        this.run.set(run);
+                    }
+                    // Each call is made with what its end needs: not reached.
+                    _ => return Poll::Pending,
+                }
+            }
+            let mut outcome = std::task::ready!(this.run.as_mut().poll(cx));
+            let end = outcome.report.take_hook_end::<journal::JournalEnd>();
+            let (error, unloaded, settle) = end.map_or((None, None, None), |end| {
+                (end.error, end.unloaded, end.settle)
+            });
+            if let Some(error) = error {
+                return Poll::Ready(Err(error));
+            }
+            let Some(settle) = settle else {
+                return Poll::Ready(Ok(R::shape(outcome, unloaded)));
+            };
+            let store = Arc::clone(&this.next.store);
+            let Outcome { result, report } = outcome;
+            let (again, result) = match result {
+                Ok(output) => match W::__again(output) {
+                    Ok(again) => (Some(again), None),
+                    Err(output) => (None, Some(Ok(output))),
+                },
+                Err(error) => (None, Some(Err(error))),
+            };
+            let outcome = result.map(|result| Outcome { result, report });
+            *this.settling = Some(match again {
+                None => (succeeded(store, settle), outcome, None),
+                Some((input, keep)) => {
+                    let next = &*this.next;
+                    let generation = next.generation;
+                    let continued = ContinueRun {
+                        next_seq: settle.next_seq,
+                        // Serializing the input of a durable workflow: checked when the run was
+                        // started with the same type.
+                        input: serde_json::to_vec(&input).unwrap_or_default(),
+                        options: new_options::<W>(&next.options, next.distributed, generation + 1),
+                        archive: keep.then(|| format!("{}~{generation}", settle.lease.run)),
+                        end: RunEnd {
+                            result: serde_json::to_vec(&input).ok(),
+                            error: None,
+                        },
+                        timers: next
+                            .options
+                            .deadline
+                            .map(|after| TimerChange::Set {
+                                key: run_deadline_key(),
+                                after,
+                            })
+                            .into_iter()
+                            .collect(),
+                        lease: next.extend,
+                    };
+                    let call: Settling = Box::pin(async move {
+                        let next = store.continue_run(&settle.lease, continued).await;
+                        if next.is_err() {
+                            release(&*store, &settle.lease).await;
+                        }
+                        next.map(Some)
+                    });
+                    (call, None, Some(input))
+                }
+            });
+        }
     }
+}
+
+/// Commits the success of a generation that does not continue, and gives the run's lease
+/// back.
+fn succeeded(store: Arc<dyn Store>, settle: journal::Settle) -> Settling {
+    Box::pin(async move {
+        let mut batch = Batch::new(&settle.lease, settle.next_seq, Duration::ZERO);
+        batch.status = Some(RunStatus::Succeeded);
+        batch.end = Some(RunEnd {
+            result: None,
+            error: None,
+        });
+        let committed = store.commit(batch).await;
+        release(&*store, &settle.lease).await;
+        committed.map(|_| None)
+    })
+}
+
+/// Gives a run's lease back once its future has settled it, or failed to (so that a resume
+/// may take it at once). Best effort: a lease not released expires.
+async fn release(store: &dyn Store, lease: &Lease) {
+    let _ = store
+        .release(&lease.owner, std::slice::from_ref(lease))
+        .await;
 }
 
 pin_project_lite::pin_project! {

@@ -154,7 +154,7 @@ pub mod __private {
         CheckAny, CheckDurable, PayloadProbe, durable_signal,
     };
     #[cfg(feature = "durable")]
-    pub use crate::durable::{Durable, DurableError, DurableWorkflow, resume, resume_all};
+    pub use crate::durable::{Durable, DurableError, DurableWorkflow, again, resume, resume_all};
     #[cfg(feature = "durable")]
     pub use crate::store::Store;
 

@@ -71,8 +71,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use flowdag_store::{
-    Batch, Committed, ContinueRun, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Owner, RunData,
-    RunFilter, RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent, StoredSignal,
+    Batch, Committed, ContinueRun, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Owner,
+    RunData, RunFilter, RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent,
+    StoredSignal,
 };
 use tokio::sync::oneshot;
 

@@ -6,10 +6,10 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use flowdag_store::{
-    Batch, Committed, ContinueRun, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner, RunData,
-    RunEnd, RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, StoreError, StoredEvent,
-    StoredOutput, StoredPath, StoredSignal, StoredTimer, TimerChange, TimerKey, TimerKind,
-    WaitChange,
+    Batch, Committed, ContinueRun, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow,
+    Owner, RunData, RunEnd, RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, StoreError,
+    StoredEvent, StoredOutput, StoredPath, StoredSignal, StoredTimer, TimerChange, TimerKey,
+    TimerKind, WaitChange,
 };
 use rusqlite::{Connection, OptionalExtension, Row, params};
 

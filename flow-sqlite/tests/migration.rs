@@ -216,10 +216,7 @@ async fn a_store_of_version_1_is_migrated_its_old_rows_without_kind_and_policy()
         .await
         .expect("the old run continues as new");
     store.release(&me, &[next]).await.expect("releases");
-    let runs = store
-        .list_runs(&RunFilter::default())
-        .await
-        .expect("lists");
+    let runs = store.list_runs(&RunFilter::default()).await.expect("lists");
     assert_eq!(
         runs.iter()
             .map(|r| (r.id.as_str(), r.status))

@@ -45,8 +45,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    Batch, Committed, ContinueRun, Created, Lease, NewRun, NewSignal, NodeRow, Owner, RunCursor, RunEnd,
-    RunFilter, RunStatus, SignalMode, SignalSent, StepKind, Store, StoreError, StoredEvent,
+    Batch, Committed, ContinueRun, Created, Lease, NewRun, NewSignal, NodeRow, Owner, RunCursor,
+    RunEnd, RunFilter, RunStatus, SignalMode, SignalSent, StepKind, Store, StoreError, StoredEvent,
     StoredOutput, StoredPath, StoredStep, TaskChange, TaskClaim, TaskCommitted, TaskOutcome,
     TaskResult, TimerChange, TimerKey, TimerKind, WaitChange, WorkflowVersion,
 };
@@ -1046,7 +1046,10 @@ pub async fn continued(store: &dyn Store) {
     };
     taken.payload = b"2".to_vec();
     assert!(
-        matches!(store.send_signal(taken).await, Ok(SignalSent::Stored { .. })),
+        matches!(
+            store.send_signal(taken).await,
+            Ok(SignalSent::Stored { .. })
+        ),
         "continue_run: a signal left for the next generation"
     );
     let mut take = Batch::new(&lease, 4, LONG);
@@ -1109,7 +1112,10 @@ pub async fn continued(store: &dyn Store) {
         .continue_run(&lease, next(Some("r1~1"), 5))
         .await
         .unwrap_or_else(|e| panic!("continue_run: keeping the generation: {e}"));
-    assert_eq!(new_lease.owner, owner, "continue_run: the caller holds the run");
+    assert_eq!(
+        new_lease.owner, owner,
+        "continue_run: the caller holds the run"
+    );
     assert!(
         new_lease.version > lease.version,
         "continue_run: a new lease version"
@@ -1124,7 +1130,11 @@ pub async fn continued(store: &dyn Store) {
         .run_data("r1")
         .await
         .unwrap_or_else(|e| panic!("continue_run: run_data: {e}"));
-    assert_eq!(data.input, br#"{"id":43}"#.to_vec(), "continue_run: new input");
+    assert_eq!(
+        data.input,
+        br#"{"id":43}"#.to_vec(),
+        "continue_run: new input"
+    );
     let events = store.events("r1", 0).await.map(|e| e.len());
     assert_eq!(events, Ok(0), "continue_run: an empty journal");
     assert!(data.outputs.is_empty(), "continue_run: no outputs");
@@ -1135,11 +1145,25 @@ pub async fn continued(store: &dyn Store) {
         .load_run("r1", &owner, LONG)
         .await
         .unwrap_or_else(|e| panic!("continue_run: load the next generation: {e}"));
-    assert_eq!(loaded.run.status, RunStatus::Running, "continue_run: status");
+    assert_eq!(
+        loaded.run.status,
+        RunStatus::Running,
+        "continue_run: status"
+    );
     assert_eq!(loaded.run.next_seq, 0, "continue_run: next_seq");
-    assert_eq!(loaded.run.input_hash, 42, "continue_run: the run's input_hash stays");
-    assert_eq!(loaded.options, br#"{"generation":2}"#.to_vec(), "continue_run: new options");
-    assert!(loaded.timers.is_empty(), "continue_run: the old timers are gone");
+    assert_eq!(
+        loaded.run.input_hash, 42,
+        "continue_run: the run's input_hash stays"
+    );
+    assert_eq!(
+        loaded.options,
+        br#"{"generation":2}"#.to_vec(),
+        "continue_run: new options"
+    );
+    assert!(
+        loaded.timers.is_empty(),
+        "continue_run: the old timers are gone"
+    );
     assert_eq!(loaded.nodes.len(), 2, "continue_run: the graph stays");
     let kept = store
         .run_data("r1~1")
@@ -1148,7 +1172,11 @@ pub async fn continued(store: &dyn Store) {
     let events = store.events("r1~1", 0).await.map(|e| e.len());
     assert_eq!(events, Ok(5), "continue_run: kept events");
     assert_eq!(kept.outputs.len(), 1, "continue_run: kept outputs");
-    assert_eq!(kept.input, br#"{"id":42}"#.to_vec(), "continue_run: kept input");
+    assert_eq!(
+        kept.input,
+        br#"{"id":42}"#.to_vec(),
+        "continue_run: kept input"
+    );
     assert_eq!(
         kept.end.as_ref().and_then(|e| e.result.clone()),
         Some(b"43".to_vec()),
@@ -1174,7 +1202,11 @@ pub async fn continued(store: &dyn Store) {
         .list_runs(&RunFilter::default())
         .await
         .unwrap_or_else(|e| panic!("continue_run: list_runs: {e}"));
-    assert_eq!(runs.len(), 3, "continue_run: a dropped generation is not kept");
+    assert_eq!(
+        runs.len(),
+        3,
+        "continue_run: a dropped generation is not kept"
+    );
     let mut end = Batch::new(&new_lease, 0, LONG);
     end.events = vec![event(0, "RunFinished", None)];
     end.status = Some(RunStatus::Succeeded);
@@ -1182,7 +1214,10 @@ pub async fn continued(store: &dyn Store) {
         result: None,
         error: None,
     });
-    assert!(commit(store, end).await.is_ok(), "continue_run: the last generation ends");
+    assert!(
+        commit(store, end).await.is_ok(),
+        "continue_run: the last generation ends"
+    );
     assert!(
         matches!(
             store.continue_run(&new_lease, next(None, 1)).await,
@@ -1190,7 +1225,11 @@ pub async fn continued(store: &dyn Store) {
         ),
         "continue_run: a finished run"
     );
-    assert_eq!(store.delete_run("r1~1").await, Ok(()), "continue_run: delete a kept generation");
+    assert_eq!(
+        store.delete_run("r1~1").await,
+        Ok(()),
+        "continue_run: delete a kept generation"
+    );
     drop(other);
 }
 

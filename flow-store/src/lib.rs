@@ -706,10 +706,7 @@ impl RunStatus {
     pub fn is_finished(self) -> bool {
         matches!(
             self,
-            RunStatus::Succeeded
-                | RunStatus::Failed
-                | RunStatus::Cancelled
-                | RunStatus::Continued
+            RunStatus::Succeeded | RunStatus::Failed | RunStatus::Cancelled | RunStatus::Continued
         )
     }
 }

@@ -6,11 +6,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use super::{
-    Batch, Committed, ContinueRun, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow, Owner, RunData,
-    RunEnd, RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, Store, StoreError,
-    StoreFuture, StoredEvent, StoredOutput, StoredSignal, StoredTimer, TaskChange, TaskClaim,
-    TaskCommitted, TaskInputs, TaskOutcome, TaskResult, TimerChange, TimerKey, WaitChange,
-    WorkflowVersion, due_after, now_ms,
+    Batch, Committed, ContinueRun, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow,
+    Owner, RunData, RunEnd, RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, Store,
+    StoreError, StoreFuture, StoredEvent, StoredOutput, StoredSignal, StoredTimer, TaskChange,
+    TaskClaim, TaskCommitted, TaskInputs, TaskOutcome, TaskResult, TimerChange, TimerKey,
+    WaitChange, WorkflowVersion, due_after, now_ms,
 };
 
 /// A [`Store`] in memory: everything a durable run stores, lost with the process. Cheap to

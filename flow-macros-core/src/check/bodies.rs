@@ -148,6 +148,7 @@ pub fn check_bodies(
             fail_fast: workflow.fail_fast,
             krate: workflow.krate.clone(),
             durable: None,
+            continue_as_new: None,
             vis: syn::Visibility::Inherited,
             name: graph_name,
             generics: syn::Generics::default(),

@@ -36,6 +36,24 @@ pub fn durable_items(
         .map_or_else(|| name.span(), |p| p.ty.span());
     let stored_item =
         quote_spanned!(stored_span=> type Stored = <Self as #private::Workflow>::Input<'static>;);
+    // A workflow that continues as new: its output must be a `Continue` of its stored
+    // parameters (an error on the output type otherwise).
+    let continues = workflow.continue_as_new.as_ref().map(|key| {
+        let span = workflow
+            .output_ty
+            .as_ref()
+            .map_or(key.span(), |ty| ty.span());
+        let again = quote_spanned!(span=> #private::again::<Self::Stored, _>(output));
+        quote! {
+            const __CONTINUES: bool = true;
+
+            fn __again(
+                output: <Self as #private::Workflow>::Output,
+            ) -> #private::Result<(Self::Stored, bool), <Self as #private::Workflow>::Output> {
+                #again
+            }
+        }
+    });
     quote! {
         #[allow(unused_variables, clippy::all)]
         const _: fn() = || {
@@ -53,6 +71,8 @@ pub fn durable_items(
                 let stored: #input_ty = stored;
                 stored
             }
+
+            #continues
 
             fn __check_signal(
                 name: &str,

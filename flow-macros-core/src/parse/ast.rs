@@ -15,6 +15,9 @@ pub struct Workflow {
     pub krate: Option<syn::Path>,
     /// `#[flow(durable)]`: the `durable` token.
     pub durable: Option<Ident>,
+    /// `#[flow(durable, continue_as_new)]`: the `continue_as_new` token (the workflow's
+    /// output is a `Continue`).
+    pub continue_as_new: Option<Ident>,
     /// The workflow type's visibility.
     pub vis: Visibility,
     /// The workflow's name, which names its type.

@@ -96,7 +96,7 @@ pub fn workflow(input: TokenStream, cx: &mut Ctxt) -> syn::Result<Workflow> {
         body: body_tokens,
         body_span,
     } = parse_within(header, input, end)?;
-    let (fail_fast, krate, durable) = workflow_options(&mut attrs, cx);
+    let (fail_fast, krate, (durable, continue_as_new)) = workflow_options(&mut attrs, cx);
     let (steps_tokens, output_tokens) = split_output(body_tokens);
     let cx_saw_arrow = output_tokens.is_some();
     let output = match output_tokens {
@@ -127,6 +127,7 @@ pub fn workflow(input: TokenStream, cx: &mut Ctxt) -> syn::Result<Workflow> {
         fail_fast,
         krate,
         durable,
+        continue_as_new,
         vis,
         name,
         generics,
@@ -149,9 +150,9 @@ fn policy_name(expr: &Expr) -> Option<&'static str> {
     }
 }
 
-/// One option of `#[flow(..)]`: `name = value`, or the flag `durable`.
+/// One option of `#[flow(..)]`: `name = value`, or a flag (`durable`, `continue_as_new`).
 enum FlowOpt {
-    Durable(Ident),
+    Flag(Ident),
     Opt(Opt),
 }
 
@@ -159,28 +160,31 @@ impl Parse for FlowOpt {
     fn parse(input: ParseStream) -> syn::Result<Self> {
         if input.peek(Ident) && !input.peek2(Token![=]) {
             let key: Ident = input.parse()?;
-            if key == "durable" {
-                return Ok(FlowOpt::Durable(key));
+            if key == "durable" || key == "continue_as_new" {
+                return Ok(FlowOpt::Flag(key));
             }
             return Err(syn::Error::new(
                 key.span(),
-                format!("expected `{key} = value` (only `durable` is written alone)"),
+                format!(
+                    "expected `{key} = value` (only `durable` and `continue_as_new` are written alone)"
+                ),
             ));
         }
         input.parse().map(FlowOpt::Opt)
     }
 }
 
+/// The flags of `#[flow(..)]`: `durable` and `continue_as_new`, by their tokens.
+type Flags = (Option<Ident>, Option<Ident>);
+
 /// Takes the `#[flow(..)]` attributes out of `attrs`; returns whether the policy is `FailFast`,
-/// the path of `crate = path`, and the `durable` flag.
-fn workflow_options(
-    attrs: &mut Vec<Attribute>,
-    cx: &mut Ctxt,
-) -> (bool, Option<syn::Path>, Option<Ident>) {
+/// the path of `crate = path`, and the flags `durable` and `continue_as_new`.
+fn workflow_options(attrs: &mut Vec<Attribute>, cx: &mut Ctxt) -> (bool, Option<syn::Path>, Flags) {
     let mut fail_fast = false;
     let mut seen = false;
     let mut krate = None;
     let mut durable: Option<Ident> = None;
+    let mut continues: Option<Ident> = None;
     attrs.retain(|attr| {
         if !attr.path().is_ident("flow") {
             return true;
@@ -190,11 +194,15 @@ fn workflow_options(
             Ok(options) => {
                 for opt in options {
                     let opt = match opt {
-                        FlowOpt::Durable(key) => {
-                            if durable.is_some() {
-                                cx.error(key.span(), "duplicate option `durable`");
+                        FlowOpt::Flag(key) => {
+                            let flag = match key == "durable" {
+                                true => &mut durable,
+                                false => &mut continues,
+                            };
+                            if flag.is_some() {
+                                cx.error(key.span(), format!("duplicate option `{key}`"));
                             }
-                            durable = Some(key);
+                            *flag = Some(key);
                             continue;
                         }
                         FlowOpt::Opt(opt) => opt,
@@ -218,8 +226,8 @@ fn workflow_options(
                             }
                         }
                         (other, _) => {
-                            let message = match did_you_mean(other, ["failure", "crate", "durable"]) {
-                                hint if hint.is_empty() => format!("unknown workflow option `{other}`: expected `failure = FailFast`, `failure = ContinueIndependent`, `crate = path` or `durable`"),
+                            let message = match did_you_mean(other, ["failure", "crate", "durable", "continue_as_new"]) {
+                                hint if hint.is_empty() => format!("unknown workflow option `{other}`: expected `failure = FailFast`, `failure = ContinueIndependent`, `crate = path`, `durable` or `continue_as_new`"),
                                 hint => format!("unknown workflow option `{other}`{hint}"),
                             };
                             cx.error(opt.key.span(), message);
@@ -231,7 +239,13 @@ fn workflow_options(
         }
         false
     });
-    (fail_fast, krate, durable)
+    if let (Some(key), None) = (&continues, &durable) {
+        cx.error(
+            key.span(),
+            "`continue_as_new` needs `durable`: only a durable run continues as new (`#[flow(durable, continue_as_new)]`)",
+        );
+    }
+    (fail_fast, krate, (durable, continues))
 }
 
 /// The path of a `crate = path` option (`#[flow(..)]`, `#[operation(..)]`): a plain path, such

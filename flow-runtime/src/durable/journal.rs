@@ -113,6 +113,10 @@ pub(crate) struct Journal {
     error: Option<DurableError>,
     /// The run was unloaded and its status `Waiting` committed, with its wake-up time.
     unloaded: Option<Option<u64>>,
+    /// The run of a workflow that continues as new succeeded and its whole journal is
+    /// durable, but its status is left for the run's future to settle once the workflow's
+    /// output says whether it continues ([`Settle`]); its lease is kept for that.
+    settle: bool,
     /// The last event recorded was compared with the journal (replayed), not added to a batch.
     last_replayed: bool,
     /// Outcomes of tasks handed over by the worker that the run stopped before journaling.
@@ -180,6 +184,7 @@ impl Journal {
             tasks: None,
             error: None,
             unloaded: None,
+            settle: false,
             last_replayed: false,
             undelivered: Vec::new(),
             requests: Some(requests),
@@ -555,6 +560,10 @@ impl Journal {
         for (claim, outcome) in std::mem::take(&mut self.undelivered) {
             let _ = self.setup.store.complete_task(&claim, outcome).await;
         }
+        if self.settle {
+            // The run's future settles the run and gives the lease back.
+            return;
+        }
         let lease = &self.setup.lease;
         // Best effort: a lease that is not released expires by itself.
         let _ = self
@@ -616,8 +625,12 @@ impl Journal {
                 Err(error) => return self.fail(DurableError::Store(error)),
             }
         }
+        // A workflow that continues as new: its success is settled by the run's future,
+        // which reads the output (`Continue::Again` or `Done`) once the journal is durable.
+        let defer = self.setup.continues && status == RunStatus::Succeeded;
         if self.pending.events.is_empty() {
             // Replayed to the end: the journal holds everything already.
+            self.settle = defer && !self.broken;
             return;
         }
         let end = self.pending.end_seq();
@@ -625,18 +638,23 @@ impl Journal {
             &mut self.pending,
             Batch::new(&self.setup.lease, end, Duration::ZERO),
         );
-        batch.status = Some(status);
-        batch.end = Some(StoredEnd {
-            result: None,
-            error: None,
-        });
+        if !defer {
+            batch.status = Some(status);
+            batch.end = Some(StoredEnd {
+                result: None,
+                error: None,
+            });
+        }
         if self.deadline.is_some() {
             batch.timers.push(TimerChange::Clear {
                 key: crate::durable::run_deadline_key(),
             });
         }
         match self.setup.store.commit(batch).await {
-            Ok(_) => self.durable_seq = end,
+            Ok(_) => {
+                self.durable_seq = end;
+                self.settle = defer;
+            }
             Err(error) => self.fail(DurableError::Store(error)),
         }
     }
@@ -1043,9 +1061,14 @@ impl Hook for Journal {
                 self.diverge(seq, what, "had ended the run".to_owned());
             }
             self.finish_run(status).await;
+            let settle = (self.settle && self.error.is_none()).then(|| Settle {
+                lease: self.setup.lease.clone(),
+                next_seq: self.durable_seq,
+            });
             HookEnd::new(JournalEnd {
                 error: self.error.take(),
                 unloaded: self.unloaded.take(),
+                settle,
             })
         })
     }
@@ -1057,6 +1080,18 @@ pub(crate) struct JournalEnd {
     pub(crate) error: Option<DurableError>,
     /// The run was unloaded (its status `Waiting` committed), with its wake-up time.
     pub(crate) unloaded: Option<Option<u64>>,
+    /// The run of a workflow that continues as new succeeded, its journal durable, its status
+    /// not set: the run's future settles it.
+    pub(crate) settle: Option<Settle>,
+}
+
+/// What the future of a run that continues as new needs to settle it: the lease the journal
+/// kept and where the generation's journal ends.
+pub(crate) struct Settle {
+    /// The run's lease, not given back.
+    pub(crate) lease: crate::store::Lease,
+    /// The run's next sequence number: the end of the generation's journal.
+    pub(crate) next_seq: u64,
 }
 
 /// Requests `node`'s first attempt in a durable run: its `Requested` goes to the batch;

@@ -78,6 +78,7 @@ fn body(keyword: &Ident, group: &proc_macro2::Group, cx: &mut Ctxt) -> Workflow 
         fail_fast: false,
         krate: None,
         durable: None,
+        continue_as_new: None,
         vis: syn::Visibility::Inherited,
         name: keyword.clone(),
         generics: syn::Generics::default(),

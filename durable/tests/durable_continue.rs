@@ -1,0 +1,320 @@
+//! Continue as new: a workflow whose output is `Continue::Again(input)` ends its generation and
+//! starts again under the same id with that input and an empty journal; the run's future goes
+//! on through the generations and gives the last one's `Done`. The ended generations are kept
+//! as runs `{id}~{n}` with the status `continued`, or dropped; a generation whose journal is
+//! whole but whose end was not settled (a crash between the two) is settled by the next
+//! resume, without running anything again.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use flowdag::durable::{Continue, DurableError, resume};
+use flowdag::store::{
+    Batch, Committed, ContinueRun, Created, DueTimer, Lease, Loaded, MemoryStore, NewRun,
+    NewSignal, Owner, RunData, RunFilter, RunStatus, RunSummary, SignalSent, Store, StoreError,
+    StoreFuture, StoredEvent, StoredSignal,
+};
+
+#[path = "common/ran.rs"]
+mod ran;
+
+use ran::{Never, ran, what_ran};
+
+async fn tick(n: u32) -> Result<u32, Never> {
+    ran("tick");
+    Ok(n + 1)
+}
+
+mod kept {
+    use super::*;
+    use flowdag::prelude::*;
+
+    workflow! {
+        /// Counts to 5, one generation per step, each generation kept.
+        #[flow(durable, continue_as_new)]
+        pub Counter(n: u32) -> Continue<u32, u32> {
+            Sequential {
+                next = Operation(tick(n)),
+                Delay("1ms"),
+            }
+            => if next >= 5 { Continue::Done(next) } else { Continue::Again(next) }
+        }
+    }
+}
+
+mod dropped {
+    use super::*;
+    use flowdag::prelude::*;
+
+    workflow! {
+        /// As `kept::Counter`, its ended generations dropped.
+        #[flow(durable, continue_as_new)]
+        pub Counter(n: u32) -> Continue<u32, u32> {
+            Sequential {
+                next = Operation(tick(n)),
+                Delay("1ms"),
+            }
+            => if next >= 5 { Continue::Done(next) } else { Continue::AgainDropping(next) }
+        }
+    }
+}
+
+async fn runs(store: &dyn Store) -> Vec<(String, RunStatus)> {
+    let mut runs: Vec<(String, RunStatus)> = store
+        .list_runs(&RunFilter::default())
+        .await
+        .expect("lists")
+        .into_iter()
+        .map(|r| (r.id, r.status))
+        .collect();
+    runs.sort_by(|a, b| a.0.cmp(&b.0));
+    runs
+}
+
+/// Asserts what `store` holds after run `id` counted from 0 to 5 keeping its generations.
+async fn assert_kept(store: &dyn Store, id: &str) {
+    let mut expected: Vec<(String, RunStatus)> = (1..=4)
+        .map(|n| (format!("{id}~{n}"), RunStatus::Continued))
+        .collect();
+    expected.push((id.to_owned(), RunStatus::Succeeded));
+    expected.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(runs(store).await, expected);
+    // Each generation's journal is its own: the live run holds only the last one's.
+    let last = store.events(id, 0).await.expect("events");
+    let first = store.events(&format!("{id}~1"), 0).await.expect("events");
+    assert_eq!(last.len(), first.len(), "one generation's journal each");
+    assert_eq!(last[0].seq, 0);
+    let data = store.run_data(&format!("{id}~2")).await.expect("data");
+    assert_eq!(data.input, b"1", "the second generation's input");
+    assert_eq!(
+        data.end.and_then(|e| e.result),
+        Some(b"2".to_vec()),
+        "the input it continued with"
+    );
+    let data = store.run_data(id).await.expect("data");
+    assert_eq!(data.input, b"4", "the last generation's input");
+}
+
+#[tokio::test]
+async fn a_run_goes_through_its_generations_each_kept() {
+    let store = MemoryStore::new();
+    let outcome = kept::Counter::runner()
+        .durable(&store, "kept")
+        .execute(0)
+        .await
+        .expect("runs");
+    assert_eq!(outcome.result.expect("done"), Continue::Done(5));
+    assert_eq!(what_ran("kept"), ["tick"; 5]);
+    assert_kept(&store, "kept").await;
+    // Resumed once done, the run gives its result again, running nothing.
+    let again = resume::<kept::Counter, _>(&store, "kept")
+        .await
+        .expect("resumes");
+    assert_eq!(again.result.expect("done"), Continue::Done(5));
+    // The same id and first input is the same run, in whatever generation.
+    let same = kept::Counter::runner()
+        .durable(&store, "kept")
+        .execute(0)
+        .await
+        .expect("the same run");
+    assert_eq!(same.result.expect("done"), Continue::Done(5));
+    assert_eq!(what_ran("kept"), ["tick"; 5], "nothing ran again");
+    // Another first input is another run.
+    let other = kept::Counter::runner()
+        .durable(&store, "kept")
+        .execute(1)
+        .await;
+    assert!(
+        matches!(other, Err(DurableError::RunExists { .. })),
+        "{other:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_run_on_sqlite_keeps_its_generations() {
+    let dir = std::env::temp_dir().join(format!("flow-continue-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let store = flowdag_sqlite::SqliteStore::open(dir.join("runs.db")).expect("opens");
+    let outcome = kept::Counter::runner()
+        .durable(&store, "on-sqlite")
+        .execute(0)
+        .await
+        .expect("runs");
+    assert_eq!(outcome.result.expect("done"), Continue::Done(5));
+    assert_eq!(what_ran("on-sqlite"), ["tick"; 5]);
+    assert_kept(&store, "on-sqlite").await;
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn dropped_generations_leave_one_journal() {
+    let store = MemoryStore::new();
+    let outcome = dropped::Counter::runner()
+        .durable(&store, "dropped")
+        .execute(0)
+        .await
+        .expect("runs");
+    assert_eq!(outcome.result.expect("done"), Continue::Done(5));
+    assert_eq!(what_ran("dropped"), ["tick"; 5]);
+    assert_eq!(
+        runs(&store).await,
+        vec![("dropped".to_owned(), RunStatus::Succeeded)]
+    );
+    let single = MemoryStore::new();
+    let _ = dropped::Counter::runner()
+        .durable(&single, "one")
+        .execute(4)
+        .await
+        .expect("one generation");
+    let all = store.events("dropped", 0).await.expect("events").len();
+    let one = single.events("one", 0).await.expect("events").len();
+    assert_eq!(
+        all, one,
+        "the journal is one generation's, whatever their number"
+    );
+}
+
+/// A store whose `continue_run` fails the first `fail` times, and whose commit of a success
+/// with no event (a generation's settling) the first `fail_settle` times.
+#[derive(Clone)]
+struct Flaky {
+    inner: MemoryStore,
+    fail: Arc<AtomicUsize>,
+    fail_settle: Arc<AtomicUsize>,
+}
+
+/// Whether `left` was above 0, counting it down.
+fn take(left: &AtomicUsize) -> bool {
+    left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+}
+
+impl Store for Flaky {
+    fn create_run(&self, run: NewRun) -> StoreFuture<'_, Created> {
+        self.inner.create_run(run)
+    }
+    fn load_run<'a>(
+        &'a self,
+        run: &'a str,
+        owner: &'a Owner,
+        lease: Duration,
+    ) -> StoreFuture<'a, Loaded> {
+        self.inner.load_run(run, owner, lease)
+    }
+    fn list_runs<'a>(&'a self, filter: &'a RunFilter) -> StoreFuture<'a, Vec<RunSummary>> {
+        self.inner.list_runs(filter)
+    }
+    fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
+        self.inner.events(run, from_seq)
+    }
+    fn run_data<'a>(&'a self, run: &'a str) -> StoreFuture<'a, RunData> {
+        self.inner.run_data(run)
+    }
+    fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
+        if batch.events.is_empty()
+            && batch.status == Some(RunStatus::Succeeded)
+            && take(&self.fail_settle)
+        {
+            return Box::pin(std::future::ready(Err(StoreError::Closed)));
+        }
+        self.inner.commit(batch)
+    }
+    fn due_timers(&self, horizon: Duration, limit: u32) -> StoreFuture<'_, Vec<DueTimer>> {
+        self.inner.due_timers(horizon, limit)
+    }
+    fn send_signal(&self, signal: NewSignal) -> StoreFuture<'_, SignalSent> {
+        self.inner.send_signal(signal)
+    }
+    fn signals<'a>(&'a self, run: &'a str, after: u64) -> StoreFuture<'a, Vec<StoredSignal>> {
+        self.inner.signals(run, after)
+    }
+    fn heartbeat<'a>(
+        &'a self,
+        owner: &'a Owner,
+        held: &'a [Lease],
+        lease: Duration,
+    ) -> StoreFuture<'a, Vec<Lease>> {
+        self.inner.heartbeat(owner, held, lease)
+    }
+    fn release<'a>(&'a self, owner: &'a Owner, held: &'a [Lease]) -> StoreFuture<'a, ()> {
+        self.inner.release(owner, held)
+    }
+    fn continue_run<'a>(&'a self, lease: &'a Lease, next: ContinueRun) -> StoreFuture<'a, Lease> {
+        if take(&self.fail) {
+            return Box::pin(std::future::ready(Err(StoreError::Closed)));
+        }
+        self.inner.continue_run(lease, next)
+    }
+}
+
+/// The process stops between a generation's last commit and its continuation: the run is
+/// left `running` with its whole journal; a resume replays it (running nothing again), reads
+/// the output and continues.
+#[tokio::test]
+async fn a_generation_stopped_before_it_continued_continues_on_resume() {
+    let store = Flaky {
+        inner: MemoryStore::new(),
+        fail: Arc::new(AtomicUsize::new(1)),
+        fail_settle: Arc::new(AtomicUsize::new(0)),
+    };
+    let stopped = kept::Counter::runner()
+        .durable(&store, "stopped")
+        .execute(0)
+        .await;
+    assert!(
+        matches!(stopped, Err(DurableError::Store(StoreError::Closed))),
+        "{stopped:?}"
+    );
+    assert_eq!(what_ran("stopped"), ["tick"], "the first generation ran");
+    assert_eq!(
+        runs(&store).await,
+        vec![("stopped".to_owned(), RunStatus::Running)],
+        "not settled"
+    );
+    let outcome = resume::<kept::Counter, _>(&store, "stopped")
+        .await
+        .expect("resumes");
+    assert_eq!(outcome.result.expect("done"), Continue::Done(5));
+    assert_eq!(
+        what_ran("stopped"),
+        ["tick"; 5],
+        "the first generation's step did not run again"
+    );
+    assert_kept(&store, "stopped").await;
+}
+
+/// A generation that ends with `Done` is settled by the same rule: stopped before its
+/// success was committed, it is `running` until a resume commits it, running nothing.
+#[tokio::test]
+async fn a_last_generation_stopped_before_it_was_settled_succeeds_on_resume() {
+    let store = Flaky {
+        inner: MemoryStore::new(),
+        fail: Arc::new(AtomicUsize::new(0)),
+        fail_settle: Arc::new(AtomicUsize::new(1)),
+    };
+    let stopped = kept::Counter::runner()
+        .durable(&store, "four")
+        .execute(4)
+        .await;
+    assert!(
+        matches!(stopped, Err(DurableError::Store(StoreError::Closed))),
+        "{stopped:?}"
+    );
+    assert_eq!(
+        runs(&store).await,
+        vec![("four".to_owned(), RunStatus::Running)],
+        "not settled"
+    );
+    let done = resume::<kept::Counter, _>(&store, "four")
+        .await
+        .expect("resumes");
+    assert_eq!(done.result.expect("done"), Continue::Done(5));
+    assert_eq!(what_ran("four"), ["tick"], "nothing ran again");
+    assert_eq!(
+        runs(&store).await,
+        vec![("four".to_owned(), RunStatus::Succeeded)]
+    );
+}

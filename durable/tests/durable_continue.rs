@@ -318,3 +318,90 @@ async fn a_last_generation_stopped_before_it_was_settled_succeeds_on_resume() {
         vec![("four".to_owned(), RunStatus::Succeeded)]
     );
 }
+
+mod waiting {
+    use super::*;
+    use flowdag::prelude::*;
+
+    workflow! {
+        /// As `kept::Counter`, with a wait long enough to be unloaded in each generation.
+        #[flow(durable, continue_as_new)]
+        pub Counter(n: u32) -> Continue<u32, u32> {
+            Sequential {
+                next = Operation(tick(n)),
+                Delay("30ms"),
+            }
+            => if next >= 5 { Continue::Done(next) } else { Continue::Again(next) }
+        }
+    }
+}
+
+/// Waits until run `id` has the status `succeeded` (bounded by the caller's timeout).
+async fn succeeded(store: &MemoryStore, id: &str) {
+    loop {
+        let runs = store.list_runs(&RunFilter::default()).await.expect("lists");
+        if runs
+            .iter()
+            .any(|r| r.id == id && r.status == RunStatus::Succeeded)
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A run unloaded while it waits is continued by a worker: every generation is picked up when
+/// its timer is due, each ended one kept.
+#[tokio::test]
+async fn a_worker_takes_a_run_through_its_generations() {
+    let store = MemoryStore::new();
+    let ended = waiting::Counter::runner()
+        .durable(&store, "by-worker")
+        .unload_when_waiting(Duration::ZERO)
+        .execute(0)
+        .await
+        .expect("starts");
+    assert!(ended.is_unloaded(), "{ended:?}");
+    let worker = flowdag::Worker::new(store.clone())
+        .register::<waiting::Counter>()
+        .poll_interval(Duration::from_millis(5));
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        worker.run(succeeded(&store, "by-worker")),
+    )
+    .await
+    .expect("the worker finishes the run within 20 s")
+    .expect("the store answers");
+    assert_eq!(what_ran("by-worker"), ["tick"; 5]);
+    assert_kept(&store, "by-worker").await;
+}
+
+/// A distributed run: its operations are tasks, its generations continued by the worker that
+/// decides it.
+#[tokio::test]
+async fn a_distributed_run_continues_as_new() {
+    let store = MemoryStore::new();
+    let ended = kept::Counter::runner()
+        .durable(&store, "spread")
+        .distributed()
+        .submit(0)
+        .await
+        .expect("submitted");
+    assert!(ended.is_unloaded(), "{ended:?}");
+    let worker = flowdag::Worker::new(store.clone())
+        .register::<kept::Counter>()
+        .poll_interval(Duration::from_millis(5));
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        worker.run(succeeded(&store, "spread")),
+    )
+    .await
+    .expect("the workers finish the run within 20 s")
+    .expect("the store answers");
+    assert_eq!(what_ran("spread"), ["tick"; 5]);
+    assert_kept(&store, "spread").await;
+    let done = resume::<kept::Counter, _>(&store, "spread")
+        .await
+        .expect("reads the result");
+    assert_eq!(done.result.expect("done"), Continue::Done(5));
+}

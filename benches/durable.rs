@@ -87,6 +87,21 @@ mod stopped {
     }
 
     workflow! {
+        /// As `Rounds`, continuing as new every 1,000 iterations (each generation kept).
+        #[flow(durable, continue_as_new)]
+        pub Generations(from: u64, n: u64) -> flowdag::durable::Continue<(u64, u64), u64> {
+            last = Loop(max = 1_000, prev = before, on_max = stop) {
+                x = Operation(step(before.copied().unwrap_or(from)))
+                => x
+            } until (x >= n)
+            => match last >= n {
+                true => flowdag::durable::Continue::Done(last),
+                false => flowdag::durable::Continue::Again((last, n)),
+            }
+        }
+    }
+
+    workflow! {
         #[flow(durable)]
         pub Rounds(n: u64) -> u64 {
             last = Loop(max = 1_000_000, prev = before) {
@@ -787,6 +802,9 @@ fn main() {
 enum Nest {
     Items,
     Rounds,
+    /// A `Loop` that continues as new every 1,000 iterations: stopped in its last
+    /// generation's 1,000th iteration.
+    Generations,
 }
 
 /// Starts a run of `nest` over `n` instances on the store in `file`, stops it once instance
@@ -794,7 +812,12 @@ enum Nest {
 /// process would, and closes the store.
 fn stop_at(rt: &Runtime, file: &Path, nest: Nest, n: u64) {
     use std::sync::atomic::Ordering;
-    stopped::HANG_AT.store(n, Ordering::SeqCst);
+    // The continued loop's iteration `i` computes `i + 1`: the one that would reach `n` hangs.
+    let hang = match nest {
+        Nest::Generations => n - 1,
+        Nest::Items | Nest::Rounds => n,
+    };
+    stopped::HANG_AT.store(hang, Ordering::SeqCst);
     let store = SqliteStore::open(file).expect("a store");
     let run = async {
         let ended = match nest {
@@ -806,6 +829,11 @@ fn stop_at(rt: &Runtime, file: &Path, nest: Nest, n: u64) {
             Nest::Rounds => stopped::Rounds::runner()
                 .durable(&store, "stopped")
                 .execute(n)
+                .await
+                .map(drop),
+            Nest::Generations => stopped::Generations::runner()
+                .durable(&store, "stopped")
+                .execute((0, n))
                 .await
                 .map(drop),
         };
@@ -831,7 +859,12 @@ fn resume_table(rt: &Runtime, repeat: usize) {
         "| nest | instances ended | resume ms | µs per ended instance | events + rows stored |"
     );
     println!("|---|---:|---:|---:|---:|");
-    for (nest, name) in [(Nest::Items, "ForEach"), (Nest::Rounds, "Loop")] {
+    let nests = [
+        (Nest::Items, "ForEach"),
+        (Nest::Rounds, "Loop"),
+        (Nest::Generations, "Loop, continued as new every 1,000"),
+    ];
+    for (nest, name) in nests {
         for n in [1_000u64, 10_000] {
             let files = dir(&format!("resume-{name}-{n}"));
             let mut took = Vec::new();
@@ -845,13 +878,19 @@ fn resume_table(rt: &Runtime, repeat: usize) {
                     match nest {
                         Nest::Items => stopped::Items::resume(&store, "stopped").await,
                         Nest::Rounds => stopped::Rounds::resume(&store, "stopped").await,
+                        Nest::Generations => stopped::Generations::resume(&store, "stopped")
+                            .await
+                            .map(|outcome| flowdag::Outcome {
+                                result: outcome.result.map(|done| done.done().unwrap_or(0)),
+                                report: outcome.report,
+                            }),
                     }
                 });
                 took.push(start.elapsed().as_secs_f64());
                 let output = result.expect("resumes").result.expect("succeeds");
                 let expected = match nest {
-                    Nest::Items => n + 1,
-                    Nest::Rounds => n + 1,
+                    Nest::Items | Nest::Rounds => n + 1,
+                    Nest::Generations => n,
                 };
                 assert_eq!(output, expected, "{name} {n}");
                 rows = rt.block_on(async {

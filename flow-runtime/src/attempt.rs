@@ -92,6 +92,9 @@ pub(crate) struct AttemptCtx {
     /// A nest node of a durable run, or any node of one of its instances: where the
     /// instances it starts record their ends ([`Nested`]).
     pub(crate) nest: Option<Nested>,
+    /// A `Workflow` step of a durable run: what its child run is started with (the
+    /// journal's `ChildCtx`; `None` for every other node).
+    pub(crate) child: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 /// The ends of a durable run's nest instances (`ForEach` items, `Loop` iterations), shared
@@ -327,6 +330,7 @@ pub(crate) fn attempt_ctx(run: &Arc<str>, node: &'static str, attempt: u32) -> A
         captured: None,
         signal: None,
         nest: None,
+        child: None,
     }
 }
 

@@ -53,6 +53,7 @@ use crate::store::{
     TaskClaim, TaskOutcome, TaskResult, TimerChange, TimerKey, TimerKind, fnv1a,
 };
 
+pub(crate) mod child;
 pub(crate) mod generated;
 mod journal;
 pub(crate) mod nested;
@@ -182,6 +183,15 @@ pub enum DurableError {
         /// What is missing.
         why: String,
     },
+    /// A child run, started at one of the run's `Workflow` steps, stopped without an end (its
+    /// store failed, its graph changed, its replay diverged): the run stopped too, writing
+    /// nothing more. Resuming the run resumes the child where it stopped.
+    Child {
+        /// The run's id.
+        run: String,
+        /// Why the child stopped (its id and its own error).
+        why: String,
+    },
 }
 
 impl fmt::Display for DurableError {
@@ -241,6 +251,10 @@ impl fmt::Display for DurableError {
             DurableError::Environment { run, why } => write!(
                 f,
                 "run `{run}` cannot run in this process: {why}; nothing was written, resume it where this is right"
+            ),
+            DurableError::Child { run, why } => write!(
+                f,
+                "run `{run}` stopped: {why}; resume it once its child can go on"
             ),
         }
     }
@@ -616,6 +630,8 @@ pub(crate) struct JournalSetup {
     pub(crate) continues: bool,
     /// The run's generation (1 for the first; one more each time it continued as new).
     pub(crate) generation: u32,
+    /// The run that started this one at a `Workflow` step, if one did.
+    pub(crate) parent: Option<String>,
 }
 
 impl JournalSetup {
@@ -645,6 +661,7 @@ impl JournalSetup {
             patches: None,
             continues: false,
             generation: 1,
+            parent: None,
         }
     }
 }
@@ -729,6 +746,11 @@ pub fn again<S, O: ContinueOutput<S>>(output: O) -> Result<(S, bool), O> {
 
 /// A workflow declared `#[flow(durable)]`: its parameters are stored with each run. The macro
 /// implements it.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a durable workflow",
+    label = "not declared `#[flow(durable)]`",
+    note = "a `Workflow(..)` step of a durable workflow starts its child as a durable run of its own: declare the child `#[flow(durable)]` too"
+)]
 pub trait DurableWorkflow: Workflow + 'static {
     /// The workflow's parameters as stored: the same as `Input`, which for a durable workflow
     /// borrows nothing.
@@ -783,6 +805,8 @@ pub struct DurableRunner<W> {
     signal_poll: Duration,
     request_poll: Duration,
     distributed: bool,
+    /// The run that started this one at a `Workflow` step (a child run), if one did.
+    parent: Option<String>,
     workflow: PhantomData<fn() -> W>,
 }
 
@@ -795,15 +819,23 @@ impl<W: DurableWorkflow> Runner<W> {
     /// [`max_concurrency`](Runner::max_concurrency)) are stored with the run and hold again
     /// when it is resumed; its deadline counts from the run's start, not from a resume.
     pub fn durable<S: Store + Clone>(self, store: &S, id: impl Into<String>) -> DurableRunner<W> {
-        let store: Arc<dyn Store> = Arc::new(store.clone());
+        DurableRunner::new(self.into_options(), Arc::new(store.clone()), id.into())
+    }
+}
+
+impl<W: DurableWorkflow> DurableRunner<W> {
+    /// A runner of `W` with `options` under `store` and `id`, the other settings their
+    /// defaults.
+    fn new(options: RunOptions, store: Arc<dyn Store>, id: String) -> DurableRunner<W> {
         DurableRunner {
-            options: self.into_options(),
+            options,
             store,
-            id: id.into(),
+            id,
             owner: Owner::process(),
             signal_poll: SIGNAL_POLL,
             request_poll: REQUEST_POLL,
             distributed: false,
+            parent: None,
             workflow: PhantomData,
         }
     }
@@ -921,7 +953,7 @@ impl<W: DurableWorkflow> DurableRunner<W> {
         run.nodes = nodes;
         run.input = bytes;
         run.input_hash = input_hash;
-        run.options = new_options::<W>(&self.options, self.distributed, 1);
+        run.options = new_options::<W>(&self.options, self.distributed, 1, self.parent.as_deref());
         if let Some(after) = self.options.deadline {
             run.timers.push(TimerChange::Set {
                 key: run_deadline_key(),
@@ -937,6 +969,7 @@ impl<W: DurableWorkflow> DurableRunner<W> {
                     distributed: self.distributed,
                     unload_tasks,
                     continues: W::__CONTINUES,
+                    parent: self.parent,
                     ..JournalSetup::new(self.store, lease, LEASE)
                 };
                 debug_assert_eq!(next_seq, 0);
@@ -1094,6 +1127,9 @@ struct StoredOptions {
     /// The run's generation, when it continued as new (`None`: the first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     generation: Option<u32>,
+    /// The run that started this one at a `Workflow` step, when one did (a child run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    parent: Option<String>,
 }
 
 impl StoredOptions {
@@ -1107,6 +1143,7 @@ impl StoredOptions {
             distributed: None,
             patches: None,
             generation: None,
+            parent: None,
         }
     }
 
@@ -1142,13 +1179,15 @@ impl StoredOptions {
 
 /// The runner options stored with a new run of `W` (or a new generation of one): those of
 /// `options` that change what the run does, whether it is distributed, the version markers of
-/// its graph and its generation.
+/// its graph, its generation and its parent run (a child run's).
 fn new_options<W: DurableWorkflow>(
     options: &RunOptions,
     distributed: bool,
     generation: u32,
+    parent: Option<&str>,
 ) -> Vec<u8> {
     let mut stored = StoredOptions::of(options);
+    stored.parent = parent.map(str::to_owned);
     stored.distributed = distributed.then_some(true);
     let patches: Vec<String> = markers(&W::GRAPH)
         .into_iter()
@@ -1410,6 +1449,7 @@ fn check_loaded<W: DurableWorkflow>(
         })?;
     let distributed = stored.distributed == Some(true);
     let generation = stored.generation.unwrap_or(1);
+    let parent = stored.parent.clone();
     stored.apply(&mut options);
     let (outputs, instances) = split_outputs(loaded.outputs);
     let setup = JournalSetup {
@@ -1429,6 +1469,7 @@ fn check_loaded<W: DurableWorkflow>(
         patches: Some(patches),
         continues: W::__CONTINUES && !loaded.run.status.is_finished(),
         generation,
+        parent,
         ..JournalSetup::new(Arc::clone(store), loaded.lease, extend)
     };
     Ok((options, setup, input))
@@ -1755,6 +1796,7 @@ fn drive<W: DurableWorkflow, R: Shape<W::Output>>(
         unload_tasks: setup.unload_tasks,
         mailbox: setup.mailbox.clone(),
         generation: setup.generation,
+        parent: setup.parent.clone(),
         options: options.clone(),
     };
     let start: fn(RunOptions, JournalSetup, W::Stored) -> _ = start::<W>;
@@ -1791,6 +1833,7 @@ struct Next {
     unload_tasks: Option<Duration>,
     mailbox: Option<Arc<journal::Mailbox>>,
     generation: u32,
+    parent: Option<String>,
     options: RunOptions,
 }
 
@@ -1850,6 +1893,7 @@ impl<W: DurableWorkflow, F: Future<Output = Outcome<W::Output>>, R: Shape<W::Out
                             mailbox: next.mailbox.clone(),
                             continues: W::__CONTINUES,
                             generation: next.generation,
+                            parent: next.parent.clone(),
                             ..JournalSetup::new(Arc::clone(&next.store), lease, next.extend)
                         };
                         let run = (this.start)(next.options.clone(), setup, input);
@@ -1890,7 +1934,12 @@ impl<W: DurableWorkflow, F: Future<Output = Outcome<W::Output>>, R: Shape<W::Out
                         // Serializing the input of a durable workflow: checked when the run was
                         // started with the same type.
                         input: serde_json::to_vec(&input).unwrap_or_default(),
-                        options: new_options::<W>(&next.options, next.distributed, generation + 1),
+                        options: new_options::<W>(
+                            &next.options,
+                            next.distributed,
+                            generation + 1,
+                            next.parent.as_deref(),
+                        ),
                         archive: keep.then(|| format!("{}~{generation}", settle.lease.run)),
                         end: RunEnd {
                             result: serde_json::to_vec(&input).ok(),

@@ -141,6 +141,8 @@ pub mod __private {
     };
 
     #[cfg(feature = "durable")]
+    pub use crate::durable::child::durable_child;
+    #[cfg(feature = "durable")]
     pub use crate::durable::generated::{
         assert_durable, complete_durable, restore_output, restoring,
     };

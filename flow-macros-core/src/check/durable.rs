@@ -1,11 +1,9 @@
-//! What `#[flow(durable)]` does not support yet (child runs), and parameters that cannot be
-//! stored.
+//! What `#[flow(durable)]` does not support yet, and parameters that cannot be stored.
 
 use syn::spanned::Spanned;
 
 use super::Checked;
 use crate::ctxt::Ctxt;
-use crate::graph::Kind;
 use crate::parse::{What, Workflow};
 
 /// What `#[flow(durable)]` does not support yet, and parameters that cannot be stored (a
@@ -36,14 +34,6 @@ pub fn check(workflow: &Workflow, checked: &Checked, cx: &mut Ctxt) {
             cx.error(
                 checked.dag.nodes[nest.node].keyword.span(),
                 "a durable `ForEach` cannot let its other instances run on after `min` (`rest = run`) yet: they would run without keys and their ends would not be journaled; use `rest = cancel` (the default)",
-            );
-        }
-    }
-    for node in &checked.dag.nodes {
-        if node.kind == Kind::Workflow {
-            cx.error(
-                node.keyword.span(),
-                "`Workflow` steps cannot be journaled yet: a durable workflow cannot start child runs; remove `#[flow(durable)]` or this step (inside a `ForEach` or `Loop` body a `Workflow` step runs again with its instance)",
             );
         }
     }

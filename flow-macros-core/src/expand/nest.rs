@@ -191,10 +191,30 @@ pub fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
                 _ => quote!((#(#args,)*)),
             };
             let span = child.span();
-            let run = quote::quote_spanned!(span=> <#child as #private::Workflow>::__execute(#nest_ctx.instance(0), #input));
-            quote! {
-                let __flow_outcome = #run.await;
+            let ended = quote! {
                 #private::Result::map_err(#nest_ctx.ended(0, __flow_outcome), |__flow_error| #private::NodeError::Workflow(::std::boxed::Box::new(__flow_error)))
+            };
+            match durable {
+                // In a durable workflow the child is a durable run of its own (spanned on the
+                // child's name: a child that is not durable is an error there).
+                true => {
+                    let spanned = respan(private, span);
+                    let run = quote::quote_spanned!(span=> #spanned::durable_child::<#child>(&#nest_ctx, #input));
+                    let awaited = quote::quote_spanned!(span=> #run.await);
+                    quote! {
+                        match #awaited {
+                            #private::Result::Ok(__flow_outcome) => #ended,
+                            #private::Result::Err(__flow_error) => #private::Result::Err(__flow_error),
+                        }
+                    }
+                }
+                false => {
+                    let run = quote::quote_spanned!(span=> <#child as #private::Workflow>::__execute(#nest_ctx.instance(0), #input));
+                    quote! {
+                        let __flow_outcome = #run.await;
+                        #ended
+                    }
+                }
             }
         }
         (what, Some((stub, body_checked))) => {

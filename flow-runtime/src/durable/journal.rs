@@ -31,6 +31,7 @@
 //! it too. Without that, another owner (a `Worker`) could take the run while it still runs.
 
 use std::any::Any;
+use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -38,6 +39,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use crate::attempt::{Nested, Records};
+use crate::durable::child::{self, ChildCtx, child_id};
 use crate::durable::operations::Replay;
 use crate::durable::{AttemptCtx, DurableError, JournalSetup, attempt_ctx, with_attempt};
 use crate::error::NodeError;
@@ -113,6 +115,8 @@ pub(crate) struct Journal {
     error: Option<DurableError>,
     /// The run was unloaded and its status `Waiting` committed, with its wake-up time.
     unloaded: Option<Option<u64>>,
+    /// The child runs started at the run's `Workflow` steps that have not ended, by step.
+    children: HashMap<u32, String>,
     /// The run of a workflow that continues as new succeeded and its whole journal is
     /// durable, but its status is left for the run's future to settle once the workflow's
     /// output says whether it continues ([`Settle`]); its lease is kept for that.
@@ -184,6 +188,7 @@ impl Journal {
             tasks: None,
             error: None,
             unloaded: None,
+            children: HashMap::new(),
             settle: false,
             last_replayed: false,
             undelivered: Vec::new(),
@@ -263,6 +268,14 @@ impl Journal {
         {
             // Not the step's failure: this process cannot run it. Nothing more is written.
             return self.environment();
+        }
+        if let EventKind::Failed { error } = &event.kind
+            && error.contains(child::CHILD_STOPPED)
+            && !self.journaled_failure(event.node, error)
+        {
+            // Not the step's failure: its child run stopped, and goes on when it is resumed.
+            let (run, why) = (self.run.to_string(), error.to_string());
+            return self.fail(DurableError::Child { run, why });
         }
         let stored = match StoredEvent::try_from(event) {
             Ok(stored) => stored,
@@ -602,6 +615,7 @@ impl Journal {
         match self.setup.store.commit(batch).await {
             Ok(_) => {
                 self.durable_seq = end;
+                self.cancel_children().await;
                 let run = self.run.to_string();
                 self.fail_over(requests::terminated_error(&run, reason));
             }
@@ -654,8 +668,18 @@ impl Journal {
             Ok(_) => {
                 self.durable_seq = end;
                 self.settle = defer;
+                self.cancel_children().await;
             }
             Err(error) => self.fail(DurableError::Store(error)),
+        }
+    }
+
+    /// Asks the child runs this run started and that have not ended to cancel, once the run's
+    /// end is durable.
+    async fn cancel_children(&mut self) {
+        let children: Vec<String> = std::mem::take(&mut self.children).into_values().collect();
+        if !children.is_empty() {
+            child::cancel_orphans(&*self.setup.store, children).await;
         }
     }
 }
@@ -1223,11 +1247,28 @@ fn poll_journaled(
     if tasks && remote::is_task(run, node) {
         return remote::poll_task(run, node, cx);
     }
-    let signal = run.graph().nodes[node as usize].kind == NodeKind::Signal;
+    let kind = run.graph().nodes[node as usize].kind;
+    let signal = kind == NodeKind::Signal;
     if signal {
         ctx.signal = Some(Box::new(inbox::signal_ctx(run, node)));
     }
+    let child = kind == NodeKind::Workflow;
+    if child && let Some(journal) = run.hook::<Journal>() {
+        ctx.child = Some(Arc::new(ChildCtx {
+            store: Arc::clone(&journal.setup.store),
+            owner: journal.setup.lease.owner.clone(),
+            distributed: journal.setup.distributed,
+        }));
+    }
     let (polled, mut ctx) = with_attempt(ctx, || run.poll_attempt(node, cx));
+    if child && let Some(journal) = run.hook::<Journal>() {
+        // A child run that has not ended when its parent does is asked to cancel.
+        let id = child_id(&journal.run, name, attempt);
+        match polled.is_pending() {
+            true => journal.children.insert(node, id),
+            false => journal.children.remove(&node),
+        };
+    }
     if signal {
         inbox::signal_polled(run, node, &mut ctx);
     }

@@ -1,0 +1,433 @@
+//! Child runs: a `Workflow(Child(..))` step of a durable workflow runs `Child` as a durable run
+//! of its own, `"{parent}/{step}"`, in the parent's store, its parent recorded; the step's
+//! output is the child's. A parent resumed after a stop resumes its child where the child
+//! stopped; a child that fails fails the step with the child's error inside; a child that
+//! stops (its store failed) stops the parent without failing it; a parent that ends before
+//! its child asks the child to cancel.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use flowdag::durable::{DurableError, resume};
+use flowdag::store::{
+    Batch, Committed, Created, DueTimer, Lease, Loaded, MemoryStore, NewRun, NewSignal, Owner,
+    RunData, RunFilter, RunStatus, RunSummary, SignalSent, Store, StoreError, StoreFuture,
+    StoredEvent, StoredSignal,
+};
+use flowdag::{NodeError, WorkflowError};
+
+#[path = "common/ran.rs"]
+mod ran;
+
+use ran::{Never, ran, what_ran};
+
+#[derive(Debug)]
+struct Lost;
+
+impl std::fmt::Display for Lost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the parcel was lost")
+    }
+}
+
+impl std::error::Error for Lost {}
+
+async fn charge(order: u64) -> Result<u64, Never> {
+    ran("charge");
+    Ok(order * 10)
+}
+
+async fn pack(amount: u64) -> Result<u64, Never> {
+    ran("pack");
+    Ok(amount + 1)
+}
+
+/// Lines over 1,000 are lost.
+async fn send(parcel: u64) -> Result<u64, Lost> {
+    ran("send");
+    match parcel > 1_000 {
+        true => Err(Lost),
+        false => Ok(parcel + 1),
+    }
+}
+
+async fn tell(sent: u64) -> Result<u64, Never> {
+    ran("tell");
+    Ok(sent * 2)
+}
+
+/// The runs whose `wait` never returns (the process is stopped there).
+static HANG: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+fn hang(run: &str, on: bool) {
+    let mut hang = HANG.lock().expect("not poisoned");
+    match on {
+        true => hang.push(run.to_owned()),
+        false => hang.retain(|r| r != run),
+    }
+}
+
+async fn wait(parcel: u64) -> Result<u64, Never> {
+    ran("wait");
+    let run = flowdag::attempt().map(|a| a.run().to_owned());
+    let hangs = run.is_some_and(|run| HANG.lock().expect("not poisoned").contains(&run));
+    if hangs {
+        std::future::pending::<()>().await;
+    }
+    Ok(parcel)
+}
+
+mod flows {
+    use super::*;
+    use flowdag::prelude::*;
+
+    workflow! {
+        /// Packs and sends one parcel.
+        #[flow(durable)]
+        pub Ship(amount: u64) -> u64 {
+            Sequential {
+                packed = Operation(pack(amount)),
+                sent = Operation(send(packed)),
+            }
+            => sent
+        }
+    }
+
+    workflow! {
+        /// Charges, ships as a child run, tells.
+        #[flow(durable)]
+        pub Order(order: u64) -> u64 {
+            Sequential {
+                charged = Operation(charge(order)),
+                shipped = Workflow(Ship(charged)),
+                told = Operation(tell(shipped)),
+            }
+            => told
+        }
+    }
+
+    workflow! {
+        /// Packs, waits, sends.
+        #[flow(durable)]
+        pub SlowShip(amount: u64) -> u64 {
+            Sequential {
+                packed = Operation(pack(amount)),
+                waited = Operation(wait(packed)),
+                sent = Operation(send(waited)),
+            }
+            => sent
+        }
+    }
+
+    workflow! {
+        /// As `Order`, shipping slowly.
+        #[flow(durable)]
+        pub SlowOrder(order: u64) -> u64 {
+            Sequential {
+                charged = Operation(charge(order)),
+                shipped = Workflow(SlowShip(charged)),
+                told = Operation(tell(shipped)),
+            }
+            => told
+        }
+    }
+}
+
+async fn status(store: &dyn Store, id: &str) -> Option<RunStatus> {
+    store
+        .list_runs(&RunFilter::default())
+        .await
+        .expect("lists")
+        .into_iter()
+        .find(|r| r.id == id)
+        .map(|r| r.status)
+}
+
+#[tokio::test]
+async fn a_child_is_a_durable_run_of_its_own() {
+    let store = MemoryStore::new();
+    let outcome = flows::Order::runner()
+        .durable(&store, "o-1")
+        .execute(5)
+        .await
+        .expect("runs");
+    assert_eq!(outcome.result.expect("succeeds"), (50 + 1 + 1) * 2);
+    assert_eq!(what_ran("o-1"), ["charge", "tell"]);
+    assert_eq!(
+        what_ran("o-1/shipped"),
+        ["pack", "send"],
+        "the child's own keys"
+    );
+    assert_eq!(status(&store, "o-1").await, Some(RunStatus::Succeeded));
+    assert_eq!(
+        status(&store, "o-1/shipped").await,
+        Some(RunStatus::Succeeded)
+    );
+    let child = store
+        .run_data("o-1/shipped")
+        .await
+        .expect("the child's data");
+    assert_eq!(child.input, b"50", "the child's input");
+    let options = String::from_utf8_lossy(&child.options).into_owned();
+    assert!(options.contains(r#""parent":"o-1""#), "{options}");
+    let events = store.events("o-1/shipped", 0).await.expect("events");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.node_name.as_deref() == Some("sent")),
+        "the child's steps are in its own journal"
+    );
+    // Resumed once done, the parent takes the step's output from its own journal.
+    let again = resume::<flows::Order, _>(&store, "o-1")
+        .await
+        .expect("resumes");
+    assert_eq!(again.result.expect("succeeds"), 104);
+    assert_eq!(
+        what_ran("o-1/shipped"),
+        ["pack", "send"],
+        "nothing ran again"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_child_fails_the_step_with_its_error() {
+    let store = MemoryStore::new();
+    let outcome = flows::Order::runner()
+        .durable(&store, "o-lost")
+        .execute(200)
+        .await
+        .expect("runs");
+    let error: WorkflowError = outcome.result.expect_err("the parcel was lost");
+    let failure = error
+        .failures()
+        .iter()
+        .find(|f| f.node == "shipped")
+        .expect("the step failed");
+    let NodeError::Workflow(child) = &failure.error else {
+        panic!("the child's error: {:?}", failure.error);
+    };
+    assert!(
+        child.failures().iter().any(|f| f.node == "sent"),
+        "the child's failing step is reachable: {child}"
+    );
+    assert_eq!(status(&store, "o-lost").await, Some(RunStatus::Failed));
+    assert_eq!(
+        status(&store, "o-lost/shipped").await,
+        Some(RunStatus::Failed)
+    );
+    assert!(what_ran("o-lost").iter().all(|s| s != "tell"));
+}
+
+/// A store whose leases last 100 ms (a child run's, whose id has a `/`, 500 ms), so that the
+/// runs of a stopped process (its futures dropped, their leases held) are free again soon,
+/// the parent before its child.
+#[derive(Clone)]
+struct Short {
+    inner: MemoryStore,
+    /// Fail the commits of run `fail_run` while set.
+    fail: Arc<AtomicBool>,
+    fail_run: &'static str,
+    commits: Arc<AtomicUsize>,
+}
+
+const SHORT: Duration = Duration::from_millis(100);
+
+/// The lease of run `run` in a [`Short`] store.
+fn lease(run: &str) -> Duration {
+    match run.contains('/') {
+        true => SHORT * 5,
+        false => SHORT,
+    }
+}
+
+impl Store for Short {
+    fn create_run(&self, mut run: NewRun) -> StoreFuture<'_, Created> {
+        run.lease = lease(&run.id);
+        self.inner.create_run(run)
+    }
+    fn load_run<'a>(
+        &'a self,
+        run: &'a str,
+        owner: &'a Owner,
+        _lease: Duration,
+    ) -> StoreFuture<'a, Loaded> {
+        self.inner.load_run(run, owner, lease(run))
+    }
+    fn list_runs<'a>(&'a self, filter: &'a RunFilter) -> StoreFuture<'a, Vec<RunSummary>> {
+        self.inner.list_runs(filter)
+    }
+    fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
+        self.inner.events(run, from_seq)
+    }
+    fn run_data<'a>(&'a self, run: &'a str) -> StoreFuture<'a, RunData> {
+        self.inner.run_data(run)
+    }
+    fn commit(&self, mut batch: Batch) -> StoreFuture<'_, Committed> {
+        self.commits.fetch_add(1, Ordering::SeqCst);
+        if batch.run == self.fail_run && self.fail.load(Ordering::SeqCst) {
+            return Box::pin(std::future::ready(Err(StoreError::Closed)));
+        }
+        batch.lease = lease(&batch.run);
+        self.inner.commit(batch)
+    }
+    fn due_timers(&self, horizon: Duration, limit: u32) -> StoreFuture<'_, Vec<DueTimer>> {
+        self.inner.due_timers(horizon, limit)
+    }
+    fn send_signal(&self, signal: NewSignal) -> StoreFuture<'_, SignalSent> {
+        self.inner.send_signal(signal)
+    }
+    fn signals<'a>(&'a self, run: &'a str, after: u64) -> StoreFuture<'a, Vec<StoredSignal>> {
+        self.inner.signals(run, after)
+    }
+    fn heartbeat<'a>(
+        &'a self,
+        owner: &'a Owner,
+        held: &'a [Lease],
+        _lease: Duration,
+    ) -> StoreFuture<'a, Vec<Lease>> {
+        let lease = held.first().map_or(SHORT, |l| lease(&l.run));
+        self.inner.heartbeat(owner, held, lease)
+    }
+    fn release<'a>(&'a self, owner: &'a Owner, held: &'a [Lease]) -> StoreFuture<'a, ()> {
+        self.inner.release(owner, held)
+    }
+}
+
+/// The parent's process stops while the child waits in a step (both futures dropped, their
+/// leases held): resumed, the parent takes its child back (waiting for the dead process's
+/// lease to lapse), the child goes on from its own journal, and nothing that completed runs
+/// again.
+#[tokio::test]
+async fn a_resumed_parent_resumes_its_child() {
+    let store = Short {
+        inner: MemoryStore::new(),
+        fail: Arc::new(AtomicBool::new(false)),
+        fail_run: "",
+        commits: Arc::new(AtomicUsize::new(0)),
+    };
+    hang("o-2/shipped", true);
+    let stopped = tokio::time::timeout(
+        Duration::from_millis(300),
+        flows::SlowOrder::runner().durable(&store, "o-2").execute(3),
+    )
+    .await;
+    assert!(stopped.is_err(), "the run waits in the child's step");
+    assert_eq!(what_ran("o-2"), ["charge"]);
+    assert_eq!(what_ran("o-2/shipped"), ["pack", "wait"]);
+    assert_eq!(
+        status(&store, "o-2/shipped").await,
+        Some(RunStatus::Running)
+    );
+    hang("o-2/shipped", false);
+    // The parent's lease lapses first; its child is still held by the stopped process.
+    tokio::time::sleep(SHORT + Duration::from_millis(50)).await;
+    let child = store
+        .list_runs(&RunFilter::default())
+        .await
+        .expect("lists")
+        .into_iter()
+        .find(|r| r.id == "o-2/shipped")
+        .expect("the child");
+    let held = child.lease_until_ms.expect("held");
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(10),
+        resume::<flows::SlowOrder, _>(&store, "o-2"),
+    )
+    .await
+    .expect("resumes within 10 s")
+    .expect("resumes");
+    assert_eq!(outcome.result.expect("succeeds"), (30 + 1 + 1) * 2);
+    assert_eq!(
+        what_ran("o-2"),
+        ["charge", "tell"],
+        "the parent's steps ran once"
+    );
+    assert_eq!(
+        what_ran("o-2/shipped"),
+        ["pack", "wait", "wait", "send"],
+        "the child's step in flight ran again, the one before did not"
+    );
+    assert_eq!(
+        status(&store, "o-2/shipped").await,
+        Some(RunStatus::Succeeded)
+    );
+    let ended = store
+        .list_runs(&RunFilter::default())
+        .await
+        .expect("lists")
+        .into_iter()
+        .find(|r| r.id == "o-2/shipped")
+        .map_or(0, |r| r.updated_ms);
+    assert!(
+        ended >= held,
+        "the child went on once the stopped process's lease lapsed"
+    );
+}
+
+/// The child's store fails: the child stops without an end, and the parent stops with it
+/// (`DurableError::Child`), its step not failed; resumed, both go on.
+#[tokio::test]
+async fn a_stopped_child_stops_its_parent_without_failing_it() {
+    let fail = Arc::new(AtomicBool::new(true));
+    let store = Short {
+        inner: MemoryStore::new(),
+        fail: Arc::clone(&fail),
+        fail_run: "o-3/shipped",
+        commits: Arc::new(AtomicUsize::new(0)),
+    };
+    let stopped = flows::Order::runner()
+        .durable(&store, "o-3")
+        .execute(4)
+        .await;
+    match &stopped {
+        Err(DurableError::Child { run, why }) => {
+            assert_eq!(run, "o-3");
+            assert!(why.contains("o-3/shipped"), "{why}");
+        }
+        other => panic!("the parent stops with its child: {other:?}"),
+    }
+    assert_eq!(status(&store, "o-3").await, Some(RunStatus::Running));
+    fail.store(false, Ordering::SeqCst);
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(10),
+        resume::<flows::Order, _>(&store, "o-3"),
+    )
+    .await
+    .expect("resumes within 10 s")
+    .expect("resumes");
+    assert_eq!(outcome.result.expect("succeeds"), (40 + 1 + 1) * 2);
+    assert_eq!(what_ran("o-3"), ["charge", "tell"]);
+}
+
+/// A parent cancelled while its child runs ends `cancelled`, and its child is asked to cancel:
+/// resumed, the child takes the request and ends `cancelled` without its last step.
+#[tokio::test]
+async fn a_cancelled_parent_cancels_its_child() {
+    let store = MemoryStore::new();
+    hang("o-4/shipped", true);
+    let token = flowdag::CancelToken::new();
+    let run = flows::SlowOrder::runner()
+        .cancel_on(token.clone())
+        .durable(&store, "o-4")
+        .execute(2);
+    let cancel = async {
+        while what_ran("o-4/shipped").len() < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        token.cancel();
+    };
+    let (ended, ()) =
+        tokio::time::timeout(Duration::from_secs(10), async { tokio::join!(run, cancel) })
+            .await
+            .expect("ends within 10 s");
+    let outcome = ended.expect("the parent ends");
+    assert!(outcome.result.is_err(), "cancelled");
+    assert_eq!(status(&store, "o-4").await, Some(RunStatus::Cancelled));
+    hang("o-4/shipped", false);
+    let signals = store.signals("o-4/shipped", 0).await.expect("signals");
+    assert!(
+        signals.iter().any(|s| s.name == "flow.cancel"),
+        "the child is asked to cancel: {signals:?}"
+    );
+}

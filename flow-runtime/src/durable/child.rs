@@ -1,0 +1,239 @@
+//! Child runs: a `Workflow(Child(..))` step at the top of a durable workflow runs `Child` (a
+//! durable workflow too) as a durable run of its own, journaled in the parent's store under
+//! the id `"{parent}/{step}"` (`"{parent}/{step}#{attempt}"` for a retry), its parent recorded
+//! with it. What the code `#[flow(durable)]` generates calls, re-exported by `__private` only.
+//!
+//! The parent's step awaits the child's run in its own process: the child's steps are
+//! journaled in the child's journal, the step's output (the child's) in the parent's. When the
+//! parent is resumed, a step that had completed is restored from the parent's journal (the
+//! child is not touched); a step that was running starts the child's run again, which resumes
+//! it from its own journal (a child that had ended gives its result again, running nothing).
+//! A child held by another owner (a process that died, whose lease has not lapsed) is waited
+//! for. A parent that ends while a child it started has not (it was cancelled, or failed fast)
+//! asks the child to cancel ([`cancel_orphans`]): the child's compensations run when a worker
+//! or a resume next drives it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use pin_project_lite::pin_project;
+
+use super::{CURRENT, DurableError, DurableRunner, DurableWorkflow, LEASE};
+use crate::error::NodeError;
+use crate::nest_ctx::NestCtx;
+use crate::report::Outcome;
+use crate::store::{Owner, Store, StoreError};
+
+/// What the journal gives the attempt of a `Workflow` step of a durable run: the parent's
+/// store, its owner (the child's runs are held under the same name, so that the parent's
+/// process takes its children back at once) and whether the parent is distributed.
+pub(crate) struct ChildCtx {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) owner: Owner,
+    pub(crate) distributed: bool,
+}
+
+/// The id of the child run at step `step`'s attempt `attempt` of run `parent`.
+pub(crate) fn child_id(parent: &str, step: &str, attempt: u32) -> String {
+    match attempt {
+        0 | 1 => format!("{parent}/{step}"),
+        _ => format!("{parent}/{step}#{attempt}"),
+    }
+}
+
+/// How long a child held by another owner is waited for before the next try: until its lease
+/// lapses, at least 10 ms and at most a lease.
+fn wait_for(until_ms: u64) -> Duration {
+    let now = crate::store::now_ms();
+    Duration::from_millis(until_ms.saturating_sub(now)).clamp(Duration::from_millis(10), LEASE)
+}
+
+/// Starts (or resumes) a durable run of `C` for the `Workflow(C(..))` step being polled: the
+/// future gives the child's outcome, or the step's error when the child could not be run
+/// (the store failed, the id belongs to another run, the child's graph changed). Called by
+/// generated code.
+pub fn durable_child<C: DurableWorkflow>(
+    nest: &NestCtx,
+    input: C::Stored,
+) -> ChildRun<C::Stored, C::Output, impl Future<Output = Result<Outcome<C::Output>, DurableError>>>
+{
+    nest.start(0);
+    let found = CURRENT.with(|c| {
+        let c = c.borrow();
+        let ctx = c.as_ref()?;
+        let child = ctx.child.as_ref()?.downcast_ref::<ChildCtx>()?;
+        Some((
+            Arc::clone(&child.store),
+            child.owner.clone(),
+            child.distributed,
+            child_id(ctx.attempt.run(), ctx.attempt.node(), ctx.attempt.attempt()),
+            ctx.attempt.run().to_owned(),
+        ))
+    });
+    let start: fn(Spec, C::Stored) -> _ = start::<C>;
+    let (state, spec) = match found {
+        Some((store, owner, distributed, id, parent)) => {
+            let bytes = serde_json::to_vec(&input).unwrap_or_default();
+            let spec = Spec {
+                store,
+                owner,
+                distributed,
+                id,
+                parent,
+                input: bytes,
+            };
+            (State::Running, Some(spec))
+        }
+        None => (State::Refused, None),
+    };
+    let run = spec.clone().map(|spec| start(spec, input));
+    ChildRun {
+        run,
+        start,
+        spec,
+        state,
+        sleep: None,
+        _output: std::marker::PhantomData,
+    }
+}
+
+/// What a child run is started with, kept to start it again after a wait.
+#[derive(Clone)]
+pub(crate) struct Spec {
+    store: Arc<dyn Store>,
+    owner: Owner,
+    distributed: bool,
+    id: String,
+    parent: String,
+    /// The child's input as JSON (read again for each try).
+    input: Vec<u8>,
+}
+
+/// The child's run under its own id, held by the parent's owner, its parent stored with its
+/// options.
+fn start<C: DurableWorkflow>(
+    spec: Spec,
+    input: C::Stored,
+) -> impl Future<Output = Result<Outcome<C::Output>, DurableError>> {
+    DurableRunner::<C> {
+        owner: spec.owner,
+        distributed: spec.distributed,
+        parent: Some(spec.parent),
+        ..DurableRunner::new(crate::options::RunOptions::default(), spec.store, spec.id)
+    }
+    .execute(input)
+}
+
+enum State {
+    Running,
+    Waiting,
+    Refused,
+    Done,
+}
+
+pin_project! {
+    /// The future of a child run ([`durable_child`]): `S` is the child's stored parameters,
+    /// `O` its output.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct ChildRun<S, O, F> {
+        #[pin]
+        run: Option<F>,
+        start: fn(Spec, S) -> F,
+        spec: Option<Spec>,
+        state: State,
+        sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+        _output: std::marker::PhantomData<fn() -> O>,
+    }
+}
+
+impl<S, O, F> Future for ChildRun<S, O, F>
+where
+    S: serde::de::DeserializeOwned,
+    F: Future<Output = Result<Outcome<O>, DurableError>>,
+{
+    type Output = Result<Outcome<O>, NodeError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state {
+                State::Refused => {
+                    *this.state = State::Done;
+                    return Poll::Ready(Err(NodeError::Failed(
+                        "a durable child run can start only in an attempt of a durable run's `Workflow` step"
+                            .into(),
+                    )));
+                }
+                State::Done => return Poll::Pending,
+                State::Waiting => {
+                    if let Some(sleep) = this.sleep.as_mut() {
+                        std::task::ready!(sleep.as_mut().poll(cx));
+                    }
+                    *this.sleep = None;
+                    let Some(spec) = this.spec.as_ref() else {
+                        *this.state = State::Refused;
+                        continue;
+                    };
+                    let input = match serde_json::from_slice::<S>(&spec.input) {
+                        Ok(input) => input,
+                        Err(error) => {
+                            *this.state = State::Done;
+                            return Poll::Ready(Err(NodeError::Failed(
+                                format!("the child's input cannot be read back: {error}").into(),
+                            )));
+                        }
+                    };
+                    let run = (this.start)(spec.clone(), input);
+                    this.run.set(Some(run));
+                    *this.state = State::Running;
+                }
+                State::Running => {
+                    let Some(run) = this.run.as_mut().as_pin_mut() else {
+                        *this.state = State::Refused;
+                        continue;
+                    };
+                    let ended = std::task::ready!(run.poll(cx));
+                    this.run.set(None);
+                    match ended {
+                        Ok(outcome) => {
+                            *this.state = State::Done;
+                            return Poll::Ready(Ok(outcome));
+                        }
+                        Err(DurableError::Store(StoreError::Busy { until_ms, .. })) => {
+                            *this.sleep = Some(Box::pin(tokio::time::sleep(wait_for(until_ms))));
+                            *this.state = State::Waiting;
+                        }
+                        Err(error) => {
+                            *this.state = State::Done;
+                            let id = this.spec.as_ref().map_or("", |spec| spec.id.as_str());
+                            return Poll::Ready(Err(child_error(id, error)));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What the error of a `Workflow` step whose child run stopped without an end starts with: the
+/// journal stops the parent when it sees it (the step did not fail; the child can go on).
+pub(crate) const CHILD_STOPPED: &str = "its child run stopped without an end";
+
+/// The step's error when its child run stopped without an end.
+fn child_error(id: &str, error: DurableError) -> NodeError {
+    NodeError::Failed(format!("{CHILD_STOPPED}: `{id}`: {error}").into())
+}
+
+/// Asks the children that `parent` started and that had not ended when it did to cancel:
+/// their ids, by step and attempt. Best effort: a request that cannot be stored leaves the
+/// child as it is (a resume of it runs it on).
+pub(crate) async fn cancel_orphans(store: &dyn Store, children: Vec<String>) {
+    for child in children {
+        let _ =
+            super::operations::cancel_run(store, &child, Some("its parent run ended before it"))
+                .await;
+    }
+}

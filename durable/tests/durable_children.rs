@@ -431,3 +431,51 @@ async fn a_cancelled_parent_cancels_its_child() {
         "the child is asked to cancel: {signals:?}"
     );
 }
+
+/// A distributed parent: the child is distributed too, its operations tasks that the worker
+/// executes, the parent's and the child's alike; the worker does not take the child as a run
+/// of its own while the parent drives it.
+#[tokio::test]
+async fn a_distributed_parent_runs_a_distributed_child() {
+    let store = MemoryStore::new();
+    let ended = flows::Order::runner()
+        .durable(&store, "o-5")
+        .distributed()
+        .submit(6)
+        .await
+        .expect("submitted");
+    assert!(ended.is_unloaded(), "{ended:?}");
+    let worker = flowdag::Worker::new(store.clone())
+        .register::<flows::Order>()
+        .register::<flows::Ship>()
+        .poll_interval(Duration::from_millis(5));
+    let done = {
+        let store = store.clone();
+        async move {
+            while status(&store, "o-5").await != Some(RunStatus::Succeeded) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    };
+    let report = tokio::time::timeout(Duration::from_secs(20), worker.run(done))
+        .await
+        .expect("the worker finishes the run within 20 s")
+        .expect("the store answers");
+    assert_eq!(what_ran("o-5"), ["charge", "tell"]);
+    assert_eq!(what_ran("o-5/shipped"), ["pack", "send"]);
+    let child = store
+        .run_data("o-5/shipped")
+        .await
+        .expect("the child's data");
+    let options = String::from_utf8_lossy(&child.options).into_owned();
+    assert!(options.contains(r#""distributed":true"#), "{options}");
+    assert!(
+        report.resumed.iter().all(|r| r.run != "o-5/shipped"),
+        "the worker did not take the child as its own: {:?}",
+        report.resumed
+    );
+    let outcome = resume::<flows::Order, _>(&store, "o-5")
+        .await
+        .expect("reads the result");
+    assert_eq!(outcome.result.expect("succeeds"), (60 + 1 + 1) * 2);
+}

@@ -28,12 +28,18 @@ use crate::report::Outcome;
 use crate::store::{Owner, Store, StoreError};
 
 /// What the journal gives the attempt of a `Workflow` step of a durable run: the parent's
-/// store, its owner (the child's runs are held under the same name, so that the parent's
-/// process takes its children back at once) and whether the parent is distributed.
+/// store, the owner its children are held under ([`child_owner`]) and whether the parent is
+/// distributed.
 pub(crate) struct ChildCtx {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) owner: Owner,
     pub(crate) distributed: bool,
+}
+
+/// The owner a parent held by `parent` holds its children under: a name of their own, so that
+/// a worker (whose runs are free for it) does not take a child its parent drives.
+pub(crate) fn child_owner(parent: &Owner) -> Owner {
+    Owner::new(format!("{parent}/child"))
 }
 
 /// The id of the child run at step `step`'s attempt `attempt` of run `parent`.

@@ -1256,7 +1256,7 @@ fn poll_journaled(
     if child && let Some(journal) = run.hook::<Journal>() {
         ctx.child = Some(Arc::new(ChildCtx {
             store: Arc::clone(&journal.setup.store),
-            owner: journal.setup.lease.owner.clone(),
+            owner: child::child_owner(&journal.setup.lease.owner),
             distributed: journal.setup.distributed,
         }));
     }

@@ -153,6 +153,33 @@ impl Records {
         self.lock().loaded.get(&(node, record.to_owned())).cloned()
     }
 
+    /// The stored ends of nest node `name`'s instances whose records are `within` the
+    /// instance `within` (`""` for the run's own nests) under attempt `attempt` of the node:
+    /// (index, bytes), by index.
+    pub(crate) fn loaded_of(&self, within: &str, name: &str, attempt: u32) -> Vec<(u64, Vec<u8>)> {
+        let head = match (within.is_empty(), attempt > 1) {
+            (true, false) => name.to_owned(),
+            (true, true) => format!("{name}#{attempt}"),
+            (false, false) => format!("{within}/{name}"),
+            (false, true) => format!("{within}/{name}#{attempt}"),
+        };
+        let mut ends: Vec<(u64, Vec<u8>)> = self
+            .lock()
+            .loaded
+            .iter()
+            .filter_map(|((_, record), bytes)| {
+                let rest = record.strip_prefix(&head)?;
+                let index = match rest.strip_prefix('[') {
+                    Some(item) => item.strip_suffix(']')?,
+                    None => rest.strip_prefix('@')?,
+                };
+                Some((index.parse().ok()?, bytes.clone()))
+            })
+            .collect();
+        ends.sort_by_key(|(index, _)| *index);
+        ends
+    }
+
     /// An instance ended: its end goes into the journal's next batch.
     pub(crate) fn ended(&self, end: InstanceEnd) {
         self.lock().ended.push(end);

@@ -149,7 +149,7 @@ pub mod __private {
     #[cfg(feature = "durable")]
     pub use crate::durable::nested::{
         complete_durable_collect, complete_durable_nest, durable_source, durable_stream_source,
-        instance_record, journaled_instance, restore_collect,
+        instance_record, journaled_instance, restore_collect, restore_summary,
     };
     #[cfg(feature = "durable")]
     pub use crate::durable::stored_signals::{

@@ -173,6 +173,14 @@ impl NestCtx {
         result
     }
 
+    /// Counts instance `index` as started and ended with `error` (or succeeded) in an earlier
+    /// process: a durable nest step restored whole from its stored output, its instances'
+    /// ends from theirs.
+    #[cfg_attr(not(feature = "durable"), allow(dead_code))]
+    pub(crate) fn restored(&self, index: u64, error: Option<&WorkflowError>) {
+        lock(&self.shared.summary).restored(index, error);
+    }
+
     /// Counts instance `index` as withdrawn: the driver dropped it while it ran (`min` with
     /// `rest = cancel`, the first failure with `on_failure = fail_fast`, a `Complete` step).
     pub fn withdrawn(&self, index: u64) {

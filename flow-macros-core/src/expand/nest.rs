@@ -137,8 +137,19 @@ pub fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
                 let _ = __flow_restore_nest;
                 #restored
             });
+            // A `ForEach` or `Loop` restored whole: its instances' stored ends make its
+            // summary, as if they had ended here.
+            let summary = match nest.step.what {
+                What::Workflow(_) => TokenStream::new(),
+                _ => quote! {
+                    if __flow_restored.is_ok() {
+                        #private::restore_summary(&#nest_ctx);
+                    }
+                },
+            };
             quote! {
                 if let ::core::option::Option::Some(__flow_restored) = #restored {
+                    #summary
                     return __flow_restored;
                 }
             }

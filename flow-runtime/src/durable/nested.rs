@@ -21,8 +21,8 @@ use pin_project_lite::pin_project;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::Durable;
 use super::generated::{capture, take_restore};
+use super::{CURRENT, Durable};
 use crate::attempt::{InstanceEnd, InstanceRecord};
 use crate::error::{NodeError, NodeFailure, WorkflowError};
 use crate::graph::Graph;
@@ -361,6 +361,37 @@ pub fn complete_durable_collect<O: Durable>(
     )?;
     slot.put(value);
     Ok(())
+}
+
+/// After a durable nest step was restored whole from its stored output: its instances'
+/// stored ends go into the step's summary (the report's `NestReport`: started, completed,
+/// failed, the first failures), as if they had ended in this process. Called by generated
+/// code.
+pub fn restore_summary(nest: &NestCtx) {
+    let found = CURRENT.with(|c| {
+        let c = c.borrow();
+        let ctx = c.as_ref()?;
+        let nested = ctx.nest.as_ref()?;
+        Some(
+            nested
+                .records
+                .loaded_of(&nested.within, nest.node(), ctx.attempt.attempt()),
+        )
+    });
+    let body = nest.body();
+    for (index, bytes) in found.unwrap_or_default() {
+        let Ok(stored) = serde_json::from_slice::<StoredEnd<serde::de::IgnoredAny>>(&bytes) else {
+            continue;
+        };
+        match stored.end {
+            Ended::Ok(_) => nest.restored(index, None),
+            Ended::Err(failure) => {
+                let mut error = failure.into_error(body);
+                error.set_path(nest.path_of(index));
+                nest.restored(index, Some(&error));
+            }
+        }
+    }
 }
 
 /// `restore_output` for an `on_failure = collect` output: each failed instance's error comes

@@ -58,6 +58,23 @@ impl Summary {
         self.started += 1;
     }
 
+    /// Folds instance `index`, started and ended (with `error`, or succeeded) in an earlier
+    /// process of a durable run, its end restored from the store: counted as a live one, with
+    /// no report or duration (it did not run here).
+    #[cfg_attr(not(feature = "durable"), allow(dead_code))]
+    pub(crate) fn restored(&mut self, index: u64, error: Option<&WorkflowError>) {
+        self.started += 1;
+        match error {
+            None => self.completed += 1,
+            Some(error) => {
+                self.failed += 1;
+                if self.failures.len() < FAILURES_KEPT {
+                    self.failures.push((index, Arc::from(innermost(error))));
+                }
+            }
+        }
+    }
+
     /// Folds instance `index`, which ended with `error` (or succeeded), and its report, kept
     /// whole when `keep` and it is the first instance or one of the first failed ones.
     pub(crate) fn ended(

@@ -1307,6 +1307,7 @@ fn show_json(
     signals: &[(StoredSignal, Option<String>)],
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
+    let (parent, generation) = lineage(&run_data.options);
     let Projected {
         input,
         outputs,
@@ -1333,6 +1334,8 @@ fn show_json(
     }
     let value = json!({
         "run": run_json(run),
+        "parent": parent,
+        "generation": generation,
         "error": error,
         "input": stored_json(input),
         "result": result.map_or(Value::Null, stored_json),
@@ -1355,6 +1358,22 @@ fn show_json(
     Ok(())
 }
 
+/// The run that started a run at a `Workflow` step (a child run's parent), and the generation
+/// of a run that continued as new (1 for the first), from its stored runner options; options
+/// that cannot be read say neither.
+fn lineage(options: &[u8]) -> (Option<String>, u64) {
+    let options: Value = serde_json::from_slice(options).unwrap_or(Value::Null);
+    let parent = options
+        .get("parent")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let generation = options
+        .get("generation")
+        .and_then(Value::as_u64)
+        .unwrap_or(1);
+    (parent, generation)
+}
+
 fn show_text(
     run: &RunSummary,
     events: &[StoredEvent],
@@ -1363,6 +1382,7 @@ fn show_text(
     full: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
+    let (parent, generation) = lineage(&run_data.options);
     let Projected {
         input,
         outputs,
@@ -1374,6 +1394,12 @@ fn show_text(
     writeln!(out, "run       {}", printable(&run.id))?;
     writeln!(out, "workflow  {}", printable(&run.workflow))?;
     writeln!(out, "status    {}", run.status)?;
+    if let Some(parent) = &parent {
+        writeln!(out, "parent    {}", printable(parent))?;
+    }
+    if generation > 1 {
+        writeln!(out, "generation {generation}")?;
+    }
     if let Some(error) = &error {
         writeln!(out, "error     {}", printable(error))?;
     }

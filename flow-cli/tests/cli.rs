@@ -340,6 +340,69 @@ fn show_prints_the_steps_of_each_instance_under_its_path() {
     );
 }
 
+async fn box_line(line: u64) -> Result<u64, Never> {
+    Ok(line + 1)
+}
+
+workflow! {
+    /// Boxes one line.
+    #[flow(durable)]
+    Boxing(line: u64) -> u64 {
+        boxed = Operation(box_line(line))
+        => boxed
+    }
+}
+
+workflow! {
+    /// Boxes a line as a child run, twice as a run that continues as new.
+    #[flow(durable, continue_as_new)]
+    Lines(line: u64) -> flowdag_runtime::durable::Continue<u64, u64> {
+        boxed = Workflow(Boxing(line))
+        => match boxed >= 3 {
+            true => flowdag_runtime::durable::Continue::Done(boxed),
+            false => flowdag_runtime::durable::Continue::Again(boxed),
+        }
+    }
+}
+
+#[test]
+fn show_names_a_child_runs_parent_and_a_runs_generation() {
+    let path = fresh_store("show-lineage", |store| async move {
+        let done = Lines::runner()
+            .durable(&store, "lines")
+            .execute(1)
+            .await
+            .expect("runs");
+        assert_eq!(
+            done.result.expect("succeeds"),
+            flowdag_runtime::durable::Continue::Done(3)
+        );
+    });
+    let db = path.to_str().expect("utf-8");
+    let output = flow(&["show", db, "lines~2/boxed"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    assert!(stdout.contains("parent    lines\n"), "{stdout}");
+    let output = flow(&["show", db, "lines"]);
+    let stdout = text(&output.stdout);
+    assert!(stdout.contains("generation 2\n"), "{stdout}");
+    assert!(!stdout.contains("parent "), "{stdout}");
+    let output = flow(&["show", db, "lines~1", "--json"]);
+    let shown: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(shown["run"]["status"], "continued");
+    assert_eq!(shown["generation"], 1);
+    // Each generation's child is named after the generation: `lines~1/boxed`, `lines~2/boxed`.
+    let output = flow(&["runs", db, "--id-contains", "/boxed"]);
+    let stdout = text(&output.stdout);
+    assert!(stdout.contains("lines~1/boxed "), "{stdout}");
+    assert!(stdout.contains("lines~2/boxed "), "{stdout}");
+    assert_eq!(
+        stdout.lines().count(),
+        3,
+        "the header and two children: {stdout}"
+    );
+}
+
 #[test]
 fn show_prints_the_steps_and_the_timeline() {
     let db = store("show");

@@ -34,6 +34,8 @@ pub(crate) struct ChildCtx {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) owner: Owner,
     pub(crate) distributed: bool,
+    /// The parent's generation, when its workflow continues as new.
+    pub(crate) generation: Option<u32>,
 }
 
 /// The owner a parent held by `parent` holds its children under: a name of their own, so that
@@ -42,8 +44,14 @@ pub(crate) fn child_owner(parent: &Owner) -> Owner {
     Owner::new(format!("{parent}/child"))
 }
 
-/// The id of the child run at step `step`'s attempt `attempt` of run `parent`.
-pub(crate) fn child_id(parent: &str, step: &str, attempt: u32) -> String {
+/// The id of the child run at step `step`'s attempt `attempt` of run `parent`; in a run that
+/// continues as new, of its generation `generation` (`order-1~2/shipped`: the id the
+/// generation is kept under, once it ends, with the child's step after it).
+pub(crate) fn child_id(parent: &str, generation: Option<u32>, step: &str, attempt: u32) -> String {
+    let parent = match generation {
+        Some(generation) => format!("{parent}~{generation}"),
+        None => parent.to_owned(),
+    };
     match attempt {
         0 | 1 => format!("{parent}/{step}"),
         _ => format!("{parent}/{step}#{attempt}"),
@@ -75,7 +83,12 @@ pub fn durable_child<C: DurableWorkflow>(
             Arc::clone(&child.store),
             child.owner.clone(),
             child.distributed,
-            child_id(ctx.attempt.run(), ctx.attempt.node(), ctx.attempt.attempt()),
+            child_id(
+                ctx.attempt.run(),
+                child.generation,
+                ctx.attempt.node(),
+                ctx.attempt.attempt(),
+            ),
             ctx.attempt.run().to_owned(),
         ))
     });

@@ -1258,12 +1258,14 @@ fn poll_journaled(
             store: Arc::clone(&journal.setup.store),
             owner: child::child_owner(&journal.setup.lease.owner),
             distributed: journal.setup.distributed,
+            generation: journal.setup.continues.then_some(journal.setup.generation),
         }));
     }
     let (polled, mut ctx) = with_attempt(ctx, || run.poll_attempt(node, cx));
     if child && let Some(journal) = run.hook::<Journal>() {
         // A child run that has not ended when its parent does is asked to cancel.
-        let id = child_id(&journal.run, name, attempt);
+        let generation = journal.setup.continues.then_some(journal.setup.generation);
+        let id = child_id(&journal.run, generation, name, attempt);
         match polled.is_pending() {
             true => journal.children.insert(node, id),
             false => journal.children.remove(&node),

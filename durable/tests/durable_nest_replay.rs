@@ -83,8 +83,12 @@ mod flows {
 struct Seen {
     result: Result<(Vec<String>, u32), String>,
     steps: Vec<(String, String, u32)>,
-    nests: Vec<(String, u64, u64, u64, Vec<(u64, String)>)>,
+    nests: Vec<Nest>,
 }
+
+/// A nest's summary as compared: its node, started, completed and failed instances, and the
+/// failures by index.
+type Nest = (String, u64, u64, u64, Vec<(u64, String)>);
 
 fn seen(outcome: Outcome<(Vec<String>, u32)>) -> Seen {
     let report: &Report = &outcome.report;

@@ -72,8 +72,7 @@ fn wait_for(until_ms: u64) -> Duration {
 pub fn durable_child<C: DurableWorkflow>(
     nest: &NestCtx,
     input: C::Stored,
-) -> ChildRun<C::Stored, C::Output, impl Future<Output = Result<Outcome<C::Output>, DurableError>>>
-{
+) -> ChildRun<C::Stored, C::Output, impl Future<Output = Ran<C::Output>>> {
     nest.start(0);
     let found = CURRENT.with(|c| {
         let c = c.borrow();
@@ -119,6 +118,9 @@ pub fn durable_child<C: DurableWorkflow>(
     }
 }
 
+/// How a child run's future ends: its outcome, or why it stopped.
+type Ran<O> = Result<Outcome<O>, DurableError>;
+
 /// What a child run is started with, kept to start it again after a wait.
 #[derive(Clone)]
 pub(crate) struct Spec {
@@ -133,10 +135,7 @@ pub(crate) struct Spec {
 
 /// The child's run under its own id, held by the parent's owner, its parent stored with its
 /// options.
-fn start<C: DurableWorkflow>(
-    spec: Spec,
-    input: C::Stored,
-) -> impl Future<Output = Result<Outcome<C::Output>, DurableError>> {
+fn start<C: DurableWorkflow>(spec: Spec, input: C::Stored) -> impl Future<Output = Ran<C::Output>> {
     DurableRunner::<C> {
         owner: spec.owner,
         distributed: spec.distributed,
@@ -171,7 +170,7 @@ pin_project! {
 impl<S, O, F> Future for ChildRun<S, O, F>
 where
     S: serde::de::DeserializeOwned,
-    F: Future<Output = Result<Outcome<O>, DurableError>>,
+    F: Future<Output = Ran<O>>,
 {
     type Output = Result<Outcome<O>, NodeError>;
 

@@ -6,19 +6,20 @@
 //! its child asks the child to cancel.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use flowdag::durable::{DurableError, resume};
-use flowdag::store::{
-    Batch, Committed, Created, DueTimer, Lease, Loaded, MemoryStore, NewRun, NewSignal, Owner,
-    RunData, RunFilter, RunStatus, RunSummary, SignalSent, Store, StoreError, StoreFuture,
-    StoredEvent, StoredSignal,
-};
+use flowdag::store::{MemoryStore, RunFilter, RunStatus, Store};
 use flowdag::{NodeError, WorkflowError};
 
 #[path = "common/ran.rs"]
 mod ran;
+
+#[path = "common/faulty.rs"]
+mod faulty;
+
+use faulty::Faulty;
 
 use ran::{Never, ran, what_ran};
 
@@ -219,78 +220,16 @@ async fn a_failed_child_fails_the_step_with_its_error() {
     assert!(what_ran("o-lost").iter().all(|s| s != "tell"));
 }
 
-/// A store whose leases last 100 ms (a child run's, whose id has a `/`, 500 ms), so that the
-/// runs of a stopped process (its futures dropped, their leases held) are free again soon,
-/// the parent before its child.
-#[derive(Clone)]
-struct Short {
-    inner: MemoryStore,
-    /// Fail the commits of run `fail_run` while set.
-    fail: Arc<AtomicBool>,
-    fail_run: &'static str,
-    commits: Arc<AtomicUsize>,
-}
-
+/// Leases of 100 ms (a child run's, whose id has a `/`, 500 ms), so that the runs of a stopped
+/// process (its futures dropped, their leases held) are free again soon, the parent before its
+/// child.
 const SHORT: Duration = Duration::from_millis(100);
 
-/// The lease of run `run` in a [`Short`] store.
+/// The lease of run `run` in the tests' stores.
 fn lease(run: &str) -> Duration {
     match run.contains('/') {
         true => SHORT * 5,
         false => SHORT,
-    }
-}
-
-impl Store for Short {
-    fn create_run(&self, mut run: NewRun) -> StoreFuture<'_, Created> {
-        run.lease = lease(&run.id);
-        self.inner.create_run(run)
-    }
-    fn load_run<'a>(
-        &'a self,
-        run: &'a str,
-        owner: &'a Owner,
-        _lease: Duration,
-    ) -> StoreFuture<'a, Loaded> {
-        self.inner.load_run(run, owner, lease(run))
-    }
-    fn list_runs<'a>(&'a self, filter: &'a RunFilter) -> StoreFuture<'a, Vec<RunSummary>> {
-        self.inner.list_runs(filter)
-    }
-    fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
-        self.inner.events(run, from_seq)
-    }
-    fn run_data<'a>(&'a self, run: &'a str) -> StoreFuture<'a, RunData> {
-        self.inner.run_data(run)
-    }
-    fn commit(&self, mut batch: Batch) -> StoreFuture<'_, Committed> {
-        self.commits.fetch_add(1, Ordering::SeqCst);
-        if batch.run == self.fail_run && self.fail.load(Ordering::SeqCst) {
-            return Box::pin(std::future::ready(Err(StoreError::Closed)));
-        }
-        batch.lease = lease(&batch.run);
-        self.inner.commit(batch)
-    }
-    fn due_timers(&self, horizon: Duration, limit: u32) -> StoreFuture<'_, Vec<DueTimer>> {
-        self.inner.due_timers(horizon, limit)
-    }
-    fn send_signal(&self, signal: NewSignal) -> StoreFuture<'_, SignalSent> {
-        self.inner.send_signal(signal)
-    }
-    fn signals<'a>(&'a self, run: &'a str, after: u64) -> StoreFuture<'a, Vec<StoredSignal>> {
-        self.inner.signals(run, after)
-    }
-    fn heartbeat<'a>(
-        &'a self,
-        owner: &'a Owner,
-        held: &'a [Lease],
-        _lease: Duration,
-    ) -> StoreFuture<'a, Vec<Lease>> {
-        let lease = held.first().map_or(SHORT, |l| lease(&l.run));
-        self.inner.heartbeat(owner, held, lease)
-    }
-    fn release<'a>(&'a self, owner: &'a Owner, held: &'a [Lease]) -> StoreFuture<'a, ()> {
-        self.inner.release(owner, held)
     }
 }
 
@@ -300,12 +239,7 @@ impl Store for Short {
 /// again.
 #[tokio::test]
 async fn a_resumed_parent_resumes_its_child() {
-    let store = Short {
-        inner: MemoryStore::new(),
-        fail: Arc::new(AtomicBool::new(false)),
-        fail_run: "",
-        commits: Arc::new(AtomicUsize::new(0)),
-    };
+    let store = Faulty::new().leases(lease);
     hang("o-2/shipped", true);
     let stopped = tokio::time::timeout(
         Duration::from_millis(300),
@@ -370,12 +304,10 @@ async fn a_resumed_parent_resumes_its_child() {
 #[tokio::test]
 async fn a_stopped_child_stops_its_parent_without_failing_it() {
     let fail = Arc::new(AtomicBool::new(true));
-    let store = Short {
-        inner: MemoryStore::new(),
-        fail: Arc::clone(&fail),
-        fail_run: "o-3/shipped",
-        commits: Arc::new(AtomicUsize::new(0)),
-    };
+    let failing = Arc::clone(&fail);
+    let store = Faulty::new()
+        .leases(lease)
+        .failing(move |_, batch| batch.run == "o-3/shipped" && failing.load(Ordering::SeqCst));
     let stopped = flows::Order::runner()
         .durable(&store, "o-3")
         .execute(4)

@@ -10,14 +10,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use flowdag::durable::{Continue, DurableError, resume};
-use flowdag::store::{
-    Batch, Committed, ContinueRun, Created, DueTimer, Lease, Loaded, MemoryStore, NewRun,
-    NewSignal, Owner, RunData, RunFilter, RunStatus, RunSummary, SignalSent, Store, StoreError,
-    StoreFuture, StoredEvent, StoredSignal,
-};
+use flowdag::store::{MemoryStore, RunFilter, RunStatus, Store, StoreError};
 
 #[path = "common/ran.rs"]
 mod ran;
+
+#[path = "common/faulty.rs"]
+mod faulty;
+
+use faulty::{Faulty, take};
 
 use ran::{Never, ran, what_ran};
 
@@ -177,89 +178,13 @@ async fn dropped_generations_leave_one_journal() {
     );
 }
 
-/// A store whose `continue_run` fails the first `fail` times, and whose commit of a success
-/// with no event (a generation's settling) the first `fail_settle` times.
-#[derive(Clone)]
-struct Flaky {
-    inner: MemoryStore,
-    fail: Arc<AtomicUsize>,
-    fail_settle: Arc<AtomicUsize>,
-}
-
-/// Whether `left` was above 0, counting it down.
-fn take(left: &AtomicUsize) -> bool {
-    left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-        .is_ok()
-}
-
-impl Store for Flaky {
-    fn create_run(&self, run: NewRun) -> StoreFuture<'_, Created> {
-        self.inner.create_run(run)
-    }
-    fn load_run<'a>(
-        &'a self,
-        run: &'a str,
-        owner: &'a Owner,
-        lease: Duration,
-    ) -> StoreFuture<'a, Loaded> {
-        self.inner.load_run(run, owner, lease)
-    }
-    fn list_runs<'a>(&'a self, filter: &'a RunFilter) -> StoreFuture<'a, Vec<RunSummary>> {
-        self.inner.list_runs(filter)
-    }
-    fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
-        self.inner.events(run, from_seq)
-    }
-    fn run_data<'a>(&'a self, run: &'a str) -> StoreFuture<'a, RunData> {
-        self.inner.run_data(run)
-    }
-    fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
-        if batch.events.is_empty()
-            && batch.status == Some(RunStatus::Succeeded)
-            && take(&self.fail_settle)
-        {
-            return Box::pin(std::future::ready(Err(StoreError::Closed)));
-        }
-        self.inner.commit(batch)
-    }
-    fn due_timers(&self, horizon: Duration, limit: u32) -> StoreFuture<'_, Vec<DueTimer>> {
-        self.inner.due_timers(horizon, limit)
-    }
-    fn send_signal(&self, signal: NewSignal) -> StoreFuture<'_, SignalSent> {
-        self.inner.send_signal(signal)
-    }
-    fn signals<'a>(&'a self, run: &'a str, after: u64) -> StoreFuture<'a, Vec<StoredSignal>> {
-        self.inner.signals(run, after)
-    }
-    fn heartbeat<'a>(
-        &'a self,
-        owner: &'a Owner,
-        held: &'a [Lease],
-        lease: Duration,
-    ) -> StoreFuture<'a, Vec<Lease>> {
-        self.inner.heartbeat(owner, held, lease)
-    }
-    fn release<'a>(&'a self, owner: &'a Owner, held: &'a [Lease]) -> StoreFuture<'a, ()> {
-        self.inner.release(owner, held)
-    }
-    fn continue_run<'a>(&'a self, lease: &'a Lease, next: ContinueRun) -> StoreFuture<'a, Lease> {
-        if take(&self.fail) {
-            return Box::pin(std::future::ready(Err(StoreError::Closed)));
-        }
-        self.inner.continue_run(lease, next)
-    }
-}
-
 /// The process stops between a generation's last commit and its continuation: the run is
 /// left `running` with its whole journal; a resume replays it (running nothing again), reads
 /// the output and continues.
 #[tokio::test]
 async fn a_generation_stopped_before_it_continued_continues_on_resume() {
-    let store = Flaky {
-        inner: MemoryStore::new(),
-        fail: Arc::new(AtomicUsize::new(1)),
-        fail_settle: Arc::new(AtomicUsize::new(0)),
-    };
+    let store = Faulty::new();
+    store.fail_continue.store(1, Ordering::SeqCst);
     let stopped = kept::Counter::runner()
         .durable(&store, "stopped")
         .execute(0)
@@ -290,11 +215,11 @@ async fn a_generation_stopped_before_it_continued_continues_on_resume() {
 /// success was committed, it is `running` until a resume commits it, running nothing.
 #[tokio::test]
 async fn a_last_generation_stopped_before_it_was_settled_succeeds_on_resume() {
-    let store = Flaky {
-        inner: MemoryStore::new(),
-        fail: Arc::new(AtomicUsize::new(0)),
-        fail_settle: Arc::new(AtomicUsize::new(1)),
-    };
+    // Its settling commit (a success with no event) fails once.
+    let settle = Arc::new(AtomicUsize::new(1));
+    let store = Faulty::new().failing(move |_, batch| {
+        batch.events.is_empty() && batch.status == Some(RunStatus::Succeeded) && take(&settle)
+    });
     let stopped = kept::Counter::runner()
         .durable(&store, "four")
         .execute(4)
@@ -336,18 +261,27 @@ mod waiting {
     }
 }
 
-/// Waits until run `id` has the status `succeeded` (bounded by the caller's timeout).
-async fn succeeded(store: &MemoryStore, id: &str) {
-    loop {
-        let runs = store.list_runs(&RunFilter::default()).await.expect("lists");
-        if runs
-            .iter()
-            .any(|r| r.id == id && r.status == RunStatus::Succeeded)
-        {
-            return;
+/// Runs `worker` until run `id` has the status `succeeded` (at most 20 s), then checks that it
+/// counted to 5 through its generations, each kept.
+async fn worked_off(store: &MemoryStore, id: &str, worker: flowdag::Worker<MemoryStore>) {
+    let done = async {
+        loop {
+            let runs = store.list_runs(&RunFilter::default()).await.expect("lists");
+            if runs
+                .iter()
+                .any(|r| r.id == id && r.status == RunStatus::Succeeded)
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    };
+    tokio::time::timeout(Duration::from_secs(20), worker.run(done))
+        .await
+        .expect("the worker finishes the run within 20 s")
+        .expect("the store answers");
+    assert_eq!(what_ran(id), ["tick"; 5]);
+    assert_kept(store, id).await;
 }
 
 /// A run unloaded while it waits is continued by a worker: every generation is picked up when
@@ -365,15 +299,7 @@ async fn a_worker_takes_a_run_through_its_generations() {
     let worker = flowdag::Worker::new(store.clone())
         .register::<waiting::Counter>()
         .poll_interval(Duration::from_millis(5));
-    tokio::time::timeout(
-        Duration::from_secs(20),
-        worker.run(succeeded(&store, "by-worker")),
-    )
-    .await
-    .expect("the worker finishes the run within 20 s")
-    .expect("the store answers");
-    assert_eq!(what_ran("by-worker"), ["tick"; 5]);
-    assert_kept(&store, "by-worker").await;
+    worked_off(&store, "by-worker", worker).await;
 }
 
 /// A distributed run: its operations are tasks, its generations continued by the worker that
@@ -391,15 +317,7 @@ async fn a_distributed_run_continues_as_new() {
     let worker = flowdag::Worker::new(store.clone())
         .register::<kept::Counter>()
         .poll_interval(Duration::from_millis(5));
-    tokio::time::timeout(
-        Duration::from_secs(20),
-        worker.run(succeeded(&store, "spread")),
-    )
-    .await
-    .expect("the workers finish the run within 20 s")
-    .expect("the store answers");
-    assert_eq!(what_ran("spread"), ["tick"; 5]);
-    assert_kept(&store, "spread").await;
+    worked_off(&store, "spread", worker).await;
     let done = resume::<kept::Counter, _>(&store, "spread")
         .await
         .expect("reads the result");

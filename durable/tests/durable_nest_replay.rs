@@ -3,16 +3,13 @@
 //! a finished run's journal, and a run stopped at any of its commits and resumed, give the
 //! live run's result, each step's status and attempts, and each nest's counts and failures.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::atomic::Ordering;
 
 use flowdag::durable::resume;
-use flowdag::store::{
-    Batch, Committed, Created, DueTimer, Lease, Loaded, MemoryStore, NewRun, NewSignal, Owner,
-    RunData, RunFilter, RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent,
-    StoredSignal,
-};
+#[path = "common/faulty.rs"]
+mod faulty;
+
+use faulty::Faulty;
 use flowdag::{Outcome, Report};
 use proptest::prelude::*;
 
@@ -118,72 +115,10 @@ fn seen(outcome: Outcome<(Vec<String>, u32)>) -> Seen {
     }
 }
 
-/// A store whose commit number `fail_at` fails (the process stops there), and that counts
-/// commits.
-#[derive(Clone)]
-struct Stops {
-    inner: MemoryStore,
-    fail_at: Option<usize>,
-    commits: Arc<AtomicUsize>,
-}
-
-impl Store for Stops {
-    fn create_run(&self, run: NewRun) -> StoreFuture<'_, Created> {
-        self.inner.create_run(run)
-    }
-    fn load_run<'a>(
-        &'a self,
-        run: &'a str,
-        owner: &'a Owner,
-        lease: Duration,
-    ) -> StoreFuture<'a, Loaded> {
-        self.inner.load_run(run, owner, lease)
-    }
-    fn list_runs<'a>(&'a self, filter: &'a RunFilter) -> StoreFuture<'a, Vec<RunSummary>> {
-        self.inner.list_runs(filter)
-    }
-    fn events<'a>(&'a self, run: &'a str, from_seq: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
-        self.inner.events(run, from_seq)
-    }
-    fn run_data<'a>(&'a self, run: &'a str) -> StoreFuture<'a, RunData> {
-        self.inner.run_data(run)
-    }
-    fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
-        if Some(self.commits.fetch_add(1, Ordering::SeqCst)) == self.fail_at {
-            return Box::pin(std::future::ready(Err(StoreError::Closed)));
-        }
-        self.inner.commit(batch)
-    }
-    fn due_timers(&self, horizon: Duration, limit: u32) -> StoreFuture<'_, Vec<DueTimer>> {
-        self.inner.due_timers(horizon, limit)
-    }
-    fn send_signal(&self, signal: NewSignal) -> StoreFuture<'_, SignalSent> {
-        self.inner.send_signal(signal)
-    }
-    fn signals<'a>(&'a self, run: &'a str, after: u64) -> StoreFuture<'a, Vec<StoredSignal>> {
-        self.inner.signals(run, after)
-    }
-    fn heartbeat<'a>(
-        &'a self,
-        owner: &'a Owner,
-        held: &'a [Lease],
-        lease: Duration,
-    ) -> StoreFuture<'a, Vec<Lease>> {
-        self.inner.heartbeat(owner, held, lease)
-    }
-    fn release<'a>(&'a self, owner: &'a Owner, held: &'a [Lease]) -> StoreFuture<'a, ()> {
-        self.inner.release(owner, held)
-    }
-}
-
 /// The live run of `seed`, its replay, and the run stopped at commit `stop % commits` and
 /// resumed.
 async fn case(seed: u64, stop: usize) -> (Seen, Seen, Seen) {
-    let live_store = Stops {
-        inner: MemoryStore::new(),
-        fail_at: None,
-        commits: Arc::new(AtomicUsize::new(0)),
-    };
+    let live_store = Faulty::new();
     let live = flows::Nested::runner()
         .durable(&live_store, "r")
         .execute(seed)
@@ -193,11 +128,7 @@ async fn case(seed: u64, stop: usize) -> (Seen, Seen, Seen) {
     let replayed = resume::<flows::Nested, _>(&live_store, "r")
         .await
         .expect("the finished run replays");
-    let stopped_store = Stops {
-        inner: MemoryStore::new(),
-        fail_at: Some(stop % commits),
-        commits: Arc::new(AtomicUsize::new(0)),
-    };
+    let stopped_store = Faulty::new().failing(move |n, _| n == stop % commits);
     let stopped = flows::Nested::runner()
         .durable(&stopped_store, "r")
         .execute(seed)

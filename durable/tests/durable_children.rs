@@ -411,3 +411,104 @@ async fn a_distributed_parent_runs_a_distributed_child() {
         .expect("reads the result");
     assert_eq!(outcome.result.expect("succeeds"), (60 + 1 + 1) * 2);
 }
+
+/// The parent's process stops while its child runs; an operator cancels the parent, whose
+/// resume takes the request before anything of it runs (so it starts nothing in this process):
+/// its children are found in the store and asked to cancel. Terminating a parent that nobody
+/// holds does the same.
+#[tokio::test]
+async fn a_parent_stopped_and_cancelled_later_cancels_its_child() {
+    let store = Faulty::new().leases(lease);
+    for id in ["o-6", "o-7"] {
+        hang(&format!("{id}/shipped"), true);
+        let stopped = tokio::time::timeout(
+            Duration::from_millis(300),
+            flows::SlowOrder::runner().durable(&store, id).execute(2),
+        )
+        .await;
+        assert!(stopped.is_err(), "the run waits in the child's step");
+        hang(&format!("{id}/shipped"), false);
+    }
+    tokio::time::sleep(SHORT * 6).await;
+    flowdag::durable::cancel_run(&store, "o-6", None)
+        .await
+        .expect("the request is stored");
+    let outcome = resume::<flows::SlowOrder, _>(&store, "o-6")
+        .await
+        .expect("resumes");
+    assert!(outcome.result.is_err(), "cancelled");
+    assert_eq!(status(&store, "o-6").await, Some(RunStatus::Cancelled));
+    flowdag::durable::terminate_run(&store, "o-7", None, &flowdag::store::Owner::new("op"))
+        .await
+        .expect("terminates");
+    assert_eq!(status(&store, "o-7").await, Some(RunStatus::Cancelled));
+    for child in ["o-6/shipped", "o-7/shipped"] {
+        let signals = store.signals(child, 0).await.expect("signals");
+        assert!(
+            signals.iter().any(|s| s.name == "flow.cancel"),
+            "{child} is asked to cancel: {signals:?}"
+        );
+        // Driven again, the child takes the request and ends cancelled, its last step not run.
+        let ended = resume::<flows::SlowShip, _>(&store, child)
+            .await
+            .expect("the child resumes");
+        assert!(ended.result.is_err(), "{child} cancelled");
+        assert_eq!(status(&store, child).await, Some(RunStatus::Cancelled));
+        assert!(
+            what_ran(child).iter().all(|s| s != "send"),
+            "{child}: {:?}",
+            what_ran(child)
+        );
+    }
+}
+
+/// A child loaded after its parent ended (the parent's process stopped between its end and the
+/// requests for its children) asks for its own cancellation.
+#[tokio::test]
+async fn a_child_whose_parent_ended_cancels_itself_when_loaded() {
+    let store = Faulty::new().leases(lease);
+    hang("o-8/shipped", true);
+    let stopped = tokio::time::timeout(
+        Duration::from_millis(300),
+        flows::SlowOrder::runner().durable(&store, "o-8").execute(2),
+    )
+    .await;
+    assert!(stopped.is_err(), "the run waits in the child's step");
+    hang("o-8/shipped", false);
+    tokio::time::sleep(SHORT * 6).await;
+    // The parent ends with no request for its child: as if its process stopped right after.
+    let parent = store
+        .inner
+        .load_run("o-8", &flowdag::store::Owner::new("op"), SHORT)
+        .await
+        .expect("loads");
+    let mut end = flowdag::store::Batch::new(&parent.lease, parent.run.next_seq, SHORT);
+    end.status = Some(RunStatus::Cancelled);
+    end.end = Some(flowdag::store::RunEnd {
+        result: None,
+        error: Some("stopped".into()),
+    });
+    store.inner.commit(end).await.expect("ends the parent");
+    let ended = tokio::time::timeout(
+        Duration::from_secs(20),
+        resume::<flows::SlowShip, _>(&store, "o-8/shipped"),
+    )
+    .await
+    .expect("ends within 20 s")
+    .expect("resumes");
+    assert!(ended.result.is_err(), "the orphan is cancelled");
+    assert_eq!(
+        status(&store, "o-8/shipped").await,
+        Some(RunStatus::Cancelled)
+    );
+    let events = store.events("o-8/shipped", 0).await.expect("events");
+    assert!(
+        events.iter().any(|e| e.kind == "CancelRequested"),
+        "{events:?}"
+    );
+    assert!(
+        what_ran("o-8/shipped").iter().all(|s| s != "send"),
+        "its last step did not run: {:?}",
+        what_ran("o-8/shipped")
+    );
+}

@@ -632,6 +632,8 @@ pub(crate) struct JournalSetup {
     pub(crate) generation: u32,
     /// The run that started this one at a `Workflow` step, if one did.
     pub(crate) parent: Option<String>,
+    /// The run's graph has `Workflow` steps (which start child runs).
+    pub(crate) children: bool,
 }
 
 impl JournalSetup {
@@ -662,6 +664,7 @@ impl JournalSetup {
             continues: false,
             generation: 1,
             parent: None,
+            children: false,
         }
     }
 }
@@ -970,6 +973,7 @@ impl<W: DurableWorkflow> DurableRunner<W> {
                     unload_tasks,
                     continues: W::__CONTINUES,
                     parent: self.parent,
+                    children: has_children(&W::GRAPH),
                     ..JournalSetup::new(self.store, lease, LEASE)
                 };
                 debug_assert_eq!(next_seq, 0);
@@ -1198,6 +1202,14 @@ fn new_options<W: DurableWorkflow>(
     stored.to_bytes()
 }
 
+/// Whether `graph` has `Workflow` steps: a durable run of it starts child runs.
+fn has_children(graph: &Graph) -> bool {
+    graph
+        .nodes
+        .iter()
+        .any(|node| node.kind == crate::graph::NodeKind::Workflow)
+}
+
 /// The timer of a run's deadline.
 pub(crate) fn run_deadline_key() -> TimerKey {
     TimerKey {
@@ -1371,15 +1383,34 @@ async fn prepare_resume<W: DurableWorkflow>(
     (owner, extend): (&Owner, Duration),
     unload: Unload,
 ) -> Result<Prepared<W>, DurableError> {
-    let loaded: Loaded = store.load_run(id, owner, extend).await?;
-    let lease = loaded.lease.clone();
-    let prepared = check_loaded::<W>(options, store, id, loaded, unload, extend);
-    if prepared.is_err() {
-        // Refused: the lease taken to look at the run is given back, so that a process with
-        // the right code may take the run at once. Best effort: a lease not released expires.
-        let _ = store.release(owner, std::slice::from_ref(&lease)).await;
+    let mut asked = false;
+    loop {
+        let loaded: Loaded = store.load_run(id, owner, extend).await?;
+        let lease = loaded.lease.clone();
+        let finished = loaded.run.status.is_finished();
+        let prepared = check_loaded::<W>(options.clone(), store, id, loaded, unload, extend);
+        match &prepared {
+            // Refused: the lease taken to look at the run is given back, so that a process
+            // with the right code may take the run at once. Best effort: a lease not released
+            // expires.
+            Err(_) => {
+                let _ = store.release(owner, std::slice::from_ref(&lease)).await;
+            }
+            // A child run whose parent has ended is asked to cancel, and loaded again with
+            // the request, which it takes before anything of it runs.
+            Ok((_, setup, _)) if !asked && !finished => {
+                if let Some(parent) = &setup.parent
+                    && child::cancel_if_orphaned(&**store, id, parent).await
+                {
+                    asked = true;
+                    let _ = store.release(owner, std::slice::from_ref(&lease)).await;
+                    continue;
+                }
+            }
+            Ok(_) => {}
+        }
+        return prepared;
     }
-    prepared
 }
 
 /// Checks a loaded run against `W` (workflow, graph, input) and makes its journal setup.
@@ -1470,6 +1501,7 @@ fn check_loaded<W: DurableWorkflow>(
         continues: W::__CONTINUES && !loaded.run.status.is_finished(),
         generation,
         parent,
+        children: has_children(&W::GRAPH),
         ..JournalSetup::new(Arc::clone(store), loaded.lease, extend)
     };
     Ok((options, setup, input))
@@ -1805,6 +1837,7 @@ fn drive<W: DurableWorkflow, R: Shape<W::Output>>(
         start,
         next,
         settling: None,
+        failed: None,
         shape: PhantomData,
     }
 }
@@ -1857,6 +1890,8 @@ pin_project_lite::pin_project! {
         // The store call in flight, with the outcome it settles (`None` when it starts the
         // next generation, with that generation's input).
         settling: Option<(Settling, Option<Outcome<W::Output>>, Option<W::Stored>)>,
+        // The error the run's future ends with once the call in flight is done.
+        failed: Option<DurableError>,
         shape: PhantomData<fn() -> R>,
     }
 }
@@ -1879,6 +1914,9 @@ impl<W: DurableWorkflow, F: Future<Output = Outcome<W::Output>>, R: Shape<W::Out
                 };
                 let (outcome, input) = (outcome.take(), input.take());
                 *this.settling = None;
+                if let Some(error) = this.failed.take() {
+                    return Poll::Ready(Err(error));
+                }
                 match (lease, outcome, input) {
                     (None, Some(outcome), _) => return Poll::Ready(Ok(R::shape(outcome, None))),
                     (Some(lease), _, Some(input)) => {
@@ -1894,6 +1932,7 @@ impl<W: DurableWorkflow, F: Future<Output = Outcome<W::Output>>, R: Shape<W::Out
                             continues: W::__CONTINUES,
                             generation: next.generation,
                             parent: next.parent.clone(),
+                            children: has_children(&W::GRAPH),
                             ..JournalSetup::new(Arc::clone(&next.store), lease, next.extend)
                         };
                         let run = (this.start)(next.options.clone(), setup, input);
@@ -1929,11 +1968,30 @@ impl<W: DurableWorkflow, F: Future<Output = Outcome<W::Output>>, R: Shape<W::Out
                 Some((input, keep)) => {
                     let next = &*this.next;
                     let generation = next.generation;
+                    let bytes = match serde_json::to_vec(&input) {
+                        Ok(bytes) => bytes,
+                        Err(error) => {
+                            // The generation stays as it is (its journal whole, not settled):
+                            // a resume by code whose input serializes settles it.
+                            let run = settle.lease.run.clone();
+                            let store = Arc::clone(&next.store);
+                            let call: Settling = Box::pin(async move {
+                                release(&*store, &settle.lease).await;
+                                Ok(None)
+                            });
+                            *this.settling = Some((call, None, None));
+                            *this.failed = Some(DurableError::Input {
+                                run,
+                                why: format!(
+                                    "the input the run continues with cannot be stored: {error}"
+                                ),
+                            });
+                            continue;
+                        }
+                    };
                     let continued = ContinueRun {
                         next_seq: settle.next_seq,
-                        // Serializing the input of a durable workflow: checked when the run was
-                        // started with the same type.
-                        input: serde_json::to_vec(&input).unwrap_or_default(),
+                        input: bytes.clone(),
                         options: new_options::<W>(
                             &next.options,
                             next.distributed,
@@ -1942,7 +2000,7 @@ impl<W: DurableWorkflow, F: Future<Output = Outcome<W::Output>>, R: Shape<W::Out
                         ),
                         archive: keep.then(|| format!("{}~{generation}", settle.lease.run)),
                         end: RunEnd {
-                            result: serde_json::to_vec(&input).ok(),
+                            result: Some(bytes),
                             error: None,
                         },
                         timers: next

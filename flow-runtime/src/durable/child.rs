@@ -9,9 +9,10 @@
 //! child is not touched); a step that was running starts the child's run again, which resumes
 //! it from its own journal (a child that had ended gives its result again, running nothing).
 //! A child held by another owner (a process that died, whose lease has not lapsed) is waited
-//! for. A parent that ends while a child it started has not (it was cancelled, or failed fast)
-//! asks the child to cancel ([`cancel_orphans`]): the child's compensations run when a worker
-//! or a resume next drives it.
+//! for. A parent that ends while a child of it has not (it was cancelled, or failed fast) asks
+//! the child to cancel ([`cancel_orphans`], and [`cancel_if_orphaned`] when the parent's
+//! process stopped before it could): the child's compensations run when a worker or a resume
+//! next drives it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -94,7 +95,29 @@ pub fn durable_child<C: DurableWorkflow>(
     let start: fn(Spec, C::Stored) -> _ = start::<C>;
     let (state, spec) = match found {
         Some((store, owner, distributed, id, parent)) => {
-            let bytes = serde_json::to_vec(&input).unwrap_or_default();
+            let Ok(bytes) = serde_json::to_vec(&input) else {
+                // Its input cannot be stored: the child's own run refuses it (`Input`), which
+                // stops the parent.
+                let run = Some(start(
+                    Spec {
+                        store,
+                        owner,
+                        distributed,
+                        id,
+                        parent,
+                        input: Vec::new(),
+                    },
+                    input,
+                ));
+                return ChildRun {
+                    run,
+                    start,
+                    spec: None,
+                    state: State::Running,
+                    sleep: None,
+                    _output: std::marker::PhantomData,
+                };
+            };
             let spec = Spec {
                 store,
                 owner,
@@ -245,13 +268,59 @@ fn child_error(id: &str, error: DurableError) -> NodeError {
     NodeError::Failed(format!("{CHILD_STOPPED}: `{id}`: {error}").into())
 }
 
-/// Asks the children that `parent` started and that had not ended when it did to cancel:
-/// their ids, by step and attempt. Best effort: a request that cannot be stored leaves the
-/// child as it is (a resume of it runs it on).
-pub(crate) async fn cancel_orphans(store: &dyn Store, children: Vec<String>) {
-    for child in children {
-        let _ =
-            super::operations::cancel_run(store, &child, Some("its parent run ended before it"))
-                .await;
+/// Asks the children of run `parent` (its generation `generation`, in a run that continues as
+/// new) that have not ended to cancel: the runs `"{parent}/{step}"` the store holds, found by
+/// their ids (not by what this process started: a parent that ends right after a resume, or
+/// one terminated while nobody held it, has started nothing here). Best effort: a request that
+/// cannot be stored leaves the child as it is (a child whose parent has ended asks for its own
+/// cancellation when it is next loaded: [`cancel_if_orphaned`]).
+pub(crate) async fn cancel_orphans<S: Store + ?Sized>(
+    store: &S,
+    parent: &str,
+    generation: Option<u32>,
+) {
+    let prefix = match generation {
+        Some(generation) => format!("{parent}~{generation}/"),
+        None => format!("{parent}/"),
+    };
+    let filter = crate::store::RunFilter {
+        id_contains: Some(prefix.clone()),
+        ..crate::store::RunFilter::default()
+    };
+    let Ok(runs) = store.list_runs(&filter).await else {
+        return;
+    };
+    for child in runs {
+        let direct = child
+            .id
+            .strip_prefix(&prefix)
+            .is_some_and(|step| !step.contains('/'));
+        if direct && !child.status.is_finished() {
+            let _ = super::operations::cancel_run(
+                store,
+                &child.id,
+                Some("its parent run ended before it"),
+            )
+            .await;
+        }
     }
+}
+
+/// A child run loaded while its parent has already ended (the parent's process stopped between
+/// its end and the cancel requests for its children): stores a cancel request for it, and
+/// says whether it did (the caller loads the child again, so that it takes the request before
+/// anything of it runs). Best effort, as [`cancel_orphans`].
+pub(crate) async fn cancel_if_orphaned(store: &dyn Store, child: &str, parent: &str) -> bool {
+    let filter = crate::store::RunFilter {
+        id: Some(parent.to_owned()),
+        ..crate::store::RunFilter::default()
+    };
+    let ended = match store.list_runs(&filter).await {
+        Ok(runs) => runs.first().is_none_or(|run| run.status.is_finished()),
+        Err(_) => false,
+    };
+    ended
+        && super::operations::cancel_run(store, child, Some("its parent run ended before it"))
+            .await
+            .is_ok()
 }

@@ -31,7 +31,6 @@
 //! it too. Without that, another owner (a `Worker`) could take the run while it still runs.
 
 use std::any::Any;
-use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -39,7 +38,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use crate::attempt::{Nested, Records};
-use crate::durable::child::{self, ChildCtx, child_id};
+use crate::durable::child::{self, ChildCtx};
 use crate::durable::operations::Replay;
 use crate::durable::{AttemptCtx, DurableError, JournalSetup, attempt_ctx, with_attempt};
 use crate::error::NodeError;
@@ -115,8 +114,8 @@ pub(crate) struct Journal {
     error: Option<DurableError>,
     /// The run was unloaded and its status `Waiting` committed, with its wake-up time.
     unloaded: Option<Option<u64>>,
-    /// The child runs started at the run's `Workflow` steps that have not ended, by step.
-    children: HashMap<u32, String>,
+    /// The run's graph has `Workflow` steps, which start child runs.
+    has_children: bool,
     /// The run of a workflow that continues as new succeeded and its whole journal is
     /// durable, but its status is left for the run's future to settle once the workflow's
     /// output says whether it continues ([`Settle`]); its lease is kept for that.
@@ -188,7 +187,7 @@ impl Journal {
             tasks: None,
             error: None,
             unloaded: None,
-            children: HashMap::new(),
+            has_children: setup.children,
             settle: false,
             last_replayed: false,
             undelivered: Vec::new(),
@@ -269,7 +268,7 @@ impl Journal {
             // Not the step's failure: this process cannot run it. Nothing more is written.
             return self.environment();
         }
-        if let EventKind::Failed { error } = &event.kind
+        if let EventKind::Failed { error } | EventKind::Retrying { error, .. } = &event.kind
             && error.contains(child::CHILD_STOPPED)
             && !self.journaled_failure(event.node, error)
         {
@@ -642,16 +641,21 @@ impl Journal {
         // A workflow that continues as new: its success is settled by the run's future,
         // which reads the output (`Continue::Again` or `Done`) once the journal is durable.
         let defer = self.setup.continues && status == RunStatus::Succeeded;
-        if self.pending.events.is_empty() {
+        // A deferred end keeps the run's lease for its settling; an end gives it up.
+        let lease = match defer {
+            true => self.setup.extend,
+            false => Duration::ZERO,
+        };
+        if self.pending.events.is_empty() && !(defer && self.pending.graph.is_some()) {
             // Replayed to the end: the journal holds everything already.
             self.settle = defer && !self.broken;
             return;
         }
+        // (A replay to the end that adopted a changed graph commits it before the run is
+        // settled: the next generation starts with the graph it runs.)
         let end = self.pending.end_seq();
-        let mut batch = std::mem::replace(
-            &mut self.pending,
-            Batch::new(&self.setup.lease, end, Duration::ZERO),
-        );
+        let mut batch =
+            std::mem::replace(&mut self.pending, Batch::new(&self.setup.lease, end, lease));
         if !defer {
             batch.status = Some(status);
             batch.end = Some(StoredEnd {
@@ -674,12 +678,12 @@ impl Journal {
         }
     }
 
-    /// Asks the child runs this run started and that have not ended to cancel, once the run's
-    /// end is durable.
+    /// Asks the child runs of this run that have not ended to cancel, once the run's end is
+    /// durable (a run whose graph has `Workflow` steps).
     async fn cancel_children(&mut self) {
-        let children: Vec<String> = std::mem::take(&mut self.children).into_values().collect();
-        if !children.is_empty() {
-            child::cancel_orphans(&*self.setup.store, children).await;
+        if self.has_children {
+            let generation = self.setup.continues.then_some(self.setup.generation);
+            child::cancel_orphans(&*self.setup.store, &self.run, generation).await;
         }
     }
 }
@@ -1262,15 +1266,6 @@ fn poll_journaled(
         }));
     }
     let (polled, mut ctx) = with_attempt(ctx, || run.poll_attempt(node, cx));
-    if child && let Some(journal) = run.hook::<Journal>() {
-        // A child run that has not ended when its parent does is asked to cancel.
-        let generation = journal.setup.continues.then_some(journal.setup.generation);
-        let id = child_id(&journal.run, generation, name, attempt);
-        match polled.is_pending() {
-            true => journal.children.insert(node, id),
-            false => journal.children.remove(&node),
-        };
-    }
     if signal {
         inbox::signal_polled(run, node, &mut ctx);
     }

@@ -143,6 +143,10 @@ pub async fn terminate_run<S: Store + ?Sized>(
     // Best effort: a lease that is not released expires by itself.
     let _ = store.release(owner, std::slice::from_ref(&lease)).await;
     committed?;
+    // Its child runs that have not ended are asked to cancel (a run that does not continue as
+    // new: one that does names its children after its generation, which only its code knows;
+    // they cancel themselves when next loaded).
+    super::child::cancel_orphans(store, run, None).await;
     Ok(Stop::Ended)
 }
 

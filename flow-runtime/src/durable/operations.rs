@@ -420,7 +420,10 @@ impl Replay {
 }
 
 /// Deletes every finished run that `filter` selects (its `statuses` default to the finished
-/// ones; an unfinished status in it selects nothing), page by page; returns the ids deleted.
+/// ones, the kept generations of runs that continued as new among them; an unfinished status
+/// in it selects nothing), page by page; returns the ids deleted. A run's kept generations
+/// (`{id}~{n}`) and its child runs (`{id}/{step}`) are runs of their own: select them too
+/// (`id_contains`) before the id is used again.
 ///
 /// # Errors
 ///
@@ -434,6 +437,7 @@ pub async fn delete_runs<S: Store + ?Sized>(
         RunStatus::Succeeded,
         RunStatus::Failed,
         RunStatus::Cancelled,
+        RunStatus::Continued,
     ];
     if !page.statuses.is_empty() {
         page.statuses.retain(|s| s.is_finished());

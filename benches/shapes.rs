@@ -65,6 +65,17 @@ mod control {
     }
 
     workflow! {
+        /// `foreach_10k`: a `ForEach` over `0..items`, 64 at a time, each instance a run of a
+        /// one-node body (the operation of [`Item`]); the sum of the outputs.
+        pub Each(items: u64) -> u64 {
+            all = ForEach(x in 0..items, max_concurrency = 64) {
+                r = Operation(yld(x)) => r
+            }
+            => all.iter().sum()
+        }
+    }
+
+    workflow! {
         /// The first of two replicas to answer wins; the other is withdrawn.
         pub Race2(x: u64) -> u64 {
             Race {
@@ -104,21 +115,11 @@ const IN_FLIGHT: usize = 64;
 /// What `foreach_10k`'s contenders return: the sum of `x + 1` over the items.
 const ITEMS_SUM: u64 = ITEMS * (ITEMS + 1) / 2;
 
-/// A `ForEach` node's driver over `0..items`, `IN_FLIGHT` at a time, each instance a run of the
-/// one-node workflow `control::Item` (as the `ForEach`'s body would be); the sum of the output
-/// `Vec` (in input order).
+/// A workflow that is one `ForEach` over `0..items`, `IN_FLIGHT` at a time, each instance a
+/// run of a one-node body (`control::Each`); the sum of the output `Vec`.
 async fn flow_for_each(items: u64) -> u64 {
-    use flowdag::__private::{ForEachConfig, NestCtx, NestKind, for_each};
-    use flowdag::Workflow;
-    let ctx = NestCtx::detached("each", NestKind::ForEach, &control::Item::GRAPH);
-    let config = ForEachConfig {
-        max_concurrency: IN_FLIGHT,
-        min: 0,
-        rest_cancel: true,
-    };
-    let body = |x, options| control::Item::__execute(options, x);
-    let outputs = for_each(ctx, 0..items, config, body).await;
-    outputs.map_or(0, |outputs| outputs.iter().sum())
+    const _: () = assert!(IN_FLIGHT == 64, "control::Each says 64");
+    control::Each::run(items).await.unwrap_or(0)
 }
 
 /// The same operation over the same items, `IN_FLIGHT` at a time, written by hand: a stream of

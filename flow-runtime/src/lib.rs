@@ -51,6 +51,7 @@ mod graph;
 mod nest;
 mod nest_ctx;
 mod nodes;
+mod one;
 mod options;
 mod panic;
 mod path;
@@ -122,6 +123,9 @@ pub mod __private {
     pub use crate::nest::{ChildRun, Nest, NestOp, child};
     pub use crate::nest_ctx::NestCtx;
     pub use crate::nodes::{ArenaOp, Decide, Decision, Idle, IntoNodes, Leaf, Nodes, Op, Pair};
+    #[cfg(debug_assertions)]
+    pub use crate::one::fast_runs;
+    pub use crate::one::execute_one;
     pub use crate::path::NestKind;
     pub use crate::policy::{Backoff, CancelToken, FailurePolicy, NodePolicy};
     pub use crate::report::Outcome;

@@ -73,7 +73,9 @@ workflow! {
 #[tokio::test]
 async fn failures_and_panics_under_collect_are_those_of_a_whole_nested_run() {
     let before = fast_runs();
-    let short = Collected::run(10).await.expect("collect never fails the node");
+    let short = Collected::run(10)
+        .await
+        .expect("collect never fails the node");
     assert_fast(before, 10);
     let before = fast_runs();
     let outcome = Collected::runner().observer(watched).execute(10).await;
@@ -87,7 +89,11 @@ async fn failures_and_panics_under_collect_are_those_of_a_whole_nested_run() {
         assert!(message.contains(&format!("checked[{item}]")), "{message}");
     }
     assert!(failed[0].1.contains("odd one"), "{}", failed[0].1);
-    assert!(failed[1].1.contains("Panicked(\"item 3 panicked\")"), "{}", failed[1].1);
+    assert!(
+        failed[1].1.contains("Panicked(\"item 3 panicked\")"),
+        "{}",
+        failed[1].1
+    );
     assert_eq!(short[0].as_ref().ok(), Some(&0));
     assert_eq!(short[9].as_ref().ok(), Some(&90));
     // The run's report counts them as the nested runs did.

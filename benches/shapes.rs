@@ -6,8 +6,8 @@
 //! runtime (where dagrs's per-node tasks can use both cores); the fan with nodes that finish
 //! one per turn of the runtime (`fan_gated`); the cost of observers; and a race of two replicas
 //! (`race2`) and a 2-of-3 quorum (`quorum_2of3`) against the hand-written `tokio::select!` and
-//! `FuturesUnordered` code that does the same; and a `ForEach` driver over 10,000 items, 64 at a
-//! time, each item a run of a one-node workflow (`foreach_10k`), against
+//! `FuturesUnordered` code that does the same; and a workflow that is one `ForEach` over 10,000
+//! items, 64 at a time, with a one-node body (`foreach_10k`), against
 //! `stream::iter(..).buffer_unordered(64)` calling the operation directly.
 //!
 //! `cargo bench -p flow-benches --bench shapes` runs everything (about ten minutes on two
@@ -52,13 +52,13 @@ mod gated {
 }
 
 /// The workflows of `race2` and `quorum_2of3`: the same replicas as the hand-written contenders;
-/// the body of `foreach_10k`.
+/// the workflow of `foreach_10k`, and its body as a workflow of its own.
 mod control {
     use crate::common::ops::{after, yld};
     use flowdag::workflow;
 
     workflow! {
-        /// One item of `foreach_10k`: one operation that yields once.
+        /// The body of `foreach_10k` as a workflow: one operation that yields once.
         pub Item(x: u64) -> u64 {
             r = Operation(yld(x)) => r
         }

@@ -6,8 +6,8 @@
 //! runtime (where dagrs's per-node tasks can use both cores); the fan with nodes that finish
 //! one per turn of the runtime (`fan_gated`); the cost of observers; and a race of two replicas
 //! (`race2`) and a 2-of-3 quorum (`quorum_2of3`) against the hand-written `tokio::select!` and
-//! `FuturesUnordered` code that does the same; and a `ForEach` driver over 10,000 items, 64 at a
-//! time, each item a run of a one-node workflow (`foreach_10k`), against
+//! `FuturesUnordered` code that does the same; and a workflow that is one `ForEach` over 10,000
+//! items, 64 at a time, with a one-node body (`foreach_10k`), against
 //! `stream::iter(..).buffer_unordered(64)` calling the operation directly.
 //!
 //! `cargo bench -p flow-benches --bench shapes` runs everything (about ten minutes on two
@@ -52,15 +52,26 @@ mod gated {
 }
 
 /// The workflows of `race2` and `quorum_2of3`: the same replicas as the hand-written contenders;
-/// the body of `foreach_10k`.
+/// the workflow of `foreach_10k`, and its body as a workflow of its own.
 mod control {
     use crate::common::ops::{after, yld};
     use flowdag::workflow;
 
     workflow! {
-        /// One item of `foreach_10k`: one operation that yields once.
+        /// The body of `foreach_10k` as a workflow: one operation that yields once.
         pub Item(x: u64) -> u64 {
             r = Operation(yld(x)) => r
+        }
+    }
+
+    workflow! {
+        /// `foreach_10k`: a `ForEach` over `0..items`, 64 at a time, each instance a run of a
+        /// one-node body (the operation of [`Item`]); the sum of the outputs.
+        pub Each(items: u64) -> u64 {
+            all = ForEach(x in 0..items, max_concurrency = 64) {
+                r = Operation(yld(x)) => r
+            }
+            => all.iter().sum()
         }
     }
 
@@ -104,21 +115,11 @@ const IN_FLIGHT: usize = 64;
 /// What `foreach_10k`'s contenders return: the sum of `x + 1` over the items.
 const ITEMS_SUM: u64 = ITEMS * (ITEMS + 1) / 2;
 
-/// A `ForEach` node's driver over `0..items`, `IN_FLIGHT` at a time, each instance a run of the
-/// one-node workflow `control::Item` (as the `ForEach`'s body would be); the sum of the output
-/// `Vec` (in input order).
+/// A workflow that is one `ForEach` over `0..items`, `IN_FLIGHT` at a time, each instance a
+/// run of a one-node body (`control::Each`); the sum of the output `Vec`.
 async fn flow_for_each(items: u64) -> u64 {
-    use flowdag::__private::{ForEachConfig, NestCtx, NestKind, for_each};
-    use flowdag::Workflow;
-    let ctx = NestCtx::detached("each", NestKind::ForEach, &control::Item::GRAPH);
-    let config = ForEachConfig {
-        max_concurrency: IN_FLIGHT,
-        min: 0,
-        rest_cancel: true,
-    };
-    let body = |x, options| control::Item::__execute(options, x);
-    let outputs = for_each(ctx, 0..items, config, body).await;
-    outputs.map_or(0, |outputs| outputs.iter().sum())
+    const _: () = assert!(IN_FLIGHT == 64, "control::Each says 64");
+    control::Each::run(items).await.unwrap_or(0)
 }
 
 /// The same operation over the same items, `IN_FLIGHT` at a time, written by hand: a stream of

@@ -26,7 +26,8 @@
 //   nodes                               the node set (`Leaf::nest` takes a `NestCtx`)
 //   scheduler, delay                    the run loop and a run's setup (one folder; durable runs
 //                                       only through its hook, `scheduler/hook.rs`); a `Delay` step
-//   support                             what generated code calls: `execute*`, `input`, ...
+//   support, one                        what generated code calls: `execute*`, `input`, ...;
+//                                       a one-node nest instance without the scheduler
 //   runner                              `Workflow` and `Runner`: the public entry points
 //   nest                                nest nodes, the sub-workflow driver (runs `Workflow`s)
 //   drivers                             the drivers of `ForEach` and `Loop` nodes
@@ -51,6 +52,7 @@ mod graph;
 mod nest;
 mod nest_ctx;
 mod nodes;
+mod one;
 mod options;
 mod panic;
 mod path;
@@ -122,6 +124,9 @@ pub mod __private {
     pub use crate::nest::{ChildRun, Nest, NestOp, child};
     pub use crate::nest_ctx::NestCtx;
     pub use crate::nodes::{ArenaOp, Decide, Decision, Idle, IntoNodes, Leaf, Nodes, Op, Pair};
+    pub use crate::one::execute_one;
+    #[cfg(debug_assertions)]
+    pub use crate::one::fast_runs;
     pub use crate::path::NestKind;
     pub use crate::policy::{Backoff, CancelToken, FailurePolicy, NodePolicy};
     pub use crate::report::Outcome;

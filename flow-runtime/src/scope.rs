@@ -77,6 +77,18 @@ pub(crate) fn listen<R>(poll: impl FnOnce() -> R) -> (R, Option<&'static Operati
     (result, heard)
 }
 
+/// Tells the node being polled, if it listens, that its operation is `spec`: what an
+/// [`OperationScope`] does on its first poll, and what a node polled once outside the
+/// scheduler says again when a run takes it over (`one.rs`).
+#[inline]
+pub(crate) fn announce(spec: &'static OperationSpec) {
+    EAR.with(|ear| {
+        if let Ear::Listening | Ear::Later = ear.get() {
+            ear.set(Ear::Heard(spec));
+        }
+    });
+}
+
 pin_project! {
     /// The body of an `#[operation]` fn: reports the operation's defaults to the workflow node
     /// that polls it first, then runs the body unchanged.
@@ -108,12 +120,7 @@ impl<F: Future> Future for OperationScope<F> {
         let this = self.project();
         if !*this.reported {
             *this.reported = true;
-            let spec = *this.spec;
-            EAR.with(|ear| {
-                if let Ear::Listening | Ear::Later = ear.get() {
-                    ear.set(Ear::Heard(spec));
-                }
-            });
+            announce(this.spec);
         }
         this.body.poll(cx)
     }

@@ -155,6 +155,39 @@ impl Finished {
         self.cancelled.is_none() && (self.terminated || self.verdict.succeeded)
     }
 
+    /// The end of a run of a one-node graph that nothing observed (no report, no events), as
+    /// the scheduler would make it: the node completed, or failed with `result`'s error.
+    pub(crate) fn one(graph: &'static Graph, result: Result<(), NodeError>) -> Finished {
+        let (statuses, errors, verdict) = match result {
+            Ok(()) => (Vec::new(), Vec::new(), Verdict::SUCCEEDED),
+            // A failed node without successors: the run fails, its error lists the node.
+            Err(error) => (
+                vec![NodeStatus::Failed],
+                vec![Some(error)],
+                Verdict {
+                    succeeded: false,
+                    listed: vec![true],
+                },
+            ),
+        };
+        Finished {
+            graph,
+            statuses,
+            errors,
+            verdict,
+            extras: Extras::default(),
+            cancelled: None,
+            run: None,
+            elapsed: None,
+            log: None,
+            report: false,
+            terminated: false,
+            nests: Vec::new(),
+            compensations: Vec::new(),
+            hook: HookEnd::default(),
+        }
+    }
+
     /// The run, with what its compensation phase did.
     pub(crate) fn compensated(
         mut self,

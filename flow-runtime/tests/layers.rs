@@ -37,8 +37,8 @@ const LAYERS: &[&[&str]] = &[
     &["nodes"],
     // The run loop and its hook; the node of a `Delay` step.
     &["scheduler", "delay"],
-    // What generated code calls to run a node set.
-    &["support"],
+    // What generated code calls to run a node set; a one-node run without the scheduler.
+    &["support", "one"],
     // The `Workflow` trait and `Runner`.
     &["runner"],
     // Nest nodes and the sub-workflow driver.

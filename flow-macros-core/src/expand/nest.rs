@@ -13,6 +13,7 @@ use super::output::output;
 use super::tables::graph_const;
 use super::tokens::{INLINE_LIMIT, balanced, node_ident, respan, respan_deep};
 use crate::check::Checked;
+use crate::graph::Kind;
 use crate::parse::{What, Workflow};
 
 /// The names a nest's body is generated with: its own checked workflow, in the parent's
@@ -399,7 +400,14 @@ fn instance(body: &Names<'_>) -> TokenStream {
             })
             .collect::<Vec<_>>(),
     );
-    let execute = if checked.order.len() <= INLINE_LIMIT {
+    // A body that is one `Operation` (without `compensate`) runs through `execute_one`,
+    // which goes without the scheduler when nothing observes the instance and the step has
+    // no options (the runtime's `one.rs` states the rule).
+    let one_operation = matches!(&checked.order[..], [id] if checked.dag.nodes[*id].kind == Kind::Operation)
+        && checked.compensations.is_empty();
+    let execute = if one_operation {
+        quote!(execute_one)
+    } else if checked.order.len() <= INLINE_LIMIT {
         quote!(execute)
     } else {
         quote!(execute_in_arena)

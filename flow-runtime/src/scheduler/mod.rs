@@ -1045,7 +1045,7 @@ fn trace_event(graph: &Graph, event: &Event) {
 
 /// Whether a `tracing` subscriber may want the attempts' spans: their level is enabled by the
 /// current max level hint. Without the `tracing` feature there are none.
-fn spans() -> bool {
+pub(crate) fn spans() -> bool {
     #[cfg(feature = "tracing")]
     {
         tracing::level_enabled!(tracing::Level::INFO)

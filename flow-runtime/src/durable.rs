@@ -688,7 +688,7 @@ impl fmt::Debug for JournalSetup {
 /// `Worker`) goes on through every generation and gives the last one's `Done`.
 ///
 /// ```
-/// use flowdag::durable::Continue;
+/// use flowdag_runtime::durable::Continue;
 /// let next: Continue<u64, String> = Continue::Again(42);
 /// assert_eq!(next.done(), None);
 /// assert_eq!(Continue::<u64, _>::Done("read").done(), Some("read"));

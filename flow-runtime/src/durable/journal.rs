@@ -114,8 +114,6 @@ pub(crate) struct Journal {
     error: Option<DurableError>,
     /// The run was unloaded and its status `Waiting` committed, with its wake-up time.
     unloaded: Option<Option<u64>>,
-    /// The run's graph has `Workflow` steps, which start child runs.
-    has_children: bool,
     /// The run of a workflow that continues as new succeeded and its whole journal is
     /// durable, but its status is left for the run's future to settle once the workflow's
     /// output says whether it continues ([`Settle`]); its lease is kept for that.
@@ -187,7 +185,6 @@ impl Journal {
             tasks: None,
             error: None,
             unloaded: None,
-            has_children: setup.children,
             settle: false,
             last_replayed: false,
             undelivered: Vec::new(),
@@ -681,7 +678,7 @@ impl Journal {
     /// Asks the child runs of this run that have not ended to cancel, once the run's end is
     /// durable (a run whose graph has `Workflow` steps).
     async fn cancel_children(&mut self) {
-        if self.has_children {
+        if self.setup.children {
             let generation = self.setup.continues.then_some(self.setup.generation);
             child::cancel_orphans(&*self.setup.store, &self.run, generation).await;
         }

@@ -1292,11 +1292,14 @@ pub(crate) async fn reopen(
     channel: &str,
 ) -> R<RunSummary> {
     let (summary, now) = lock_run(tx, run).await?;
-    if !matches!(summary.status, RunStatus::Failed | RunStatus::Cancelled) {
+    if !matches!(
+        summary.status,
+        RunStatus::Failed | RunStatus::Cancelled | RunStatus::Succeeded
+    ) {
         return Err(Fail::Store(StoreError::WrongStatus {
             run: run.to_owned(),
             status: summary.status,
-            needs: "only a failed or cancelled run can be redriven",
+            needs: flowdag_store::REOPENS,
         }));
     }
     if marker.seq != summary.next_seq {

@@ -776,6 +776,12 @@ pub trait DurableWorkflow: Workflow + 'static {
         Err(output)
     }
 
+    /// Whether a cancelled run of this workflow has compensations to run: its steps', or a
+    /// child run's. A parent's compensation of a child run whose workflow has none does
+    /// nothing. Not a public API.
+    #[doc(hidden)]
+    const __COMPENSATES: bool = false;
+
     /// Checks a signal before it is stored for a run of this workflow: `Ok(transient)` when
     /// the workflow declares `name` and `payload` reads as its type, else why not. Not a
     /// public API: [`send_signal_json`] calls it.
@@ -1256,8 +1262,16 @@ pub(crate) fn resume_shaped<W: DurableWorkflow, S: Store + Clone, R: Shape<W::Ou
     unload: Unload,
     holder: Option<Holder>,
 ) -> impl Future<Output = Result<R, DurableError>> + use<W, S, R> {
-    let store: Arc<dyn Store> = Arc::new(store.clone());
-    let id = id.to_owned();
+    resume_in::<W, R>(Arc::new(store.clone()), id.to_owned(), unload, holder)
+}
+
+/// [`resume_shaped`] in a store already shared.
+pub(crate) fn resume_in<W: DurableWorkflow, R: Shape<W::Output>>(
+    store: Arc<dyn Store>,
+    id: String,
+    unload: Unload,
+    holder: Option<Holder>,
+) -> impl Future<Output = Result<R, DurableError>> + use<W, R> {
     let Holder {
         owner,
         lease,

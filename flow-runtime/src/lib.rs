@@ -146,7 +146,7 @@ pub mod __private {
     };
 
     #[cfg(feature = "durable")]
-    pub use crate::durable::child::durable_child;
+    pub use crate::durable::child::{durable_child, undo_child};
     #[cfg(feature = "durable")]
     pub use crate::durable::generated::{
         assert_durable, complete_durable, restore_output, restoring,

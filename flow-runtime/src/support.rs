@@ -66,10 +66,13 @@ pub fn execute_nodes<N: Nodes>(
 }
 
 /// The setup of a run whose node set holds, after the graph's nodes, one compensation leaf
-/// per step named in `steps` (in that order, which is topological): the code `workflow!`
-/// generates for a workflow with `compensate = ..` options.
-pub fn compensated(mut setup: RunSetup, steps: &'static [u32]) -> RunSetup {
+/// per step named in `steps` (in that order, which is topological), and by leaf whether it
+/// has anything to do (`false`: the compensation of a child run whose workflow compensates
+/// nothing, which the phase skips): the code `workflow!` generates for a workflow with
+/// `compensate = ..` options or durable child runs.
+pub fn compensated(mut setup: RunSetup, steps: &'static [u32], live: &'static [bool]) -> RunSetup {
     setup.compensations = steps;
+    setup.compensates = live;
     setup
 }
 

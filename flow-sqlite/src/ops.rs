@@ -837,11 +837,14 @@ pub(crate) fn reopen(
     marker: StoredEvent,
 ) -> Result<RunSummary, StoreError> {
     let summary = db.existing(run)?;
-    if !matches!(summary.status, RunStatus::Failed | RunStatus::Cancelled) {
+    if !matches!(
+        summary.status,
+        RunStatus::Failed | RunStatus::Cancelled | RunStatus::Succeeded
+    ) {
         return Err(StoreError::WrongStatus {
             run: run.to_owned(),
             status: summary.status,
-            needs: "only a failed or cancelled run can be redriven",
+            needs: flowdag_store::REOPENS,
         });
     }
     if marker.seq != summary.next_seq {

@@ -917,7 +917,7 @@ pub async fn reopen_and_delete(store: &dyn Store) {
         Err(StoreError::WrongStatus {
             run: "r2".into(),
             status: RunStatus::Running,
-            needs: "only a failed or cancelled run can be redriven",
+            needs: super::REOPENS,
         }),
         "reopen: a running run"
     );
@@ -986,15 +986,26 @@ pub async fn reopen_and_delete(store: &dyn Store) {
         commit(store, end).await.is_ok(),
         "reopen: the new owner ends it"
     );
+    // A succeeded run is reopened to undo it (its compensations run).
+    let undone = store
+        .reopen("r1", event(8, "Redriven", None))
+        .await
+        .unwrap_or_else(|e| panic!("reopen: a succeeded run: {e}"));
+    assert_eq!(undone.status, RunStatus::Running, "reopen: a succeeded run");
+    let loaded = store
+        .load_run("r1", &Owner::new("c"), LONG)
+        .await
+        .unwrap_or_else(|e| panic!("reopen: load the reopened run again: {e}"));
+    let mut end = Batch::new(&loaded.lease, 9, LONG);
+    end.events = vec![event(9, "RunFinished", None)];
+    end.status = Some(RunStatus::Cancelled);
+    end.end = Some(RunEnd {
+        result: None,
+        error: Some("undone".into()),
+    });
     assert!(
-        matches!(
-            store.reopen("r1", event(8, "Redriven", None)).await,
-            Err(StoreError::WrongStatus {
-                status: RunStatus::Succeeded,
-                ..
-            })
-        ),
-        "reopen: a succeeded run"
+        commit(store, end).await.is_ok(),
+        "reopen: the undone run ends"
     );
     assert_eq!(store.delete_run("r1").await, Ok(()), "delete_run");
     assert!(
@@ -1191,6 +1202,16 @@ pub async fn continued(store: &dyn Store) {
         archived.map(|r| (r.status, r.workflow.as_str(), r.owner.clone())),
         Some((RunStatus::Continued, "W", None)),
         "continue_run: the kept generation is listed"
+    );
+    assert!(
+        matches!(
+            store.reopen("r1~1", event(5, "Redriven", None)).await,
+            Err(StoreError::WrongStatus {
+                status: RunStatus::Continued,
+                ..
+            })
+        ),
+        "continue_run: a kept generation cannot be reopened"
     );
     // Dropping the generation: nothing is kept.
     let lease = loaded.lease;

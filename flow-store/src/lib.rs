@@ -121,6 +121,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub use error::{StoreError, utc};
 pub use event::{StepKind, StoredEvent, StoredPath, StoredStep};
 pub use memory::MemoryStore;
+
+/// Why [`Store::reopen`] refuses a run in another status ([`StoreError::WrongStatus`]).
+pub const REOPENS: &str = "only a run that failed, was cancelled or succeeded (not a continued generation) can be reopened";
 pub use task::{TaskChange, TaskClaim, TaskCommitted, TaskInputs, TaskOutcome, TaskResult};
 
 /// What every [`Store`] method returns: a boxed `Send` future of the store's answer.
@@ -360,9 +363,10 @@ pub trait Store: Send + Sync + 'static {
         })))
     }
 
-    /// Sets a run that failed or was cancelled going again (a *redrive*), in one transaction:
-    /// appends `marker` (an event at the run's next sequence number, which says from where
-    /// the journal is replayed), clears the run's end, and leaves it `running` with no owner
+    /// Sets a finished run going again, in one transaction: a run that failed or was
+    /// cancelled (a *redrive*), or one that succeeded (to undo it: its compensations run, as
+    /// when a parent run compensates a child). It appends `marker` (an event at the run's
+    /// next sequence number, which says from where the journal is replayed), clears the run's end, and leaves it `running` with no owner
     /// and no lease, so that the next owner to load it (a worker, a resume) runs it. Its
     /// events, outputs and signals stay. Errors: [`StoreError::NotFound`];
     /// [`StoreError::WrongStatus`] for a run in any other status (nothing is written);

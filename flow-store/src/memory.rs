@@ -395,11 +395,14 @@ impl State {
     fn reopen(&mut self, run: &str, marker: StoredEvent) -> Result<RunSummary, StoreError> {
         let row = self.row(run)?;
         let status = row.summary.status;
-        if !matches!(status, RunStatus::Failed | RunStatus::Cancelled) {
+        if !matches!(
+            status,
+            RunStatus::Failed | RunStatus::Cancelled | RunStatus::Succeeded
+        ) {
             return Err(StoreError::WrongStatus {
                 run: run.to_owned(),
                 status,
-                needs: "only a failed or cancelled run can be redriven",
+                needs: crate::REOPENS,
             });
         }
         let next = row.summary.next_seq;

@@ -127,6 +127,9 @@ impl Store for Faulty {
     fn release<'a>(&'a self, owner: &'a Owner, held: &'a [Lease]) -> StoreFuture<'a, ()> {
         self.inner.release(owner, held)
     }
+    fn reopen<'a>(&'a self, run: &'a str, marker: StoredEvent) -> StoreFuture<'a, RunSummary> {
+        self.inner.reopen(run, marker)
+    }
     fn continue_run<'a>(&'a self, lease: &'a Lease, next: ContinueRun) -> StoreFuture<'a, Lease> {
         if take(&self.fail_continue) {
             return closed();

@@ -7,7 +7,8 @@ use syn::spanned::Spanned;
 use super::input::Input;
 use crate::parse::Workflow;
 
-/// The items of a `#[flow(durable)]` workflow: its `DurableWorkflow` impl, the compile-time
+/// The items of a `#[flow(durable)]` workflow: its `DurableWorkflow` impl (`compensates`:
+/// whether a run of it has compensations to run when it is cancelled), the compile-time
 /// checks that its parameters and output can be stored (spanned on their types), and the
 /// inherent `resume` and `resume_all`.
 pub fn durable_items(
@@ -15,6 +16,7 @@ pub fn durable_items(
     input: &Input,
     private: &TokenStream,
     output_ty: &TokenStream,
+    compensates: TokenStream,
 ) -> TokenStream {
     let name = &workflow.name;
     let vis = &workflow.vis;
@@ -73,6 +75,8 @@ pub fn durable_items(
             }
 
             #continues
+
+            const __COMPENSATES: bool = #compensates;
 
             fn __check_signal(
                 name: &str,

@@ -19,10 +19,8 @@ pub fn interface(
     workflow: &Workflow,
     input: &Input,
     private: &TokenStream,
-    graph: TokenStream,
-    body: TokenStream,
-    run: TokenStream,
-    keys: TokenStream,
+    (graph, body, run, keys): (TokenStream, TokenStream, TokenStream, TokenStream),
+    compensates: TokenStream,
 ) -> TokenStream {
     let name = &workflow.name;
     let vis = &workflow.vis;
@@ -84,7 +82,7 @@ pub fn interface(
         },
     };
     let durable = match &workflow.durable {
-        Some(_) => durable_items(workflow, input, private, &output_ty),
+        Some(_) => durable_items(workflow, input, private, &output_ty, compensates),
         None => TokenStream::new(),
     };
     quote! {
@@ -143,5 +141,11 @@ pub fn skeleton(workflow: &Workflow, input: &Input, keys: TokenStream) -> TokenS
     let body = quote!(#private::unreachable_run());
     // Not through the runner: a parameter type may be one `Input` cannot hold.
     let run = quote!(async { #private::unreachable_run().await.result });
-    interface(workflow, input, &private, graph, body, run, keys)
+    interface(
+        workflow,
+        input,
+        &private,
+        (graph, body, run, keys),
+        quote!(false),
+    )
 }

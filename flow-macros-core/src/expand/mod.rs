@@ -177,5 +177,19 @@ fn generate(
     // `run`'s parameters, passed on as the input value: the same names as the pattern.
     let value = &input.pattern;
     let run = quote!(#private::Runner::<Self>::new().run(#value));
-    interface(workflow, input, &names.private, graph, body, run, keys)
+    // Whether a run of it has anything to undo when it is cancelled: a durable parent skips
+    // the compensation of a child run of it otherwise.
+    let own = !checked.compensations.is_empty();
+    let private = &names.private;
+    let children = self::compensations::children(&names)
+        .into_iter()
+        .map(|(_, child)| quote!(<#child as #private::DurableWorkflow>::__COMPENSATES));
+    let compensates = quote!(#own #(|| #children)*);
+    interface(
+        workflow,
+        input,
+        &names.private,
+        (graph, body, run, keys),
+        compensates,
+    )
 }

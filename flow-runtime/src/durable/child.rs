@@ -26,7 +26,7 @@ use super::{CURRENT, DurableError, DurableRunner, DurableWorkflow, LEASE};
 use crate::error::NodeError;
 use crate::nest_ctx::NestCtx;
 use crate::report::Outcome;
-use crate::store::{Owner, Store, StoreError};
+use crate::store::{Owner, RunStatus, Store, StoreError};
 
 /// What the journal gives the attempt of a `Workflow` step of a durable run: the parent's
 /// store, the owner its children are held under ([`child_owner`]) and whether the parent is
@@ -37,6 +37,8 @@ pub(crate) struct ChildCtx {
     pub(crate) distributed: bool,
     /// The parent's generation, when its workflow continues as new.
     pub(crate) generation: Option<u32>,
+    /// The step's attempt that runs the child (or, in a compensation, that completed it).
+    pub(crate) attempt: u32,
 }
 
 /// The owner a parent held by `parent` holds its children under: a name of their own, so that
@@ -87,7 +89,7 @@ pub fn durable_child<C: DurableWorkflow>(
                 ctx.attempt.run(),
                 child.generation,
                 ctx.attempt.node(),
-                ctx.attempt.attempt(),
+                child.attempt,
             ),
             ctx.attempt.run().to_owned(),
         ))
@@ -138,6 +140,136 @@ pub fn durable_child<C: DurableWorkflow>(
         state,
         sleep: None,
         _output: std::marker::PhantomData,
+    }
+}
+
+/// Undoes the child run of the `Workflow` step whose compensation is being polled (the
+/// compensation the macro gives every `Workflow(C(..))` step of a durable workflow whose child
+/// compensates): a child that succeeded is reopened to be undone ([`undo_run`]) and driven
+/// here, under the parent's child owner, until it has run its compensations. `Ok` when the
+/// child ended undone (`cancelled`), when it was undone before (a compensation that runs
+/// again after a crash), or when the store has no such run (deleted: nothing to undo); the
+/// compensation's error when one of the child's compensations failed for good, or when the
+/// child could not be driven. Called by generated code.
+///
+/// [`undo_run`]: super::operations::undo_run
+pub fn undo_child<C: DurableWorkflow>() -> impl Future<Output = Result<(), NodeError>> {
+    let found = CURRENT.with(|c| {
+        let c = c.borrow();
+        let ctx = c.as_ref()?;
+        let child = ctx.child.as_ref()?.downcast_ref::<ChildCtx>()?;
+        Some((
+            Arc::clone(&child.store),
+            child.owner.clone(),
+            child_id(
+                ctx.attempt.run(),
+                child.generation,
+                ctx.attempt.node(),
+                child.attempt,
+            ),
+        ))
+    });
+    async move {
+        if !C::__COMPENSATES {
+            // Nothing to undo (the run stays as it ended).
+            return Ok(());
+        }
+        let Some((store, owner, id)) = found else {
+            return Err(NodeError::Failed(
+                "a durable child run can be undone only in the compensation of a durable run's `Workflow` step"
+                    .into(),
+            ));
+        };
+        undo::<C>(store, owner, id).await
+    }
+}
+
+/// How many times [`undo`] drives a child that is not held by another owner before it gives
+/// up (each drive ends the child, or stops it for a reason that is reported).
+const UNDO_DRIVES: u32 = 8;
+
+/// [`undo_child`]'s work on child run `id`.
+async fn undo<C: DurableWorkflow>(
+    store: Arc<dyn Store>,
+    owner: Owner,
+    id: String,
+) -> Result<(), NodeError> {
+    let failed = |why: String| NodeError::Failed(format!("undoing child run `{id}`: {why}").into());
+    let filter = crate::store::RunFilter {
+        id: Some(id.clone()),
+        ..crate::store::RunFilter::default()
+    };
+    let mut drives = 0;
+    loop {
+        let runs = store
+            .list_runs(&filter)
+            .await
+            .map_err(|error| failed(error.to_string()))?;
+        let Some(summary) = runs.into_iter().next() else {
+            // Deleted: nothing is left to undo.
+            return Ok(());
+        };
+        match summary.status {
+            RunStatus::Succeeded => {
+                super::operations::undo_run(&*store, &id)
+                    .await
+                    .map_err(|error| failed(error.to_string()))?;
+            }
+            // A generation that continued as new (the run under the id is another).
+            RunStatus::Continued => return Ok(()),
+            _ if drives >= UNDO_DRIVES => {
+                return Err(failed(format!(
+                    "it is still `{}` after {UNDO_DRIVES} drives",
+                    summary.status
+                )));
+            }
+            // Being undone, or undone (a finished run gives its end again, running nothing).
+            _ => {
+                drives += 1;
+                let holder = super::Holder {
+                    owner: owner.clone(),
+                    lease: LEASE,
+                    mailbox: None,
+                };
+                let ran = super::resume_in::<C, Outcome<C::Output>>(
+                    Arc::clone(&store),
+                    id.clone(),
+                    (None, None),
+                    Some(holder),
+                )
+                .await;
+                match ran {
+                    Ok(outcome) => return undone(outcome).map_err(failed),
+                    Err(DurableError::Store(StoreError::Busy { until_ms, .. })) => {
+                        drives -= 1;
+                        tokio::time::sleep(wait_for(until_ms)).await;
+                    }
+                    Err(error) => return Err(failed(error.to_string())),
+                }
+            }
+        }
+    }
+}
+
+/// Whether a child run's end says it was undone: cancelled, every compensation it started
+/// succeeded.
+fn undone<O>(outcome: Outcome<O>) -> Result<(), String> {
+    let error = match outcome.result {
+        Ok(_) => return Err("it succeeded again instead of cancelling".to_owned()),
+        Err(error) => error,
+    };
+    match error
+        .compensations()
+        .iter()
+        .find_map(|c| match c.outcome() {
+            crate::compensation::CompensationOutcome::Failed { error } => Some((c.node(), error)),
+            _ => None,
+        }) {
+        Some((step, why)) => Err(format!(
+            "the compensation of its step `{step}` failed: {why}"
+        )),
+        None if error.is_cancelled() => Ok(()),
+        None => Err(format!("it did not cancel: {error}")),
     }
 }
 

@@ -134,6 +134,9 @@ pub(crate) struct Journal {
     /// The steps that completed in a part of the journal a redrive cut off: requested live,
     /// each takes its stored output (`salvage`).
     salvage: Vec<u32>,
+    /// The run was reopened to be undone (`operations::undo_run`) and has not cancelled
+    /// itself yet: it does once live.
+    undo: bool,
     /// By node, once live after a redrive: whether its end is the one the run had before
     /// (settled in the replay, or salvaged). A step is salvaged only when every step before
     /// it is: else its inputs may differ from those its stored output was made of.
@@ -192,6 +195,7 @@ impl Journal {
             terminated: None,
             epochs: replay.epochs,
             salvage: replay.salvage,
+            undo: replay.undo,
             kept: Vec::new(),
             unjournaled: Vec::new(),
             old_paths: Vec::new(),
@@ -815,6 +819,18 @@ impl Journal {
         ctx.attempt.set_compensation();
         ctx
     }
+
+    /// What attempt `attempt` of a `Workflow` step (or the compensation of the child that
+    /// attempt ran) needs to find its child run.
+    fn child_ctx(&self, attempt: u32) -> Arc<ChildCtx> {
+        Arc::new(ChildCtx {
+            store: Arc::clone(&self.setup.store),
+            owner: child::child_owner(&self.setup.lease.owner),
+            distributed: self.setup.distributed,
+            generation: self.setup.continues.then_some(self.setup.generation),
+            attempt,
+        })
+    }
 }
 
 /// How long a run may go without a commit before it renews its lease: a third of the lease
@@ -1024,6 +1040,7 @@ impl Hook for Journal {
         node: u32,
         name: &'static str,
         attempt: u32,
+        child: Option<u32>,
     ) -> HookFuture<'_, Before> {
         Box::pin(async move {
             if self.is_broken() {
@@ -1037,7 +1054,10 @@ impl Hook for Journal {
             if !self.flush().await {
                 return Before::Stop;
             }
-            let ctx = self.compensation_ctx(name, attempt);
+            let mut ctx = self.compensation_ctx(name, attempt);
+            if let Some(completed) = child {
+                ctx.child = Some(self.child_ctx(completed));
+            }
             Before::Run(Some(Box::new(AttemptScope(Some(ctx))) as Box<dyn Scope>))
         })
     }
@@ -1255,12 +1275,7 @@ fn poll_journaled(
     }
     let child = kind == NodeKind::Workflow;
     if child && let Some(journal) = run.hook::<Journal>() {
-        ctx.child = Some(Arc::new(ChildCtx {
-            store: Arc::clone(&journal.setup.store),
-            owner: child::child_owner(&journal.setup.lease.owner),
-            distributed: journal.setup.distributed,
-            generation: journal.setup.continues.then_some(journal.setup.generation),
-        }));
+        ctx.child = Some(journal.child_ctx(attempt));
     }
     let (polled, mut ctx) = with_attempt(ctx, || run.poll_attempt(node, cx));
     if signal {
@@ -1480,8 +1495,8 @@ fn go_live(run: &mut Run<'_, '_>) {
         journal.pending.renumber = std::mem::take(&mut journal.setup.renumber);
         journal.moving = !journal.pending.renumber.is_empty();
     }
-    if requests::loaded_request(run) {
-        // Cancelled or terminated before anything of it runs again.
+    if requests::undo(run) || requests::loaded_request(run) {
+        // Undone, cancelled or terminated before anything of it runs again.
         return;
     }
     // In this order, which a replay of the events they journal meets the same way: the

@@ -60,7 +60,8 @@ pub struct Redriven {
 
 /// Asks run `run` to cancel itself: its running steps are cancelled and its compensations run
 /// as its failure rules say, as when its cancel token is cancelled; the run ends `cancelled`
-/// (or `failed`, if a compensation fails for good). `reason` is journaled with the request.
+/// (its error lists its compensations, and which failed for good, if one did). `reason` is
+/// journaled with the request.
 ///
 /// The request is a stored signal (`flow.cancel`): a live run sees it within its
 /// `request_poll` (at once on PostgreSQL), a run nobody drives is made due, and the next
@@ -268,6 +269,48 @@ pub async fn redrive_run<S: Store + ?Sized>(
     })
 }
 
+/// Reopens run `run`, which succeeded, to undo it: a marker cuts its journal before its end
+/// and says to undo it, and the run is set `running` with no owner. Whoever loads it next
+/// replays its journal (running nothing), then cancels it (a `CancelRequested` in its
+/// journal), which runs the compensations of its completed steps; it ends `cancelled`, its
+/// error listing them. Used for a child run whose parent compensates.
+///
+/// # Errors
+///
+/// [`DurableError::Store`]: no such run, a run that did not succeed
+/// ([`StoreError::WrongStatus`]), or the store failed; [`DurableError::Redrive`] for a
+/// journal without an end.
+pub(crate) async fn undo_run<S: Store + ?Sized>(store: &S, run: &str) -> Result<(), DurableError> {
+    let summary = one(store, run).await?;
+    if summary.status != RunStatus::Succeeded {
+        return Err(DurableError::Store(StoreError::WrongStatus {
+            run: run.to_owned(),
+            status: summary.status,
+            needs: "only a run that succeeded can be undone",
+        }));
+    }
+    let stored = store.events(run, 0).await?;
+    let next = stored.last().map_or(0, |event| event.seq + 1);
+    let replayed = Replay::of(stored);
+    let Some(end) = replayed
+        .events
+        .iter()
+        .rev()
+        .find(|e| e.node.is_none() && e.kind == "RunFinished")
+    else {
+        return Err(DurableError::Redrive {
+            run: run.to_owned(),
+            why: "its journal has no end to undo".to_owned(),
+        });
+    };
+    let mut marker = StoredEvent::new(next, REDRIVEN);
+    marker.data = json!({ "from": end.seq, "floors": [], "undo": true })
+        .to_string()
+        .into_bytes();
+    store.reopen(run, marker).await?;
+    Ok(())
+}
+
 /// Where a redrive cuts a journal, and the failed steps' last attempts.
 struct Cut {
     /// The sequence number of the first event not replayed.
@@ -343,6 +386,10 @@ pub(crate) struct Replay {
     /// branch that went on after the failure): a redriven run that requests one of them
     /// again takes its stored output instead of running it again.
     pub(crate) salvage: Vec<u32>,
+    /// The last marker reopened a run that had succeeded to undo it ([`undo_run`]), and the
+    /// replay has not met the cancellation that carries it out: once live, the run cancels
+    /// itself, which runs its compensations.
+    pub(crate) undo: bool,
 }
 
 impl Replay {
@@ -358,12 +405,17 @@ impl Replay {
         let mut events: Vec<StoredEvent> = Vec::with_capacity(stored.len());
         let mut epochs: Vec<(usize, Vec<(u32, u32)>)> = Vec::new();
         let mut salvage: Vec<u32> = Vec::new();
+        let mut undo = false;
         for event in stored {
             if event.path.is_some() {
                 continue;
             }
+            if event.node.is_none() && event.kind == CANCEL_REQUESTED {
+                undo = false;
+            }
             if event.node.is_none() && event.kind == REDRIVEN {
                 let data = serde_json::from_slice::<Value>(&event.data).unwrap_or(Value::Null);
+                undo = data.get("undo").and_then(Value::as_bool) == Some(true);
                 let from = data
                     .get("from")
                     .and_then(Value::as_u64)
@@ -415,6 +467,7 @@ impl Replay {
             events,
             epochs,
             salvage,
+            undo,
         }
     }
 }

@@ -50,8 +50,10 @@ pub(super) async fn compensate<N: Nodes>(
     scheduler: &mut Scheduler,
     table: &mut Table<'_, N>,
     steps: &'static [u32],
+    live: &'static [bool],
 ) -> Vec<Compensation> {
-    if !scheduler.ended_failed() {
+    let live = |k: usize| live.get(k).copied().unwrap_or(true);
+    if !(0..steps.len()).any(live) || !scheduler.ended_failed() {
         return Vec::new();
     }
     if let Some(hook) = scheduler.hook.as_deref_mut() {
@@ -61,7 +63,9 @@ pub(super) async fn compensate<N: Nodes>(
     let mut done = Vec::new();
     let mut stopped = false;
     for (k, &node) in steps.iter().enumerate().rev() {
-        if scheduler.nodes[node as usize].status != NodeStatus::Completed || base + k >= table.len()
+        if scheduler.nodes[node as usize].status != NodeStatus::Completed
+            || base + k >= table.len()
+            || !live(k)
         {
             continue;
         }
@@ -179,6 +183,8 @@ async fn run_attempt<N: Nodes>(
     timeout: Option<std::time::Duration>,
 ) -> Option<Result<(), NodeError>> {
     let name = scheduler.graph.nodes[node as usize].name;
+    let child = (scheduler.graph.nodes[node as usize].kind == crate::graph::NodeKind::Workflow)
+        .then(|| scheduler.nodes[node as usize].attempt);
     let Some(hook) = scheduler.hook.as_deref_mut() else {
         // A plain run inside a durable step: the compensation's own key.
         #[cfg(feature = "durable")]
@@ -191,7 +197,7 @@ async fn run_attempt<N: Nodes>(
         let scope = None;
         return Some(attempt_once(table, leaf, timeout, scope).await);
     };
-    match hook.before_compensation(node, name, attempt).await {
+    match hook.before_compensation(node, name, attempt, child).await {
         Before::Stop => None,
         Before::Ended(end) => Some(end.map_err(|text| NodeError::Failed(text.into()))),
         Before::Run(scope) => tended(hook, attempt_once(table, leaf, timeout, scope)).await,

@@ -105,12 +105,14 @@ pub(crate) trait Hook: Any + Send {
     fn compensating(&mut self) {}
 
     /// Before attempt `attempt` of the compensation of `node` (named `name`): whether it runs,
-    /// and in what scope its polls are made.
+    /// and in what scope its polls are made. `child`: the attempt that completed `node`, when
+    /// it is a `Workflow` step (its compensation undoes the child run that attempt started).
     fn before_compensation(
         &mut self,
         _node: u32,
         _name: &'static str,
         _attempt: u32,
+        _child: Option<u32>,
     ) -> HookFuture<'_, Before> {
         Box::pin(std::future::ready(Before::Run(None)))
     }

@@ -1199,6 +1199,7 @@ where
             &mut scheduler,
             &mut table,
             setup.compensations,
+            setup.compensates,
         ))
         .await
     };

@@ -40,6 +40,9 @@ pub struct RunSetup {
     /// The step of each compensation leaf of the node set, in leaf order (after the graph's
     /// nodes): empty for a workflow without `compensate = ..` (`scheduler/compensate.rs`).
     pub(crate) compensations: &'static [u32],
+    /// By compensation leaf: whether it has anything to do (a child run's undo whose child
+    /// compensates nothing has not, and is skipped).
+    pub(crate) compensates: &'static [bool],
     /// What watches and steers the run from outside the engine (a durable run's journal).
     pub(crate) hook: Option<Box<dyn Hook>>,
     /// A nest instance: the exclusion groups of its run tree (`exclusion.rs`).
@@ -73,6 +76,7 @@ impl From<RunOptions> for RunSetup {
             pool: None,
             instance: false,
             compensations: &[],
+            compensates: &[],
             hook: None,
             groups: None,
             #[cfg(feature = "durable")]
@@ -119,6 +123,7 @@ impl NestCtx {
             pool: Some(Arc::clone(&self.pool)),
             instance: true,
             compensations: &[],
+            compensates: &[],
             hook: None,
             groups: self.groups.clone(),
             #[cfg(feature = "durable")]

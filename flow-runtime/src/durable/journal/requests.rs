@@ -224,6 +224,29 @@ pub(super) fn loaded_request(run: &mut Run<'_, '_>) -> bool {
     known && poll_requests(run, &mut Context::from_waker(std::task::Waker::noop()))
 }
 
+/// Going live in a run reopened to be undone (`operations::undo_run`: a child whose parent
+/// compensates): journals a `CancelRequested` and cancels the run, which runs the
+/// compensations of its completed steps. A replay meets that event and cancels it at the same
+/// place. Returns `true` when it did.
+pub(super) fn undo(run: &mut Run<'_, '_>) -> bool {
+    let Some(journal) = run.hook::<Journal>() else {
+        return false;
+    };
+    if !std::mem::take(&mut journal.undo) {
+        return false;
+    }
+    let mut event = StoredEvent::new(journal.pending.end_seq(), CANCEL_REQUESTED);
+    event.data = serde_json::json!({ "reason": UNDONE })
+        .to_string()
+        .into_bytes();
+    journal.pending.events.push(event);
+    run.cancel(CancelReason::Requested);
+    true
+}
+
+/// The reason journaled with the cancellation of a run reopened to be undone.
+const UNDONE: &str = "undone: its compensations run";
+
 /// Replaying: when the journal's next event is a `CancelRequested`, the run was cancelled
 /// there: cancels it again (which emits the journal's `Aborted` events) and returns `true`.
 /// When it is a `Terminated`, the run was terminated there: it stops, writing nothing, and its

@@ -5,7 +5,8 @@
 //!
 //! The child processes are this test binary itself, run with `--exact crash_child` and
 //! `FLOW_CRASH_CHILD` set to the scenario's directory (`crash_child` returns at once without
-//! it). `FLOW_CRASH_AT=k` and `FLOW_CRASH_WHEN=before|after|inside` give its stop point;
+//! it). `FLOW_CRASH_AT=k` and `FLOW_CRASH_WHEN=before|after|inside` give its stop point
+//! (`FLOW_CRASH_RUN=child`: in the journal of the order's child run, not the order's);
 //! `FLOW_CRASH_SEED=n` replays the random kills of a failed run (the seed is in every failure).
 
 #[path = "common/crash_flow.rs"]
@@ -20,10 +21,10 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crash_flow::{Confirm, CrashOrder, CrashStore, RUN, Stop, When, configure, open_world};
+use crash_flow::{CHILD, Confirm, CrashOrder, CrashStore, RUN, Stop, When, configure, open_world};
 use flowdag::Worker;
 use flowdag::durable::send_signal;
-use flowdag::store::{Owner, RunEnd, RunFilter, Store, StoredEvent};
+use flowdag::store::{Owner, RunEnd, RunFilter, RunStatus, Store, StoredEvent};
 use flowdag_sqlite::{Durability, SqliteOptions, SqliteStore};
 use serde_json::{Value, json};
 
@@ -52,6 +53,10 @@ fn crash_child() {
         std::env::var("FLOW_CRASH_WHEN"),
     ) {
         (Ok(at), Ok(when)) => Some(Stop {
+            run: match std::env::var("FLOW_CRASH_RUN").as_deref() {
+                Ok("child") => CHILD,
+                _ => RUN,
+            },
             at: at.parse().expect("FLOW_CRASH_AT is an event number"),
             when: When::parse(&when).expect("FLOW_CRASH_WHEN is before, after or inside"),
         }),
@@ -205,6 +210,7 @@ impl Child {
             .env_remove("FLOW_CRASH_WHEN")
             .env_remove("FLOW_CRASH_RESUME")
             .env_remove("FLOW_CRASH_KEY")
+            .env_remove("FLOW_CRASH_RUN")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -212,6 +218,9 @@ impl Child {
             command
                 .env("FLOW_CRASH_AT", stop.at.to_string())
                 .env("FLOW_CRASH_WHEN", stop.when.as_str());
+            if stop.run == CHILD {
+                command.env("FLOW_CRASH_RUN", "child");
+            }
         }
         if by_worker {
             command.env("FLOW_CRASH_RESUME", "worker");
@@ -349,6 +358,10 @@ struct Outcome {
     summary: Value,
     /// The run's journal.
     events: Vec<StoredEvent>,
+    /// Its child run's journal.
+    child_events: Vec<StoredEvent>,
+    /// How the store says its child run ended.
+    child_status: Option<RunStatus>,
     /// How the store says it ended.
     end: Option<RunEnd>,
     /// The stored outputs of its steps and the ends of its nest instances: (node, instance)
@@ -396,12 +409,18 @@ fn scenario(dir: &Path, input: Input, plans: &[Plan], by_worker: bool) -> Result
     }
     let summary = summary.ok_or("no child finished the run")?;
     let store = SqliteStore::open(dir.join("runs.db")).map_err(|e| e.to_string())?;
-    let (events, loaded) = futures::executor::block_on(async {
+    let (events, loaded, child_events, child_status) = futures::executor::block_on(async {
         let events = store.events(RUN, 0).await?;
         let loaded = store
             .load_run(RUN, &Owner::new("checker"), Duration::from_secs(1))
             .await?;
-        Ok::<_, flowdag::store::StoreError>((events, loaded))
+        let child_events = store.events(CHILD, 0).await?;
+        let filter = RunFilter {
+            id: Some(CHILD.to_owned()),
+            ..RunFilter::default()
+        };
+        let child_status = store.list_runs(&filter).await?.first().map(|r| r.status);
+        Ok::<_, flowdag::store::StoreError>((events, loaded, child_events, child_status))
     })
     .map_err(|e| e.to_string())?;
     drop(store);
@@ -434,6 +453,8 @@ fn scenario(dir: &Path, input: Input, plans: &[Plan], by_worker: bool) -> Result
     Ok(Outcome {
         summary,
         events,
+        child_events,
+        child_status,
         end: loaded.end,
         outputs: loaded
             .outputs
@@ -456,6 +477,8 @@ struct Reference {
     outcome: Outcome,
     /// The run's own events without their order: (kind, node, attempt), sorted.
     events: Vec<(String, Option<String>, u32)>,
+    /// Its child run's events, the same way.
+    child_events: Vec<(String, Option<String>, u32)>,
     /// The distinct events of its nest instances: (kind, step under its path, attempt).
     nested: BTreeSet<(String, Option<String>, u32)>,
     /// The nodes in the order their compensations ended.
@@ -465,19 +488,26 @@ struct Reference {
 }
 
 impl Reference {
-    /// The number of events.
-    fn len(&self) -> u64 {
-        self.outcome.events.len() as u64
+    /// The journal of run `run` ([`RUN`] or [`CHILD`]).
+    fn journal(&self, run: &str) -> &[StoredEvent] {
+        match run == CHILD {
+            true => &self.outcome.child_events,
+            false => &self.outcome.events,
+        }
     }
 
-    /// The numbers of the events that start an attempt of one of the run's own operations or
-    /// compensations (`Requested`, `Compensating`) that has a side effect.
-    fn attempt_starts(&self) -> Vec<u64> {
-        self.outcome
-            .events
+    /// The number of events of run `run`.
+    fn len(&self, run: &str) -> u64 {
+        self.journal(run).len() as u64
+    }
+
+    /// The numbers of the events of run `run` that start an attempt of one of the run's own
+    /// operations or compensations (`Requested`, `Compensating`) that has a side effect.
+    fn attempt_starts(&self, run: &str) -> Vec<u64> {
+        self.journal(run)
             .iter()
             .filter(|e| e.path.is_none())
-            .filter(|e| key_of(e).is_some_and(|key| self.outcome.effects.contains_key(&key)))
+            .filter(|e| key_of(run, e).is_some_and(|key| self.outcome.effects.contains_key(&key)))
             .map(|e| e.seq)
             .collect()
     }
@@ -488,7 +518,7 @@ impl Reference {
             .events
             .iter()
             .filter(|e| e.path.is_some())
-            .filter_map(key_of)
+            .filter_map(|e| key_of(RUN, e))
             .filter(|key| self.outcome.effects.contains_key(key))
             .collect()
     }
@@ -508,6 +538,7 @@ fn reference(input: Input) -> &'static Reference {
         let took = started.elapsed();
         let reference = Reference {
             events: unordered(&outcome.events),
+            child_events: unordered(&outcome.child_events),
             nested: nested(&outcome.events),
             compensated: compensated(&outcome.events),
             outcome,
@@ -522,13 +553,13 @@ fn reference(input: Input) -> &'static Reference {
 
 // --- The checks --------------------------------------------------------------------------------
 
-/// The idempotency key of the attempt an event starts: `Requested` of an operation,
-/// `Compensating` of a compensation.
-fn key_of(event: &StoredEvent) -> Option<String> {
+/// The idempotency key of the attempt an event of run `run` starts: `Requested` of an
+/// operation, `Compensating` of a compensation.
+fn key_of(run: &str, event: &StoredEvent) -> Option<String> {
     let node = step_of(event)?;
     match event.kind.as_str() {
-        "Requested" => Some(format!("{RUN}/{node}/{}", event.attempt)),
-        "Compensating" => Some(format!("{RUN}/{node}:compensate/{}", event.attempt)),
+        "Requested" => Some(format!("{run}/{node}/{}", event.attempt)),
+        "Compensating" => Some(format!("{run}/{node}:compensate/{}", event.attempt)),
         _ => None,
     }
 }
@@ -583,6 +614,7 @@ fn consistent(run: &Outcome) -> Result<(), String> {
             return Err(format!("event #{i} has sequence number {}", event.seq));
         }
     }
+    child_consistent(run)?;
     let finished = run
         .events
         .iter()
@@ -632,10 +664,11 @@ fn consistent(run: &Outcome) -> Result<(), String> {
     if let Some((node, n)) = undone.iter().find(|(_, n)| **n != 1) {
         return Err(format!("the compensation of `{node}` ended {n} times"));
     }
-    // Compensations in reverse graph order: `receipt` (charged after the stock was reserved)
-    // is refunded before the stock is released.
+    // Compensations in reverse graph order: `receipt` (charged after the parcel was labelled
+    // by the child run, after the stock was reserved) is refunded, then the child undone,
+    // then the stock released.
     let order = compensated(&run.events);
-    if !order.is_empty() && order != ["receipt", "stock"] {
+    if !order.is_empty() && order != ["receipt", "labelled", "stock"] {
         return Err(format!("compensations in the order {order:?}"));
     }
     // Every nest instance that journaled an event has its end stored.
@@ -665,20 +698,29 @@ fn consistent(run: &Outcome) -> Result<(), String> {
     }
     // Every effect under a key the journal started; every step and compensation that ended
     // well has its effect under the key of its last attempt.
-    let started: BTreeSet<String> = run.events.iter().filter_map(key_of).collect();
+    let started: BTreeSet<String> = run
+        .events
+        .iter()
+        .filter_map(|e| key_of(RUN, e))
+        .chain(run.child_events.iter().filter_map(|e| key_of(CHILD, e)))
+        .collect();
     if let Some(key) = run.effects.keys().find(|key| !started.contains(*key)) {
         return Err(format!(
             "an effect under `{key}`, which the journal never started"
         ));
     }
-    for event in &run.events {
+    let journals = [(RUN, &run.events), (CHILD, &run.child_events)];
+    for (id, event) in journals
+        .iter()
+        .flat_map(|(id, events)| events.iter().map(move |e| (*id, e)))
+    {
         let Some(node) = step_of(event) else {
             continue;
         };
         let node = node.as_str();
         let key = match event.kind.as_str() {
-            "Completed" => format!("{RUN}/{node}/{}", event.attempt),
-            "Compensated" => format!("{RUN}/{node}:compensate/{}", event.attempt),
+            "Completed" => format!("{id}/{node}/{}", event.attempt),
+            "Compensated" => format!("{id}/{node}:compensate/{}", event.attempt),
             _ => continue,
         };
         let name = event.node_name.as_deref().unwrap_or(node);
@@ -701,6 +743,57 @@ fn consistent(run: &Outcome) -> Result<(), String> {
                 "`{key}` ran again (pid {pid}) after pid {before}, which was not killed, ran it"
             ));
         }
+    }
+    Ok(())
+}
+
+/// What holds of the child run's journal: sequence numbers without a gap, each step ended
+/// once, each compensation ended once, and its end: succeeded when its parent succeeded; when
+/// its parent compensated, undone (reopened after its first end, cancelled, its compensation
+/// done, cancelled at the end).
+fn child_consistent(run: &Outcome) -> Result<(), String> {
+    let events = &run.child_events;
+    for (i, event) in events.iter().enumerate() {
+        if event.seq != i as u64 {
+            return Err(format!(
+                "the child's event #{i} has sequence number {}",
+                event.seq
+            ));
+        }
+    }
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    let mut ends: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    for event in events {
+        if let (Some(node), "Completed" | "Failed" | "Compensated" | "CompensationFailed") =
+            (event.node_name.as_deref(), event.kind.as_str())
+        {
+            *ends.entry((node, event.kind.as_str())).or_default() += 1;
+        }
+    }
+    if let Some(((node, kind), n)) = ends.iter().find(|(_, n)| **n != 1) {
+        return Err(format!("the child's `{node}` has {n} `{kind}`: {kinds:?}"));
+    }
+    let undone = run.events.iter().any(|e| e.kind == "Compensating");
+    let expected = match undone {
+        false => (vec!["RunFinished"], RunStatus::Succeeded),
+        true => (
+            vec![
+                "RunFinished",
+                "Redriven",
+                "CancelRequested",
+                "Compensating",
+                "Compensated",
+                "RunFinished",
+            ],
+            RunStatus::Cancelled,
+        ),
+    };
+    let tail = &kinds[kinds.len().saturating_sub(expected.0.len())..];
+    if tail != expected.0.as_slice() || run.child_status != Some(expected.1) {
+        return Err(format!(
+            "the child ended {:?} with the journal {kinds:?}; expected {:?} ending {:?}",
+            run.child_status, expected.1, expected.0
+        ));
     }
     Ok(())
 }
@@ -732,6 +825,13 @@ fn same_as_reference(run: &Outcome, reference: &Reference) -> Result<(), String>
         return Err(format!(
             "the journal holds other events than the uninterrupted run's:\n  got       {events:?}\n  reference {:?}",
             reference.events
+        ));
+    }
+    let child_events = unordered(&run.child_events);
+    if child_events != reference.child_events {
+        return Err(format!(
+            "the child's journal holds other events than the uninterrupted run's:\n  got       {child_events:?}\n  reference {:?}",
+            reference.child_events
         ));
     }
     let instances = nested(&run.events);
@@ -779,7 +879,7 @@ fn all(failures: Vec<String>) {
 #[test]
 fn the_uninterrupted_runs_cover_every_construct() {
     let fails = reference(Input::ShipFails);
-    assert!(fails.len() >= 20, "{} events", fails.len());
+    assert!(fails.len(RUN) >= 20, "{} events", fails.len(RUN));
     let kinds: BTreeSet<&str> = fails
         .outcome
         .events
@@ -796,7 +896,12 @@ fn the_uninterrupted_runs_cover_every_construct() {
     ] {
         assert!(kinds.contains(kind), "no `{kind}` in {kinds:?}");
     }
-    assert_eq!(fails.compensated, ["receipt", "stock"]);
+    assert_eq!(fails.compensated, ["receipt", "labelled", "stock"]);
+    assert!(
+        fails.len(CHILD) >= 10,
+        "the child run's journal: {:?}",
+        fails.child_events
+    );
     let ships = reference(Input::Ships);
     assert!(
         ships.outcome.summary["result"]["ok"].is_string(),
@@ -831,9 +936,16 @@ fn a_run_that_succeeds_killed_after_every_commit_is_resumed() {
 fn boundaries(input: Input, when: When) {
     let reference = reference(input);
     let mut failures = Vec::new();
-    for at in 0..reference.len() {
-        let name = format!("{}-{}-{at}", input.as_str(), when.as_str());
-        let plans = [Plan::Stop(Stop { at, when })];
+    let points = (0..reference.len(RUN))
+        .map(|at| (RUN, at))
+        .chain((0..reference.len(CHILD)).map(|at| (CHILD, at)));
+    for (run, at) in points {
+        let part = match run == CHILD {
+            true => "child-",
+            false => "",
+        };
+        let name = format!("{}-{}-{part}{at}", input.as_str(), when.as_str());
+        let plans = [Plan::Stop(Stop { run, at, when })];
         match check(&name, input, &plans, false) {
             // Every event is in some batch: the child stopped there and was killed.
             Ok(run) if run.killed.len() != 1 => {
@@ -854,9 +966,24 @@ fn a_kill_inside_every_operation_reruns_it_with_the_same_key() {
     let input = Input::ShipFails;
     let reference = reference(input);
     let mut failures = Vec::new();
-    for at in reference.attempt_starts() {
-        let name = format!("{}-inside-{at}", input.as_str());
+    let points = reference
+        .attempt_starts(RUN)
+        .into_iter()
+        .map(|at| (RUN, at))
+        .chain(
+            reference
+                .attempt_starts(CHILD)
+                .into_iter()
+                .map(|at| (CHILD, at)),
+        );
+    for (id, at) in points {
+        let part = match id == CHILD {
+            true => "child-",
+            false => "",
+        };
+        let name = format!("{}-inside-{part}{at}", input.as_str());
         let plans = [Plan::Stop(Stop {
+            run: id,
             at,
             when: When::Inside,
         })];
@@ -879,10 +1006,14 @@ fn a_kill_inside_every_operation_reruns_it_with_the_same_key() {
                     .filter(|(_, n)| **n > 1)
                     .map(|(key, _)| *key)
                     .collect();
+                let journal = match id == CHILD {
+                    true => &run.child_events,
+                    false => &run.events,
+                };
                 let started_at = |key: &str| {
-                    run.events
+                    journal
                         .iter()
-                        .find(|e| key_of(e).as_deref() == Some(key))
+                        .find(|e| key_of(id, e).as_deref() == Some(key))
                         .map(|e| e.seq)
                 };
                 let ok = twice.iter().all(|key| runs[key] == 2)
@@ -982,17 +1113,22 @@ fn random_kills_and_double_crashes_are_resumed() {
             Err(why) => failures.push(format!("{why} (plans {plans:?})")),
         }
     }
-    let n = reference.len();
+    let n = reference.len(RUN);
     for i in 0..3u64 {
         let first = random.below(n - 2);
         let second = first + 1 + random.below(n - first - 1);
         let when = [When::Before, When::After, When::Inside][i as usize];
         let plans = [
             Plan::Stop(Stop {
+                run: RUN,
                 at: first,
                 when: When::After,
             }),
-            Plan::Stop(Stop { at: second, when }),
+            Plan::Stop(Stop {
+                run: RUN,
+                at: second,
+                when,
+            }),
         ];
         let name = format!("double-{i}");
         match check(&name, input, &plans, i == 1) {

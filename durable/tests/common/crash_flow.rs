@@ -1,17 +1,19 @@
 //! The crash test's workflow, its "outside world" and its store wrapper (`durable/tests/durable_crash.rs`).
 //!
 //! - [`CrashOrder`]: a durable order with a join, a `Conditional`, a `ForEach` (one instance
-//!   fails and is collected), a `Loop` with a `Delay` in each iteration, a retry with backoff,
-//!   a durable `Delay`, a `Signal` and a compensation; the last step fails for an input that
-//!   says so.
+//!   fails and is collected), a `Loop` with a `Delay` in each iteration, a child run
+//!   ([`CrashLabel`], with a compensation of its own), a retry with backoff, a durable `Delay`,
+//!   a `Signal` and compensations; the last step fails for an input that says so (the parent
+//!   then compensates, and undoes its child).
 //! - The world: every operation and compensation records its side effect in a SQLite file of
 //!   its own (`effects.db`, not the store), keyed by its `flowdag::attempt()` key with
 //!   `INSERT OR IGNORE` (an idempotent effect), and every execution in `calls`. What it finds
 //!   wrong (it runs before its attempt was committed, or after the attempt's end was) goes to
 //!   `violations`.
 //! - [`CrashStore`]: a `Store` that passes everything to the `SqliteStore` it wraps, keeps the
-//!   events committed (or loaded) in this process, and stops the process at a chosen event:
-//!   it prints `STOP k` and parks until the parent kills it with SIGKILL.
+//!   events committed (or loaded) in this process, run by run, and stops the process at a
+//!   chosen event of the order's journal or of its child's: it prints `STOP k` and parks until
+//!   the parent kills it with SIGKILL.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -136,11 +138,45 @@ async fn ship(receipt: &str, confirmation: &Confirm, ship_fails: bool) -> Result
     }
 }
 
+/// Prints the parcel's label (the child run's first step).
+async fn print_label(item: &str) -> Result<String, Refused> {
+    effect();
+    tokio::time::sleep(WORK).await;
+    Ok(format!("label of {item}"))
+}
+
+/// Voids a printed label: the child's compensation.
+async fn void_label(label: &str) -> Result<(), Refused> {
+    effect();
+    tokio::time::sleep(WORK).await;
+    let _ = label;
+    Ok(())
+}
+
+async fn stick(label: &str) -> Result<String, Refused> {
+    effect();
+    tokio::time::sleep(WORK).await;
+    Ok(format!("{label}, stuck"))
+}
+
 /// The payload of the signal `confirm`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Confirm {
     /// Who confirmed.
     pub by: String,
+}
+
+workflow! {
+    /// The order's child run: labels the parcel (the label is voided when the order
+    /// compensates).
+    #[flow(durable)]
+    pub CrashLabel(item: String) -> String {
+        Sequential {
+            label = Operation(print_label(&item), compensate = void_label(&label)),
+            stuck = Operation(stick(&label)),
+        }
+        => stuck.clone()
+    }
 }
 
 workflow! {
@@ -164,6 +200,7 @@ workflow! {
                 }
                 => counted
             } until (counted >= 2),
+            labelled = Workflow(CrashLabel(item.clone())),
             Conditional(score.is_ok_and(|s| *s >= 50)) {
                 Operation(review(&item)),
             } else {
@@ -180,17 +217,21 @@ workflow! {
             shipped = Operation(ship(&receipt, &confirmation, ship_fails)),
         }
         => format!(
-            "{} at {} ({} parts packed, {} parcels ready)",
+            "{} at {} ({} parts packed, {} parcels ready, {})",
             shipped,
             quote,
             packed.iter().filter(|p| p.is_ok()).count(),
             ready,
+            labelled,
         )
     }
 }
 
 /// The run's id in every store of the test.
 pub const RUN: &str = "order-7";
+
+/// The id of its child run (its step `labelled`).
+pub const CHILD: &str = "order-7/labelled";
 
 // --- Where the child stops ---------------------------------------------------------------------
 
@@ -224,9 +265,11 @@ impl When {
     }
 }
 
-/// A stop point: event `at`, `when`.
+/// A stop point: event `at` of run `run`, `when`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stop {
+    /// The run whose journal the event is in: [`RUN`] or [`CHILD`].
+    pub run: &'static str,
     /// The event number.
     pub at: u64,
     /// Before or after its batch's commit, or inside its operation.
@@ -249,8 +292,12 @@ pub fn configure(stop: Option<Stop>, effects: PathBuf) {
     let _ = CONFIG.set(Config { stop, effects });
 }
 
-fn stop_point() -> Option<Stop> {
-    CONFIG.get().and_then(|c| c.stop)
+/// The stop point, if it is in run `run`'s journal.
+fn stop_point(run: &str) -> Option<Stop> {
+    CONFIG
+        .get()
+        .and_then(|c| c.stop)
+        .filter(|stop| stop.run == run)
 }
 
 /// Prints `STOP k` and parks the calling thread (a current-thread runtime: the whole run stops)
@@ -274,20 +321,26 @@ fn park_at(at: &str) {
 
 // --- The events this process saw committed -----------------------------------------------------
 
-/// An event as the child keeps it: (seq, kind, node name, attempt), the run's own events only
-/// (an instance's events are not what gates its steps).
-type Seen = (u64, String, Option<String>, u32);
+/// An event as the child keeps it: (run, seq, kind, node name, attempt), a run's own events
+/// only (an instance's events are not what gates its steps).
+type Seen = (String, u64, String, Option<String>, u32);
 
 static JOURNAL: Mutex<Vec<Seen>> = Mutex::new(Vec::new());
 
 /// The nest instances whose end this process saw committed (or loaded): `packed[1]`.
 static ENDED: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
-fn remember(events: &[StoredEvent]) {
+fn remember(run: &str, events: &[StoredEvent]) {
     let mut journal = JOURNAL.lock().unwrap_or_else(PoisonError::into_inner);
     for e in events.iter().filter(|e| e.path.is_none()) {
-        if journal.iter().all(|(seq, ..)| *seq != e.seq) {
-            journal.push((e.seq, e.kind.clone(), e.node_name.clone(), e.attempt));
+        if journal.iter().all(|(r, seq, ..)| r != run || *seq != e.seq) {
+            journal.push((
+                run.to_owned(),
+                e.seq,
+                e.kind.clone(),
+                e.node_name.clone(),
+                e.attempt,
+            ));
         }
     }
 }
@@ -297,16 +350,17 @@ fn remember_ends<'a>(instances: impl Iterator<Item = &'a str>) {
     ended.extend(instances.filter(|i| !i.is_empty()).map(str::to_owned));
 }
 
-/// The number of the committed event `kind` of `node`'s `attempt`, if any.
-fn committed(kinds: &[&str], node: &str, attempt: u32) -> Option<u64> {
+/// The number of the committed event `kind` of `node`'s `attempt` in run `run`, if any.
+fn committed(run: &str, kinds: &[&str], node: &str, attempt: u32) -> Option<u64> {
     JOURNAL
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .iter()
-        .find(|(_, k, n, a)| {
-            kinds.contains(&k.as_str()) && n.as_deref() == Some(node) && *a == attempt
+        .filter(|(r, _, k, n, a)| {
+            r == run && kinds.contains(&k.as_str()) && n.as_deref() == Some(node) && *a == attempt
         })
-        .map(|(seq, ..)| *seq)
+        .map(|(_, seq, ..)| *seq)
+        .next()
 }
 
 /// A step of a nest instance, from its key: (the instance's path, the nest node at the top).
@@ -353,7 +407,10 @@ fn effect() -> u32 {
         return 1;
     };
     let key = attempt.key();
-    if let Some((path, top)) = instance_of(&key) {
+    let run = attempt.run().to_owned();
+    if run == RUN
+        && let Some((path, top)) = instance_of(&key)
+    {
         return effect_in_instance(&key, &path, &top, attempt.attempt());
     }
     let node = attempt.node();
@@ -367,12 +424,12 @@ fn effect() -> u32 {
             &["Completed", "Failed", "Retrying", "TimedOut"],
         ),
     };
-    let started = committed(start, node, attempt.attempt());
+    let started = committed(&run, start, node, attempt.attempt());
     let mut why = Vec::new();
     if started.is_none() {
         why.push(format!("ran before its `{}` was committed", start[0]));
     }
-    if let Some(seq) = committed(ends, node, attempt.attempt()) {
+    if let Some(seq) = committed(&run, ends, node, attempt.attempt()) {
         why.push(format!(
             "ran again after its end (event #{seq}) was committed"
         ));
@@ -384,7 +441,7 @@ fn effect() -> u32 {
         attempt.is_compensation(),
         &why,
     );
-    if let (Some(stop), Some(seq)) = (stop_point(), started)
+    if let (Some(stop), Some(seq)) = (stop_point(&run), started)
         && stop.when == When::Inside
         && seq >= stop.at
     {
@@ -430,8 +487,8 @@ fn effect_in_instance(key: &str, path: &str, top: &str, attempt: u32) -> u32 {
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .iter()
-        .filter(|(_, _, n, _)| n.as_deref() == Some(top))
-        .map(|(_, k, ..)| k.clone())
+        .filter(|(r, _, _, n, _)| r == RUN && n.as_deref() == Some(top))
+        .map(|(_, _, k, ..)| k.clone())
         .collect::<Vec<_>>();
     if !nest.iter().any(|k| k == "Requested") {
         why.push(format!("ran before `{top}`'s `Requested` was committed"));
@@ -469,10 +526,11 @@ impl<S: Store + Clone> CrashStore<S> {
         CrashStore { inner }
     }
 
-    /// The stop point if a batch whose events end before `end` reaches it in `when` (it holds
-    /// the event `k` or, in a resumed process that starts past `k`, the first after it).
-    fn reaches(end: u64, when: When) -> Option<u64> {
-        stop_point()
+    /// The stop point if a batch of run `run` whose events end before `end` reaches it in
+    /// `when` (it holds the event `k` or, in a resumed process that starts past `k`, the first
+    /// after it).
+    fn reaches(run: &str, end: u64, when: When) -> Option<u64> {
+        stop_point(run)
             .filter(|stop| stop.when == when && end > stop.at)
             .map(|stop| stop.at)
     }
@@ -481,15 +539,16 @@ impl<S: Store + Clone> CrashStore<S> {
 impl<S: Store + Clone> Store for CrashStore<S> {
     fn create_run(&self, run: NewRun) -> StoreFuture<'_, Created> {
         let end = run.events.len() as u64;
-        if let Some(at) = Self::reaches(end, When::Before) {
+        let id = run.id.clone();
+        if let Some(at) = Self::reaches(&id, end, When::Before) {
             park(at);
         }
         let events = run.events.clone();
         Box::pin(async move {
             let created = self.inner.create_run(run).await?;
             if let Created::New { .. } = created {
-                remember(&events);
-                if let Some(at) = Self::reaches(end, When::After) {
+                remember(&id, &events);
+                if let Some(at) = Self::reaches(&id, end, When::After) {
                     park(at);
                 }
             }
@@ -504,7 +563,7 @@ impl<S: Store + Clone> Store for CrashStore<S> {
     ) -> StoreFuture<'a, Loaded> {
         Box::pin(async move {
             let loaded = self.inner.load_run(run, owner, lease).await?;
-            remember(&loaded.events);
+            remember(run, &loaded.events);
             remember_ends(loaded.outputs.iter().map(|o| o.instance.as_str()));
             if !loaded.waits.is_empty() {
                 // The step waited in a process that was killed: say it again, in case the
@@ -525,7 +584,8 @@ impl<S: Store + Clone> Store for CrashStore<S> {
     }
     fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
         let end = batch.end_seq();
-        if let Some(at) = Self::reaches(end, When::Before) {
+        let run = batch.run.clone();
+        if let Some(at) = Self::reaches(&run, end, When::Before) {
             park(at);
         }
         let waits = batch
@@ -539,12 +599,12 @@ impl<S: Store + Clone> Store for CrashStore<S> {
             // batch, and a step whose `Requested` is in it must wait for that batch.
             tokio::time::sleep(COMMIT).await;
             let committed = self.inner.commit(batch).await?;
-            remember(&events);
+            remember(&run, &events);
             remember_ends(ends.iter().map(String::as_str));
             if waits {
                 println!("WAITING");
             }
-            if let Some(at) = Self::reaches(end, When::After) {
+            if let Some(at) = Self::reaches(&run, end, When::After) {
                 park(at);
             }
             Ok(committed)
@@ -569,5 +629,21 @@ impl<S: Store + Clone> Store for CrashStore<S> {
     }
     fn release<'a>(&'a self, owner: &'a Owner, held: &'a [Lease]) -> StoreFuture<'a, ()> {
         self.inner.release(owner, held)
+    }
+    fn reopen<'a>(&'a self, run: &'a str, marker: StoredEvent) -> StoreFuture<'a, RunSummary> {
+        // The marker that reopens an undone child is a boundary of the child's journal too.
+        let end = marker.seq + 1;
+        if let Some(at) = Self::reaches(run, end, When::Before) {
+            park(at);
+        }
+        let events = vec![marker.clone()];
+        Box::pin(async move {
+            let reopened = self.inner.reopen(run, marker).await?;
+            remember(run, &events);
+            if let Some(at) = Self::reaches(run, end, When::After) {
+                park(at);
+            }
+            Ok(reopened)
+        })
     }
 }

@@ -130,7 +130,7 @@ fn is_postgres(db: &str) -> bool {
 /// binary, `Cli::new().register::<Order>()` in a binary of the user's.
 #[derive(Default)]
 pub struct Cli {
-    workflows: BTreeMap<&'static str, Registered>,
+    workflows: BTreeMap<String, Registered>,
 }
 
 /// What the command line can do with a workflow registered in its binary.
@@ -200,7 +200,7 @@ pub enum CliError {
         /// Its workflow.
         workflow: String,
         /// The workflows this binary knows.
-        known: Vec<&'static str>,
+        known: Vec<String>,
     },
     /// The run's status (or its history) does not allow the operation: a redrive of a run
     /// that did not fail and was not cancelled, or whose compensations ran; a cancel,
@@ -334,7 +334,7 @@ impl Cli {
     /// Registers `W`: `flow resume` resumes its runs in this process.
     pub fn register<W: DurableWorkflow>(mut self) -> Cli {
         self.workflows.insert(
-            W::GRAPH.name(),
+            W::durable_name().into_owned(),
             Registered {
                 resume: resume_erased::<W>,
                 check: W::__check_signal,
@@ -476,7 +476,7 @@ impl Cli {
             return Err(CliError::Unregistered {
                 run: run.id,
                 workflow: run.workflow,
-                known: self.workflows.keys().copied().collect(),
+                known: self.workflows.keys().cloned().collect(),
             });
         };
         let outcome = resume(opened, id).await.map_err(CliError::Resume)?;
@@ -1076,7 +1076,7 @@ struct ShowArgs<'a> {
     /// Whether to follow the run to its end, looking this often for new events.
     follow: Option<Duration>,
     /// The workflows this binary knows: their signals are checked against the run's.
-    workflows: &'a BTreeMap<&'static str, Registered>,
+    workflows: &'a BTreeMap<String, Registered>,
 }
 
 /// What `show` says of an unconsumed signal: `None` while a step of the run may still take
@@ -1085,7 +1085,7 @@ struct ShowArgs<'a> {
 fn signal_note(
     run: &RunSummary,
     signal: &StoredSignal,
-    workflows: &BTreeMap<&'static str, Registered>,
+    workflows: &BTreeMap<String, Registered>,
 ) -> Option<String> {
     if run.status.is_finished() {
         return Some("expired: the run ended without taking it".to_owned());
@@ -1577,7 +1577,7 @@ async fn send(
     store: &dyn Store,
     path: &Path,
     SignalArgs { id, name, payload }: SignalArgs<'_>,
-    workflows: &BTreeMap<&'static str, Registered>,
+    workflows: &BTreeMap<String, Registered>,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let value: Value = serde_json::from_str(payload).map_err(|error| CliError::BadPayload {

@@ -112,7 +112,7 @@ pub(crate) async fn run(
     sub: &ArgMatches,
     opened: &Opened,
     path: &Path,
-    workflows: &BTreeMap<&'static str, Registered>,
+    workflows: &BTreeMap<String, Registered>,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let reason = sub
@@ -162,7 +162,7 @@ async fn cancel(
     path: &Path,
     id: &str,
     reason: Option<&str>,
-    workflows: &BTreeMap<&'static str, Registered>,
+    workflows: &BTreeMap<String, Registered>,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let store = opened.store();

@@ -149,7 +149,7 @@ pub mod __private {
     pub use crate::durable::child::{durable_child, undo_child};
     #[cfg(feature = "durable")]
     pub use crate::durable::generated::{
-        assert_durable, complete_durable, restore_output, restoring,
+        assert_durable, complete_durable, generic_name, restore_output, restoring, type_argument,
     };
     #[cfg(feature = "durable")]
     pub use crate::durable::nested::{

@@ -110,7 +110,7 @@ const MAX_RUNS: usize = 64;
 #[must_use = "a worker does nothing until `resume_due` or `run` is awaited"]
 pub struct Worker<S> {
     store: S,
-    workflows: HashMap<&'static str, Registered<S>>,
+    workflows: HashMap<String, Registered<S>>,
     interval: Duration,
     max_runs: usize,
     unload: Option<Duration>,
@@ -197,7 +197,8 @@ impl<S: Store + Clone> Worker<S> {
         }
     }
 
-    /// Registers `W`: the worker resumes the runs of `W` (by its name, `W::GRAPH.name()`).
+    /// Registers `W`: the worker resumes the runs of `W` (by its name,
+    /// [`DurableWorkflow::durable_name`]).
     /// Runs of workflows no registered type knows are left alone.
     pub fn register<W: DurableWorkflow>(mut self) -> Worker<S> {
         let registered = Registered {
@@ -205,7 +206,8 @@ impl<S: Store + Clone> Worker<S> {
             execute: execute_erased::<W, S> as ExecuteFn<S>,
             graph_hash: graph_rows(&W::GRAPH).0,
         };
-        self.workflows.insert(W::GRAPH.name(), registered);
+        self.workflows
+            .insert(W::durable_name().into_owned(), registered);
         self
     }
 
@@ -278,8 +280,8 @@ impl<S: Store + Clone> Worker<S> {
     }
 
     /// The names of the registered workflows, sorted.
-    pub fn workflows(&self) -> Vec<&'static str> {
-        let mut names: Vec<_> = self.workflows.keys().copied().collect();
+    pub fn workflows(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.workflows.keys().map(String::as_str).collect();
         names.sort_unstable();
         names
     }
@@ -360,7 +362,7 @@ impl<S: Store + Clone> Worker<S> {
     fn versions(&self) -> Vec<WorkflowVersion> {
         self.workflows
             .iter()
-            .map(|(name, registered)| WorkflowVersion::new(*name, registered.graph_hash))
+            .map(|(name, registered)| WorkflowVersion::new(name.clone(), registered.graph_hash))
             .collect()
     }
 

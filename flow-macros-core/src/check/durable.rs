@@ -9,10 +9,10 @@ use crate::parse::{What, Workflow};
 /// What `#[flow(durable)]` does not support yet, and parameters that cannot be stored (a
 /// borrowed one): errors on the user's tokens.
 pub fn check(workflow: &Workflow, checked: &Checked, cx: &mut Ctxt) {
-    if let Some(param) = workflow.generics.params.first() {
+    if let Some(param) = workflow.generics.lifetimes().next() {
         cx.error(
             param.span(),
-            "a durable workflow cannot be generic: its runs are resumed by name, from its stored parameters",
+            "a durable workflow cannot declare a lifetime: its parameters are stored with the run and must be owned values",
         );
     }
     for param in &workflow.params {

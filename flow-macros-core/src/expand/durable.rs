@@ -18,18 +18,50 @@ pub fn durable_items(
     output_ty: &TokenStream,
     compensates: TokenStream,
 ) -> TokenStream {
+    if workflow.generics.lifetimes().next().is_some() {
+        // Refused (`check::durable`): nothing more to report about it.
+        return TokenStream::new();
+    }
     let name = &workflow.name;
     let vis = &workflow.vis;
     let input_ty = &input.ty;
     let lifetime = &input.lifetime;
-    let checks = workflow.params.iter().map(|p| {
-        let ty = &p.ty;
-        quote_spanned!(ty.span()=> #private::assert_durable::<#ty>();)
-    });
+    let generics = Generic::of(workflow);
+    // A type that names a type parameter is checked by a bound of the impl instead (it holds
+    // for some arguments only): its error is then at the use with the others.
+    let checks = workflow
+        .params
+        .iter()
+        .map(|p| &p.ty)
+        .filter(|ty| !generics.names(ty))
+        .map(|ty| quote_spanned!(ty.span()=> #private::assert_durable::<#ty>();));
     let output_check = workflow
         .output_ty
         .as_ref()
+        .filter(|ty| !generics.names(ty))
         .map(|ty| quote_spanned!(ty.span()=> #private::assert_durable::<#ty>();));
+    let (impl_generics, ty_generics, where_clause) = workflow.generics.split_for_impl();
+    let bounds = generics.bounds(workflow, private);
+    let durable_where = match (where_clause, bounds.is_empty()) {
+        (_, true) => quote!(#where_clause),
+        (clause, false) => {
+            let predicates = clause.iter().flat_map(|clause| clause.predicates.iter());
+            quote!(where #(#predicates,)* #(#bounds),*)
+        }
+    };
+    // The methods that need the impl say so: a generic workflow is durable for some arguments.
+    let needs_durable = match generics.is_generic() {
+        true => quote!(where Self: #private::DurableWorkflow),
+        false => TokenStream::new(),
+    };
+    let durable_name = generics.name_fn(private);
+    // Under `where Self: DurableWorkflow`, rustc does not see through `Self`'s `Output`: the
+    // methods of a generic workflow name it as the trait's.
+    let output_ty = match generics.is_generic() {
+        true => quote!(<Self as #private::Workflow>::Output),
+        false => output_ty.clone(),
+    };
+    let type_params: Vec<&syn::Ident> = generics.types.iter().chain(&generics.consts).collect();
     // Spanned on the parameters' type, so that the bound `Stored: Durable` is reported there
     // and not on the whole invocation.
     let stored_span = workflow
@@ -64,7 +96,7 @@ pub fn durable_items(
         };
 
         #[allow(unused_variables, clippy::all)]
-        impl #private::DurableWorkflow for #name {
+        impl #impl_generics #private::DurableWorkflow for #name #ty_generics #durable_where {
             #stored_item
 
             fn __input<#lifetime>(
@@ -75,6 +107,8 @@ pub fn durable_items(
             }
 
             #continues
+
+            #durable_name
 
             const __COMPENSATES: bool = #compensates;
 
@@ -87,7 +121,7 @@ pub fn durable_items(
         }
 
         #[allow(unused_variables, dead_code, clippy::all)]
-        impl #name {
+        impl #impl_generics #name #ty_generics #where_clause {
             /// Resumes the run `id` of this workflow from `store`: replays its journal
             /// (completed steps do not run again) and goes on.
             /// The future owns what it needs (a clone of the store): spawn it if you like.
@@ -96,7 +130,7 @@ pub fn durable_items(
                 id: &str,
             ) -> impl #private::Future<
                 Output = #private::Result<#private::Outcome<#output_ty>, #private::DurableError>,
-            > + use<S> {
+            > + use<S, #(#type_params),*> #needs_durable {
                 #private::resume::<Self, S>(store, id)
             }
 
@@ -111,9 +145,88 @@ pub fn durable_items(
                     )>,
                     #private::DurableError,
                 >,
-            > + 's {
+            > + 's #needs_durable {
                 #private::resume_all::<Self, S>(store)
             }
         }
+    }
+}
+
+/// The generic parameters of a durable workflow.
+struct Generic {
+    /// Its type parameters.
+    types: Vec<syn::Ident>,
+    /// Its const parameters.
+    consts: Vec<syn::Ident>,
+}
+
+impl Generic {
+    fn of(workflow: &Workflow) -> Generic {
+        Generic {
+            types: workflow
+                .generics
+                .type_params()
+                .map(|p| p.ident.clone())
+                .collect(),
+            consts: workflow
+                .generics
+                .const_params()
+                .map(|p| p.ident.clone())
+                .collect(),
+        }
+    }
+
+    fn is_generic(&self) -> bool {
+        !self.types.is_empty() || !self.consts.is_empty()
+    }
+
+    /// Whether `ty` names one of the type parameters.
+    fn names(&self, ty: &syn::Type) -> bool {
+        fn any(tokens: TokenStream, names: &[syn::Ident]) -> bool {
+            tokens.into_iter().any(|token| match token {
+                proc_macro2::TokenTree::Ident(ident) => names.contains(&ident),
+                proc_macro2::TokenTree::Group(group) => any(group.stream(), names),
+                _ => false,
+            })
+        }
+        any(quote!(#ty), &self.types)
+    }
+
+    /// The bounds of the `DurableWorkflow` impl of a generic workflow: each type parameter
+    /// outlives every run (`'static`), and each parameter and output type that names one can
+    /// be stored.
+    fn bounds(&self, workflow: &Workflow, private: &TokenStream) -> Vec<TokenStream> {
+        let mut bounds: Vec<TokenStream> = self.types.iter().map(|t| quote!(#t: 'static)).collect();
+        let stored = workflow
+            .params
+            .iter()
+            .map(|p| &p.ty)
+            .chain(workflow.output_ty.as_ref())
+            .filter(|ty| self.names(ty));
+        bounds.extend(stored.map(|ty| quote_spanned!(ty.span()=> #ty: #private::Durable)));
+        bounds
+    }
+
+    /// `DurableWorkflow::durable_name` for a generic workflow: its name with its arguments.
+    fn name_fn(&self, private: &TokenStream) -> Option<TokenStream> {
+        if !self.is_generic() {
+            return None;
+        }
+        let types = self
+            .types
+            .iter()
+            .map(|t| quote!(#private::type_argument::<#t>()));
+        let consts = self
+            .consts
+            .iter()
+            .map(|c| quote!(::std::string::ToString::to_string(&#c)));
+        Some(quote! {
+            fn durable_name() -> ::std::borrow::Cow<'static, str> {
+                #private::generic_name(
+                    <Self as #private::Workflow>::GRAPH.name(),
+                    &[#(#types,)* #(#consts,)*],
+                )
+            }
+        })
     }
 }

@@ -80,3 +80,58 @@ where
 /// A compile-time check that a value can be stored: generated code calls it on each
 /// parameter type and the output type of a durable workflow, spanned on the type.
 pub fn assert_durable<T: Durable>() {}
+
+/// The name of a generic durable workflow's runs: `base<arg, ..>`
+/// ([`DurableWorkflow::durable_name`](super::DurableWorkflow::durable_name)). Called by
+/// generated code.
+pub fn generic_name(base: &str, args: &[String]) -> std::borrow::Cow<'static, str> {
+    std::borrow::Cow::Owned(format!("{base}<{}>", args.join(", ")))
+}
+
+/// A type argument of a generic durable workflow as its runs' name writes it: its type name
+/// without module paths (`Vec<Email>` for `alloc::vec::Vec<my_app::Email>`). Called by
+/// generated code.
+pub fn type_argument<T: ?Sized>() -> String {
+    short_type_name(std::any::type_name::<T>())
+}
+
+/// `full` (a type's name) with every path cut to its last segment.
+fn short_type_name(full: &str) -> String {
+    let mut out = String::with_capacity(full.len());
+    let mut segment = String::new();
+    let mut chars = full.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == ':' && chars.peek() == Some(&':') {
+            chars.next();
+            segment.clear();
+        } else if c.is_alphanumeric() || c == '_' {
+            segment.push(c);
+        } else {
+            out.push_str(&segment);
+            segment.clear();
+            out.push(c);
+        }
+    }
+    out.push_str(&segment);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::short_type_name;
+
+    #[test]
+    fn type_names_lose_their_module_paths() {
+        assert_eq!(short_type_name("u32"), "u32");
+        assert_eq!(short_type_name("alloc::string::String"), "String");
+        assert_eq!(
+            short_type_name("alloc::vec::Vec<my_app::jobs::Email>"),
+            "Vec<Email>"
+        );
+        assert_eq!(
+            short_type_name("(u8, core::option::Option<alloc::string::String>)"),
+            "(u8, Option<String>)"
+        );
+        assert_eq!(short_type_name("[u8; 4]"), "[u8; 4]");
+    }
+}

@@ -335,11 +335,11 @@ pub fn send_signal_json<'s, W: DurableWorkflow, S: Store + ?Sized>(
         let Some(summary) = found.into_iter().next() else {
             return Err(DurableError::Store(StoreError::NotFound { run }));
         };
-        if summary.workflow != W::GRAPH.name() {
+        if summary.workflow != W::durable_name() {
             return Err(refuse(format!(
                 "it is a run of `{}`, not of `{}`",
                 summary.workflow,
-                W::GRAPH.name()
+                W::durable_name()
             )));
         }
         let signal = NewSignal {

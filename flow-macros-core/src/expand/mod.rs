@@ -75,8 +75,8 @@ pub fn workflow(input: TokenStream) -> TokenStream {
         workflow.durable.is_some(),
     );
     let checked = check::check(&workflow, dag, &mut cx);
-    if let (Some(checked), Some(_)) = (&checked, &workflow.durable) {
-        check::durable::check(&workflow, checked, &mut cx);
+    if checked.is_some() && workflow.durable.is_some() {
+        check::durable::check(&workflow, &mut cx);
     }
     match (checked, cx.has_errors()) {
         (Some(checked), false) => generate(&workflow, &checked, &input, keys),

@@ -95,7 +95,9 @@ pub fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
     // `on_failure = collect` output in a form of its own), and restored instead of running.
     let durable = names.workflow.durable.is_some();
     let collect = matches!(&nest.step.what, What::ForEach(each) if each.collect);
-    // (`min` with `rest = run` is refused in a durable workflow: `check::durable`.)
+    // `min` with `rest = run`: the node completes at the settle while its driver runs on.
+    let lingers =
+        matches!(&nest.step.what, What::ForEach(each) if each.min.is_some() && !each.rest_cancel);
     let complete = match (durable, collect) {
         (false, _) => quote!(complete_nest),
         (true, false) => quote!(complete_durable_nest),
@@ -148,13 +150,27 @@ pub fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
                     }
                 },
             };
-            quote! {
-                if let ::core::option::Option::Some(__flow_restored) = #restored {
-                    #summary
-                    return __flow_restored;
-                }
+            match lingers {
+                // Its output restored, its driver runs again: the instances whose end was
+                // stored come back from the store (and make its summary), the others run on.
+                true => quote! {
+                    if let ::core::option::Option::Some(__flow_restored) = #restored {
+                        if __flow_restored.is_err() {
+                            return __flow_restored;
+                        }
+                    }
+                },
+                false => quote! {
+                    if let ::core::option::Option::Some(__flow_restored) = #restored {
+                        #summary
+                        return __flow_restored;
+                    }
+                },
             }
         }
+        (true, None) if lingers => quote! {
+            let _ = #private::restoring();
+        },
         (true, None) => quote! {
             if #private::restoring() {
                 return #private::Result::Ok(());
@@ -163,12 +179,21 @@ pub fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
     };
     // `min` with `rest = run`: the driver puts the output in the slot itself, at the settle,
     // and the node completes then while its driver lingers.
-    let put = match &node.name {
-        Some(_) => {
+    let put = match (&node.name, durable) {
+        (Some(_), false) => {
             let slot = names.slot(id);
             quote!(move |__flow_output| #slot.put(__flow_output))
         }
-        None => quote!(::core::mem::drop),
+        // Journaled with the node's completion, and not put again by a restored node's driver.
+        (Some(_), true) => {
+            let slot = names.slot(id);
+            let settle = match collect {
+                true => quote!(settle_durable_collect),
+                false => quote!(settle_durable_nest),
+            };
+            quote!(move |__flow_output| #private::#settle(#slot, __flow_output))
+        }
+        (None, _) => quote!(::core::mem::drop),
     };
     // A durable nest's instance records its end, and a resumed run takes it from there
     // (`journaled_instance`), spanned on the nest's keyword: an output that cannot be stored

@@ -1035,6 +1035,10 @@ impl Hook for Journal {
         Journal::compensating(self);
     }
 
+    fn lingering_ctx(&self, name: &'static str, attempt: u32) -> Option<AttemptCtx> {
+        Some(self.ctx(name, attempt, true))
+    }
+
     fn before_compensation(
         &mut self,
         node: u32,
@@ -1469,7 +1473,11 @@ fn restore(run: &mut Run<'_, '_>, node: u32) {
         )),
         Err(payload) => Err(NodeError::Panicked(panic_message(payload))),
     };
-    run.leaf(node).stop();
+    // A restored `ForEach` whose other instances run on after `min` keeps its driver: the
+    // instances whose end was not stored run again.
+    if !(result.is_ok() && run.lingers(node)) {
+        run.leaf(node).stop();
+    }
     run.end_attempt(node);
     match result {
         Ok(()) => run.complete(node),

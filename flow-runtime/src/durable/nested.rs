@@ -337,6 +337,35 @@ pub fn complete_durable_nest<T: Durable>(
     Ok(())
 }
 
+/// The settle of a durable `ForEach` whose other instances run on after `min` (`rest =
+/// run`): puts the output in the node's slot and hands its JSON to the scheduler, which
+/// journals it with the node's completion. A node restored from the store has its output in
+/// the slot already (its driver runs again only for the instances whose end was not stored):
+/// the settle of that driver is dropped. Called by generated code.
+pub fn settle_durable_nest<T: Durable>(slot: &Slot<T>, value: T) {
+    if slot.get().is_some() {
+        return;
+    }
+    // An output that cannot be stored is not journaled: the node runs again on resume.
+    let _ = capture(&value, std::any::type_name::<T>());
+    slot.put(value);
+}
+
+/// [`settle_durable_nest`] for an `on_failure = collect` output.
+pub fn settle_durable_collect<O: Durable>(
+    slot: &Slot<Vec<Result<O, WorkflowError>>>,
+    value: Vec<Result<O, WorkflowError>>,
+) {
+    if slot.get().is_some() {
+        return;
+    }
+    let _ = capture(
+        &collected(&value),
+        std::any::type_name::<Vec<Result<O, WorkflowError>>>(),
+    );
+    slot.put(value);
+}
+
 /// The stored form of an `on_failure = collect` output.
 fn collected<O: Serialize>(value: &[Result<O, WorkflowError>]) -> Vec<Ended<&O>> {
     value

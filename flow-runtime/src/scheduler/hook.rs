@@ -95,6 +95,18 @@ pub(crate) trait Hook: Any + Send {
         0
     }
 
+    /// The context to poll the lingering driver of nest node `name` in (`min` with `rest =
+    /// run`: its instances run on after the node completed): the attempt `attempt` that
+    /// completed it, so that its instances keep their keys and their ends are recorded.
+    #[cfg(feature = "durable")]
+    fn lingering_ctx(
+        &self,
+        _name: &'static str,
+        _attempt: u32,
+    ) -> Option<crate::attempt::AttemptCtx> {
+        None
+    }
+
     /// The calls that act on the run.
     fn steps(&self) -> &'static dyn Steps;
 
@@ -421,6 +433,20 @@ impl<'r, 'l> Run<'r, 'l> {
     pub(crate) fn drop_out(&mut self) {
         self.scheduler.recording = None;
         self.cancel(CancelReason::Token);
+    }
+
+    /// Whether nest node `node`'s driver runs on after the node completed (`min` with `rest =
+    /// run`).
+    pub(crate) fn lingers(&self, node: u32) -> bool {
+        let Some(home) = self.scheduler.nest_home.as_deref() else {
+            return false;
+        };
+        let nests = self.scheduler.graph.plan.control.nests;
+        nests
+            .binary_search_by_key(&node, |n| n.node)
+            .ok()
+            .and_then(|place| home.shared[place].as_ref())
+            .is_some_and(|shared| shared.lingering())
     }
 
     /// Whether a nest node that completed still has a driver running.

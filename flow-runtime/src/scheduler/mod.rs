@@ -705,6 +705,8 @@ impl Scheduler {
         let nodes = &self.nodes;
         #[cfg(feature = "durable")]
         let keys = self.keys.as_deref();
+        #[cfg(feature = "durable")]
+        let hook = self.hook.as_deref();
         let Some(home) = self.nest_home.as_deref_mut() else {
             return;
         };
@@ -719,11 +721,18 @@ impl Scheduler {
                 }))
             };
             #[cfg(feature = "durable")]
-            if let Some(keys) = keys {
+            {
+                // A plain run inside a durable step, or a durable run: its keys.
                 let name = graph.nodes[node as usize].name;
-                let ctx = keys.ctx(name, nodes[node as usize].attempt);
-                let (polled, _) = crate::attempt::with_attempt(ctx, poll);
-                return polled.is_ok_and(|poll| poll.is_pending());
+                let attempt = nodes[node as usize].attempt;
+                let ctx = match keys {
+                    Some(keys) => Some(keys.ctx(name, attempt)),
+                    None => hook.and_then(|hook| hook.lingering_ctx(name, attempt)),
+                };
+                if let Some(ctx) = ctx {
+                    let (polled, _) = crate::attempt::with_attempt(ctx, poll);
+                    return polled.is_ok_and(|poll| poll.is_pending());
+                }
             }
             let _ = (graph, nodes);
             poll().is_ok_and(|poll| poll.is_pending())

@@ -364,9 +364,9 @@ async fn a_cancelled_parent_cancels_its_child() {
     );
 }
 
-/// A distributed parent: the child is distributed too, its operations tasks that the worker
-/// executes, the parent's and the child's alike; the worker does not take the child as a run
-/// of its own while the parent drives it.
+/// A distributed parent: the child is distributed too, handed to the workers: a worker that
+/// registered the child decides it as a run of its own, its operations are tasks, and the
+/// parent's step takes the child's output once it has ended.
 #[tokio::test]
 async fn a_distributed_parent_runs_a_distributed_child() {
     let store = MemoryStore::new();
@@ -402,9 +402,13 @@ async fn a_distributed_parent_runs_a_distributed_child() {
     let options = String::from_utf8_lossy(&child.options).into_owned();
     assert!(options.contains(r#""distributed":true"#), "{options}");
     assert!(
-        report.resumed.iter().all(|r| r.run != "o-5/shipped"),
-        "the worker did not take the child as its own: {:?}",
+        report.resumed.iter().any(|r| r.run == "o-5/shipped"),
+        "a worker decided the child as a run of its own: {:?}",
         report.resumed
+    );
+    assert_eq!(
+        status(&store, "o-5/shipped").await,
+        Some(RunStatus::Succeeded)
     );
     let outcome = resume::<flows::Order, _>(&store, "o-5")
         .await
@@ -511,4 +515,57 @@ async fn a_child_whose_parent_ended_cancels_itself_when_loaded() {
         "its last step did not run: {:?}",
         what_ran("o-8/shipped")
     );
+}
+
+/// Any worker decides a distributed parent's child: here a worker that knows only the child
+/// decides it (and executes its tasks), while another, which knows only the parent, decides
+/// the parent, whose step waits for the child's end.
+#[tokio::test]
+async fn a_distributed_child_is_decided_by_a_worker_that_knows_it() {
+    let store = MemoryStore::new();
+    let ended = flows::Order::runner()
+        .durable(&store, "o-6")
+        .distributed()
+        .submit(8)
+        .await
+        .expect("submitted");
+    assert!(ended.is_unloaded(), "{ended:?}");
+    let parents = flowdag::Worker::new(store.clone())
+        .register::<flows::Order>()
+        .poll_interval(Duration::from_millis(5));
+    let children = flowdag::Worker::new(store.clone())
+        .register::<flows::Ship>()
+        .poll_interval(Duration::from_millis(5));
+    let done = |store: MemoryStore| async move {
+        while status(&store, "o-6").await != Some(RunStatus::Succeeded) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    let (parents, children) = tokio::time::timeout(Duration::from_secs(20), async {
+        tokio::join!(
+            parents.run(done(store.clone())),
+            children.run(done(store.clone()))
+        )
+    })
+    .await
+    .expect("the workers finish the run within 20 s");
+    let (parents, children) = (
+        parents.expect("the store answers"),
+        children.expect("the store answers"),
+    );
+    assert!(
+        children.resumed.iter().any(|r| r.run == "o-6/shipped"),
+        "the child's worker decided it: {:?}",
+        children.resumed
+    );
+    assert!(
+        parents.resumed.iter().all(|r| r.run != "o-6/shipped"),
+        "the parent's worker did not: {:?}",
+        parents.resumed
+    );
+    assert_eq!(what_ran("o-6/shipped"), ["pack", "send"]);
+    let outcome = resume::<flows::Order, _>(&store, "o-6")
+        .await
+        .expect("reads the result");
+    assert_eq!(outcome.result.expect("succeeds"), (80 + 1 + 1) * 2);
 }

@@ -3,7 +3,8 @@
 //! the id `"{parent}/{step}"` (`"{parent}/{step}#{attempt}"` for a retry), its parent recorded
 //! with it. What the code `#[flow(durable)]` generates calls, re-exported by `__private` only.
 //!
-//! The parent's step awaits the child's run in its own process: the child's steps are
+//! The parent's step awaits the child's run in its own process (a distributed parent's, the
+//! child's end): the child's steps are
 //! journaled in the child's journal, the step's output (the child's) in the parent's. When the
 //! parent is resumed, a step that had completed is restored from the parent's journal (the
 //! child is not touched); a step that was running starts the child's run again, which resumes
@@ -12,7 +13,8 @@
 //! for. A parent that ends while a child of it has not (it was cancelled, or failed fast) asks
 //! the child to cancel ([`cancel_orphans`], and [`cancel_if_orphaned`] when the parent's
 //! process stopped before it could): the child's compensations run when a worker or a resume
-//! next drives it.
+//! next drives it. A distributed parent's child is handed to the workers instead
+//! ([`decided_anywhere`]), and a parent that compensates undoes its children ([`undo_child`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -145,14 +147,13 @@ pub fn durable_child<C: DurableWorkflow>(
 
 /// Undoes the child run of the `Workflow` step whose compensation is being polled (the
 /// compensation the macro gives every `Workflow(C(..))` step of a durable workflow whose child
-/// compensates): a child that succeeded is reopened to be undone ([`undo_run`]) and driven
+/// compensates): a child that succeeded is reopened to be undone (its journal cut before its
+/// end, with the order to cancel itself once replayed) and driven
 /// here, under the parent's child owner, until it has run its compensations. `Ok` when the
 /// child ended undone (`cancelled`), when it was undone before (a compensation that runs
 /// again after a crash), or when the store has no such run (deleted: nothing to undo); the
 /// compensation's error when one of the child's compensations failed for good, or when the
 /// child could not be driven. Called by generated code.
-///
-/// [`undo_run`]: super::operations::undo_run
 pub fn undo_child<C: DurableWorkflow>() -> impl Future<Output = Result<(), NodeError>> {
     let found = CURRENT.with(|c| {
         let c = c.borrow();
@@ -289,15 +290,73 @@ pub(crate) struct Spec {
 }
 
 /// The child's run under its own id, held by the parent's owner, its parent stored with its
-/// options.
-fn start<C: DurableWorkflow>(spec: Spec, input: C::Stored) -> impl Future<Output = Ran<C::Output>> {
+/// options. A distributed parent's child is handed to the workers ([`decided_anywhere`]).
+async fn start<C: DurableWorkflow>(spec: Spec, input: C::Stored) -> Ran<C::Output> {
+    if spec.distributed {
+        return decided_anywhere::<C>(spec, input).await;
+    }
     DurableRunner::<C> {
         owner: spec.owner,
-        distributed: spec.distributed,
+        distributed: false,
         parent: Some(spec.parent),
         ..DurableRunner::new(crate::options::RunOptions::default(), spec.store, spec.id)
     }
     .execute(input)
+    .await
+}
+
+/// The longest wait between two looks at a distributed child's status.
+const LOOK_AT_MOST: Duration = Duration::from_millis(500);
+
+/// A distributed parent's child: submitted to the workers (created, its first decisions
+/// committed, then unloaded: any [`Worker`](crate::worker::Worker) that registered `C` decides it),
+/// unless it exists already (the step runs again after a stop); then its end is awaited,
+/// looking at its status with a growing interval (10 ms to 500 ms), and its outcome read back
+/// from the store (a finished run's resume runs nothing).
+async fn decided_anywhere<C: DurableWorkflow>(spec: Spec, input: C::Stored) -> Ran<C::Output> {
+    let filter = crate::store::RunFilter {
+        id: Some(spec.id.clone()),
+        ..crate::store::RunFilter::default()
+    };
+    let exists = !spec.store.list_runs(&filter).await?.is_empty();
+    if !exists {
+        let submitted = DurableRunner::<C> {
+            owner: spec.owner.clone(),
+            distributed: true,
+            parent: Some(spec.parent.clone()),
+            ..DurableRunner::new(
+                crate::options::RunOptions::default(),
+                Arc::clone(&spec.store),
+                spec.id.clone(),
+            )
+        }
+        .submit(input)
+        .await?;
+        if let super::Ended::Finished(outcome) = submitted {
+            return Ok(outcome);
+        }
+    }
+    let mut look = Duration::from_millis(10);
+    loop {
+        let runs = spec.store.list_runs(&filter).await?;
+        match runs.first() {
+            Some(run) if run.status.is_finished() => break,
+            Some(_) => {}
+            None => {
+                return Err(DurableError::Store(StoreError::NotFound {
+                    run: spec.id.clone(),
+                }));
+            }
+        }
+        tokio::time::sleep(look).await;
+        look = (look * 2).min(LOOK_AT_MOST);
+    }
+    let holder = super::Holder {
+        owner: spec.owner,
+        lease: LEASE,
+        mailbox: None,
+    };
+    super::resume_in::<C, Outcome<C::Output>>(spec.store, spec.id, (None, None), Some(holder)).await
 }
 
 enum State {

@@ -1,7 +1,8 @@
-//! A durable order saga on a SQLite file: reserve the stock, charge the card, wait, ship. When
-//! shipping fails, the run undoes what it did, in reverse order: it refunds the charge, then
-//! releases the stock. Kill it midway, run it again, and it goes on where it stopped, without
-//! reserving or charging twice.
+//! A durable order saga on a SQLite file: reserve the stock (a child run of its own, `Stock`),
+//! charge the card, wait, ship. When shipping fails, the run undoes what it did, in reverse
+//! order: it refunds the charge, then undoes its child run, which releases the stock in its own
+//! journal. Kill it midway, run it again, and it goes on where it stopped, without reserving or
+//! charging twice.
 //!
 //! ```text
 //! cargo run -p flow-durable --example durable_order -- --fresh   # starts orders 42 and 43; kill it during the 3 s
@@ -44,7 +45,7 @@ impl std::error::Error for Refused {}
 /// one request per key.
 fn effect(what: &str) {
     if let Some(attempt) = attempt() {
-        println!("  {:<9} {what:<13} key {}", attempt.run(), attempt.key());
+        println!("  {:<14} {what:<13} key {}", attempt.run(), attempt.key());
     }
 }
 
@@ -79,10 +80,20 @@ async fn ship(order: u64, reservation: &str) -> Result<String, Refused> {
 }
 
 workflow! {
+    /// Holds the order's stock: a child run of each order (`order-42/stock`), undone (its
+    /// stock released) when its order compensates.
+    #[flow(durable)]
+    Stock(order: u64) -> String {
+        held = Operation(reserve(order), compensate = release(&held))
+        => held.clone()
+    }
+}
+
+workflow! {
     #[flow(durable)]
     Order(order: u64) -> String {
         Sequential {
-            stock = Operation(reserve(order), compensate = release(&stock)),
+            stock = Workflow(Stock(order)),
             receipt = Operation(charge(order), compensate = refund(&receipt)),
             Delay("3s"),
             parcel = Operation(ship(order, &stock)),

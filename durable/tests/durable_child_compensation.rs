@@ -99,6 +99,17 @@ async fn confirm(reserved: u64) -> Result<u64, Refused> {
     Ok(reserved)
 }
 
+/// Fails in the first child run of a step (`t-6/booked`), confirms in its retry's
+/// (`t-6/booked#2`).
+async fn confirm_on_retry(reserved: u64) -> Result<u64, Refused> {
+    ran("confirm_on_retry");
+    let retry = flowdag::attempt().is_some_and(|a| a.run().contains('#'));
+    match retry {
+        true => Ok(reserved),
+        false => Err(Refused),
+    }
+}
+
 /// Refuses payments over 100.
 async fn pay(booked: u64) -> Result<u64, Refused> {
     ran("pay");
@@ -131,6 +142,31 @@ mod flows {
             Sequential {
                 charged = Operation(charge(order), compensate = refund(&charged)),
                 booked = Workflow(Book(charged)),
+                paid = Operation(pay(booked)),
+            }
+            => paid
+        }
+    }
+
+    workflow! {
+        /// As `Book`, failing in its step's first child run.
+        #[flow(durable)]
+        pub BookOnRetry(amount: u64) -> u64 {
+            Sequential {
+                reserved = Operation(reserve(amount), compensate = release(&reserved)),
+                confirmed = Operation(confirm_on_retry(reserved)),
+            }
+            => confirmed
+        }
+    }
+
+    workflow! {
+        /// Charges (nothing to undo), books as a child run that fails the first time, pays.
+        #[flow(durable)]
+        pub RetriedTrip(order: u64) -> u64 {
+            Sequential {
+                charged = Operation(charge(order)),
+                booked = Workflow(BookOnRetry(charged)),
                 paid = Operation(pay(booked)),
             }
             => paid
@@ -329,6 +365,52 @@ async fn a_child_whose_compensation_fails_fails_the_parents() {
     );
     assert_eq!(names("t-3/booked"), ["reserve", "confirm", "release_badly"]);
     assert!(!names("t-3").contains(&"refund".to_owned()));
+}
+
+/// The step failed with its first child; redriven, it succeeds in its second attempt, whose
+/// child run is `t-6/booked#2`: that child is the one undone when the payment fails (the
+/// first, which failed, compensated itself when it failed).
+#[tokio::test]
+async fn the_child_of_the_attempt_that_completed_the_step_is_undone() {
+    let store = MemoryStore::new();
+    let first = flows::RetriedTrip::runner()
+        .durable(&store, "t-6")
+        .execute(50)
+        .await
+        .expect("runs");
+    let error = first.result.expect_err("the first child fails");
+    assert!(
+        error.failures().iter().any(|f| f.node == "booked"),
+        "{error}"
+    );
+    flowdag::durable::redrive_run(&store, "t-6")
+        .await
+        .expect("redrives");
+    let outcome = resume::<flows::RetriedTrip, _>(&store, "t-6")
+        .await
+        .expect("resumes");
+    let error = outcome.result.expect_err("the payment is refused");
+    assert_eq!(
+        compensations(&error),
+        [("booked", true)],
+        "{:?}",
+        error.compensations()
+    );
+    assert_eq!(
+        names("t-6/booked"),
+        ["reserve", "confirm_on_retry", "release"],
+        "the failed first child compensated itself"
+    );
+    assert_eq!(
+        names("t-6/booked#2"),
+        ["reserve", "confirm_on_retry", "release"],
+        "the retry's child is undone"
+    );
+    assert_eq!(status(&store, "t-6/booked").await, Some(RunStatus::Failed));
+    assert_eq!(
+        status(&store, "t-6/booked#2").await,
+        Some(RunStatus::Cancelled)
+    );
 }
 
 /// Leases of 100 ms (a child run's 500 ms), so that the runs of a stopped process are free

@@ -193,3 +193,33 @@ async fn a_generic_workflow_is_a_child_run() {
         ["g-4/relayed/copied/1", "g-4/relayed/sent/1"]
     );
 }
+
+async fn batch<const N: usize>(item: &u32) -> Result<Vec<u32>, Never> {
+    Ok(vec![*item; N])
+}
+
+workflow! {
+    /// Generic over a const: its runs are stored under `Batch<3>`.
+    #[flow(durable)]
+    pub Batch<const N: usize>(item: u32, tag: Tagged<N>) -> Vec<u32> {
+        made = Operation(batch::<N>(&item))
+        => made.clone()
+    }
+}
+
+/// A parameter type that names the const parameter.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Tagged<const N: usize>(pub u32);
+
+#[tokio::test]
+async fn a_const_parameter_names_the_runs_too() {
+    assert_eq!(Batch::<3>::durable_name(), "Batch<3>");
+    let store = MemoryStore::new();
+    let outcome = Batch::<3>::runner()
+        .durable(&store, "g-5")
+        .execute((4, Tagged::<3>(1)))
+        .await
+        .expect("runs");
+    assert_eq!(outcome.result.expect("succeeds"), [4, 4, 4]);
+    assert_eq!(workflow_of(&store, "g-5").await, "Batch<3>");
+}

@@ -155,7 +155,7 @@ pub mod __private {
     pub use crate::durable::nested::{
         complete_durable_collect, complete_durable_nest, durable_source, durable_stream_source,
         instance_record, journaled_instance, restore_collect, restore_summary,
-        settle_durable_collect, settle_durable_nest,
+        settle_durable_collect, settle_durable_nest, settle_restored,
     };
     #[cfg(feature = "durable")]
     pub use crate::durable::stored_signals::{

@@ -180,7 +180,7 @@ impl Generic {
         !self.types.is_empty() || !self.consts.is_empty()
     }
 
-    /// Whether `ty` names one of the type parameters.
+    /// Whether `ty` names one of the generic parameters (a type or a const).
     fn names(&self, ty: &syn::Type) -> bool {
         fn any(tokens: TokenStream, names: &[syn::Ident]) -> bool {
             tokens.into_iter().any(|token| match token {
@@ -189,7 +189,8 @@ impl Generic {
                 _ => false,
             })
         }
-        any(quote!(#ty), &self.types)
+        let names: Vec<syn::Ident> = self.types.iter().chain(&self.consts).cloned().collect();
+        any(quote!(#ty), &names)
     }
 
     /// The bounds of the `DurableWorkflow` impl of a generic workflow: each type parameter

@@ -158,6 +158,7 @@ pub fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
                         if __flow_restored.is_err() {
                             return __flow_restored;
                         }
+                        #private::settle_restored(&#nest_ctx);
                     }
                 },
                 false => quote! {
@@ -169,7 +170,9 @@ pub fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
             }
         }
         (true, None) if lingers => quote! {
-            let _ = #private::restoring();
+            if #private::restoring() {
+                #private::settle_restored(&#nest_ctx);
+            }
         },
         (true, None) => quote! {
             if #private::restoring() {

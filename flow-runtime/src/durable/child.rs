@@ -196,6 +196,10 @@ async fn undo<C: DurableWorkflow>(
     id: String,
 ) -> Result<(), NodeError> {
     let failed = |why: String| NodeError::Failed(format!("undoing child run `{id}`: {why}").into());
+    // The store failed, or the child could not be driven (its graph changed, its replay
+    // diverged): not the compensation's failure. The journal stops the parent (as when a
+    // child stops in a forward step), and its resume undoes the child again.
+    let stopped = |error: DurableError| child_error(&id, error);
     let filter = crate::store::RunFilter {
         id: Some(id.clone()),
         ..crate::store::RunFilter::default()
@@ -205,7 +209,7 @@ async fn undo<C: DurableWorkflow>(
         let runs = store
             .list_runs(&filter)
             .await
-            .map_err(|error| failed(error.to_string()))?;
+            .map_err(|error| stopped(error.into()))?;
         let Some(summary) = runs.into_iter().next() else {
             // Deleted: nothing is left to undo.
             return Ok(());
@@ -214,7 +218,7 @@ async fn undo<C: DurableWorkflow>(
             RunStatus::Succeeded => {
                 super::operations::undo_run(&*store, &id)
                     .await
-                    .map_err(|error| failed(error.to_string()))?;
+                    .map_err(stopped)?;
             }
             // A generation that continued as new (the run under the id is another).
             RunStatus::Continued => return Ok(()),
@@ -245,7 +249,7 @@ async fn undo<C: DurableWorkflow>(
                         drives -= 1;
                         tokio::time::sleep(wait_for(until_ms)).await;
                     }
-                    Err(error) => return Err(failed(error.to_string())),
+                    Err(error) => return Err(stopped(error)),
                 }
             }
         }

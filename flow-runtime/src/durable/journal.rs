@@ -269,7 +269,10 @@ impl Journal {
             // Not the step's failure: this process cannot run it. Nothing more is written.
             return self.environment();
         }
-        if let EventKind::Failed { error } | EventKind::Retrying { error, .. } = &event.kind
+        if let EventKind::Failed { error }
+        | EventKind::Retrying { error, .. }
+        | EventKind::CompensationRetrying { error, .. }
+        | EventKind::CompensationFailed { error } = &event.kind
             && error.contains(child::CHILD_STOPPED)
             && !self.journaled_failure(event.node, error)
         {

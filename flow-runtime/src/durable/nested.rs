@@ -351,6 +351,13 @@ pub fn settle_durable_nest<T: Durable>(slot: &Slot<T>, value: T) {
     slot.put(value);
 }
 
+/// A restored `ForEach` whose other instances run on after `min`: its output is in its slot,
+/// so it is settled now, whatever its driver does (the node completes at once and the driver
+/// lingers, running the instances whose end was not stored). Called by generated code.
+pub fn settle_restored(nest: &NestCtx) {
+    nest.settle();
+}
+
 /// [`settle_durable_nest`] for an `on_failure = collect` output.
 pub fn settle_durable_collect<O: Durable>(
     slot: &Slot<Vec<Result<O, WorkflowError>>>,

@@ -183,8 +183,9 @@ async fn run_attempt<N: Nodes>(
     timeout: Option<std::time::Duration>,
 ) -> Option<Result<(), NodeError>> {
     let name = scheduler.graph.nodes[node as usize].name;
+    // The number of the attempt that completed it (recorded when it stopped running).
     let child = (scheduler.graph.nodes[node as usize].kind == crate::graph::NodeKind::Workflow)
-        .then(|| scheduler.nodes[node as usize].attempt);
+        .then(|| scheduler.attempt_of(node));
     let Some(hook) = scheduler.hook.as_deref_mut() else {
         // A plain run inside a durable step: the compensation's own key.
         #[cfg(feature = "durable")]

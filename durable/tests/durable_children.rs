@@ -524,7 +524,7 @@ async fn a_child_whose_parent_ended_cancels_itself_when_loaded() {
 async fn a_distributed_child_is_decided_by_a_worker_that_knows_it() {
     let store = MemoryStore::new();
     let ended = flows::Order::runner()
-        .durable(&store, "o-6")
+        .durable(&store, "o-9")
         .distributed()
         .submit(8)
         .await
@@ -537,7 +537,7 @@ async fn a_distributed_child_is_decided_by_a_worker_that_knows_it() {
         .register::<flows::Ship>()
         .poll_interval(Duration::from_millis(5));
     let done = |store: MemoryStore| async move {
-        while status(&store, "o-6").await != Some(RunStatus::Succeeded) {
+        while status(&store, "o-9").await != Some(RunStatus::Succeeded) {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     };
@@ -554,17 +554,17 @@ async fn a_distributed_child_is_decided_by_a_worker_that_knows_it() {
         children.expect("the store answers"),
     );
     assert!(
-        children.resumed.iter().any(|r| r.run == "o-6/shipped"),
+        children.resumed.iter().any(|r| r.run == "o-9/shipped"),
         "the child's worker decided it: {:?}",
         children.resumed
     );
     assert!(
-        parents.resumed.iter().all(|r| r.run != "o-6/shipped"),
+        parents.resumed.iter().all(|r| r.run != "o-9/shipped"),
         "the parent's worker did not: {:?}",
         parents.resumed
     );
-    assert_eq!(what_ran("o-6/shipped"), ["pack", "send"]);
-    let outcome = resume::<flows::Order, _>(&store, "o-6")
+    assert_eq!(what_ran("o-9/shipped"), ["pack", "send"]);
+    let outcome = resume::<flows::Order, _>(&store, "o-9")
         .await
         .expect("reads the result");
     assert_eq!(outcome.result.expect("succeeds"), (80 + 1 + 1) * 2);

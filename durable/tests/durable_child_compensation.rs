@@ -477,3 +477,56 @@ async fn a_parent_stopped_while_undoing_its_child_undoes_it_when_resumed() {
         Some(RunStatus::Cancelled)
     );
 }
+
+/// A distributed parent that compensates: a worker that knows both workflows decides the
+/// parent and its child; the parent's compensation undoes the child (reopened, then driven by
+/// whoever takes it: the parent's step or the worker), whose release runs once, in its own run.
+#[tokio::test]
+async fn a_distributed_parent_undoes_its_child() {
+    let store = MemoryStore::new();
+    let ended = flows::Trip::runner()
+        .durable(&store, "t-7")
+        .distributed()
+        .submit(50)
+        .await
+        .expect("submitted");
+    assert!(ended.is_unloaded(), "{ended:?}");
+    let worker = flowdag::Worker::new(store.clone())
+        .register::<flows::Trip>()
+        .register::<flows::Book>()
+        .poll_interval(Duration::from_millis(5));
+    let done = {
+        let store = store.clone();
+        async move {
+            loop {
+                let parent = status(&store, "t-7").await;
+                let child = status(&store, "t-7/booked").await;
+                if parent == Some(RunStatus::Failed) && child == Some(RunStatus::Cancelled) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), worker.run(done))
+        .await
+        .expect("the worker ends the run within 20 s")
+        .expect("the store answers");
+    let outcome = resume::<flows::Trip, _>(&store, "t-7")
+        .await
+        .expect("reads the result");
+    let error = outcome.result.expect_err("the payment is refused");
+    assert_eq!(compensations(&error), [("booked", true), ("charged", true)]);
+    let releases: Vec<(String, String)> = what_ran("t-7/booked")
+        .into_iter()
+        .filter(|(what, _)| what == "release")
+        .collect();
+    assert_eq!(
+        releases,
+        [(
+            "release".to_owned(),
+            "t-7/booked/reserved:compensate/1".to_owned()
+        )],
+        "the child's release ran once, in the child's run"
+    );
+}

@@ -46,6 +46,22 @@ pub(crate) fn sql_error(path: &Path, doing: &str, error: rusqlite::Error) -> Sto
             path: path.to_owned(),
             holder: None,
         },
+        // A file whose header asks for a newer file format than SQLite writes is opened read
+        // only: a damaged header (flow never writes one), not a file the system refuses.
+        Some(ErrorCode::ReadOnly) if newer_format(path) => StoreError::Corrupt {
+            path: path.to_owned(),
+            why: format!("{doing} it: {error} (its header asks for a newer file format)"),
+        },
         _ => StoreError::io(format!("{doing} `{}`", path.display()), error),
     }
+}
+
+/// Whether the file at `path` says, in its header's write or read version (bytes 18 and 19),
+/// a file format newer than the legacy (1) and WAL (2) ones SQLite writes.
+fn newer_format(path: &Path) -> bool {
+    use std::io::Read as _;
+    let mut header = [0u8; 20];
+    std::fs::File::open(path)
+        .and_then(|mut file| file.read_exact(&mut header))
+        .is_ok_and(|()| header[18] > 2 || header[19] > 2)
 }

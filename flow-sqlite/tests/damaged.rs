@@ -157,3 +157,29 @@ async fn a_damaged_constraint_is_corrupt() {
         "{err:?}"
     );
 }
+
+/// A header that asks for a newer file format (its write version byte damaged) makes SQLite
+/// open the file read only: a write is `Corrupt`, not an I/O error to try again.
+#[tokio::test]
+async fn a_header_asking_for_a_newer_format_is_corrupt() {
+    let dir = common::dir("damaged-header");
+    let path = stored_run(&dir).await;
+    let mut bytes = std::fs::read(&path).expect("reads the file");
+    bytes[18] = 3;
+    std::fs::write(&path, &bytes).expect("writes the file");
+    let store = SqliteStore::open_client(&path).expect("opens");
+    let signal = flowdag_store::NewSignal {
+        run: "order-1".into(),
+        name: "approve".into(),
+        payload: b"true".to_vec(),
+        mode: flowdag_store::SignalMode::Kept,
+    };
+    let err = store
+        .send_signal(signal)
+        .await
+        .expect_err("the file is read only");
+    assert!(
+        matches!(&err, StoreError::Corrupt { why, .. } if why.contains("newer file format")),
+        "{err:?}"
+    );
+}

@@ -142,14 +142,8 @@ async fn a_damaged_constraint_is_corrupt() {
          PRAGMA writable_schema = OFF;",
     );
     let store = SqliteStore::open_client(&path).expect("opens");
-    let signal = flowdag_store::NewSignal {
-        run: "order-1".into(),
-        name: "approve".into(),
-        payload: b"true".to_vec(),
-        mode: flowdag_store::SignalMode::Kept,
-    };
     let err = store
-        .send_signal(signal)
+        .send_signal(approve())
         .await
         .expect_err("the damaged CHECK");
     assert!(
@@ -168,18 +162,22 @@ async fn a_header_asking_for_a_newer_format_is_corrupt() {
     bytes[18] = 3;
     std::fs::write(&path, &bytes).expect("writes the file");
     let store = SqliteStore::open_client(&path).expect("opens");
-    let signal = flowdag_store::NewSignal {
-        run: "order-1".into(),
-        name: "approve".into(),
-        payload: b"true".to_vec(),
-        mode: flowdag_store::SignalMode::Kept,
-    };
     let err = store
-        .send_signal(signal)
+        .send_signal(approve())
         .await
         .expect_err("the file is read only");
     assert!(
         matches!(&err, StoreError::Corrupt { why, .. } if why.contains("newer file format")),
         "{err:?}"
     );
+}
+
+/// The signal the tests send to `order-1`.
+fn approve() -> flowdag_store::NewSignal {
+    flowdag_store::NewSignal {
+        run: "order-1".into(),
+        name: "approve".into(),
+        payload: b"true".to_vec(),
+        mode: flowdag_store::SignalMode::Kept,
+    }
 }

@@ -96,8 +96,7 @@ pub fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
     let durable = names.workflow.durable.is_some();
     let collect = matches!(&nest.step.what, What::ForEach(each) if each.collect);
     // `min` with `rest = run`: the node completes at the settle while its driver runs on.
-    let lingers =
-        matches!(&nest.step.what, What::ForEach(each) if each.min.is_some() && !each.rest_cancel);
+    let lingers = matches!(&nest.step.what, What::ForEach(each) if each.min.unwrap_or(0) > 0 && !each.rest_cancel);
     let complete = match (durable, collect) {
         (false, _) => quote!(complete_nest),
         (true, false) => quote!(complete_durable_nest),
@@ -302,7 +301,6 @@ pub fn node_statements(names: &Names<'_>, id: usize) -> TokenStream {
                     let max = each.max_concurrency.unwrap_or(0) as usize;
                     let min = each.min.unwrap_or(0) as usize;
                     let rest = each.rest_cancel;
-                    let lingers = min > 0 && !rest;
                     if lingers {
                         let name = quote::format_ident!("{}_into", driver.to_string());
                         driver = quote!(#name);

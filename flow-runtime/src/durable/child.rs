@@ -200,19 +200,13 @@ async fn undo<C: DurableWorkflow>(
     // diverged): not the compensation's failure. The journal stops the parent (as when a
     // child stops in a forward step), and its resume undoes the child again.
     let stopped = |error: DurableError| child_error(&id, error);
-    let filter = crate::store::RunFilter {
-        id: Some(id.clone()),
-        ..crate::store::RunFilter::default()
-    };
     let mut drives = 0;
     loop {
-        let runs = store
-            .list_runs(&filter)
-            .await
-            .map_err(|error| stopped(error.into()))?;
-        let Some(summary) = runs.into_iter().next() else {
+        let summary = match super::operations::one(&*store, &id).await {
+            Ok(summary) => summary,
             // Deleted: nothing is left to undo.
-            return Ok(());
+            Err(DurableError::Store(StoreError::NotFound { .. })) => return Ok(()),
+            Err(error) => return Err(stopped(error)),
         };
         match summary.status {
             RunStatus::Succeeded => {
@@ -220,8 +214,6 @@ async fn undo<C: DurableWorkflow>(
                     .await
                     .map_err(stopped)?;
             }
-            // A generation that continued as new (the run under the id is another).
-            RunStatus::Continued => return Ok(()),
             _ if drives >= UNDO_DRIVES => {
                 return Err(failed(format!(
                     "it is still `{}` after {UNDO_DRIVES} drives",
@@ -231,19 +223,7 @@ async fn undo<C: DurableWorkflow>(
             // Being undone, or undone (a finished run gives its end again, running nothing).
             _ => {
                 drives += 1;
-                let holder = super::Holder {
-                    owner: owner.clone(),
-                    lease: LEASE,
-                    mailbox: None,
-                };
-                let ran = super::resume_in::<C, Outcome<C::Output>>(
-                    Arc::clone(&store),
-                    id.clone(),
-                    (None, None),
-                    Some(holder),
-                )
-                .await;
-                match ran {
+                match resume_child::<C>(Arc::clone(&store), id.clone(), owner.clone()).await {
                     Ok(outcome) => return undone(outcome).map_err(failed),
                     Err(DurableError::Store(StoreError::Busy { until_ms, .. })) => {
                         drives -= 1;
@@ -318,11 +298,11 @@ const LOOK_AT_MOST: Duration = Duration::from_millis(500);
 /// looking at its status with a growing interval (10 ms to 500 ms), and its outcome read back
 /// from the store (a finished run's resume runs nothing).
 async fn decided_anywhere<C: DurableWorkflow>(spec: Spec, input: C::Stored) -> Ran<C::Output> {
-    let filter = crate::store::RunFilter {
-        id: Some(spec.id.clone()),
-        ..crate::store::RunFilter::default()
+    let exists = match super::operations::one(&*spec.store, &spec.id).await {
+        Ok(_) => true,
+        Err(DurableError::Store(StoreError::NotFound { .. })) => false,
+        Err(error) => return Err(error),
     };
-    let exists = !spec.store.list_runs(&filter).await?.is_empty();
     if !exists {
         let submitted = DurableRunner::<C> {
             owner: spec.owner.clone(),
@@ -341,26 +321,30 @@ async fn decided_anywhere<C: DurableWorkflow>(spec: Spec, input: C::Stored) -> R
         }
     }
     let mut look = Duration::from_millis(10);
-    loop {
-        let runs = spec.store.list_runs(&filter).await?;
-        match runs.first() {
-            Some(run) if run.status.is_finished() => break,
-            Some(_) => {}
-            None => {
-                return Err(DurableError::Store(StoreError::NotFound {
-                    run: spec.id.clone(),
-                }));
-            }
-        }
+    while !super::operations::one(&*spec.store, &spec.id)
+        .await?
+        .status
+        .is_finished()
+    {
         tokio::time::sleep(look).await;
         look = (look * 2).min(LOOK_AT_MOST);
     }
+    resume_child::<C>(spec.store, spec.id, spec.owner).await
+}
+
+/// Resumes child run `id` of `C` under `owner` (the parent's child owner), never unloaded: a
+/// run that has ended gives its end again, running nothing.
+fn resume_child<C: DurableWorkflow>(
+    store: Arc<dyn Store>,
+    id: String,
+    owner: Owner,
+) -> impl Future<Output = Ran<C::Output>> {
     let holder = super::Holder {
-        owner: spec.owner,
+        owner,
         lease: LEASE,
         mailbox: None,
     };
-    super::resume_in::<C, Outcome<C::Output>>(spec.store, spec.id, (None, None), Some(holder)).await
+    super::resume_in::<C, Outcome<C::Output>>(store, id, (None, None), Some(holder))
 }
 
 enum State {

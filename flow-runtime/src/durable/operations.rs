@@ -197,7 +197,10 @@ async fn holder<S: Store + ?Sized>(store: &S, run: &str) -> Result<Option<String
 }
 
 /// Run `run` as listed, looked up by id.
-async fn one<S: Store + ?Sized>(store: &S, run: &str) -> Result<RunSummary, DurableError> {
+pub(crate) async fn one<S: Store + ?Sized>(
+    store: &S,
+    run: &str,
+) -> Result<RunSummary, DurableError> {
     let filter = RunFilter {
         id: Some(run.to_owned()),
         ..RunFilter::default()

@@ -240,6 +240,7 @@ async fn a_watch_on_a_run_wakes_when_its_task_is_done() {
     batch.events = vec![requested];
     batch.tasks = vec![TaskChange::Open {
         node: 0,
+        instance: String::new(),
         attempt: 1,
     }];
     store.commit(batch).await.expect("commits");

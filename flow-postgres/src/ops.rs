@@ -11,7 +11,7 @@ use flowdag_store::{
     Owner, RunData, RunEnd, RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, StoreError,
     StoredEvent, StoredOutput, StoredPath, StoredSignal, StoredTimer, TaskChange, TaskClaim,
     TaskCommitted, TaskInputs, TaskOutcome, TaskResult, TimerChange, TimerKey, TimerKind,
-    WaitChange, WorkflowVersion,
+    WaitChange, WorkflowVersion, previous_instance,
 };
 use tokio_postgres::Row;
 
@@ -337,8 +337,8 @@ async fn open_signals(tx: &mut Tx<'_>, run: &str, after: u64) -> R<Vec<StoredSig
 }
 
 async fn results(tx: &mut Tx<'_>, run: &str) -> R<Vec<TaskResult>> {
-    const SQL: &str = "SELECT node, attempt, outcome, type_name, bytes, error FROM tasks
-        WHERE run = $1 AND status = 'done' ORDER BY node";
+    const SQL: &str = "SELECT node, attempt, outcome, type_name, bytes, error, instance FROM tasks
+        WHERE run = $1 AND status = 'done' ORDER BY node, instance";
     let rows = tx.query("reading task results", SQL, &[&run]).await?;
     rows.iter()
         .map(|row| {
@@ -354,6 +354,7 @@ async fn results(tx: &mut Tx<'_>, run: &str) -> R<Vec<TaskResult>> {
             };
             Ok(TaskResult {
                 node: u32_of(get(row, 0)?, "node")?,
+                instance: get(row, 6)?,
                 attempt: u32_of(get(row, 1)?, "attempt")?,
                 outcome,
             })
@@ -830,51 +831,68 @@ pub(crate) async fn commit(tx: &mut Tx<'_>, batch: &Batch, channel: &str) -> R<C
         }
     }
     if !batch.tasks.is_empty() {
-        // The last change of each node holds: a retry closes the attempt's task and opens the
+        // The last change of each task holds: a retry closes the attempt's task and opens the
         // next attempt's, a withdrawal closes a task opened earlier in the batch.
-        let mut last: Vec<(u32, Option<u32>)> = Vec::new();
+        let mut last: Vec<(u32, &str, Option<u32>)> = Vec::new();
         for change in &batch.tasks {
-            let (node, attempt) = match change {
-                TaskChange::Open { node, attempt } => (*node, Some(*attempt)),
-                TaskChange::Close { node } => (*node, None),
+            let (node, instance, attempt) = match change {
+                TaskChange::Open {
+                    node,
+                    instance,
+                    attempt,
+                } => (*node, instance.as_str(), Some(*attempt)),
+                TaskChange::Close { node, instance } => (*node, instance.as_str(), None),
             };
-            match last.iter_mut().find(|(n, _)| *n == node) {
-                Some(slot) => slot.1 = attempt,
-                None => last.push((node, attempt)),
+            match last
+                .iter_mut()
+                .find(|(n, i, _)| *n == node && *i == instance)
+            {
+                Some(slot) => slot.2 = attempt,
+                None => last.push((node, instance, attempt)),
             }
         }
-        let closed: Vec<i64> = last
+        let (closed, closed_instances): (Vec<i64>, Vec<&str>) = last
             .iter()
-            .filter(|(_, attempt)| attempt.is_none())
-            .map(|(node, _)| i64::from(*node))
-            .collect();
-        let (opened, attempts): (Vec<i64>, Vec<i64>) = last
-            .iter()
-            .filter_map(|(node, attempt)| Some((i64::from(*node), i64::from((*attempt)?))))
+            .filter(|(_, _, attempt)| attempt.is_none())
+            .map(|(node, instance, _)| (i64::from(*node), *instance))
             .unzip();
+        let mut opened = Vec::new();
+        let mut opened_instances = Vec::new();
+        let mut attempts = Vec::new();
+        for (node, instance, attempt) in &last {
+            if let Some(attempt) = attempt {
+                opened.push(i64::from(*node));
+                opened_instances.push(*instance);
+                attempts.push(i64::from(*attempt));
+            }
+        }
         if !closed.is_empty() {
             tx.execute(
                 "closing tasks",
-                "DELETE FROM tasks WHERE run = $1 AND node = ANY($2)",
-                &[&batch.run, &closed],
+                "DELETE FROM tasks t USING unnest($2::bigint[], $3::text[]) AS c (node, instance)
+                 WHERE t.run = $1 AND t.node = c.node AND t.instance = c.instance",
+                &[&batch.run, &closed, &closed_instances],
             )
             .await?;
         }
         if !opened.is_empty() {
-            // A task carries its run's workflow and graph hash: claims find it by them. The
+            // A task carries its run's workflow and graph hash: claims find it by them. A task
+            // opened again for the attempt it has is kept as it is (claimed, or done). The
             // workers listening are told (on commit) that there is work.
             tx.query(
                 "opening tasks",
                 "WITH opened AS (
-                    INSERT INTO tasks (run, node, attempt, version, opened, status, workflow, graph_hash)
-                    SELECT $1, o.node, o.attempt, nextval('task_versions'), nextval('task_order'),
-                        'ready', $4, $5
-                    FROM unnest($2::bigint[], $3::bigint[]) WITH ORDINALITY AS o (node, attempt, n)
+                    INSERT INTO tasks (run, node, instance, attempt, version, opened, status, workflow, graph_hash)
+                    SELECT $1, o.node, o.instance, o.attempt, nextval('task_versions'),
+                        nextval('task_order'), 'ready', $4, $5
+                    FROM unnest($2::bigint[], $7::text[], $3::bigint[]) WITH ORDINALITY
+                        AS o (node, instance, attempt, n)
                     ORDER BY o.n
-                    ON CONFLICT (run, node) DO UPDATE SET attempt = EXCLUDED.attempt,
+                    ON CONFLICT (run, node, instance) DO UPDATE SET attempt = EXCLUDED.attempt,
                         version = EXCLUDED.version, opened = EXCLUDED.opened, status = 'ready',
                         owner = NULL, lease_until = NULL, outcome = NULL, type_name = NULL,
                         bytes = NULL, error = NULL, done_at = NULL
+                    WHERE tasks.attempt <> EXCLUDED.attempt
                     RETURNING 1)
                  SELECT pg_notify($6, '') FROM (SELECT count(*) FROM opened) AS n",
                 &[
@@ -885,6 +903,7 @@ pub(crate) async fn commit(tx: &mut Tx<'_>, batch: &Batch, channel: &str) -> R<C
                     // The run's graph from this batch on, when the batch adopts one.
                     &i(batch.graph.as_ref().map_or(run.graph_hash, |(hash, _)| *hash)),
                     &channel,
+                    &opened_instances,
                 ],
             )
             .await?;
@@ -1064,12 +1083,12 @@ pub(crate) async fn claim_tasks(
         v AS (SELECT * FROM unnest($2::text[], $5::bigint[]) AS v (workflow, graph_hash)),
         free AS (
             SELECT c.* FROM v CROSS JOIN LATERAL (
-                SELECT t.run, t.node, t.version, t.status AS was, t.opened FROM tasks t
+                SELECT t.run, t.node, t.instance, t.version, t.status AS was, t.opened FROM tasks t
                 WHERE t.workflow = v.workflow AND t.graph_hash = v.graph_hash AND t.status = 'ready'
                 ORDER BY t.opened LIMIT $4 FOR UPDATE SKIP LOCKED) c
             UNION ALL
             SELECT c.* FROM v CROSS JOIN LATERAL (
-                SELECT t.run, t.node, t.version, t.status AS was, t.opened FROM tasks t
+                SELECT t.run, t.node, t.instance, t.version, t.status AS was, t.opened FROM tasks t
                 WHERE t.workflow = v.workflow AND t.graph_hash = v.graph_hash
                   AND t.status = 'running' AND t.lease_until <= (SELECT ms FROM now)
                 ORDER BY t.lease_until LIMIT $4 FOR UPDATE SKIP LOCKED) c),
@@ -1077,8 +1096,10 @@ pub(crate) async fn claim_tasks(
         UPDATE tasks t SET status = 'running', version = nextval('task_versions'), owner = $1,
             lease_until = (SELECT ms FROM now) + $3
         FROM picked
-        WHERE t.run = picked.run AND t.node = picked.node AND t.version = picked.version
-        RETURNING t.run, t.workflow, t.node, t.attempt, t.version, picked.was, t.opened, t.lease_until";
+        WHERE t.run = picked.run AND t.node = picked.node AND t.instance = picked.instance
+          AND t.version = picked.version
+        RETURNING t.run, t.workflow, t.node, t.attempt, t.version, picked.was, t.opened, t.lease_until,
+            t.instance";
     let rows = tx
         .query(
             "claiming tasks",
@@ -1103,6 +1124,7 @@ pub(crate) async fn claim_tasks(
                     run: get(row, 0)?,
                     workflow: get(row, 1)?,
                     node: u32_of(get(row, 2)?, "node")?,
+                    instance: get(row, 8)?,
                     attempt: u32_of(get(row, 3)?, "attempt")?,
                     owner: owner.clone(),
                     version: u(get(row, 4)?),
@@ -1121,21 +1143,33 @@ pub(crate) async fn claim_tasks(
 
 /// Reads, in the claim's transaction, what executing each claimed task needs: its run's
 /// parameters and graph hash, and the outputs of its node's predecessors (every node a step
-/// reads is one: a read is an edge). One statement for every claim.
+/// reads is one: a read is an edge); for a `Loop` iteration's task, the stored end of the
+/// iteration before it too ([`previous_instance`]). One statement for every claim.
 async fn claim_inputs(tx: &mut Tx<'_>, claims: &mut [TaskClaim]) -> R<()> {
     if claims.is_empty() {
         return Ok(());
     }
     let runs: Vec<&str> = claims.iter().map(|c| c.run.as_str()).collect();
     let nodes: Vec<i64> = claims.iter().map(|c| i64::from(c.node)).collect();
-    const SQL: &str = "SELECT c.i, r.input, r.graph_hash, o.node, o.type_name, o.bytes
-        FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS c (run, node, i)
+    // No instance is named by the empty text: a task without one reads none.
+    let previous: Vec<String> = claims
+        .iter()
+        .map(|c| previous_instance(&c.instance).unwrap_or_default())
+        .collect();
+    const SQL: &str = "SELECT c.i, r.input, r.graph_hash, o.node, o.type_name, o.bytes, o.instance
+        FROM unnest($1::text[], $2::bigint[], $3::text[]) WITH ORDINALITY AS c (run, node, prev, i)
         JOIN runs r ON r.id = c.run
         LEFT JOIN nodes n ON n.run = c.run AND n.node = c.node
-        LEFT JOIN outputs o ON o.run = c.run AND o.instance = '' AND o.node = ANY (n.preds)
-        ORDER BY c.i, o.node";
+        LEFT JOIN outputs o ON o.run = c.run AND (
+            (o.instance = '' AND o.node = ANY (n.preds))
+            OR (c.prev <> '' AND o.node = c.node AND o.instance = c.prev))
+        ORDER BY c.i, o.node, o.instance";
     let rows = tx
-        .query("reading the inputs of claimed tasks", SQL, &[&runs, &nodes])
+        .query(
+            "reading the inputs of claimed tasks",
+            SQL,
+            &[&runs, &nodes, &previous],
+        )
         .await?;
     for row in &rows {
         let i: i64 = get(row, 0)?;
@@ -1153,7 +1187,7 @@ async fn claim_inputs(tx: &mut Tx<'_>, claims: &mut [TaskClaim]) -> R<()> {
         if let Some(node) = get::<Option<i64>>(row, 3)? {
             inputs.outputs.push(StoredOutput {
                 node: u32_of(node, "node")?,
-                instance: String::new(),
+                instance: get(row, 6)?,
                 type_name: get(row, 4)?,
                 bytes: get(row, 5)?,
             });
@@ -1173,6 +1207,7 @@ pub(crate) async fn heartbeat_tasks(
     let sorted = in_run_order(held, |claim| &claim.run);
     let runs: Vec<&str> = sorted.iter().map(|c| c.run.as_str()).collect();
     let nodes: Vec<i64> = sorted.iter().map(|c| i64::from(c.node)).collect();
+    let instances: Vec<&str> = sorted.iter().map(|c| c.instance.as_str()).collect();
     let versions: Vec<i64> = sorted.iter().map(|c| i(c.version)).collect();
     let owners: Vec<&str> = sorted.iter().map(|c| c.owner.as_str()).collect();
     // Every claim in one statement; those it did not extend are lost.
@@ -1180,11 +1215,12 @@ pub(crate) async fn heartbeat_tasks(
         .query(
             "extending task claims",
             "UPDATE tasks t SET lease_until = (extract(epoch FROM clock_timestamp()) * 1000)::bigint + $5
-             FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[]) AS h (run, node, version, owner)
-             WHERE t.run = h.run AND t.node = h.node AND t.version = h.version AND t.owner = h.owner
-               AND t.status = 'running'
+             FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $6::text[])
+                 AS h (run, node, version, owner, instance)
+             WHERE t.run = h.run AND t.node = h.node AND t.instance = h.instance
+               AND t.version = h.version AND t.owner = h.owner AND t.status = 'running'
              RETURNING t.run, t.node, t.version",
-            &[&runs, &nodes, &versions, &owners, &lease_ms(lease)],
+            &[&runs, &nodes, &versions, &owners, &lease_ms(lease), &instances],
         )
         .await?;
     let kept = rows
@@ -1235,7 +1271,8 @@ pub(crate) async fn complete_task(
                 UPDATE tasks SET status = 'done', version = nextval('task_versions'), outcome = $5,
                     type_name = $6, bytes = $7, error = $8, lease_until = NULL,
                     done_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint
-                WHERE run = $1 AND node = $2 AND version = $3 AND owner = $4 AND status = 'running'
+                WHERE run = $1 AND node = $2 AND instance = $10 AND version = $3 AND owner = $4
+                    AND status = 'running'
                 RETURNING run)
              SELECT pg_notify($9, CASE WHEN r.owner IS NULL OR r.lease_until IS NULL
                     OR r.lease_until <= (extract(epoch FROM clock_timestamp()) * 1000)::bigint
@@ -1251,6 +1288,7 @@ pub(crate) async fn complete_task(
                 &bytes,
                 &error,
                 &channel,
+                &claim.instance,
             ],
         )
         .await?

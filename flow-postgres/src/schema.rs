@@ -9,7 +9,7 @@ use crate::pool::{Pooled, quote_ident};
 
 /// The schema version this crate writes and reads (the row of `schema_version`). A newer
 /// database is refused ([`StoreError::SchemaVersion`]).
-pub const SCHEMA_VERSION: u32 = 5;
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// The migrations, in order: `MIGRATIONS[0]` makes version 1, `MIGRATIONS[1]` version 2, and so on. Each
 /// runs with `search_path` set to the store's schema, in the one transaction that migrates.
@@ -17,12 +17,13 @@ pub const SCHEMA_VERSION: u32 = 5;
 /// Integers that are `u64` in Rust (hashes, sequence numbers, times) are `bigint`, bit for bit;
 /// times are milliseconds since the Unix epoch by the server's clock. A run-level timer has
 /// node -1; the workflow's own nodes have instance ''.
-pub const MIGRATIONS: [&str; 5] = [
+pub const MIGRATIONS: [&str; 6] = [
     MIGRATION_1,
     MIGRATION_2,
     MIGRATION_3,
     MIGRATION_4,
     MIGRATION_5,
+    MIGRATION_6,
 ];
 
 /// Version 1: the durable runs.
@@ -176,6 +177,14 @@ const MIGRATION_5: &str = "
 ALTER TABLE runs DROP CONSTRAINT runs_status_check;
 ALTER TABLE runs ADD CONSTRAINT runs_status_check
   CHECK (status IN ('running','waiting','compensating','succeeded','failed','cancelled','stuck','continued'));
+";
+
+/// Version 6: tasks of nest instances. A task is named by its node and the record of the
+/// instance it runs (`ship[3]`; empty for an attempt of the node itself).
+const MIGRATION_6: &str = "
+ALTER TABLE tasks ADD COLUMN instance text NOT NULL DEFAULT '';
+ALTER TABLE tasks DROP CONSTRAINT tasks_pkey;
+ALTER TABLE tasks ADD PRIMARY KEY (run, node, instance);
 ";
 
 /// The advisory lock every migrating process takes (with the schema's name): "flow" in ASCII.

@@ -179,7 +179,10 @@ async fn decide(
         let mut seq = loaded.run.next_seq;
         for task in &done {
             batch.events.push(event(seq, "Completed", task.node));
-            batch.tasks.push(TaskChange::Close { node: task.node });
+            batch.tasks.push(TaskChange::Close {
+                node: task.node,
+                instance: String::new(),
+            });
             // As the scheduler does: the journaled completion makes the output the node's.
             if let TaskOutcome::Completed { type_name, bytes } = &task.outcome {
                 batch.outputs.push(StoredOutput {
@@ -194,6 +197,7 @@ async fn decide(
         batch.events.push(event(seq, "Requested", join));
         batch.tasks.push(TaskChange::Open {
             node: join,
+            instance: String::new(),
             attempt: 1,
         });
         // Up to one and a half leases: another decider may take the run meanwhile.
@@ -280,7 +284,11 @@ async fn case(
         batch
             .events
             .push(event(1 + u64::from(node), "Requested", node));
-        batch.tasks.push(TaskChange::Open { node, attempt: 1 });
+        batch.tasks.push(TaskChange::Open {
+            node,
+            instance: String::new(),
+            attempt: 1,
+        });
     }
     stores[0].commit(batch).await.map_err(fail)?;
     stores[0]

@@ -76,6 +76,7 @@ async fn a_version_1_schema_is_migrated_to_2_keeping_its_runs() {
     batch.events = vec![requested];
     batch.tasks = vec![TaskChange::Open {
         node: 0,
+        instance: String::new(),
         attempt: 1,
     }];
     assert_eq!(

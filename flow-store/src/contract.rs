@@ -1608,6 +1608,7 @@ pub async fn distributed(make: impl Fn() -> Arc<dyn Store>) {
     tasks_exclusive_claims(make()).await;
     tasks_wake_the_run(&*make()).await;
     tasks_closed_and_reopened(&*make()).await;
+    tasks_of_instances(&*make()).await;
 }
 
 /// The graph every run of this suite is created with (`new_run`).
@@ -1628,7 +1629,11 @@ async fn open_tasks(store: &dyn Store, lease: &Lease, seq: u64, nodes: &[(u32, u
         let mut requested = event(seq + i as u64, "Requested", Some(node));
         requested.attempt = attempt;
         batch.events.push(requested);
-        batch.tasks.push(TaskChange::Open { node, attempt });
+        batch.tasks.push(TaskChange::Open {
+            node,
+            instance: String::new(),
+            attempt,
+        });
     }
     let end = batch.end_seq();
     assert_eq!(
@@ -1733,6 +1738,7 @@ pub async fn tasks_claim_and_complete(store: &dyn Store) {
         results,
         vec![TaskResult {
             node: 1,
+            instance: String::new(),
             attempt: 1,
             outcome: completed(br#"{"total":5}"#),
         }],
@@ -1770,7 +1776,10 @@ pub async fn tasks_claim_and_complete(store: &dyn Store) {
         type_name: "Order".into(),
         bytes: br#"{"total":5}"#.to_vec(),
     }];
-    taken.tasks = vec![TaskChange::Close { node: 1 }];
+    taken.tasks = vec![TaskChange::Close {
+        node: 1,
+        instance: String::new(),
+    }];
     assert_eq!(
         commit(store, taken).await,
         Ok(Committed::Applied { next_seq: next + 1 }),
@@ -1868,6 +1877,7 @@ pub async fn tasks_lapse_and_fence(store: &dyn Store) {
         store.task_results("t2").await,
         Ok(vec![TaskResult {
             node: 1,
+            instance: String::new(),
             attempt: 1,
             outcome: failed
         }]),
@@ -1993,7 +2003,10 @@ pub async fn tasks_closed_and_reopened(store: &dyn Store) {
     assert_eq!(claims.len(), 2, "tasks: two claims");
     let mut close = Batch::new(&lease, next, LONG);
     close.events = vec![event(next, "TimedOut", Some(0))];
-    close.tasks = vec![TaskChange::Close { node: 0 }];
+    close.tasks = vec![TaskChange::Close {
+        node: 0,
+        instance: String::new(),
+    }];
     let next = next + 1;
     assert_eq!(
         commit(store, close).await,
@@ -2146,4 +2159,144 @@ mod tests {
         // The rest of the suite still holds for it.
         rt.block_on(leases(&Forgetful(MemoryStore::new())));
     }
+}
+
+/// Tasks of nest instances: each instance of a node is a task of its own (`charge[0]`,
+/// `charge[1]`, `charge@1` beside the node's own), claimed, completed and closed alone; its
+/// result names the instance; a claim that reads inputs reads the node's predecessors'
+/// outputs and, for a `Loop` iteration, the stored end of the iteration before it, and no
+/// other instance's; opening an instance's task again for the same attempt keeps the claim
+/// on it.
+pub async fn tasks_of_instances(store: &dyn Store) {
+    let a = Owner::new("a");
+    let b = Owner::new("b");
+    let lease = create(store, "t6", "W", &a).await;
+    let mut batch = completion(&lease, 2);
+    let instance_output = |instance: &str| StoredOutput {
+        node: 1,
+        instance: instance.into(),
+        type_name: "End".into(),
+        bytes: format!(r#"{{"ended":"{instance}"}}"#).into_bytes(),
+    };
+    batch.outputs.push(instance_output("charge@0"));
+    batch.outputs.push(instance_output("charge[5]"));
+    let open = |instance: &str| TaskChange::Open {
+        node: 1,
+        instance: instance.into(),
+        attempt: 1,
+    };
+    batch.tasks = vec![open("charge[0]"), open("charge[1]"), open("charge@1")];
+    let next = batch.end_seq();
+    assert_eq!(
+        commit(store, batch).await,
+        Ok(Committed::Applied { next_seq: next }),
+        "instance tasks: opening three"
+    );
+    let mut claims = claim(store, &b, &["W"], 10).await;
+    claims.sort_by(|x, y| x.instance.cmp(&y.instance));
+    assert_eq!(
+        claims
+            .iter()
+            .map(|c| (c.node, c.instance.as_str(), c.attempt))
+            .collect::<Vec<_>>(),
+        vec![(1, "charge@1", 1), (1, "charge[0]", 1), (1, "charge[1]", 1)],
+        "instance tasks: one claim per instance, each naming it"
+    );
+    for claim in &claims {
+        let Some(inputs) = &claim.inputs else {
+            continue;
+        };
+        let mut read: Vec<(u32, &str)> = inputs
+            .outputs
+            .iter()
+            .map(|o| (o.node, o.instance.as_str()))
+            .collect();
+        read.sort_unstable();
+        let expected = match claim.instance.as_str() {
+            "charge@1" => vec![(0, ""), (1, "charge@0")],
+            _ => vec![(0, "")],
+        };
+        assert_eq!(
+            read, expected,
+            "instance tasks: what the claim of `{}` reads",
+            claim.instance
+        );
+        if claim.instance == "charge@1" {
+            let prev = inputs.outputs.iter().find(|o| o.node == 1);
+            assert_eq!(
+                prev.map(|o| o.bytes.as_slice()),
+                Some(br#"{"ended":"charge@0"}"#.as_slice()),
+                "instance tasks: the previous iteration's stored end"
+            );
+        }
+    }
+    let mut again = Batch::new(&lease, next, LONG);
+    again.events = vec![event(next, "Resumed", None)];
+    again.tasks = vec![open("charge[0]")];
+    let next = next + 1;
+    assert_eq!(
+        commit(store, again).await,
+        Ok(Committed::Applied { next_seq: next }),
+        "instance tasks: opening an instance's task again"
+    );
+    assert_eq!(
+        store.heartbeat_tasks(&claims, LONG).await,
+        Ok(vec![]),
+        "instance tasks: opening a task again for the same attempt keeps its claim"
+    );
+    assert_eq!(
+        claim(store, &a, &["W"], 10).await,
+        vec![],
+        "instance tasks: and makes no task to claim"
+    );
+    let first = &claims[1];
+    assert_eq!(
+        store
+            .complete_task(first, completed(br#"{"ended":"charge[0]"}"#))
+            .await,
+        Ok(TaskCommitted::Applied),
+        "instance tasks: completing one instance"
+    );
+    let results = store
+        .task_results("t6")
+        .await
+        .unwrap_or_else(|e| panic!("instance tasks: task_results: {e}"));
+    assert_eq!(
+        results,
+        vec![TaskResult {
+            node: 1,
+            instance: "charge[0]".into(),
+            attempt: 1,
+            outcome: completed(br#"{"ended":"charge[0]"}"#),
+        }],
+        "instance tasks: the result names the instance"
+    );
+    let mut close = Batch::new(&lease, next, LONG);
+    close.events = vec![event(next, "Withdrawn", Some(1))];
+    close.outputs = vec![instance_output("charge[0]")];
+    close.tasks = vec![
+        TaskChange::Close {
+            node: 1,
+            instance: "charge[0]".into(),
+        },
+        TaskChange::Close {
+            node: 1,
+            instance: "charge[1]".into(),
+        },
+    ];
+    assert_eq!(
+        commit(store, close).await,
+        Ok(Committed::Applied { next_seq: next + 1 }),
+        "instance tasks: closing two"
+    );
+    assert_eq!(
+        store.heartbeat_tasks(&claims, LONG).await,
+        Ok(vec![claims[1].clone(), claims[2].clone()]),
+        "instance tasks: the closed instances' claims are lost, the other instance's kept"
+    );
+    assert_eq!(
+        store.task_results("t6").await,
+        Ok(vec![]),
+        "instance tasks: a closed instance's task has no result"
+    );
 }

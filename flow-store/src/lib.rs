@@ -124,7 +124,9 @@ pub use memory::MemoryStore;
 
 /// Why [`Store::reopen`] refuses a run in another status ([`StoreError::WrongStatus`]).
 pub const REOPENS: &str = "only a run that failed, was cancelled or succeeded (not a continued generation) can be reopened";
-pub use task::{TaskChange, TaskClaim, TaskCommitted, TaskInputs, TaskOutcome, TaskResult};
+pub use task::{
+    TaskChange, TaskClaim, TaskCommitted, TaskInputs, TaskOutcome, TaskResult, previous_instance,
+};
 
 /// What every [`Store`] method returns: a boxed `Send` future of the store's answer.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;

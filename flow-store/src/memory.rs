@@ -34,14 +34,17 @@ struct State {
     /// Every signal sent, by id, with whether it was consumed.
     signals: BTreeMap<u64, (StoredSignal, bool)>,
     next_signal: u64,
-    /// The tasks of distributed runs, by (run, node).
-    tasks: BTreeMap<(String, u32), TaskRow>,
+    /// The tasks of distributed runs, by (run, node, instance).
+    tasks: BTreeMap<TaskKey, TaskRow>,
     /// The order tasks were opened in (claims take the oldest first).
     next_task: u64,
     /// The last task version given: versions come from one counter, so a claim on a task
     /// that was closed and opened again never matches the new task.
     task_versions: u64,
 }
+
+/// A task's name: its run, its node, and the nest instance it runs (empty for the node's own).
+type TaskKey = (String, u32, String);
 
 #[derive(Debug)]
 struct TaskRow {
@@ -120,8 +123,7 @@ impl State {
             })
             .map(|s| s.sent_ms);
         let task = self
-            .tasks
-            .range((run.to_owned(), 0)..=(run.to_owned(), u32::MAX))
+            .task_range(run)
             .filter_map(|(_, task)| match task.state {
                 TaskState::Done { at, .. } => Some(at),
                 _ => None,
@@ -130,9 +132,10 @@ impl State {
         [timer, signal, task].into_iter().flatten().min()
     }
 
-    fn task_range(&self, run: &str) -> impl Iterator<Item = (&(String, u32), &TaskRow)> {
+    fn task_range(&self, run: &str) -> impl Iterator<Item = (&TaskKey, &TaskRow)> {
         self.tasks
-            .range((run.to_owned(), 0)..=(run.to_owned(), u32::MAX))
+            .range((run.to_owned(), 0, String::new())..)
+            .take_while(move |((r, _, _), _)| r == run)
     }
 
     fn create(&mut self, run: NewRun) -> Result<Created, StoreError> {
@@ -315,18 +318,16 @@ impl State {
                 .into_iter()
                 .map(|((node, instance), name)| ((map(node), instance), name))
                 .collect();
-            let keys: Vec<(String, u32)> = self
-                .tasks
-                .keys()
-                .filter(|(r, _)| *r == run)
-                .cloned()
-                .collect();
-            let moved: Vec<(u32, TaskRow)> = keys
+            let keys: Vec<TaskKey> = self.task_range(&run).map(|(k, _)| k.clone()).collect();
+            let moved: Vec<(u32, String, TaskRow)> = keys
                 .into_iter()
-                .filter_map(|key| self.tasks.remove(&key).map(|task| (map(key.1), task)))
+                .filter_map(|key| {
+                    let task = self.tasks.remove(&key)?;
+                    Some((map(key.1), key.2, task))
+                })
                 .collect();
-            for (node, task) in moved {
-                self.tasks.insert((run.clone(), node), task);
+            for (node, instance, task) in moved {
+                self.tasks.insert((run.clone(), node, instance), task);
             }
         }
         let Some(row) = self.runs.get_mut(&run) else {
@@ -369,7 +370,15 @@ impl State {
         let next_seq = row.summary.next_seq;
         for change in batch.tasks {
             match change {
-                TaskChange::Open { node, attempt } => {
+                TaskChange::Open {
+                    node,
+                    instance,
+                    attempt,
+                } => {
+                    let key = (run.clone(), node, instance);
+                    if self.tasks.get(&key).is_some_and(|t| t.attempt == attempt) {
+                        continue;
+                    }
                     self.next_task += 1;
                     self.task_versions += 1;
                     let task = TaskRow {
@@ -378,15 +387,15 @@ impl State {
                         opened: self.next_task,
                         state: TaskState::Ready,
                     };
-                    self.tasks.insert((run.clone(), node), task);
+                    self.tasks.insert(key, task);
                 }
-                TaskChange::Close { node } => {
-                    self.tasks.remove(&(run.clone(), node));
+                TaskChange::Close { node, instance } => {
+                    self.tasks.remove(&(run.clone(), node, instance));
                 }
             }
         }
         if ended {
-            self.tasks.retain(|(r, _), _| *r != run);
+            self.tasks.retain(|(r, _, _), _| *r != run);
         }
         self.set_wake(&run);
         Ok(Committed::Applied { next_seq })
@@ -483,7 +492,7 @@ impl State {
         summary.owner = Some(lease.owner.as_str().to_owned());
         summary.lease_until_ms = Some(until);
         summary.updated_ms = now;
-        self.tasks.retain(|(r, _), _| r != run);
+        self.tasks.retain(|(r, _, _), _| r != run);
         match next.archive {
             Some(archive) => {
                 for (signal, consumed) in self.signals.values_mut() {
@@ -537,7 +546,7 @@ impl State {
         }
         self.runs.remove(run);
         self.signals.retain(|_, (signal, _)| signal.run != run);
-        self.tasks.retain(|(r, _), _| r != run);
+        self.tasks.retain(|(r, _, _), _| r != run);
         Ok(())
     }
 
@@ -569,9 +578,10 @@ impl State {
 impl State {
     fn results(&self, run: &str) -> Vec<TaskResult> {
         self.task_range(run)
-            .filter_map(|((_, node), task)| match &task.state {
+            .filter_map(|((_, node, instance), task)| match &task.state {
                 TaskState::Done { outcome, .. } => Some(TaskResult {
                     node: *node,
+                    instance: instance.clone(),
                     attempt: task.attempt,
                     outcome: outcome.clone(),
                 }),
@@ -589,7 +599,7 @@ impl State {
     ) -> Vec<TaskClaim> {
         let now = now_ms();
         let until = due_after(now, lease);
-        let mut free: Vec<(u64, String, u32)> = self
+        let mut free: Vec<(u64, TaskKey)> = self
             .tasks
             .iter()
             .filter(|(_, task)| match &task.state {
@@ -597,7 +607,7 @@ impl State {
                 TaskState::Running { until, .. } => *until <= now,
                 TaskState::Done { .. } => false,
             })
-            .filter(|((run, _), _)| {
+            .filter(|((run, _, _), _)| {
                 self.runs.get(run).is_some_and(|row| {
                     !row.summary.status.is_finished()
                         && workflows
@@ -605,19 +615,20 @@ impl State {
                             .any(|w| w.covers(&row.summary.workflow, row.summary.graph_hash))
                 })
             })
-            .map(|((run, node), task)| (task.opened, run.clone(), *node))
+            .map(|(key, task)| (task.opened, key.clone()))
             .collect();
         free.sort_unstable();
         free.truncate(limit as usize);
         let mut claims = Vec::with_capacity(free.len());
-        for (_, run, node) in free {
+        for (_, key) in free {
             let workflow = self
                 .runs
-                .get(&run)
+                .get(&key.0)
                 .map_or_else(String::new, |row| row.summary.workflow.clone());
-            let Some(task) = self.tasks.get_mut(&(run.clone(), node)) else {
+            let Some(task) = self.tasks.get_mut(&key) else {
                 continue;
             };
+            let (run, node, instance) = key;
             let lapsed = matches!(task.state, TaskState::Running { .. });
             self.task_versions += 1;
             task.version = self.task_versions;
@@ -629,6 +640,7 @@ impl State {
                 run,
                 workflow,
                 node,
+                instance,
                 attempt: task.attempt,
                 owner: owner.clone(),
                 version: task.version,
@@ -643,7 +655,9 @@ impl State {
 
     /// The task of `claim`, if the claim is still its own.
     fn held(&mut self, claim: &TaskClaim) -> Option<&mut TaskRow> {
-        let task = self.tasks.get_mut(&(claim.run.clone(), claim.node))?;
+        let task = self
+            .tasks
+            .get_mut(&(claim.run.clone(), claim.node, claim.instance.clone()))?;
         let mine = task.version == claim.version
             && matches!(&task.state, TaskState::Running { owner, .. } if *owner == claim.owner);
         mine.then_some(task)

@@ -18,18 +18,29 @@ use super::{Owner, StoredOutput};
 pub enum TaskChange {
     /// Opens a task for an attempt of `node`, ready to be claimed at once. Replaces a task the
     /// node had.
+    ///
+    /// A task is named by its node and its `instance`: empty for an attempt of the run's own
+    /// node, or the record of one instance of a nest node (`ship[3]`, `poll@7`: the instance
+    /// runs whole as one task, and its end is stored under that record). Opening a task for the
+    /// attempt it has already keeps it as it is (claimed, running or done): a decider that
+    /// resumes a run and asks again for an instance whose task is out does not take it from
+    /// the worker executing it.
     Open {
         /// The node.
         node: u32,
+        /// The nest instance's record, or empty for the node itself.
+        instance: String,
         /// The attempt (1 for the first), the same in its idempotency key.
         attempt: u32,
     },
-    /// Removes `node`'s task: its outcome is journaled, or the attempt was given up (a
-    /// timeout, a cancellation). A worker still executing it loses its claim: its heartbeat
-    /// reports it lost and its completion is [`TaskCommitted::Stale`].
+    /// Removes the task of `node` (and `instance`): its outcome is journaled, or the attempt
+    /// was given up (a timeout, a cancellation). A worker still executing it loses its claim:
+    /// its heartbeat reports it lost and its completion is [`TaskCommitted::Stale`].
     Close {
         /// The node.
         node: u32,
+        /// The nest instance's record, or empty for the node itself.
+        instance: String,
     },
 }
 
@@ -43,6 +54,8 @@ pub struct TaskClaim {
     pub workflow: String,
     /// The node.
     pub node: u32,
+    /// The nest instance the task runs (`ship[3]`), or empty for an attempt of the node.
+    pub instance: String,
     /// The attempt: the same when a lapsed claim is taken over, so the idempotency key is too.
     pub attempt: u32,
     /// Who holds the claim.
@@ -55,7 +68,8 @@ pub struct TaskClaim {
     /// is a re-execution of the same attempt.
     pub lapsed: bool,
     /// What executing the task needs (the run's parameters and the outputs of the node's
-    /// predecessors), when the store read it with the claim, in the same transaction: the
+    /// predecessors; for an iteration of a `Loop`, `poll@7`, the stored end of the iteration
+    /// before it, `poll@6`, too: see [`previous_instance`]), when the store read it with the claim, in the same transaction: the
     /// worker then asks nothing more before it executes. `None`: the worker asks
     /// [`Store::task_inputs`](crate::Store::task_inputs).
     pub inputs: Option<TaskInputs>,
@@ -83,6 +97,8 @@ pub enum TaskOutcome {
 pub struct TaskResult {
     /// The node.
     pub node: u32,
+    /// The nest instance, or empty for an attempt of the node.
+    pub instance: String,
     /// The attempt that ended.
     pub attempt: u32,
     /// How it ended.
@@ -109,4 +125,27 @@ pub struct TaskInputs {
     pub input: Vec<u8>,
     /// The outputs stored so far.
     pub outputs: Vec<StoredOutput>,
+}
+
+/// The instance whose stored end an instance task reads besides its node's predecessors'
+/// outputs: for a `Loop` iteration (`poll@7`), the iteration before it (`poll@6`), whose
+/// output is the `prev` it starts with. `None` for a `ForEach` instance, a first iteration, or
+/// a node's own task.
+///
+/// ```
+/// use flowdag_store::previous_instance;
+///
+/// assert_eq!(previous_instance("poll@7").as_deref(), Some("poll@6"));
+/// assert_eq!(previous_instance("poll#2@1").as_deref(), Some("poll#2@0"));
+/// assert_eq!(previous_instance("poll@0"), None);
+/// assert_eq!(previous_instance("ship[3]"), None);
+/// assert_eq!(previous_instance(""), None);
+/// ```
+pub fn previous_instance(instance: &str) -> Option<String> {
+    let (head, index) = instance.rsplit_once('@')?;
+    if head.is_empty() || head.contains(['/', '[']) {
+        return None;
+    }
+    let index: u64 = index.parse().ok()?;
+    Some(format!("{head}@{}", index.checked_sub(1)?))
 }

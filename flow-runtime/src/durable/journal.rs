@@ -1722,6 +1722,7 @@ fn retry_redriven(run: &mut Run<'_, '_>) {
         .into_iter()
         .map(|node| TaskChange::Open {
             node,
+            instance: String::new(),
             attempt: run.attempt(node),
         })
         .collect();

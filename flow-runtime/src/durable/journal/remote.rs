@@ -180,6 +180,7 @@ impl Tasks {
         match &event.kind {
             EventKind::Requested => pending.tasks.push(TaskChange::Open {
                 node,
+                instance: String::new(),
                 attempt: event.attempt,
             }),
             EventKind::Completed { .. }
@@ -187,7 +188,10 @@ impl Tasks {
             | EventKind::Retrying { .. }
             | EventKind::Aborted { .. }
             | EventKind::Withdrawn { .. } => {
-                pending.tasks.push(TaskChange::Close { node });
+                pending.tasks.push(TaskChange::Close {
+                    node,
+                    instance: String::new(),
+                });
                 // The attempt's stored timeout goes with it (the retry's backoff stays).
                 pending.timers.push(TimerChange::Clear {
                     key: timeout_key(node),
@@ -226,6 +230,7 @@ impl Tasks {
                 .iter()
                 .map(|(claim, outcome)| TaskResult {
                     node: claim.node,
+                    instance: claim.instance.clone(),
                     attempt: claim.attempt,
                     outcome: outcome.clone(),
                 })

@@ -10,6 +10,7 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::Waker;
 
 /// The attempt a node of a durable run is making: read it with `flowdag::attempt()` to make the
 /// operation's side effect idempotent.
@@ -118,6 +119,27 @@ struct RecordsInner {
     ended: Vec<InstanceEnd>,
     /// An instance could not go on: the run must stop with this (record, reason).
     broken: Option<(String, String)>,
+    /// The run is distributed: the instances of its own nests whose bodies may run anywhere
+    /// are executed as tasks ([`Records::want`]).
+    remote: bool,
+    /// Remote instances waiting for their task's outcome, by (nest node, record): the waker
+    /// of the instance's future, and whether the journal has opened its task.
+    waiting: HashMap<(u32, String), (Option<Waker>, bool)>,
+    /// Remote instances dropped before their end since the journal last looked: their tasks
+    /// are closed.
+    dropped: Vec<(u32, String)>,
+    /// Outcomes of remote instances' tasks handed over by the journal and not taken yet.
+    outcomes: HashMap<(u32, String), Result<Vec<u8>, String>>,
+}
+
+/// What the journal does with the remote instances since it last looked ([`Records::tasks`]).
+#[derive(Default)]
+pub(crate) struct InstanceTasks {
+    /// (nest node, record) of the instances whose task is to be opened.
+    pub(crate) open: Vec<(u32, String)>,
+    /// (nest node, record) of the instances whose task is to be closed: dropped before their
+    /// end.
+    pub(crate) close: Vec<(u32, String)>,
 }
 
 /// One instance's end, for the journal's next batch.
@@ -130,6 +152,8 @@ pub(crate) struct InstanceEnd {
     pub(crate) type_name: &'static str,
     /// Its end, serialized.
     pub(crate) bytes: Vec<u8>,
+    /// It ran as a task: the batch that stores its end closes the task.
+    pub(crate) remote: bool,
 }
 
 impl Records {
@@ -141,6 +165,107 @@ impl Records {
                 ..RecordsInner::default()
             }),
         }
+    }
+
+    /// The records of a distributed run: its nests' instances may run as tasks.
+    pub(crate) fn set_remote(&self) {
+        self.lock().remote = true;
+    }
+
+    /// Whether instances may run as tasks (the run is distributed).
+    pub(crate) fn is_remote(&self) -> bool {
+        self.lock().remote
+    }
+
+    /// A remote instance waits for its task's outcome: the outcome, once the journal handed
+    /// it over (taken: asked once); else the instance is woken by `waker` when it comes, and
+    /// its task is opened with the journal's next batch.
+    pub(crate) fn want(
+        &self,
+        node: u32,
+        record: &str,
+        waker: &Waker,
+    ) -> Option<Result<Vec<u8>, String>> {
+        let mut inner = self.lock();
+        let key = (node, record.to_owned());
+        if let Some(outcome) = inner.outcomes.remove(&key) {
+            inner.waiting.remove(&key);
+            return Some(outcome);
+        }
+        let entry = inner.waiting.entry(key).or_insert((None, false));
+        match &mut entry.0 {
+            Some(known) if known.will_wake(waker) => {}
+            slot => *slot = Some(waker.clone()),
+        }
+        None
+    }
+
+    /// A remote instance is dropped before its outcome came: its task is closed.
+    pub(crate) fn drop_wanted(&self, node: u32, record: &str) {
+        let mut inner = self.lock();
+        let key = (node, record.to_owned());
+        inner.outcomes.remove(&key);
+        if let Some((_, opened)) = inner.waiting.remove(&key)
+            && opened
+        {
+            inner.dropped.push(key);
+        }
+    }
+
+    /// The journal hands over the outcome of a remote instance's task (the end it stored, or
+    /// why the task could not run it); `false` when no instance waits for it.
+    pub(crate) fn deliver(&self, node: u32, record: &str, outcome: Result<Vec<u8>, String>) -> bool {
+        let mut inner = self.lock();
+        let key = (node, record.to_owned());
+        let Some((waker, _)) = inner.waiting.get_mut(&key) else {
+            return false;
+        };
+        if let Some(waker) = waker.take() {
+            waker.wake();
+        }
+        inner.outcomes.insert(key, outcome);
+        true
+    }
+
+    /// The remote instances whose tasks to open and to close since the last call.
+    pub(crate) fn tasks(&self) -> InstanceTasks {
+        let mut inner = self.lock();
+        let mut open: Vec<(u32, String)> = inner
+            .waiting
+            .iter_mut()
+            .filter(|(_, (_, opened))| !*opened)
+            .map(|(key, (_, opened))| {
+                *opened = true;
+                key.clone()
+            })
+            .collect();
+        // In the instances' order, so that the oldest task is claimed first.
+        open.sort_by(|a, b| (a.0, instance_order(&a.1)).cmp(&(b.0, instance_order(&b.1))));
+        InstanceTasks {
+            open,
+            close: std::mem::take(&mut inner.dropped),
+        }
+    }
+
+    /// The remote instances waiting for an outcome not handed over yet: (nest node,
+    /// record).
+    pub(crate) fn awaited(&self) -> Vec<(u32, String)> {
+        let inner = self.lock();
+        inner
+            .waiting
+            .keys()
+            .filter(|key| !inner.outcomes.contains_key(*key))
+            .cloned()
+            .collect()
+    }
+
+    /// Whether nest node `node` waits for remote instances alone as far as the records
+    /// know: some instance of it waits for its task, and no outcome is handed over and not
+    /// taken.
+    pub(crate) fn waits_for_tasks(&self, node: u32) -> bool {
+        let inner = self.lock();
+        inner.waiting.keys().any(|(n, _)| *n == node)
+            && !inner.outcomes.keys().any(|(n, _)| *n == node)
     }
 
     fn lock(&self) -> MutexGuard<'_, RecordsInner> {
@@ -209,6 +334,30 @@ impl Records {
 pub(crate) struct Nested {
     pub(crate) records: Arc<Records>,
     pub(crate) within: Arc<str>,
+    /// A worker executes one instance of this nest node as a task: its index (the driver
+    /// starts that instance alone, see [`solo`]).
+    pub(crate) solo: Option<u64>,
+}
+
+/// The instance of the nest node being polled that a worker executes as a task, if it does:
+/// the node's driver starts that instance alone (a `ForEach` skips the items before it, a
+/// `Loop` restores the iteration before it from the store and runs that one).
+pub(crate) fn solo() -> Option<u64> {
+    CURRENT
+        .try_with(|c| c.borrow().as_ref()?.nest.as_ref()?.solo)
+        .ok()
+        .flatten()
+}
+
+/// The order of an instance record's index (`ship[12]` after `ship[3]`), for sorting.
+fn instance_order(record: &str) -> (u64, &str) {
+    let index = record
+        .rsplit(['[', '@'])
+        .next()
+        .map(|tail| tail.trim_end_matches(']'))
+        .and_then(|digits| digits.parse().ok())
+        .unwrap_or(0);
+    (index, record)
 }
 
 /// What an instance of a durable nest records its end under: the run's [`Records`], the nest
@@ -338,6 +487,7 @@ impl KeyScope {
         ctx.nest = self.record.as_ref().map(|record| Nested {
             records: Arc::clone(&record.records),
             within: Arc::clone(&record.record),
+            solo: None,
         });
         ctx
     }

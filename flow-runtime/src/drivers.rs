@@ -283,11 +283,12 @@ where
     Fut: Future<Output = Outcome<(O, bool)>>,
 {
     let mut prev = None;
-    for iteration in 0..u64::from(config.max) {
+    let solo = solo();
+    for iteration in first_iteration(solo)..u64::from(config.max) {
         let (output, done) = iteration_of(&ctx, iteration, body(prev, ctx.instance(iteration)))
             .await
             .map_err(|error| NodeError::Workflow(Box::new(error)))?;
-        if done {
+        if done || solo == Some(iteration) {
             return Ok(output);
         }
         prev = Some(output);
@@ -318,13 +319,20 @@ where
     Fut: Future<Output = Outcome<O>>,
 {
     let mut prev = None;
-    for iteration in 0..u64::from(config.max) {
-        if !test(prev.as_ref()) {
+    let solo = solo();
+    let first = first_iteration(solo);
+    for iteration in first..u64::from(config.max) {
+        // A worker's iteration before its own is restored from the store, its test passed.
+        let restored = solo.is_some() && iteration == first && Some(iteration) != solo;
+        if !restored && !test(prev.as_ref()) {
             return Ok(prev);
         }
         let output = iteration_of(&ctx, iteration, body(prev, ctx.instance(iteration)))
             .await
             .map_err(|error| NodeError::Workflow(Box::new(error)))?;
+        if solo == Some(iteration) {
+            return Ok(Some(output));
+        }
         prev = Some(output);
     }
     if config.stop_at_max || !test(prev.as_ref()) {
@@ -332,6 +340,13 @@ where
     } else {
         Err(NodeError::LoopExhausted { max: config.max })
     }
+}
+
+/// The iteration a loop starts at: 0, or for a worker executing iteration `k` alone (a task
+/// of a distributed run), the one before it, whose end the store has (its instance future
+/// restores it without running its body) and whose output is `k`'s `prev`.
+fn first_iteration(solo: Option<u64>) -> u64 {
+    solo.map_or(0, |k| k.saturating_sub(1))
 }
 
 /// Runs one loop iteration to its end and hands its outcome to the ctx; dropped before then,
@@ -656,6 +671,22 @@ struct Each<'c, F, Out> {
     early: Option<Vec<Out>>,
     /// Woken places taken from a chunk, reused across polls.
     woken: Vec<u32>,
+    /// A worker executes instance `solo` alone, as a task of a distributed run: the items
+    /// before it are skipped, none after it is taken.
+    solo: Option<u64>,
+}
+
+/// The instance a worker executes alone, as a task of a distributed run, when the nest node
+/// being polled is that task's ([`crate::attempt::solo`]).
+#[cfg(feature = "durable")]
+fn solo() -> Option<u64> {
+    crate::attempt::solo()
+}
+
+/// Without durable runs, no instance is executed alone.
+#[cfg(not(feature = "durable"))]
+fn solo() -> Option<u64> {
+    None
 }
 
 impl<F, Out> Drop for Each<'_, F, Out> {
@@ -746,6 +777,7 @@ impl<'c, F: Future, Out> Each<'c, F, Out> {
             linger,
             early: None,
             woken: Vec::new(),
+            solo: solo(),
         }
     }
 }
@@ -778,6 +810,15 @@ where
                     Poll::Ready(Some(item)) => {
                         let index = self.next;
                         self.next += 1;
+                        if let Some(solo) = self.solo {
+                            if index < solo {
+                                drop(item);
+                                self.outputs.first = self.next;
+                                continue;
+                            }
+                            // The one instance: no item after it is taken.
+                            self.exhausted = true;
+                        }
                         if !self.settled {
                             self.outputs.started();
                         }

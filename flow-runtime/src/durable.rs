@@ -1328,20 +1328,16 @@ pub(crate) async fn execute_task<W: DurableWorkflow>(
             run: claim.run.clone(),
             why: error.to_string(),
         })?;
-    let task = journal::TaskRun::new(
-        &claim.run,
-        by_node(inputs.outputs),
-        claim.node,
-        claim.attempt,
-    );
+    let (outputs, instances) = split_outputs(inputs.outputs);
+    let task = journal::TaskRun::new(&claim, outputs, instances);
     let setup = RunSetup::hooked(RunOptions::default(), task as Box<dyn Hook>);
     let mut ran = W::__execute::<'static>(setup, W::__input::<'static>(input)).await;
     let outcome = ran.report.take_hook_end::<Option<TaskOutcome>>().flatten();
     outcome.ok_or_else(|| {
         DurableError::Store(StoreError::Invalid {
             why: format!(
-                "task {} of run `{}` ended without an outcome",
-                claim.node, claim.run
+                "task {}{} of run `{}` ended without an outcome",
+                claim.node, claim.instance, claim.run
             ),
         })
     })
@@ -1828,11 +1824,6 @@ fn split_outputs(outputs: Vec<StoredOutput>) -> (HashMap<u32, Vec<u8>>, Instance
         };
     }
     (own, instances)
-}
-
-/// The stored outputs of a run's own nodes (not of nest instances), by node.
-fn by_node(outputs: Vec<StoredOutput>) -> HashMap<u32, Vec<u8>> {
-    split_outputs(outputs).0
 }
 
 /// Runs a prepared durable run: the workflow's own run, with its journal handed to the

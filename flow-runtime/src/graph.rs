@@ -544,6 +544,25 @@ impl SignalInfo {
 }
 
 impl Graph {
+    /// Whether this graph (a nest's body) may run in any process: none of its steps, nor of
+    /// the bodies nested in it, waits for a signal of the run, starts a child workflow, or
+    /// is a `Cancel`, `Complete` or `Terminate` step (which may reach outside the instance).
+    /// A distributed run executes the instances of such a nest as tasks.
+    #[cfg(feature = "durable")]
+    pub(crate) fn runs_anywhere(&self) -> bool {
+        self.nodes.iter().enumerate().all(|(at, node)| match node.kind {
+            NodeKind::Operation | NodeKind::Decision | NodeKind::Gate | NodeKind::Delay => true,
+            NodeKind::ForEach | NodeKind::Loop => self
+                .plan
+                .control
+                .nest(at as u32)
+                .is_some_and(|nest| nest.body.runs_anywhere()),
+            NodeKind::Signal | NodeKind::Cancel | NodeKind::Terminate | NodeKind::Workflow => {
+                false
+            }
+        })
+    }
+
     /// Builds a graph. For the code `workflow!` generates: not a public API.
     #[doc(hidden)]
     pub const fn __new(

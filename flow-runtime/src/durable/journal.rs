@@ -465,6 +465,7 @@ impl Journal {
             ctx.nest = Some(Nested {
                 records: Arc::clone(&self.records),
                 within: Arc::from(""),
+                solo: None,
             });
         }
         ctx
@@ -487,12 +488,40 @@ impl Journal {
             return false;
         }
         for end in self.records.take_ended() {
+            if end.remote {
+                // Its task's outcome is journaled: the task is closed with this batch.
+                if let Some(tasks) = self.tasks.as_deref_mut() {
+                    tasks.journaled(end.node, &end.record);
+                }
+                self.pending.tasks.push(TaskChange::Close {
+                    node: end.node,
+                    instance: end.record.clone(),
+                });
+            }
             self.pending.outputs.push(StoredOutput {
                 node: end.node,
                 instance: end.record,
                 type_name: end.type_name.to_owned(),
                 bytes: end.bytes,
             });
+        }
+        if self.live && self.tasks.is_some() {
+            // The instances executed as tasks: opened as their futures ask, closed as they
+            // are dropped before their end (the nest failed, or was withdrawn).
+            let changes = self.records.tasks();
+            for (node, instance) in changes.open {
+                let attempt = remote::instance_attempt(&instance);
+                self.pending.tasks.push(TaskChange::Open {
+                    node,
+                    instance,
+                    attempt,
+                });
+            }
+            for (node, instance) in changes.close {
+                self.pending
+                    .tasks
+                    .push(TaskChange::Close { node, instance });
+            }
         }
         true
     }
@@ -973,6 +1002,9 @@ impl Steps for JournalSteps {
 impl Hook for Journal {
     fn attach(&mut self, graph: &'static Graph) {
         self.tasks = remote::Tasks::new(&self.setup, graph);
+        if self.tasks.is_some() {
+            self.records.set_remote();
+        }
         // A new run has every marker of its graph; a loaded one those it started with.
         let patches = self.setup.patches.clone().unwrap_or_else(|| {
             crate::durable::markers(graph)

@@ -15,6 +15,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
@@ -23,7 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use super::generated::{capture, take_restore};
 use super::{CURRENT, Durable};
-use crate::attempt::{InstanceEnd, InstanceRecord};
+use crate::attempt::{InstanceEnd, InstanceRecord, Records};
 use crate::error::{NodeError, NodeFailure, WorkflowError};
 use crate::graph::Graph;
 use crate::nest_ctx::NestCtx;
@@ -217,6 +218,7 @@ where
         record,
         item,
         looked: false,
+        task: None,
         encode: encode::<O>,
         decode: restored::<O>,
         future,
@@ -247,11 +249,39 @@ pin_project! {
         record: Option<InstanceRecord>,
         item: Option<u64>,
         looked: bool,
+        // Executed as a task by a worker (a distributed run): what it waits for.
+        task: Option<InstanceTask>,
         encode: Encode<O>,
         decode: Decode<O>,
         #[pin]
         future: F,
     }
+}
+
+/// An instance of a distributed run's nest executed as a task: the decider waits for its
+/// outcome instead of running its body. Dropped before the outcome came (the nest failed, or
+/// was withdrawn), its task is closed.
+struct InstanceTask {
+    records: Arc<Records>,
+    node: u32,
+    record: Arc<str>,
+    done: bool,
+}
+
+impl Drop for InstanceTask {
+    fn drop(&mut self) {
+        if !self.done {
+            self.records.drop_wanted(self.node, &self.record);
+        }
+    }
+}
+
+/// Whether an instance runs as a task: its run is distributed, it is an instance of one of
+/// the run's own nests (nested deeper, it runs inside its outer instance's task), and its
+/// body may run in any process (no step that waits for the run's signals, starts a child
+/// run, or completes, cancels or terminates something outside the instance).
+fn runs_as_task(record: &InstanceRecord, body: &'static Graph) -> bool {
+    !record.record.contains('/') && body.runs_anywhere() && record.records.is_remote()
 }
 
 /// How an instance's outcome is stored.
@@ -269,18 +299,64 @@ where
         let this = self.project();
         if !*this.looked {
             *this.looked = true;
-            if let Some(record) = this.record.as_ref()
-                && let Some(bytes) = record.records.loaded_end(record.node, &record.record)
-            {
-                return match (this.decode)(&bytes, *this.item, this.body) {
-                    Ok(outcome) => Poll::Ready(outcome),
-                    Err(reason) => {
-                        // The journal stops the run after this poll.
-                        record.records.break_on(&record.record, reason);
-                        Poll::Pending
-                    }
-                };
+            if let Some(record) = this.record.as_ref() {
+                if let Some(bytes) = record.records.loaded_end(record.node, &record.record) {
+                    return match (this.decode)(&bytes, *this.item, this.body) {
+                        Ok(outcome) => Poll::Ready(outcome),
+                        Err(reason) => {
+                            // The journal stops the run after this poll.
+                            record.records.break_on(&record.record, reason);
+                            Poll::Pending
+                        }
+                    };
+                }
+                if runs_as_task(record, this.body) {
+                    *this.task = Some(InstanceTask {
+                        records: Arc::clone(&record.records),
+                        node: record.node,
+                        record: Arc::clone(&record.record),
+                        done: false,
+                    });
+                }
             }
+        }
+        if let Some(task) = this.task.as_mut() {
+            if task.done {
+                return Poll::Pending;
+            }
+            let outcome = std::task::ready!(
+                task.records
+                    .want(task.node, &task.record, cx.waker())
+                    .map_or(Poll::Pending, Poll::Ready)
+            );
+            task.done = true;
+            let bytes = match outcome {
+                Ok(bytes) => Ok(bytes),
+                // The worker could not run the instance (its inputs could not be restored,
+                // its driver did not start it): the instance failed with that.
+                Err(error) => (this.encode)(*this.item, &Err(task_failure(this.body, error)))
+                    .map_err(|error| format!("its failure cannot be stored: {error}")),
+            };
+            let restored = bytes.and_then(|bytes| {
+                let outcome = (this.decode)(&bytes, *this.item, this.body)?;
+                Ok((bytes, outcome))
+            });
+            return match restored {
+                Ok((bytes, outcome)) => {
+                    task.records.ended(InstanceEnd {
+                        node: task.node,
+                        record: task.record.to_string(),
+                        type_name: std::any::type_name::<O>(),
+                        bytes,
+                        remote: true,
+                    });
+                    Poll::Ready(outcome)
+                }
+                Err(reason) => {
+                    task.records.break_on(&task.record, reason);
+                    Poll::Pending
+                }
+            };
         }
         let outcome = std::task::ready!(this.future.poll(cx));
         if let Some(record) = this.record.as_ref() {
@@ -290,6 +366,7 @@ where
                     record: record.record.to_string(),
                     type_name: std::any::type_name::<O>(),
                     bytes,
+                    remote: false,
                 }),
                 Err(error) => record.records.break_on(
                     &record.record,
@@ -299,6 +376,20 @@ where
         }
         Poll::Ready(outcome)
     }
+}
+
+/// The error of an instance whose task a worker could not run: one failure of the body,
+/// `why`.
+fn task_failure(body: &'static Graph, why: String) -> WorkflowError {
+    WorkflowError::new(
+        body.name,
+        vec![NodeFailure {
+            node: body.name,
+            attempts: 1,
+            error: NodeError::Failed(why.into()),
+        }],
+        None,
+    )
 }
 
 /// An instance's outcome from its stored end; `Err`: why it cannot be used.

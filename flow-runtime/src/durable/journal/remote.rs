@@ -27,6 +27,7 @@ use std::time::Duration;
 use tokio::time::Sleep;
 
 use super::Journal;
+use crate::attempt::{Nested, Records};
 use crate::durable::{JournalSetup, attempt_ctx, with_attempt};
 use crate::error::NodeError;
 use crate::events::{Event, EventKind};
@@ -37,7 +38,7 @@ use crate::scheduler::{Hook, HookFuture, Run, RunEnd, Steps};
 use crate::status::NodeStatus;
 use crate::store::{
     Batch, Notified, StoreFuture, StoredOutput, TaskChange, TaskClaim, TaskOutcome, TaskResult,
-    TimerChange, TimerKey, TimerKind, Watch,
+    TimerChange, TimerKey, TimerKind, Watch, previous_instance,
 };
 
 /// Outcomes of a run's tasks executed by the worker that drives the run (sticky), handed to the
@@ -205,15 +206,42 @@ impl Tasks {
     /// attempts (given up before they ended).
     fn take(&mut self, node: u32, attempt: u32) -> Option<TaskOutcome> {
         self.results
-            .retain(|r| r.node != node || r.attempt >= attempt);
+            .retain(|r| r.node != node || !r.instance.is_empty() || r.attempt >= attempt);
         let i = self
             .results
             .iter()
-            .position(|r| r.node == node && r.attempt == attempt)?;
+            .position(|r| r.node == node && r.instance.is_empty() && r.attempt == attempt)?;
         // Taken: the batch that journals it closes the task.
-        self.local
-            .retain(|(claim, _)| claim.node != node || claim.attempt != attempt);
+        self.local.retain(|(claim, _)| {
+            claim.node != node || !claim.instance.is_empty() || claim.attempt != attempt
+        });
         Some(self.results.swap_remove(i).outcome)
+    }
+
+    /// The end of instance `record` of nest node `node` is in the pending batch: the run no
+    /// longer stores its task's outcome itself if it stops.
+    pub(super) fn journaled(&mut self, node: u32, record: &str) {
+        self.local
+            .retain(|(claim, _)| claim.node != node || claim.instance != record);
+    }
+
+    /// Hands the known outcomes of instance tasks to the instances waiting for them; whether
+    /// one was handed over.
+    fn deliver_instances(&mut self, records: &Records) -> bool {
+        let mut handed = false;
+        self.results.retain(|result| {
+            if result.instance.is_empty() {
+                return true;
+            }
+            let outcome = match &result.outcome {
+                TaskOutcome::Completed { bytes, .. } => Ok(bytes.clone()),
+                TaskOutcome::Failed { error } => Err(error.clone()),
+            };
+            let taken = records.deliver(result.node, &result.instance, outcome);
+            handed |= taken;
+            !taken
+        });
+        handed
     }
 
     /// Takes the outcomes the worker handed over since the last look.
@@ -242,13 +270,17 @@ impl Tasks {
     fn has(&self, node: u32, attempt: u32) -> bool {
         self.results
             .iter()
-            .any(|r| r.node == node && r.attempt == attempt)
+            .any(|r| r.node == node && r.instance.is_empty() && r.attempt == attempt)
     }
 
-    /// Keeps the outcomes fetched from the store (the newest of each node).
+    /// Keeps the outcomes fetched from the store (the newest of each task).
     fn add(&mut self, fetched: Vec<TaskResult>) {
         for result in fetched {
-            match self.results.iter_mut().find(|r| r.node == result.node) {
+            match self
+                .results
+                .iter_mut()
+                .find(|r| r.node == result.node && r.instance == result.instance)
+            {
                 Some(known) => *known = result,
                 None => self.results.push(result),
             }
@@ -309,10 +341,19 @@ pub(super) fn task_idle(run: &mut Run<'_, '_>, node: u32) -> bool {
     };
     // Out as a task: not waiting for its `Requested` to commit, not between two attempts.
     let out = !journal.is_waiting(node) && !backoff;
-    out && journal
-        .tasks
-        .as_deref()
-        .is_some_and(|t| t.is_remote(node) && !t.has(node, attempt))
+    let Some(tasks) = journal.tasks.as_deref() else {
+        return false;
+    };
+    if tasks.is_remote(node) {
+        return out && !tasks.has(node, attempt);
+    }
+    // A nest whose instances run as tasks, waiting for them alone.
+    journal.live
+        && journal.records.waits_for_tasks(node)
+        && !tasks
+            .results
+            .iter()
+            .any(|r| r.node == node && !r.instance.is_empty())
 }
 
 /// Polls a task's attempt: its outcome once a worker stored it, else its timeout.
@@ -403,10 +444,14 @@ pub(super) fn poll_tasks(run: &mut Run<'_, '_>, cx: &mut Context<'_>) -> bool {
     let every = journal.setup.signal_poll;
     let store = Arc::clone(&journal.setup.store);
     let run_id = journal.setup.lease.run.clone();
+    let records = Arc::clone(&journal.records);
     let Some(tasks) = journal.tasks.as_deref_mut() else {
         return false;
     };
-    if waiting.is_empty() {
+    // Instances executed as tasks wait too (only while live: a replaying run has opened no
+    // task for them yet).
+    let instances = journal.live && !records.awaited().is_empty();
+    if waiting.is_empty() && !instances {
         tasks.sleep = None;
         tasks.wake = None;
         tasks.fetch = None;
@@ -414,7 +459,9 @@ pub(super) fn poll_tasks(run: &mut Run<'_, '_>, cx: &mut Context<'_>) -> bool {
     }
     tasks.take_delivered(cx);
     let mut handed = Vec::new();
+    let mut instances_handed = false;
     loop {
+        instances_handed |= tasks.deliver_instances(&records);
         for &(node, attempt) in &waiting {
             if tasks.has(node, attempt) && !handed.contains(&node) {
                 handed.push(node);
@@ -461,7 +508,7 @@ pub(super) fn poll_tasks(run: &mut Run<'_, '_>, cx: &mut Context<'_>) -> bool {
         let run_id = run_id.clone();
         tasks.fetch = Some(Box::pin(async move { store.task_results(&run_id).await }));
     }
-    let dealt = !handed.is_empty();
+    let dealt = !handed.is_empty() || instances_handed;
     if dealt {
         // Progress: a sticky run's window starts again when it next waits for tasks alone.
         tasks.kept_until = None;
@@ -512,26 +559,64 @@ pub(crate) struct TaskRun {
     outputs: HashMap<u32, Vec<u8>>,
     node: u32,
     attempt: u32,
+    /// A task of one instance of nest node `node`: the instance's record and index, and the
+    /// records its end goes to (loaded with the iteration before it, for a `Loop`).
+    instance: Option<(Arc<str>, u64, Arc<Records>)>,
     started: bool,
     outcome: Option<TaskOutcome>,
 }
 
 impl TaskRun {
+    /// The execution of `claim`'s attempt, with the run's stored outputs: those of its own
+    /// nodes, by node, and those of nest instances, by (node, record).
     pub(crate) fn new(
-        run: &str,
+        claim: &TaskClaim,
         outputs: HashMap<u32, Vec<u8>>,
-        node: u32,
-        attempt: u32,
+        instances: HashMap<(u32, String), Vec<u8>>,
     ) -> Box<TaskRun> {
+        let instance = (!claim.instance.is_empty()).then(|| {
+            // The iteration before a `Loop`'s is the one stored end the instance reads.
+            let before = previous_instance(&claim.instance);
+            let loaded = instances
+                .into_iter()
+                .filter(|((node, record), _)| {
+                    *node == claim.node && before.as_deref() == Some(record.as_str())
+                })
+                .collect();
+            (
+                Arc::from(claim.instance.as_str()),
+                instance_index(&claim.instance).unwrap_or(u64::MAX),
+                Arc::new(Records::loaded(loaded)),
+            )
+        });
         Box::new(TaskRun {
-            run: Arc::from(run),
+            run: Arc::from(claim.run.as_str()),
             outputs,
-            node,
-            attempt,
+            node: claim.node,
+            attempt: claim.attempt,
+            instance,
             started: false,
             outcome: None,
         })
     }
+}
+
+/// The index of an instance of a run's own nest, from its record: `ship[3]` → 3, `poll@7`
+/// → 7, `poll#2@7` → 7.
+pub(crate) fn instance_index(record: &str) -> Option<u64> {
+    if let Some(item) = record.strip_suffix(']') {
+        return item.rsplit_once('[')?.1.parse().ok();
+    }
+    record.rsplit_once('@')?.1.parse().ok()
+}
+
+/// The attempt of the nest node an instance belongs to, from its record: `ship#2[3]` → 2,
+/// `ship[3]` → 1.
+pub(crate) fn instance_attempt(record: &str) -> u32 {
+    let head = record.split(['[', '@']).next().unwrap_or(record);
+    head.rsplit_once('#')
+        .and_then(|(_, attempt)| attempt.parse().ok())
+        .unwrap_or(1)
 }
 
 /// The calls of a [`TaskRun`]: it drives the node set alone.
@@ -602,10 +687,37 @@ fn start_task_run(run: &mut Run<'_, '_>) -> bool {
     };
     let (run_id, target) = (Arc::clone(&task.run), task.node);
     let outputs = std::mem::take(&mut task.outputs);
+    let instance = task
+        .instance
+        .as_ref()
+        .map(|(record, index, records)| (Arc::clone(record), *index, Arc::clone(records)));
     let mut noop = Context::from_waker(Waker::noop());
     let failed = 'start: {
-        if (target as usize) >= len || graph.nodes[target as usize].kind != NodeKind::Operation {
-            break 'start format!("node {target} of `{}` is not an operation", graph.name);
+        let kind = graph.nodes.get(target as usize).map(|node| node.kind);
+        match (&instance, kind) {
+            (None, Some(NodeKind::Operation)) => {}
+            (Some((record, index, records)), Some(kind @ (NodeKind::ForEach | NodeKind::Loop))) => {
+                if *index == u64::MAX {
+                    break 'start format!("`{record}` names no instance of a nest");
+                }
+                if kind == NodeKind::Loop
+                    && let Some(before) = previous_instance(record)
+                    && records.loaded_end(target, &before).is_none()
+                {
+                    break 'start format!(
+                        "the stored end of `{before}`, which iteration `{record}` starts from, is not in the store"
+                    );
+                }
+            }
+            (None, _) => {
+                break 'start format!("node {target} of `{}` is not an operation", graph.name);
+            }
+            (Some((record, _, _)), _) => {
+                break 'start format!(
+                    "node {target} of `{}` is not a `ForEach` or a `Loop`, so it has no instance `{record}`",
+                    graph.name
+                );
+            }
         }
         for (&node, bytes) in &outputs {
             if node == target || (node as usize) >= len {
@@ -633,6 +745,7 @@ fn start_task_run(run: &mut Run<'_, '_>) -> bool {
                 break 'start format!("the stored output of `{name}` cannot be restored: {why}");
             }
         }
+        run.give_nest(target);
         match catch_unwind(AssertUnwindSafe(|| run.leaf(target).start())) {
             Ok(()) => return true,
             Err(payload) => NodeError::Panicked(panic_message(payload)).to_string(),
@@ -652,10 +765,54 @@ fn poll_task_run(run: &mut Run<'_, '_>, cx: &mut Context<'_>) -> Poll<()> {
         return Poll::Ready(());
     };
     let target = task.node;
-    let ctx = attempt_ctx(&task.run, graph.nodes[target as usize].name, task.attempt);
+    let mut ctx = attempt_ctx(&task.run, graph.nodes[target as usize].name, task.attempt);
+    let instance = task.instance.as_ref().map(|(record, index, records)| {
+        ctx.nest = Some(Nested {
+            records: Arc::clone(records),
+            within: Arc::from(""),
+            solo: Some(*index),
+        });
+        (Arc::clone(record), Arc::clone(records))
+    });
     let (polled, ctx) = with_attempt(ctx, || {
         catch_unwind(AssertUnwindSafe(|| run.leaf(target).poll(cx)))
     });
+    if let Some((record, records)) = instance {
+        // The instance's end is the task's outcome, whatever the nest node does after it.
+        let end = records
+            .take_ended()
+            .into_iter()
+            .find(|end| end.node == target && *end.record == *record);
+        let outcome = match (end, polled) {
+            (Some(end), _) => TaskOutcome::Completed {
+                type_name: end.type_name.to_owned(),
+                bytes: end.bytes,
+            },
+            (None, Ok(Poll::Pending)) => {
+                if let Some((_, reason)) = records.broken() {
+                    TaskOutcome::Failed {
+                        error: format!("instance `{record}` cannot be stored: {reason}"),
+                    }
+                } else {
+                    return Poll::Pending;
+                }
+            }
+            (None, Ok(Poll::Ready(Ok(())))) => TaskOutcome::Failed {
+                error: format!("the nest ended without running instance `{record}` (its source has no such item, or its loop ended before it)"),
+            },
+            (None, Ok(Poll::Ready(Err(error)))) => TaskOutcome::Failed {
+                error: format!("instance `{record}` did not run: {error}"),
+            },
+            (None, Err(payload)) => TaskOutcome::Failed {
+                error: NodeError::Panicked(panic_message(payload)).to_string(),
+            },
+        };
+        run.leaf(target).stop();
+        if let Some(task) = run.hook::<TaskRun>() {
+            task.outcome = Some(outcome);
+        }
+        return Poll::Ready(());
+    }
     let outcome = match polled {
         Ok(Poll::Pending) => return Poll::Pending,
         Ok(Poll::Ready(Ok(()))) => {

@@ -1,0 +1,343 @@
+//! Distributed nests: in a `.distributed()` run, each instance of a `ForEach` and each
+//! iteration of a `Loop` is a task that any worker claims and executes whole (its steps with
+//! their instance's keys), while the run's decider only opens the tasks and journals their
+//! ends. A decider that executes no task (`max_tasks(0)`) runs none of them itself; four
+//! workers share the 500 instances of one `ForEach`; a `Loop`'s iterations go on from the
+//! previous one's stored output, whichever worker executes each.
+//! (`MemoryStore`, workers on threads of this process.)
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use flowdag::prelude::*;
+use flowdag::store::{MemoryStore, RunFilter, Store};
+use flowdag::{Worker, WorkerReport};
+
+/// Every step executed: its idempotency key, with the thread (worker) of each execution.
+static RAN: Mutex<BTreeMap<String, Vec<String>>> = Mutex::new(BTreeMap::new());
+
+fn ran(pause: Duration) -> impl Future<Output = ()> {
+    let key = flowdag::attempt().map_or_else(|| "none".to_owned(), |a| a.key());
+    let thread = std::thread::current()
+        .name()
+        .unwrap_or("unnamed")
+        .to_owned();
+    RAN.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(key)
+        .or_default()
+        .push(thread);
+    tokio::time::sleep(pause)
+}
+
+/// The executions of run `run`'s steps, by key.
+fn ran_in(run: &str) -> BTreeMap<String, Vec<String>> {
+    RAN.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter(|(key, _)| key.starts_with(&format!("{run}/")))
+        .map(|(key, threads)| (key.clone(), threads.clone()))
+        .collect()
+}
+
+#[derive(Debug)]
+struct Lost;
+
+impl std::fmt::Display for Lost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the parcel was lost")
+    }
+}
+
+impl std::error::Error for Lost {}
+
+async fn count(lines: u32) -> Result<u32, Lost> {
+    ran(Duration::ZERO).await;
+    Ok(lines)
+}
+
+async fn ship(line: u32) -> Result<u32, Lost> {
+    ran(Duration::from_millis(3)).await;
+    Ok(line * 10)
+}
+
+/// `ship_or_lose` calls in flight, and the most seen at once.
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+async fn ship_or_lose(line: u32) -> Result<u32, Lost> {
+    let now = IN_FLIGHT.fetch_add(1, Ordering::SeqCst) + 1;
+    PEAK.fetch_max(now, Ordering::SeqCst);
+    ran(Duration::from_millis(5)).await;
+    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    match line {
+        4 => Err(Lost),
+        _ => Ok(line * 10),
+    }
+}
+
+async fn poll(round: u32) -> Result<u32, Lost> {
+    ran(Duration::from_millis(1)).await;
+    Ok(round + 1)
+}
+
+workflow! {
+    /// Ships every line of an order, all at once.
+    #[flow(durable)]
+    Spread(lines: u32) -> Vec<u32> {
+        Sequential {
+            counted = Operation(count(lines)),
+            shipped = ForEach(line in 0..counted) {
+                parcel = Operation(ship(line))
+                => parcel
+            },
+        }
+        => shipped.clone()
+    }
+}
+
+workflow! {
+    /// Polls until the fifth round, each round from the previous one's output.
+    #[flow(durable)]
+    Poller(start: u32) -> u32 {
+        polled = Loop(max = 10, prev = last) {
+            round = Operation(poll(last.copied().unwrap_or(start)))
+            => round
+        } until (round >= start + 5)
+        => polled
+    }
+}
+
+workflow! {
+    /// Ships every line, a lost parcel kept as a failure (`on_failure = collect`).
+    #[flow(durable)]
+    Collecting(lines: u32) -> Vec<Result<u32, String>> {
+        shipped = ForEach(line in 0..lines, max_concurrency = 3, on_failure = collect) {
+            parcel = Operation(ship_or_lose(line))
+            => parcel
+        }
+        => shipped.iter().map(|r| r.as_ref().copied().map_err(|e| e.to_string())).collect()
+    }
+}
+
+/// Runs `worker` on a thread of its own named `name` (its steps record that name) until
+/// `stop` is set or 60 s passed.
+fn start(
+    name: &str,
+    worker: Worker<MemoryStore>,
+    stop: &'static AtomicBool,
+) -> std::thread::JoinHandle<WorkerReport> {
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async move {
+                let until = async {
+                    let began = Instant::now();
+                    while !stop.load(Ordering::SeqCst) && began.elapsed() < Duration::from_secs(60)
+                    {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                };
+                worker.run(until).await.expect("the worker runs")
+            })
+        })
+        .expect("a thread")
+}
+
+/// Waits (at most 60 s) until `check` holds.
+fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
+    let began = Instant::now();
+    while !check() {
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The run's summary, looked up in `store`.
+fn status_of(store: &MemoryStore, run: &str) -> Option<flowdag::store::RunSummary> {
+    futures::executor::block_on(store.list_runs(&RunFilter::default()))
+        .expect("lists")
+        .into_iter()
+        .find(|r| r.id == run)
+}
+
+/// Runs `workers` workers of `W`, each on a thread of its own (`worker-1`, …), until `run`
+/// finished; their reports.
+fn run_on_workers<W: flowdag::durable::DurableWorkflow>(
+    store: &MemoryStore,
+    run: &str,
+    workers: usize,
+    stop: &'static AtomicBool,
+) -> Vec<WorkerReport> {
+    let threads: Vec<_> = (1..=workers)
+        .map(|i| {
+            let worker = Worker::new(store.clone())
+                .register::<W>()
+                .max_tasks(8)
+                .poll_interval(Duration::from_millis(2));
+            start(&format!("worker-{i}"), worker, stop)
+        })
+        .collect();
+    wait_for("the run to finish", || {
+        status_of(store, run).is_some_and(|r| r.status.is_finished())
+    });
+    stop.store(true, Ordering::SeqCst);
+    threads
+        .into_iter()
+        .map(|w| w.join().expect("a worker's thread"))
+        .collect()
+}
+
+/// The tasks the workers completed, all together.
+fn tasks(reports: &[WorkerReport]) -> u64 {
+    reports.iter().map(|r| r.tasks_completed).sum()
+}
+
+/// Every step of `run` ran once: the thread each ran on, by key.
+fn once_each(run: &str) -> BTreeMap<String, String> {
+    ran_in(run)
+        .into_iter()
+        .map(|(key, mut threads)| {
+            assert_eq!(threads.len(), 1, "`{key}` ran once: {threads:?}");
+            (key, threads.remove(0))
+        })
+        .collect()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+/// The 500 instances are 500 tasks (and `count` one more), shared by the four workers: each
+/// executes some. Were the instances run by the run's decider, they would all run on its
+/// thread and be no task.
+#[test]
+fn a_foreach_of_500_items_spreads_over_four_workers() {
+    static STOP: AtomicBool = AtomicBool::new(false);
+    let store = MemoryStore::new();
+    let runtime = runtime();
+    runtime
+        .block_on(
+            Spread::runner()
+                .durable(&store, "spread-1")
+                .distributed()
+                .submit(500),
+        )
+        .expect("submitted");
+    let reports = run_on_workers::<Spread>(&store, "spread-1", 4, &STOP);
+    let shipped = runtime
+        .block_on(Spread::resume(&store, "spread-1"))
+        .expect("finished")
+        .result
+        .expect("shipped");
+    assert_eq!(shipped, (0..500).map(|i| i * 10).collect::<Vec<u32>>());
+    assert_eq!(tasks(&reports), 501, "one task per instance: {reports:?}");
+    let ran = once_each("spread-1");
+    let mut by_worker: BTreeMap<&str, usize> = BTreeMap::new();
+    for i in 0..500 {
+        let key = format!("spread-1/shipped[{i}]/parcel/1");
+        let thread = ran
+            .get(&key)
+            .unwrap_or_else(|| panic!("instance {i} ran with its own key: {ran:?}"));
+        *by_worker.entry(thread.as_str()).or_default() += 1;
+    }
+    for i in 1..=4 {
+        assert!(
+            by_worker.get(format!("worker-{i}").as_str()).copied().unwrap_or(0) > 0,
+            "worker-{i} executed instances: {by_worker:?}"
+        );
+    }
+}
+
+/// Each iteration is a task, executed from the previous iteration's stored output: the rounds
+/// chain as they do in one process, each with its own key.
+#[test]
+fn a_loops_iterations_are_tasks_that_chain() {
+    static STOP: AtomicBool = AtomicBool::new(false);
+    let store = MemoryStore::new();
+    let runtime = runtime();
+    runtime
+        .block_on(
+            Poller::runner()
+                .durable(&store, "poller-1")
+                .distributed()
+                .submit(10),
+        )
+        .expect("submitted");
+    let reports = run_on_workers::<Poller>(&store, "poller-1", 2, &STOP);
+    let polled = runtime
+        .block_on(Poller::resume(&store, "poller-1"))
+        .expect("finished")
+        .result
+        .expect("polled");
+    assert_eq!(polled, 15);
+    assert_eq!(tasks(&reports), 5, "one task per iteration: {reports:?}");
+    let ran = once_each("poller-1");
+    let keys: Vec<&str> = ran.keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        (0..5)
+            .map(|i| format!("poller-1/polled@{i}/round/1"))
+            .collect::<Vec<_>>(),
+        "each iteration's step, once, with its key"
+    );
+}
+
+/// A failed instance is kept in the output (`on_failure = collect`) and its error comes back
+/// by its task; `max_concurrency` bounds the tasks out at once.
+#[test]
+fn collected_failures_and_limits_hold_across_workers() {
+    static STOP: AtomicBool = AtomicBool::new(false);
+    let store = MemoryStore::new();
+    let runtime = runtime();
+    runtime
+        .block_on(
+            Collecting::runner()
+                .durable(&store, "collecting-1")
+                .distributed()
+                .submit(8),
+        )
+        .expect("submitted");
+    let reports = run_on_workers::<Collecting>(&store, "collecting-1", 3, &STOP);
+    let shipped = runtime
+        .block_on(Collecting::resume(&store, "collecting-1"))
+        .expect("finished")
+        .result
+        .expect("collected");
+    let expected: Vec<Result<u32, String>> = (0..8)
+        .map(|i| match i {
+            4 => Err("parcel".to_owned()),
+            _ => Ok(i * 10),
+        })
+        .collect();
+    assert_eq!(shipped.len(), expected.len());
+    for (got, want) in shipped.iter().zip(&expected) {
+        match (got, want) {
+            (Ok(got), Ok(want)) => assert_eq!(got, want),
+            (Err(got), Err(node)) => assert!(
+                got.contains(node.as_str()) && got.contains("shipped[4]"),
+                "the failure names the instance and its step: {got}"
+            ),
+            _ => panic!("{shipped:?} is not {expected:?}"),
+        }
+    }
+    assert_eq!(tasks(&reports), 8, "one task per instance: {reports:?}");
+    assert_eq!(once_each("collecting-1").len(), 8);
+    let peak = PEAK.load(Ordering::SeqCst);
+    assert!(
+        (1..=3).contains(&peak),
+        "at most three instances at once (max_concurrency), on any worker: {peak}"
+    );
+}

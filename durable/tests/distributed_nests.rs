@@ -98,6 +98,23 @@ workflow! {
     }
 }
 
+async fn pack(line: u32) -> Result<u32, Lost> {
+    ran(Duration::from_millis(15)).await;
+    Ok(line + 100)
+}
+
+workflow! {
+    /// Packs every line, two at a time.
+    #[flow(durable)]
+    Packing(lines: u32) -> Vec<u32> {
+        packed = ForEach(line in 0..lines, max_concurrency = 4) {
+            parcel = Operation(pack(line))
+            => parcel
+        }
+        => packed.clone()
+    }
+}
+
 workflow! {
     /// Polls until the fifth round, each round from the previous one's output.
     #[flow(durable)]
@@ -178,13 +195,24 @@ fn run_on_workers<W: flowdag::durable::DurableWorkflow>(
     workers: usize,
     stop: &'static AtomicBool,
 ) -> Vec<WorkerReport> {
+    run_on::<W>(store, run, workers, stop, |worker| worker)
+}
+
+/// [`run_on_workers`] with each worker set up by `setup` too.
+fn run_on<W: flowdag::durable::DurableWorkflow>(
+    store: &MemoryStore,
+    run: &str,
+    workers: usize,
+    stop: &'static AtomicBool,
+    setup: impl Fn(Worker<MemoryStore>) -> Worker<MemoryStore>,
+) -> Vec<WorkerReport> {
     let threads: Vec<_> = (1..=workers)
         .map(|i| {
             let worker = Worker::new(store.clone())
                 .register::<W>()
                 .max_tasks(8)
                 .poll_interval(Duration::from_millis(2));
-            start(&format!("worker-{i}"), worker, stop)
+            start(&format!("worker-{i}"), setup(worker), stop)
         })
         .collect();
     wait_for("the run to finish", || {
@@ -255,7 +283,11 @@ fn a_foreach_of_500_items_spreads_over_four_workers() {
     }
     for i in 1..=4 {
         assert!(
-            by_worker.get(format!("worker-{i}").as_str()).copied().unwrap_or(0) > 0,
+            by_worker
+                .get(format!("worker-{i}").as_str())
+                .copied()
+                .unwrap_or(0)
+                > 0,
             "worker-{i} executed instances: {by_worker:?}"
         );
     }
@@ -340,4 +372,95 @@ fn collected_failures_and_limits_hold_across_workers() {
         (1..=3).contains(&peak),
         "at most three instances at once (max_concurrency), on any worker: {peak}"
     );
+}
+
+/// A decider that lets the run go while its instances are out (a sticky window of 1 ms) and
+/// one that takes it up again replay its journal: the instances that ended come from the
+/// store, those still out are not opened again (their tasks are kept with their claims), so
+/// every instance runs once, and the order of the outputs holds.
+#[test]
+fn a_run_unloaded_while_its_instances_run_runs_each_once() {
+    static STOP: AtomicBool = AtomicBool::new(false);
+    let store = MemoryStore::new();
+    let runtime = runtime();
+    runtime
+        .block_on(
+            Packing::runner()
+                .durable(&store, "packing-1")
+                .distributed()
+                .submit(12),
+        )
+        .expect("submitted");
+    let reports = run_on::<Packing>(&store, "packing-1", 2, &STOP, |worker| {
+        worker.sticky(Duration::from_millis(1))
+    });
+    let packed = runtime
+        .block_on(Packing::resume(&store, "packing-1"))
+        .expect("finished")
+        .result
+        .expect("packed");
+    assert_eq!(packed, (100..112).collect::<Vec<u32>>());
+    let unloaded: usize = reports.iter().map(|r| r.unloaded.len()).sum();
+    assert!(
+        unloaded > 1,
+        "the run was let go while its instances ran: {reports:?}"
+    );
+    assert_eq!(tasks(&reports), 12, "one task per instance: {reports:?}");
+    assert_eq!(once_each("packing-1").len(), 12);
+}
+
+/// A worker that stops (as a process that dies) in the middle of a `ForEach`: another
+/// finishes the run; the instances that ended are not run again, and only those the first
+/// worker was executing when it stopped run a second time, with the same keys.
+#[test]
+fn a_worker_that_stops_midway_leaves_only_its_instances_in_flight() {
+    static STOP_FIRST: AtomicBool = AtomicBool::new(false);
+    static STOP: AtomicBool = AtomicBool::new(false);
+    let store = MemoryStore::new();
+    let runtime = runtime();
+    runtime
+        .block_on(
+            Packing::runner()
+                .durable(&store, "packing-2")
+                .distributed()
+                .submit(16),
+        )
+        .expect("submitted");
+    let first = Worker::new(store.clone())
+        .register::<Packing>()
+        .max_tasks(2)
+        .task_lease(Duration::from_millis(100))
+        .run_lease(Duration::from_millis(100))
+        .poll_interval(Duration::from_millis(2));
+    let first = start("first", first, &STOP_FIRST);
+    wait_for("six instances to run", || ran_in("packing-2").len() >= 6);
+    STOP_FIRST.store(true, Ordering::SeqCst);
+    first.join().expect("the first worker's thread");
+    let before = ran_in("packing-2");
+    let reports = run_on_workers::<Packing>(&store, "packing-2", 1, &STOP);
+    let packed = runtime
+        .block_on(Packing::resume(&store, "packing-2"))
+        .expect("finished")
+        .result
+        .expect("packed");
+    assert_eq!(packed, (100..116).collect::<Vec<u32>>());
+    let after = ran_in("packing-2");
+    assert_eq!(after.len(), 16, "every instance ran, with attempt 1's key");
+    let twice: Vec<&String> = after
+        .iter()
+        .filter(|(_, threads)| threads.len() > 1)
+        .map(|(key, _)| key)
+        .collect();
+    assert!(
+        twice.len() <= 2,
+        "only the instances in flight when the first worker stopped (at most its two tasks) ran again: {twice:?}"
+    );
+    for key in &twice {
+        assert_eq!(
+            before.get(*key).map(Vec::len),
+            Some(1),
+            "`{key}` ran again after it was cut short"
+        );
+    }
+    assert!(tasks(&reports) >= 10, "{reports:?}");
 }

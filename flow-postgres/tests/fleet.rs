@@ -564,6 +564,24 @@ async fn check(store: &PostgresStore, schema: &str, orders: &[u64], context: &st
                 compensated += 1;
             }
         }
+        // The instances of the `ForEach` are tasks of their own: their steps are not in the
+        // journal, their ends are (stored under the instance's record, `packed[2]`), and every
+        // instance that ended did its step's effect under the instance's key.
+        let data = store.run_data(&id).await.expect("the run's data");
+        let instances: Vec<&str> = data
+            .outputs
+            .iter()
+            .filter(|o| !o.instance.is_empty())
+            .map(|o| o.instance.as_str())
+            .collect();
+        assert_eq!(
+            instances,
+            ["packed[0]", "packed[1]", "packed[2]"],
+            "{context}: {id}: every instance's end is stored"
+        );
+        for instance in instances {
+            want.insert(format!("{id}/{instance}/parcel/1"));
+        }
         let events = store.events(&id, 0).await.expect("the journal");
         // Every attempt the journal started, once: its key is an expected effect.
         let mut requested: BTreeMap<(String, u32), u32> = BTreeMap::new();
@@ -571,8 +589,9 @@ async fn check(store: &PostgresStore, schema: &str, orders: &[u64], context: &st
             let Some(name) = &event.node_name else {
                 continue;
             };
-            // A step of a nest instance: its key names the instance. An instance whose
-            // decider was killed runs again whole, so its events may be journaled twice.
+            // A step of a nest instance run by the decider: its key names the instance. An
+            // instance whose decider was killed runs again whole, so its events may be
+            // journaled twice.
             if let Some(path) = &event.path {
                 if event.kind == "Requested" {
                     want.insert(format!("{id}/{path}/{name}/{}", event.attempt));

@@ -214,7 +214,12 @@ impl Records {
 
     /// The journal hands over the outcome of a remote instance's task (the end it stored, or
     /// why the task could not run it); `false` when no instance waits for it.
-    pub(crate) fn deliver(&self, node: u32, record: &str, outcome: Result<Vec<u8>, String>) -> bool {
+    pub(crate) fn deliver(
+        &self,
+        node: u32,
+        record: &str,
+        outcome: Result<Vec<u8>, String>,
+    ) -> bool {
         let mut inner = self.lock();
         let key = (node, record.to_owned());
         let Some((waker, _)) = inner.waiting.get_mut(&key) else {
@@ -247,16 +252,13 @@ impl Records {
         }
     }
 
-    /// The remote instances waiting for an outcome not handed over yet: (nest node,
-    /// record).
-    pub(crate) fn awaited(&self) -> Vec<(u32, String)> {
+    /// Whether a remote instance waits for an outcome not handed over yet.
+    pub(crate) fn awaits_outcomes(&self) -> bool {
         let inner = self.lock();
         inner
             .waiting
             .keys()
-            .filter(|key| !inner.outcomes.contains_key(*key))
-            .cloned()
-            .collect()
+            .any(|key| !inner.outcomes.contains_key(key))
     }
 
     /// Whether nest node `node` waits for remote instances alone as far as the records

@@ -550,17 +550,20 @@ impl Graph {
     /// A distributed run executes the instances of such a nest as tasks.
     #[cfg(feature = "durable")]
     pub(crate) fn runs_anywhere(&self) -> bool {
-        self.nodes.iter().enumerate().all(|(at, node)| match node.kind {
-            NodeKind::Operation | NodeKind::Decision | NodeKind::Gate | NodeKind::Delay => true,
-            NodeKind::ForEach | NodeKind::Loop => self
-                .plan
-                .control
-                .nest(at as u32)
-                .is_some_and(|nest| nest.body.runs_anywhere()),
-            NodeKind::Signal | NodeKind::Cancel | NodeKind::Terminate | NodeKind::Workflow => {
-                false
-            }
-        })
+        self.nodes
+            .iter()
+            .enumerate()
+            .all(|(at, node)| match node.kind {
+                NodeKind::Operation | NodeKind::Decision | NodeKind::Gate | NodeKind::Delay => true,
+                NodeKind::ForEach | NodeKind::Loop => self
+                    .plan
+                    .control
+                    .nest(at as u32)
+                    .is_some_and(|nest| nest.body.runs_anywhere()),
+                NodeKind::Signal | NodeKind::Cancel | NodeKind::Terminate | NodeKind::Workflow => {
+                    false
+                }
+            })
     }
 
     /// Builds a graph. For the code `workflow!` generates: not a public API.

@@ -2072,95 +2072,6 @@ pub async fn tasks_closed_and_reopened(store: &dyn Store) {
     );
 }
 
-#[cfg(test)]
-mod tests {
-    use std::panic::AssertUnwindSafe;
-
-    use super::super::{
-        DueTimer, Loaded, MemoryStore, RunData, RunSummary, StoreFuture, StoredSignal,
-    };
-    use super::*;
-
-    /// A store that breaks one rule: a batch sent again is written as if it were new (here:
-    /// answered `Applied`, as a store without the check would).
-    struct Forgetful(MemoryStore);
-
-    impl Store for Forgetful {
-        fn create_run(&self, run: NewRun) -> StoreFuture<'_, Created> {
-            self.0.create_run(run)
-        }
-        fn load_run<'a>(
-            &'a self,
-            run: &'a str,
-            owner: &'a Owner,
-            lease: Duration,
-        ) -> StoreFuture<'a, Loaded> {
-            self.0.load_run(run, owner, lease)
-        }
-        fn list_runs<'a>(&'a self, filter: &'a RunFilter) -> StoreFuture<'a, Vec<RunSummary>> {
-            self.0.list_runs(filter)
-        }
-        fn events<'a>(&'a self, run: &'a str, from: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
-            self.0.events(run, from)
-        }
-        fn run_data<'a>(&'a self, run: &'a str) -> StoreFuture<'a, RunData> {
-            self.0.run_data(run)
-        }
-        fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
-            let inner = self.0.commit(batch);
-            Box::pin(async move {
-                match inner.await? {
-                    Committed::AlreadyApplied { next_seq } => Ok(Committed::Applied { next_seq }),
-                    applied => Ok(applied),
-                }
-            })
-        }
-        fn due_timers(&self, horizon: Duration, limit: u32) -> StoreFuture<'_, Vec<DueTimer>> {
-            self.0.due_timers(horizon, limit)
-        }
-        fn send_signal(&self, signal: NewSignal) -> StoreFuture<'_, SignalSent> {
-            self.0.send_signal(signal)
-        }
-        fn signals<'a>(&'a self, run: &'a str, after: u64) -> StoreFuture<'a, Vec<StoredSignal>> {
-            self.0.signals(run, after)
-        }
-        fn heartbeat<'a>(
-            &'a self,
-            owner: &'a Owner,
-            held: &'a [Lease],
-            lease: Duration,
-        ) -> StoreFuture<'a, Vec<Lease>> {
-            self.0.heartbeat(owner, held, lease)
-        }
-        fn release<'a>(&'a self, owner: &'a Owner, held: &'a [Lease]) -> StoreFuture<'a, ()> {
-            self.0.release(owner, held)
-        }
-    }
-
-    #[test]
-    fn the_suite_fails_a_store_that_breaks_the_contract() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .expect("a runtime");
-        let store = Forgetful(MemoryStore::new());
-        let failed = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            rt.block_on(idempotent_commit(&store));
-        }));
-        let message = failed.expect_err("the suite must fail the forgetful store");
-        let message = message
-            .downcast_ref::<String>()
-            .cloned()
-            .unwrap_or_default();
-        assert!(
-            message.contains("idempotent_commit: the same batch again"),
-            "{message}"
-        );
-        // The rest of the suite still holds for it.
-        rt.block_on(leases(&Forgetful(MemoryStore::new())));
-    }
-}
-
 /// Tasks of nest instances: each instance of a node is a task of its own (`charge[0]`,
 /// `charge[1]`, `charge@1` beside the node's own), claimed, completed and closed alone; its
 /// result names the instance; a claim that reads inputs reads the node's predecessors'
@@ -2299,4 +2210,93 @@ pub async fn tasks_of_instances(store: &dyn Store) {
         Ok(vec![]),
         "instance tasks: a closed instance's task has no result"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use std::panic::AssertUnwindSafe;
+
+    use super::super::{
+        DueTimer, Loaded, MemoryStore, RunData, RunSummary, StoreFuture, StoredSignal,
+    };
+    use super::*;
+
+    /// A store that breaks one rule: a batch sent again is written as if it were new (here:
+    /// answered `Applied`, as a store without the check would).
+    struct Forgetful(MemoryStore);
+
+    impl Store for Forgetful {
+        fn create_run(&self, run: NewRun) -> StoreFuture<'_, Created> {
+            self.0.create_run(run)
+        }
+        fn load_run<'a>(
+            &'a self,
+            run: &'a str,
+            owner: &'a Owner,
+            lease: Duration,
+        ) -> StoreFuture<'a, Loaded> {
+            self.0.load_run(run, owner, lease)
+        }
+        fn list_runs<'a>(&'a self, filter: &'a RunFilter) -> StoreFuture<'a, Vec<RunSummary>> {
+            self.0.list_runs(filter)
+        }
+        fn events<'a>(&'a self, run: &'a str, from: u64) -> StoreFuture<'a, Vec<StoredEvent>> {
+            self.0.events(run, from)
+        }
+        fn run_data<'a>(&'a self, run: &'a str) -> StoreFuture<'a, RunData> {
+            self.0.run_data(run)
+        }
+        fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {
+            let inner = self.0.commit(batch);
+            Box::pin(async move {
+                match inner.await? {
+                    Committed::AlreadyApplied { next_seq } => Ok(Committed::Applied { next_seq }),
+                    applied => Ok(applied),
+                }
+            })
+        }
+        fn due_timers(&self, horizon: Duration, limit: u32) -> StoreFuture<'_, Vec<DueTimer>> {
+            self.0.due_timers(horizon, limit)
+        }
+        fn send_signal(&self, signal: NewSignal) -> StoreFuture<'_, SignalSent> {
+            self.0.send_signal(signal)
+        }
+        fn signals<'a>(&'a self, run: &'a str, after: u64) -> StoreFuture<'a, Vec<StoredSignal>> {
+            self.0.signals(run, after)
+        }
+        fn heartbeat<'a>(
+            &'a self,
+            owner: &'a Owner,
+            held: &'a [Lease],
+            lease: Duration,
+        ) -> StoreFuture<'a, Vec<Lease>> {
+            self.0.heartbeat(owner, held, lease)
+        }
+        fn release<'a>(&'a self, owner: &'a Owner, held: &'a [Lease]) -> StoreFuture<'a, ()> {
+            self.0.release(owner, held)
+        }
+    }
+
+    #[test]
+    fn the_suite_fails_a_store_that_breaks_the_contract() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a runtime");
+        let store = Forgetful(MemoryStore::new());
+        let failed = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            rt.block_on(idempotent_commit(&store));
+        }));
+        let message = failed.expect_err("the suite must fail the forgetful store");
+        let message = message
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            message.contains("idempotent_commit: the same batch again"),
+            "{message}"
+        );
+        // The rest of the suite still holds for it.
+        rt.block_on(leases(&Forgetful(MemoryStore::new())));
+    }
 }

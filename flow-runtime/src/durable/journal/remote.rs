@@ -450,7 +450,7 @@ pub(super) fn poll_tasks(run: &mut Run<'_, '_>, cx: &mut Context<'_>) -> bool {
     };
     // Instances executed as tasks wait too (only while live: a replaying run has opened no
     // task for them yet).
-    let instances = journal.live && !records.awaited().is_empty();
+    let instances = journal.live && records.awaits_outcomes();
     if waiting.is_empty() && !instances {
         tasks.sleep = None;
         tasks.wake = None;
@@ -798,7 +798,9 @@ fn poll_task_run(run: &mut Run<'_, '_>, cx: &mut Context<'_>) -> Poll<()> {
                 }
             }
             (None, Ok(Poll::Ready(Ok(())))) => TaskOutcome::Failed {
-                error: format!("the nest ended without running instance `{record}` (its source has no such item, or its loop ended before it)"),
+                error: format!(
+                    "the nest ended without running instance `{record}` (its source has no such item, or its loop ended before it)"
+                ),
             },
             (None, Ok(Poll::Ready(Err(error)))) => TaskOutcome::Failed {
                 error: format!("instance `{record}` did not run: {error}"),

@@ -1,5 +1,6 @@
 //! Distributed runs on one PostgreSQL server, side by side with what bounds them: nodes per
-//! second of a 20-node fan and a 100-step chain with 1, 2 and 4 worker processes; the raw rate
+//! second of a 20-node fan, a 100-step chain and a `ForEach` of 500 instances (each instance
+//! a task) with 1, 2 and 4 worker processes; the raw rate
 //! of the conditional single-row update a task claim is (`UPDATE … SET status = 'running',
 //! version = version + 1 WHERE id = $1 AND status = 'ready' AND version = $2`) from as many
 //! connections; and a PostgreSQL job queue of the Rust ecosystem (apalis with its PostgreSQL
@@ -31,7 +32,8 @@ use flowdag_runtime::store::{RunFilter, Store};
 use flowdag_runtime::worker::Worker;
 use tokio_postgres::{Client, NoTls};
 
-/// Nodes per configuration: 100 runs of the fan, 20 runs of the chain, 2,000 jobs.
+/// Nodes per configuration: 100 runs of the fan, 20 runs of the chain, 4 runs of the `ForEach`
+/// (its instances), 2,000 jobs.
 const NODES: u64 = 2_000;
 /// Worker processes per configuration.
 const FLEETS: [usize; 3] = [1, 2, 4];
@@ -51,6 +53,8 @@ enum Load {
     Fan,
     /// Distributed runs of [`Chain`]: 100 nodes each.
     Chain,
+    /// Distributed runs of [`Each`]: a `ForEach` of 500 instances, each a task.
+    Each,
     /// apalis jobs (one no-op each).
     Jobs,
 }
@@ -60,6 +64,7 @@ impl Load {
         match self {
             Load::Fan => "fan (20 nodes)",
             Load::Chain => "chain (100 steps)",
+            Load::Each => "ForEach (500 instances)",
             Load::Jobs => "apalis jobs",
         }
     }
@@ -67,7 +72,7 @@ impl Load {
     fn kind(self) -> &'static str {
         match self {
             Load::Jobs => "apalis",
-            Load::Fan | Load::Chain => "flow",
+            Load::Fan | Load::Chain | Load::Each => "flow",
         }
     }
 }
@@ -105,6 +110,20 @@ workflow! {
         => last
     }
 }
+
+workflow! {
+    #[flow(durable)]
+    Each(x: u64) -> u64 {
+        done = ForEach(i in 0..EACH) {
+            one = Operation(op(x + i))
+            => one
+        }
+        => done.len() as u64
+    }
+}
+
+/// The instances of each run of [`Each`].
+const EACH: u64 = 500;
 
 workflow! {
     #[flow(durable)]
@@ -313,6 +332,7 @@ async fn work(schema: &str) -> Result<(), Error> {
     let report = Worker::new(store)
         .register::<Fan>()
         .register::<Chain>()
+        .register::<Each>()
         .poll_interval(Duration::from_millis(10))
         .max_runs(IN_FLIGHT)
         .max_tasks(IN_FLIGHT)
@@ -346,7 +366,7 @@ impl Fleet {
                     queue.args(["work", schema, &IN_FLIGHT.to_string()]);
                     queue
                 }
-                Load::Fan | Load::Chain => {
+                Load::Fan | Load::Chain | Load::Each => {
                     let mut flow = Command::new(std::env::current_exe()?);
                     flow.env(WORKER_ENV, schema);
                     flow
@@ -477,6 +497,15 @@ async fn fleet(url: &str, client: &Client, workers: usize, load: Load) -> Result
                     .await?;
             }
         }
+        Load::Each => {
+            for x in 0..NODES / EACH {
+                Each::runner()
+                    .durable(&store, format!("each-{x:03}"))
+                    .distributed()
+                    .submit(x)
+                    .await?;
+            }
+        }
         Load::Jobs => {
             let pushed = Command::new(queue_exe())
                 .args(["push", &schema, &NODES.to_string()])
@@ -499,7 +528,7 @@ async fn fleet(url: &str, client: &Client, workers: usize, load: Load) -> Result
             "SELECT ({NODES} - count(*))::bigint /* scale_bench_watch */ FROM apalis.jobs
              WHERE job_type = '{schema}' AND done_at IS NOT NULL"
         ),
-        Load::Fan | Load::Chain => format!(
+        Load::Fan | Load::Chain | Load::Each => format!(
             "SELECT count(*) /* scale_bench_watch */ FROM {schema}.runs
              WHERE status NOT IN ('succeeded', 'failed', 'cancelled')"
         ),
@@ -531,6 +560,7 @@ async fn fleet(url: &str, client: &Client, workers: usize, load: Load) -> Result
             .len();
         let runs = match load {
             Load::Fan => NODES / 20,
+            Load::Each => NODES / EACH,
             _ => NODES / 100,
         };
         if succeeded as u64 != runs {
@@ -624,7 +654,7 @@ async fn bench() -> Result<(), Error> {
     let version: String = client.query_one("SHOW server_version", &[]).await?.get(0);
     println!(
         "PostgreSQL {version}: fsync={}, synchronous_commit={}, {} cores; {NODES} nodes per \
-         configuration (100 runs of the fan: 1 -> 18 in parallel -> 1; 20 runs of the chain; \
+         configuration (100 runs of the fan: 1 -> 18 in parallel -> 1; 20 runs of the chain; 4 runs of a ForEach of 500; \
          {NODES} apalis jobs), worked off a backlog",
         setting("fsync").await?,
         setting("synchronous_commit").await?,
@@ -647,7 +677,7 @@ async fn bench() -> Result<(), Error> {
     for _ in 0..rounds {
         for workers in FLEETS {
             let raw = raw(&url, &client, workers).await?;
-            for load in [Load::Fan, Load::Chain, Load::Jobs] {
+            for load in [Load::Fan, Load::Chain, Load::Each, Load::Jobs] {
                 let run = fleet(&url, &client, workers, load).await?;
                 row(&run, raw);
             }
@@ -663,7 +693,7 @@ fn row(run: &Fleetrun, raw: f64) {
     let per_worker = match run.load {
         // apalis's workers do not say how many jobs each ran.
         Load::Jobs => "n/a".to_owned(),
-        Load::Fan | Load::Chain => run
+        Load::Fan | Load::Chain | Load::Each => run
             .executed
             .iter()
             .map(u64::to_string)

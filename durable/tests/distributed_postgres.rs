@@ -366,3 +366,80 @@ async fn a_live_run_hears_a_cancel_request_without_polling() {
     assert_eq!(runs[0].status, RunStatus::Cancelled);
     testing::drop_schemas("cancel_heard").await;
 }
+
+/// Every execution of a `Parcels` instance, by idempotency key.
+static PACKED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+async fn pack(i: u64) -> Result<u64, std::io::Error> {
+    let key = flowdag::attempt().map_or_else(|| "none".to_owned(), |a| a.key());
+    PACKED.lock().unwrap_or_else(|p| p.into_inner()).push(key);
+    Ok(i)
+}
+
+workflow! {
+    #[flow(durable)]
+    Parcels(lines: u64) -> u64 {
+        packed = ForEach(i in 0..lines) {
+            parcel = Operation(pack(i))
+            => parcel
+        }
+        => packed.iter().sum::<u64>()
+    }
+}
+
+/// Two workers race to pick up the same runs of a `ForEach` whose instances are tasks: the
+/// worker whose load of a run is refused (the other holds it) hands the outcomes of that
+/// run's tasks it executes meanwhile to the store, not to the run it did not get, so every
+/// instance is executed once and none waits for its claim to lapse (a 20 s task lease here:
+/// an outcome lost that way would run the instance a second time after it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_workers_execute_each_instance_once() {
+    let store = testing::store("racing_instances");
+    store.migrate().await.expect("the schema");
+    for run in 0..3 {
+        Parcels::runner()
+            .durable(&store, format!("parcels-{run}"))
+            .distributed()
+            .submit(100)
+            .await
+            .expect("submitted");
+    }
+    let worker = || {
+        Worker::new(store.clone())
+            .register::<Parcels>()
+            .task_lease(Duration::from_secs(20))
+            .poll_interval(Duration::from_millis(10))
+            .max_runs(8)
+            .max_tasks(8)
+    };
+    let finished = || async {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(60) {
+            let runs = store.list_runs(&RunFilter::default()).await.expect("lists");
+            if runs.iter().all(|r| r.status.is_finished()) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let (first, second) = (worker(), worker());
+    let (a, b) = tokio::join!(first.run(finished()), second.run(finished()));
+    let executed =
+        a.expect("a worker ran").tasks_completed + b.expect("a worker ran").tasks_completed;
+    for run in 0..3 {
+        let outcome = Parcels::resume(&store, &format!("parcels-{run}"))
+            .await
+            .expect("finished");
+        assert_eq!(outcome.result.expect("succeeds"), (0..100).sum::<u64>());
+    }
+    let mut packed = std::mem::take(&mut *PACKED.lock().unwrap_or_else(|p| p.into_inner()));
+    packed.sort();
+    let all = packed.len();
+    packed.dedup();
+    assert_eq!(
+        (all, packed.len(), executed),
+        (300, 300, 300),
+        "every instance executed once, as one task"
+    );
+    testing::drop_schemas("racing_instances").await;
+}

@@ -52,6 +52,10 @@ pub(crate) struct Mailbox {
 
 #[derive(Default)]
 struct MailboxState {
+    /// The run's journal takes outcomes from the mailbox: until then (the run is still being
+    /// loaded, or its load was refused) delivery fails, and the worker stores the outcome as
+    /// any other.
+    attached: bool,
     /// The run stopped taking outcomes (it ends, unloads or compensates): delivery fails,
     /// and the worker stores the outcome as any other.
     closed: bool,
@@ -71,7 +75,7 @@ impl Mailbox {
     /// longer takes outcomes.
     pub(crate) fn deliver(&self, claim: &TaskClaim, outcome: TaskOutcome) -> Option<TaskOutcome> {
         let mut state = self.state();
-        if state.closed {
+        if state.closed || !state.attached {
             return Some(outcome);
         }
         state.delivered.push((claim.clone(), outcome));
@@ -88,6 +92,13 @@ impl Mailbox {
             state.waker = Some(cx.waker().clone());
         }
         std::mem::take(&mut state.delivered)
+    }
+
+    /// The run's journal takes outcomes from now on.
+    fn attach(&self) {
+        let mut state = self.state();
+        state.attached = true;
+        state.closed = false;
     }
 
     /// Stops taking outcomes; those delivered and not taken.
@@ -125,6 +136,16 @@ pub(super) struct Tasks {
     local: Vec<(TaskClaim, TaskOutcome)>,
 }
 
+impl Drop for Tasks {
+    /// A run dropped without stopping (its future dropped) takes no more outcomes: later
+    /// deliveries fail, and their workers store them.
+    fn drop(&mut self) {
+        if let Some(mailbox) = &self.mailbox {
+            mailbox.close();
+        }
+    }
+}
+
 impl Tasks {
     /// Stops looking at the store: drops the request in flight, if any (which gives its
     /// connection back to the store's pool) and the wait for the next one.
@@ -145,6 +166,9 @@ impl Tasks {
     pub(super) fn new(setup: &JournalSetup, graph: &'static Graph) -> Option<Box<Tasks>> {
         if !setup.distributed {
             return None;
+        }
+        if let Some(mailbox) = &setup.mailbox {
+            mailbox.attach();
         }
         Some(Box::new(Tasks {
             remote: graph

@@ -116,6 +116,18 @@ workflow! {
 }
 
 workflow! {
+    /// Ships every line of a stream.
+    #[flow(durable)]
+    Streamed(lines: u32) -> Vec<u32> {
+        shipped = ForEach(line in stream futures::stream::iter(0..lines)) {
+            parcel = Operation(ship(line))
+            => parcel
+        }
+        => shipped.clone()
+    }
+}
+
+workflow! {
     /// Polls until the fifth round, each round from the previous one's output.
     #[flow(durable)]
     Poller(start: u32) -> u32 {
@@ -463,4 +475,37 @@ fn a_worker_that_stops_midway_leaves_only_its_instances_in_flight() {
         );
     }
     assert!(tasks(&reports) >= 10, "{reports:?}");
+}
+
+/// A `ForEach` over a stream keeps its instances on the decider: a worker executing one
+/// instance would read the stream again up to its item. No task is opened for them; each
+/// instance still runs once, with its key, and its end is journaled.
+#[test]
+fn a_foreach_over_a_stream_runs_on_the_decider() {
+    static STOP: AtomicBool = AtomicBool::new(false);
+    let store = MemoryStore::new();
+    let runtime = runtime();
+    runtime
+        .block_on(
+            Streamed::runner()
+                .durable(&store, "streamed-1")
+                .distributed()
+                .submit(6),
+        )
+        .expect("submitted");
+    let reports = run_on_workers::<Streamed>(&store, "streamed-1", 2, &STOP);
+    let shipped = runtime
+        .block_on(Streamed::resume(&store, "streamed-1"))
+        .expect("finished")
+        .result
+        .expect("shipped");
+    assert_eq!(shipped, [0, 10, 20, 30, 40, 50]);
+    assert_eq!(tasks(&reports), 0, "no instance is a task: {reports:?}");
+    let ran = once_each("streamed-1");
+    assert_eq!(
+        ran.keys().map(String::as_str).collect::<Vec<_>>(),
+        (0..6)
+            .map(|i| format!("streamed-1/shipped[{i}]/parcel/1"))
+            .collect::<Vec<_>>()
+    );
 }

@@ -4,6 +4,7 @@
 //! first locks the run's row (`SELECT .. FOR UPDATE`), so the writes of one run are applied one
 //! after the other, each seeing the last; the decisive update is conditional on what was read.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use flowdag_store::{
@@ -834,6 +835,7 @@ pub(crate) async fn commit(tx: &mut Tx<'_>, batch: &Batch, channel: &str) -> R<C
         // The last change of each task holds: a retry closes the attempt's task and opens the
         // next attempt's, a withdrawal closes a task opened earlier in the batch.
         let mut last: Vec<(u32, &str, Option<u32>)> = Vec::new();
+        let mut at: HashMap<(u32, &str), usize> = HashMap::new();
         for change in &batch.tasks {
             let (node, instance, attempt) = match change {
                 TaskChange::Open {
@@ -843,12 +845,12 @@ pub(crate) async fn commit(tx: &mut Tx<'_>, batch: &Batch, channel: &str) -> R<C
                 } => (*node, instance.as_str(), Some(*attempt)),
                 TaskChange::Close { node, instance } => (*node, instance.as_str(), None),
             };
-            match last
-                .iter_mut()
-                .find(|(n, i, _)| *n == node && *i == instance)
-            {
-                Some(slot) => slot.2 = attempt,
-                None => last.push((node, instance, attempt)),
+            match at.get(&(node, instance)) {
+                Some(&slot) => last[slot].2 = attempt,
+                None => {
+                    at.insert((node, instance), last.len());
+                    last.push((node, instance, attempt));
+                }
             }
         }
         let (closed, closed_instances): (Vec<i64>, Vec<&str>) = last

@@ -9,6 +9,7 @@
 use std::any::Any;
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 
@@ -109,6 +110,9 @@ pub(crate) struct AttemptCtx {
 #[derive(Default)]
 pub(crate) struct Records {
     inner: Mutex<RecordsInner>,
+    /// The run is distributed: the instances of its own nests whose bodies may run anywhere
+    /// are executed as tasks ([`Records::want`]).
+    remote: AtomicBool,
 }
 
 #[derive(Default)]
@@ -119,12 +123,14 @@ struct RecordsInner {
     ended: Vec<InstanceEnd>,
     /// An instance could not go on: the run must stop with this (record, reason).
     broken: Option<(String, String)>,
-    /// The run is distributed: the instances of its own nests whose bodies may run anywhere
-    /// are executed as tasks ([`Records::want`]).
-    remote: bool,
     /// Remote instances waiting for their task's outcome, by (nest node, record): the waker
     /// of the instance's future, and whether the journal has opened its task.
     waiting: HashMap<(u32, String), (Option<Waker>, bool)>,
+    /// Remote instances that began to wait since the journal last looked ([`Records::tasks`]).
+    fresh: Vec<(u32, String)>,
+    /// Nest nodes whose instances run where the run is decided even in a distributed run (a
+    /// `ForEach` over a stream: each worker would read the stream again up to its item).
+    local: Vec<u32>,
     /// Remote instances dropped before their end since the journal last looked: their tasks
     /// are closed.
     dropped: Vec<(u32, String)>,
@@ -164,17 +170,29 @@ impl Records {
                 loaded,
                 ..RecordsInner::default()
             }),
+            remote: AtomicBool::new(false),
         }
     }
 
     /// The records of a distributed run: its nests' instances may run as tasks.
     pub(crate) fn set_remote(&self) {
-        self.lock().remote = true;
+        self.remote.store(true, Ordering::Relaxed);
     }
 
-    /// Whether instances may run as tasks (the run is distributed).
-    pub(crate) fn is_remote(&self) -> bool {
-        self.lock().remote
+    /// Whether the instances of nest node `node` may run as tasks (the run is distributed,
+    /// and the node's driver did not keep them here).
+    pub(crate) fn is_remote(&self, node: u32) -> bool {
+        self.remote.load(Ordering::Relaxed) && !self.lock().local.contains(&node)
+    }
+
+    /// The instances of nest node `node` run where the run is decided.
+    pub(crate) fn keep_local(&self, node: u32) {
+        if self.remote.load(Ordering::Relaxed) {
+            let mut inner = self.lock();
+            if !inner.local.contains(&node) {
+                inner.local.push(node);
+            }
+        }
     }
 
     /// A remote instance waits for its task's outcome: the outcome, once the journal handed
@@ -191,6 +209,9 @@ impl Records {
         if let Some(outcome) = inner.outcomes.remove(&key) {
             inner.waiting.remove(&key);
             return Some(outcome);
+        }
+        if !inner.waiting.contains_key(&key) {
+            inner.fresh.push(key.clone());
         }
         let entry = inner.waiting.entry(key).or_insert((None, false));
         match &mut entry.0 {
@@ -235,15 +256,17 @@ impl Records {
     /// The remote instances whose tasks to open and to close since the last call.
     pub(crate) fn tasks(&self) -> InstanceTasks {
         let mut inner = self.lock();
-        let mut open: Vec<(u32, String)> = inner
-            .waiting
-            .iter_mut()
-            .filter(|(_, (_, opened))| !*opened)
-            .map(|(key, (_, opened))| {
+        if inner.fresh.is_empty() && inner.dropped.is_empty() {
+            return InstanceTasks::default();
+        }
+        let mut open = std::mem::take(&mut inner.fresh);
+        open.retain(|key| match inner.waiting.get_mut(key) {
+            Some((_, opened)) if !*opened => {
                 *opened = true;
-                key.clone()
-            })
-            .collect();
+                true
+            }
+            _ => false,
+        });
         // In the instances' order, so that the oldest task is claimed first.
         open.sort_by(|a, b| (a.0, instance_order(&a.1)).cmp(&(b.0, instance_order(&b.1))));
         InstanceTasks {
@@ -252,13 +275,18 @@ impl Records {
         }
     }
 
-    /// Whether a remote instance waits for an outcome not handed over yet.
+    /// Whether a remote instance waits for an outcome not handed over yet (the outcomes
+    /// handed over are those of waiting instances).
     pub(crate) fn awaits_outcomes(&self) -> bool {
         let inner = self.lock();
-        inner
-            .waiting
-            .keys()
-            .any(|key| !inner.outcomes.contains_key(key))
+        inner.waiting.len() > inner.outcomes.len()
+    }
+
+    /// Whether instance `record` of nest node `node` waits for its task's outcome.
+    pub(crate) fn waits(&self, node: u32, record: &str) -> bool {
+        let key = (node, record.to_owned());
+        let inner = self.lock();
+        inner.waiting.contains_key(&key) && !inner.outcomes.contains_key(&key)
     }
 
     /// Whether nest node `node` waits for remote instances alone as far as the records
@@ -339,6 +367,18 @@ pub(crate) struct Nested {
     /// A worker executes one instance of this nest node as a task: its index (the driver
     /// starts that instance alone, see [`solo`]).
     pub(crate) solo: Option<u64>,
+}
+
+/// The nest node being polled keeps its instances where the run is decided (see
+/// [`Records::keep_local`]); nothing outside a durable run's own nest node.
+pub(crate) fn keep_local(node: u32) {
+    let _ = CURRENT.try_with(|c| {
+        if let Some(nested) = c.borrow().as_ref().and_then(|ctx| ctx.nest.as_ref())
+            && nested.within.is_empty()
+        {
+            nested.records.keep_local(node);
+        }
+    });
 }
 
 /// The instance of the nest node being polled that a worker executes as a task, if it does:

@@ -431,6 +431,8 @@ trait Items {
     fn poll_item(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>>;
     /// A lower bound of the items left.
     fn at_least(&self) -> usize;
+    /// The items come from a stream (read once, in the process that drives the nest).
+    const STREAM: bool = false;
 }
 
 struct FromIter<I>(I);
@@ -462,6 +464,8 @@ fn FromStream<S>(stream: S) -> FromStream<S> {
 }
 
 impl<S: Stream> Items for FromStream<S> {
+    const STREAM: bool = true;
+
     type Item = S::Item;
 
     #[inline]
@@ -689,6 +693,19 @@ fn solo() -> Option<u64> {
     None
 }
 
+/// A `ForEach` over a stream keeps its instances in the process that decides a distributed
+/// run: a worker executing one instance would have to read the stream again up to its item.
+#[cfg(feature = "durable")]
+fn keep_streams_local<S: Items>(ctx: &NestCtx) {
+    if S::STREAM {
+        crate::attempt::keep_local(ctx.index);
+    }
+}
+
+/// Without durable runs, instances run where their nest runs.
+#[cfg(not(feature = "durable"))]
+fn keep_streams_local<S: Items>(_: &NestCtx) {}
+
 impl<F, Out> Drop for Each<'_, F, Out> {
     fn drop(&mut self) {
         // Dropping the driver (cancelled, withdrawn, or the run dropped): the live instances
@@ -717,6 +734,7 @@ where
     K: Keep<O>,
 {
     let mut items = pin!(items);
+    keep_streams_local::<S>(&ctx);
     let mut each = Each::<Fut, K::Out>::new(&ctx, &config, false);
     poll_fn(|cx| each.poll::<_, _, O, K>(cx, items.as_mut(), &body)).await
 }
@@ -738,6 +756,7 @@ where
     P: FnOnce(Vec<K::Out>),
 {
     let mut items = pin!(items);
+    keep_streams_local::<S>(&ctx);
     let mut each = Each::<Fut, K::Out>::new(&ctx, &config, config.min > 0 && !config.rest_cancel);
     let mut put = Some(put);
     let outputs = poll_fn(|cx| {

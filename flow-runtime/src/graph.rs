@@ -546,7 +546,8 @@ impl SignalInfo {
 impl Graph {
     /// Whether this graph (a nest's body) may run in any process: none of its steps, nor of
     /// the bodies nested in it, waits for a signal of the run, starts a child workflow, or
-    /// is a `Cancel`, `Complete` or `Terminate` step (which may reach outside the instance).
+    /// is a `Cancel`, `Complete` (a [`NodeKind::Cancel`] node) or `Terminate` step (which may
+    /// reach outside the instance).
     /// A distributed run executes the instances of such a nest as tasks.
     #[cfg(feature = "durable")]
     pub(crate) fn runs_anywhere(&self) -> bool {

@@ -1,7 +1,7 @@
 //! `MemoryStore`: a [`Store`] in this process's memory, for tests and for runs that need the
 //! journal's semantics without a disk.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -368,7 +368,22 @@ impl State {
         row.summary.lease_until_ms = Some(due_after(now, batch.lease));
         row.summary.updated_ms = now;
         let next_seq = row.summary.next_seq;
+        // The last change of each task holds (as a store applying them at once would): a
+        // close followed by an open of the same attempt keeps the task.
+        let mut last: Vec<Option<TaskChange>> = Vec::with_capacity(batch.tasks.len());
+        let mut at: HashMap<(u32, String), usize> = HashMap::new();
         for change in batch.tasks {
+            let key = match &change {
+                TaskChange::Open { node, instance, .. } | TaskChange::Close { node, instance } => {
+                    (*node, instance.clone())
+                }
+            };
+            if let Some(earlier) = at.insert(key, last.len()) {
+                last[earlier] = None;
+            }
+            last.push(Some(change));
+        }
+        for change in last.into_iter().flatten() {
             match change {
                 TaskChange::Open {
                     node,

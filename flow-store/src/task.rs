@@ -1,11 +1,13 @@
-//! Tasks: the attempts of a distributed run's operations, which any worker process may claim,
-//! execute and complete (`Store::claim_tasks`, `Store::complete_task`).
+//! Tasks: the attempts of a distributed run's operations, and the instances of its nests,
+//! which any worker process may claim, execute and complete (`Store::claim_tasks`,
+//! `Store::complete_task`).
 //!
 //! A distributed run is still *decided* by one owner at a time, the holder of its lease, which
 //! replays its journal and commits its batches as any durable run does: that is what makes a
 //! join fire exactly once (the run's row is the one conditionally updated row every decision
 //! goes through). What it does not do is execute its operations: the batch with an
-//! operation's `Requested` opens a task ([`TaskChange::Open`]); a worker claims it by a
+//! operation's `Requested` (or the first look of a nest instance at its end) opens a task
+//! ([`TaskChange::Open`]); a worker claims it by a
 //! compare-and-set on the task's version, executes the attempt with its idempotency key, and
 //! completes it in one transaction that stores the outcome (and the output) and makes the run
 //! due; the run's next owner journals the outcome and closes the task
@@ -16,8 +18,9 @@ use super::{Owner, StoredOutput};
 /// A change to a distributed run's tasks, committed with a [`Batch`](super::Batch).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TaskChange {
-    /// Opens a task for an attempt of `node`, ready to be claimed at once. Replaces a task the
-    /// node had.
+    /// Opens a task for an attempt of `node`, ready to be claimed at once. Replaces the task
+    /// of another attempt the node (instance) had; when one batch holds several changes of one
+    /// task, the last holds.
     ///
     /// A task is named by its node and its `instance`: empty for an attempt of the run's own
     /// node, or the record of one instance of a nest node (`ship[3]`, `poll@7`: the instance

@@ -508,7 +508,17 @@ impl Journal {
         if self.live && self.tasks.is_some() {
             // The instances executed as tasks: opened as their futures ask, closed as they
             // are dropped before their end (the nest failed, or was withdrawn).
+            // Closes first: an instance dropped and asked for again before this batch keeps
+            // its task.
             let changes = self.records.tasks();
+            for (node, instance) in changes.close {
+                if let Some(tasks) = self.tasks.as_deref_mut() {
+                    tasks.closed(node, &instance);
+                }
+                self.pending
+                    .tasks
+                    .push(TaskChange::Close { node, instance });
+            }
             for (node, instance) in changes.open {
                 let attempt = remote::instance_attempt(&instance);
                 self.pending.tasks.push(TaskChange::Open {
@@ -516,11 +526,6 @@ impl Journal {
                     instance,
                     attempt,
                 });
-            }
-            for (node, instance) in changes.close {
-                self.pending
-                    .tasks
-                    .push(TaskChange::Close { node, instance });
             }
         }
         true

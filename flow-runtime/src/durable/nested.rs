@@ -277,11 +277,12 @@ impl Drop for InstanceTask {
 }
 
 /// Whether an instance runs as a task: its run is distributed, it is an instance of one of
-/// the run's own nests (nested deeper, it runs inside its outer instance's task), and its
-/// body may run in any process (no step that waits for the run's signals, starts a child
-/// run, or completes, cancels or terminates something outside the instance).
+/// the run's own nests (nested deeper, it runs inside its outer instance, wherever that
+/// runs), the nest's driver did not keep it here (a `ForEach` over a stream), and its body
+/// may run in any process (no step that waits for the run's signals, starts a child run, or
+/// completes, cancels or terminates something outside the instance).
 fn runs_as_task(record: &InstanceRecord, body: &'static Graph) -> bool {
-    !record.record.contains('/') && body.runs_anywhere() && record.records.is_remote()
+    record.records.is_remote(record.node) && !record.record.contains('/') && body.runs_anywhere()
 }
 
 /// How an instance's outcome is stored.

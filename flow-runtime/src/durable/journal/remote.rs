@@ -1,9 +1,10 @@
-//! Distributed runs (`DurableRunner::distributed`): operations executed as tasks by any
-//! worker.
+//! Distributed runs (`DurableRunner::distributed`): operations, and the instances of
+//! nests, executed as tasks by any worker.
 //!
 //! The owner of a distributed run's lease decides it exactly as it decides any durable run:
 //! the same replay, the same write-ahead gate, the same settling. Only an operation's attempt
-//! is not run here. The batch with its `Requested` opens a task
+//! is not run here (nor an instance of a nest whose body may run anywhere: its future waits
+//! for its task's outcome through the run's `Records`, see `durable/nested.rs`). The batch with its `Requested` opens a task
 //! ([`TaskChange::Open`]); its "future" is the task's outcome, which a worker stores
 //! (`Store::complete_task`) and the run takes from the store: loaded with the run
 //! (`Loaded::tasks`) or fetched every `signal_poll` while a task runs. A completed outcome is
@@ -14,10 +15,11 @@
 //!
 //! A worker executes a task with a [`TaskRun`] hook: the workflow's own run, whose node set the
 //! hook drives itself. It restores the stored outputs into their slots and runs the one
-//! attempt, with its idempotency key, journals nothing, and gives back the attempt's outcome.
+//! attempt, with its idempotency key (or the nest node with the one instance, whose end is
+//! the outcome), journals nothing, and gives back the attempt's outcome.
 
 use std::any::Any;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -134,6 +136,10 @@ pub(super) struct Tasks {
     /// Outcomes taken from the mailbox that no node has taken yet: stored in the store by
     /// the run if it stops before journaling them.
     local: Vec<(TaskClaim, TaskOutcome)>,
+    /// Instance tasks this journal has closed (their end journaled, or their instance
+    /// dropped): an outcome of one that a look at the store brings back (it started before
+    /// the close committed) is stale.
+    closed: HashSet<(u32, String)>,
 }
 
 impl Drop for Tasks {
@@ -189,6 +195,7 @@ impl Tasks {
             kept_until: None,
             mailbox: setup.mailbox.clone(),
             local: Vec::new(),
+            closed: HashSet::new(),
         }))
     }
 
@@ -247,6 +254,14 @@ impl Tasks {
     pub(super) fn journaled(&mut self, node: u32, record: &str) {
         self.local
             .retain(|(claim, _)| claim.node != node || claim.instance != record);
+        self.closed(node, record);
+    }
+
+    /// The task of instance `record` of nest node `node` is closed by the pending batch.
+    pub(super) fn closed(&mut self, node: u32, record: &str) {
+        self.results
+            .retain(|r| r.node != node || r.instance != record);
+        self.closed.insert((node, record.to_owned()));
     }
 
     /// Hands the known outcomes of instance tasks to the instances waiting for them; whether
@@ -254,7 +269,7 @@ impl Tasks {
     fn deliver_instances(&mut self, records: &Records) -> bool {
         let mut handed = false;
         self.results.retain(|result| {
-            if result.instance.is_empty() {
+            if result.instance.is_empty() || !records.waits(result.node, &result.instance) {
                 return true;
             }
             let outcome = match &result.outcome {
@@ -269,7 +284,7 @@ impl Tasks {
     }
 
     /// Takes the outcomes the worker handed over since the last look.
-    fn take_delivered(&mut self, cx: &mut Context<'_>) {
+    fn take_delivered(&mut self, cx: &mut Context<'_>, records: &Records) {
         let Some(mailbox) = &self.mailbox else {
             return;
         };
@@ -287,6 +302,7 @@ impl Tasks {
                     outcome: outcome.clone(),
                 })
                 .collect(),
+            records,
         );
         self.local.extend(delivered);
     }
@@ -298,8 +314,16 @@ impl Tasks {
     }
 
     /// Keeps the outcomes fetched from the store (the newest of each task).
-    fn add(&mut self, fetched: Vec<TaskResult>) {
+    fn add(&mut self, fetched: Vec<TaskResult>, records: &Records) {
         for result in fetched {
+            if !result.instance.is_empty()
+                && self
+                    .closed
+                    .contains(&(result.node, result.instance.clone()))
+                && !records.waits(result.node, &result.instance)
+            {
+                continue;
+            }
             match self
                 .results
                 .iter_mut()
@@ -355,8 +379,9 @@ pub(super) fn is_task(run: &mut Run<'_, '_>, node: u32) -> bool {
     tasks(run).is_some_and(|t| t.is_remote(node))
 }
 
-/// Whether `node` waits for its task's outcome and none is known: unloading counts it as
-/// waiting without a due time (the task's completion makes the run due in the store).
+/// Whether `node` waits for its task's outcome and none is known (an operation), or for its
+/// instances' tasks alone (a nest): unloading counts it as waiting without a due time (a
+/// task's completion makes the run due in the store).
 pub(super) fn task_idle(run: &mut Run<'_, '_>, node: u32) -> bool {
     let attempt = run.attempt(node);
     let backoff = run.in_backoff(node);
@@ -481,7 +506,7 @@ pub(super) fn poll_tasks(run: &mut Run<'_, '_>, cx: &mut Context<'_>) -> bool {
         tasks.fetch = None;
         return false;
     }
-    tasks.take_delivered(cx);
+    tasks.take_delivered(cx, &records);
     let mut handed = Vec::new();
     let mut instances_handed = false;
     loop {
@@ -498,7 +523,7 @@ pub(super) fn poll_tasks(run: &mut Run<'_, '_>, cx: &mut Context<'_>) -> bool {
                     tasks.fetch = None;
                     // A failed request is made again after the next interval.
                     if let Ok(results) = result {
-                        tasks.add(results);
+                        tasks.add(results, &records);
                         continue;
                     }
                 }
@@ -812,15 +837,10 @@ fn poll_task_run(run: &mut Run<'_, '_>, cx: &mut Context<'_>) -> Poll<()> {
                 type_name: end.type_name.to_owned(),
                 bytes: end.bytes,
             },
-            (None, Ok(Poll::Pending)) => {
-                if let Some((_, reason)) = records.broken() {
-                    TaskOutcome::Failed {
-                        error: format!("instance `{record}` cannot be stored: {reason}"),
-                    }
-                } else {
-                    return Poll::Pending;
-                }
-            }
+            (None, _) if let Some((_, reason)) = records.broken() => TaskOutcome::Failed {
+                error: format!("instance `{record}` cannot be stored: {reason}"),
+            },
+            (None, Ok(Poll::Pending)) => return Poll::Pending,
             (None, Ok(Poll::Ready(Ok(())))) => TaskOutcome::Failed {
                 error: format!(
                     "the nest ended without running instance `{record}` (its source has no such item, or its loop ended before it)"

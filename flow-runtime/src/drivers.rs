@@ -433,6 +433,12 @@ trait Items {
     fn at_least(&self) -> usize;
     /// The items come from a stream (read once, in the process that drives the nest).
     const STREAM: bool = false;
+    /// Drops the next `n` items at once, where that is cheap (`Iterator::nth`: O(1) for a
+    /// range or a `Vec`); `false` where the items are taken one by one instead.
+    fn skip(self: Pin<&mut Self>, n: u64) -> bool {
+        let _ = n;
+        false
+    }
 }
 
 struct FromIter<I>(I);
@@ -448,6 +454,14 @@ impl<I: Iterator> Items for FromIter<I> {
 
     fn at_least(&self) -> usize {
         self.0.size_hint().0
+    }
+
+    fn skip(self: Pin<&mut Self>, n: u64) -> bool {
+        if let Some(last) = n.checked_sub(1).and_then(|last| usize::try_from(last).ok()) {
+            // SAFETY: as in `poll_item`.
+            let _ = unsafe { self.get_unchecked_mut() }.0.nth(last);
+        }
+        true
     }
 }
 
@@ -823,6 +837,15 @@ where
                 return Poll::Ready(Ok(self.finish()));
             }
             let mut progress = false;
+            // A worker's one instance: the items before it are dropped at once where that is
+            // cheap.
+            if let Some(solo) = self.solo
+                && self.next < solo
+                && items.as_mut().skip(solo - self.next)
+            {
+                self.next = solo;
+                self.outputs.first = solo;
+            }
             // Start instances while there are places and items.
             while !self.exhausted && !self.places.is_full() {
                 match items.as_mut().poll_item(cx) {

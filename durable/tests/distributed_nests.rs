@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use flowdag::WorkflowError;
 use flowdag::prelude::*;
 use flowdag::store::{MemoryStore, RunFilter, Store};
 use flowdag::{Worker, WorkerReport};
@@ -260,28 +261,51 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("a runtime")
 }
 
+/// Submits a distributed run (`submit` makes it in the store it is given), runs `workers`
+/// workers of `W` (each set up by `setup`) until it finished, and resumes it: its result, and
+/// the workers' reports.
+fn distribute<W, F, T, E>(
+    run: &str,
+    workers: usize,
+    stop: &'static AtomicBool,
+    setup: impl Fn(Worker<MemoryStore>) -> Worker<MemoryStore>,
+    submit: impl FnOnce(MemoryStore) -> F,
+) -> (Result<W::Output, WorkflowError>, Vec<WorkerReport>)
+where
+    W: flowdag::durable::DurableWorkflow,
+    F: Future<Output = Result<T, E>>,
+    E: std::fmt::Debug,
+{
+    let store = MemoryStore::new();
+    let runtime = runtime();
+    runtime.block_on(submit(store.clone())).expect("submitted");
+    let reports = run_on::<W>(&store, run, workers, stop, setup);
+    let outcome = runtime
+        .block_on(flowdag::durable::resume::<W, _>(&store, run))
+        .expect("finished");
+    (outcome.result, reports)
+}
+
 /// The 500 instances are 500 tasks (and `count` one more), shared by the four workers: each
 /// executes some. Were the instances run by the run's decider, they would all run on its
 /// thread and be no task.
 #[test]
 fn a_foreach_of_500_items_spreads_over_four_workers() {
     static STOP: AtomicBool = AtomicBool::new(false);
-    let store = MemoryStore::new();
-    let runtime = runtime();
-    runtime
-        .block_on(
+    let (result, reports) = distribute::<Spread, _, _, _>(
+        "spread-1",
+        4,
+        &STOP,
+        |worker| worker,
+        |store| async move {
             Spread::runner()
                 .durable(&store, "spread-1")
                 .distributed()
-                .submit(500),
-        )
-        .expect("submitted");
-    let reports = run_on_workers::<Spread>(&store, "spread-1", 4, &STOP);
-    let shipped = runtime
-        .block_on(Spread::resume(&store, "spread-1"))
-        .expect("finished")
-        .result
-        .expect("shipped");
+                .submit(500)
+                .await
+        },
+    );
+    let shipped = result.expect("shipped");
     assert_eq!(shipped, (0..500).map(|i| i * 10).collect::<Vec<u32>>());
     assert_eq!(tasks(&reports), 501, "one task per instance: {reports:?}");
     let ran = once_each("spread-1");
@@ -310,22 +334,20 @@ fn a_foreach_of_500_items_spreads_over_four_workers() {
 #[test]
 fn a_loops_iterations_are_tasks_that_chain() {
     static STOP: AtomicBool = AtomicBool::new(false);
-    let store = MemoryStore::new();
-    let runtime = runtime();
-    runtime
-        .block_on(
+    let (result, reports) = distribute::<Poller, _, _, _>(
+        "poller-1",
+        2,
+        &STOP,
+        |worker| worker,
+        |store| async move {
             Poller::runner()
                 .durable(&store, "poller-1")
                 .distributed()
-                .submit(10),
-        )
-        .expect("submitted");
-    let reports = run_on_workers::<Poller>(&store, "poller-1", 2, &STOP);
-    let polled = runtime
-        .block_on(Poller::resume(&store, "poller-1"))
-        .expect("finished")
-        .result
-        .expect("polled");
+                .submit(10)
+                .await
+        },
+    );
+    let polled = result.expect("polled");
     assert_eq!(polled, 15);
     assert_eq!(tasks(&reports), 5, "one task per iteration: {reports:?}");
     let ran = once_each("poller-1");
@@ -344,22 +366,20 @@ fn a_loops_iterations_are_tasks_that_chain() {
 #[test]
 fn collected_failures_and_limits_hold_across_workers() {
     static STOP: AtomicBool = AtomicBool::new(false);
-    let store = MemoryStore::new();
-    let runtime = runtime();
-    runtime
-        .block_on(
+    let (result, reports) = distribute::<Collecting, _, _, _>(
+        "collecting-1",
+        3,
+        &STOP,
+        |worker| worker,
+        |store| async move {
             Collecting::runner()
                 .durable(&store, "collecting-1")
                 .distributed()
-                .submit(8),
-        )
-        .expect("submitted");
-    let reports = run_on_workers::<Collecting>(&store, "collecting-1", 3, &STOP);
-    let shipped = runtime
-        .block_on(Collecting::resume(&store, "collecting-1"))
-        .expect("finished")
-        .result
-        .expect("collected");
+                .submit(8)
+                .await
+        },
+    );
+    let shipped = result.expect("collected");
     let expected: Vec<Result<u32, String>> = (0..8)
         .map(|i| match i {
             4 => Err("parcel".to_owned()),
@@ -393,24 +413,20 @@ fn collected_failures_and_limits_hold_across_workers() {
 #[test]
 fn a_run_unloaded_while_its_instances_run_runs_each_once() {
     static STOP: AtomicBool = AtomicBool::new(false);
-    let store = MemoryStore::new();
-    let runtime = runtime();
-    runtime
-        .block_on(
+    let (result, reports) = distribute::<Packing, _, _, _>(
+        "packing-1",
+        2,
+        &STOP,
+        |worker| worker.sticky(Duration::from_millis(1)),
+        |store| async move {
             Packing::runner()
                 .durable(&store, "packing-1")
                 .distributed()
-                .submit(12),
-        )
-        .expect("submitted");
-    let reports = run_on::<Packing>(&store, "packing-1", 2, &STOP, |worker| {
-        worker.sticky(Duration::from_millis(1))
-    });
-    let packed = runtime
-        .block_on(Packing::resume(&store, "packing-1"))
-        .expect("finished")
-        .result
-        .expect("packed");
+                .submit(12)
+                .await
+        },
+    );
+    let packed = result.expect("packed");
     assert_eq!(packed, (100..112).collect::<Vec<u32>>());
     let unloaded: usize = reports.iter().map(|r| r.unloaded.len()).sum();
     assert!(
@@ -483,22 +499,20 @@ fn a_worker_that_stops_midway_leaves_only_its_instances_in_flight() {
 #[test]
 fn a_foreach_over_a_stream_runs_on_the_decider() {
     static STOP: AtomicBool = AtomicBool::new(false);
-    let store = MemoryStore::new();
-    let runtime = runtime();
-    runtime
-        .block_on(
+    let (result, reports) = distribute::<Streamed, _, _, _>(
+        "streamed-1",
+        2,
+        &STOP,
+        |worker| worker,
+        |store| async move {
             Streamed::runner()
                 .durable(&store, "streamed-1")
                 .distributed()
-                .submit(6),
-        )
-        .expect("submitted");
-    let reports = run_on_workers::<Streamed>(&store, "streamed-1", 2, &STOP);
-    let shipped = runtime
-        .block_on(Streamed::resume(&store, "streamed-1"))
-        .expect("finished")
-        .result
-        .expect("shipped");
+                .submit(6)
+                .await
+        },
+    );
+    let shipped = result.expect("shipped");
     assert_eq!(shipped, [0, 10, 20, 30, 40, 50]);
     assert_eq!(tasks(&reports), 0, "no instance is a task: {reports:?}");
     let ran = once_each("streamed-1");

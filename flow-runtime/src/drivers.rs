@@ -434,10 +434,11 @@ trait Items {
     /// The items come from a stream (read once, in the process that drives the nest).
     const STREAM: bool = false;
     /// Drops the next `n` items at once, where that is cheap (`Iterator::nth`: O(1) for a
-    /// range or a `Vec`); `false` where the items are taken one by one instead.
-    fn skip(self: Pin<&mut Self>, n: u64) -> bool {
+    /// range or a `Vec`): `Some(false)` when there were fewer; `None` where the items are
+    /// taken one by one instead.
+    fn skip(self: Pin<&mut Self>, n: u64) -> Option<bool> {
         let _ = n;
-        false
+        None
     }
 }
 
@@ -456,12 +457,13 @@ impl<I: Iterator> Items for FromIter<I> {
         self.0.size_hint().0
     }
 
-    fn skip(self: Pin<&mut Self>, n: u64) -> bool {
-        if let Some(last) = n.checked_sub(1).and_then(|last| usize::try_from(last).ok()) {
-            // SAFETY: as in `poll_item`.
-            let _ = unsafe { self.get_unchecked_mut() }.0.nth(last);
-        }
-        true
+    fn skip(self: Pin<&mut Self>, n: u64) -> Option<bool> {
+        let Some(last) = n.checked_sub(1) else {
+            return Some(true);
+        };
+        let last = usize::try_from(last).ok()?;
+        // SAFETY: as in `poll_item`.
+        Some(unsafe { self.get_unchecked_mut() }.0.nth(last).is_some())
     }
 }
 
@@ -841,10 +843,12 @@ where
             // cheap.
             if let Some(solo) = self.solo
                 && self.next < solo
-                && items.as_mut().skip(solo - self.next)
+                && let Some(all) = items.as_mut().skip(solo - self.next)
             {
                 self.next = solo;
                 self.outputs.first = solo;
+                // Fewer items than that: the instance has none (the task fails so).
+                self.exhausted |= !all;
             }
             // Start instances while there are places and items.
             while !self.exhausted && !self.places.is_full() {

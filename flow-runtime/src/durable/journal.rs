@@ -512,9 +512,6 @@ impl Journal {
             // its task.
             let changes = self.records.tasks();
             for (node, instance) in changes.close {
-                if let Some(tasks) = self.tasks.as_deref_mut() {
-                    tasks.closed(node, &instance);
-                }
                 self.pending
                     .tasks
                     .push(TaskChange::Close { node, instance });

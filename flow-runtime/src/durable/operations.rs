@@ -38,9 +38,10 @@ pub enum Stop {
     /// The run has ended (`terminate_run` on a run nobody held).
     Ended,
     /// The request is stored: the run carries it out the next time it runs. `holder` is the
-    /// owner whose lease holds the run now (it sees the request within its `request_poll`,
-    /// at once on PostgreSQL); `None`: nobody holds it, and the next worker (or resume) that
-    /// loads it carries it out.
+    /// owner whose lease held the run when the request was made (it sees the request within
+    /// its `request_poll`, at once on PostgreSQL, and may have carried it out by the time
+    /// this returns); `None`: nobody held it, and the next worker (or resume) that loads it
+    /// carries it out.
     Requested {
         /// Who holds the run, if anyone.
         holder: Option<String>,
@@ -76,10 +77,10 @@ pub async fn cancel_run<S: Store + ?Sized>(
     run: &str,
     reason: Option<&str>,
 ) -> Result<Stop, DurableError> {
+    // Read first: the holder may hear the request and end the run before a read after it.
+    let holder = holder(store, run).await?;
     request(store, run, requests::CANCEL, reason).await?;
-    Ok(Stop::Requested {
-        holder: holder(store, run).await?,
-    })
+    Ok(Stop::Requested { holder })
 }
 
 /// Terminates run `run`: it ends `cancelled` at once, without compensation, and nothing of it

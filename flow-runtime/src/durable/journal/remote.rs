@@ -19,7 +19,7 @@
 //! the outcome), journals nothing, and gives back the attempt's outcome.
 
 use std::any::Any;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -97,10 +97,11 @@ impl Mailbox {
     }
 
     /// The run's journal takes outcomes from now on.
+    /// A mailbox once closed stays closed: the next generation of a run that continued as new
+    /// takes no outcome in memory (one of the generation before, still executing, would
+    /// otherwise reach it); the worker stores those, and the store fences them.
     fn attach(&self) {
-        let mut state = self.state();
-        state.attached = true;
-        state.closed = false;
+        self.state().attached = true;
     }
 
     /// Stops taking outcomes; those delivered and not taken.
@@ -136,10 +137,6 @@ pub(super) struct Tasks {
     /// Outcomes taken from the mailbox that no node has taken yet: stored in the store by
     /// the run if it stops before journaling them.
     local: Vec<(TaskClaim, TaskOutcome)>,
-    /// Instance tasks this journal has closed (their end journaled, or their instance
-    /// dropped): an outcome of one that a look at the store brings back (it started before
-    /// the close committed) is stale.
-    closed: HashSet<(u32, String)>,
 }
 
 impl Drop for Tasks {
@@ -195,7 +192,6 @@ impl Tasks {
             kept_until: None,
             mailbox: setup.mailbox.clone(),
             local: Vec::new(),
-            closed: HashSet::new(),
         }))
     }
 
@@ -254,14 +250,8 @@ impl Tasks {
     pub(super) fn journaled(&mut self, node: u32, record: &str) {
         self.local
             .retain(|(claim, _)| claim.node != node || claim.instance != record);
-        self.closed(node, record);
-    }
-
-    /// The task of instance `record` of nest node `node` is closed by the pending batch.
-    pub(super) fn closed(&mut self, node: u32, record: &str) {
         self.results
             .retain(|r| r.node != node || r.instance != record);
-        self.closed.insert((node, record.to_owned()));
     }
 
     /// Hands the known outcomes of instance tasks to the instances waiting for them; whether
@@ -284,7 +274,7 @@ impl Tasks {
     }
 
     /// Takes the outcomes the worker handed over since the last look.
-    fn take_delivered(&mut self, cx: &mut Context<'_>, records: &Records) {
+    fn take_delivered(&mut self, cx: &mut Context<'_>) {
         let Some(mailbox) = &self.mailbox else {
             return;
         };
@@ -302,7 +292,7 @@ impl Tasks {
                     outcome: outcome.clone(),
                 })
                 .collect(),
-            records,
+            None,
         );
         self.local.extend(delivered);
     }
@@ -313,14 +303,15 @@ impl Tasks {
             .any(|r| r.node == node && r.instance.is_empty() && r.attempt == attempt)
     }
 
-    /// Keeps the outcomes fetched from the store (the newest of each task).
-    fn add(&mut self, fetched: Vec<TaskResult>, records: &Records) {
+    /// Keeps the outcomes known (the newest of each task). Of those fetched from the store
+    /// (`records` given), an instance's is kept only while the instance waits for it: any
+    /// other is stale (its end is journaled, or about to be, and a look that started before
+    /// that batch committed brought it back), and one an instance asks for later is fetched
+    /// again, since the store keeps it until the batch with the instance's end closes it.
+    fn add(&mut self, fetched: Vec<TaskResult>, records: Option<&Records>) {
         for result in fetched {
             if !result.instance.is_empty()
-                && self
-                    .closed
-                    .contains(&(result.node, result.instance.clone()))
-                && !records.waits(result.node, &result.instance)
+                && records.is_some_and(|records| !records.waits(result.node, &result.instance))
             {
                 continue;
             }
@@ -396,13 +387,9 @@ pub(super) fn task_idle(run: &mut Run<'_, '_>, node: u32) -> bool {
     if tasks.is_remote(node) {
         return out && !tasks.has(node, attempt);
     }
-    // A nest whose instances run as tasks, waiting for them alone.
-    journal.live
-        && journal.records.waits_for_tasks(node)
-        && !tasks
-            .results
-            .iter()
-            .any(|r| r.node == node && !r.instance.is_empty())
+    // A nest whose instances run as tasks, waiting for them alone (the outcomes known of
+    // waiting instances are handed over before the run looks whether it is idle).
+    journal.live && journal.records.waits_for_tasks(node)
 }
 
 /// Polls a task's attempt: its outcome once a worker stored it, else its timeout.
@@ -506,7 +493,7 @@ pub(super) fn poll_tasks(run: &mut Run<'_, '_>, cx: &mut Context<'_>) -> bool {
         tasks.fetch = None;
         return false;
     }
-    tasks.take_delivered(cx, &records);
+    tasks.take_delivered(cx);
     let mut handed = Vec::new();
     let mut instances_handed = false;
     loop {
@@ -523,7 +510,7 @@ pub(super) fn poll_tasks(run: &mut Run<'_, '_>, cx: &mut Context<'_>) -> bool {
                     tasks.fetch = None;
                     // A failed request is made again after the next interval.
                     if let Ok(results) = result {
-                        tasks.add(results, &records);
+                        tasks.add(results, Some(&records));
                         continue;
                     }
                 }

@@ -391,15 +391,18 @@ pub(crate) fn solo() -> Option<u64> {
         .flatten()
 }
 
+/// The index of an instance of a run's own nest, from its record: `ship[3]` → 3, `poll@7`
+/// → 7, `poll#2@7` → 7.
+pub(crate) fn instance_index(record: &str) -> Option<u64> {
+    if let Some(item) = record.strip_suffix(']') {
+        return item.rsplit_once('[')?.1.parse().ok();
+    }
+    record.rsplit_once('@')?.1.parse().ok()
+}
+
 /// The order of an instance record's index (`ship[12]` after `ship[3]`), for sorting.
 fn instance_order(record: &str) -> (u64, &str) {
-    let index = record
-        .rsplit(['[', '@'])
-        .next()
-        .map(|tail| tail.trim_end_matches(']'))
-        .and_then(|digits| digits.parse().ok())
-        .unwrap_or(0);
-    (index, record)
+    (instance_index(record).unwrap_or(0), record)
 }
 
 /// What an instance of a durable nest records its end under: the run's [`Records`], the nest

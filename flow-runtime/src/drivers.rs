@@ -433,12 +433,13 @@ trait Items {
     fn at_least(&self) -> usize;
     /// The items come from a stream (read once, in the process that drives the nest).
     const STREAM: bool = false;
-    /// Drops the next `n` items at once, where that is cheap (`Iterator::nth`: O(1) for a
-    /// range or a `Vec`): `Some(false)` when there were fewer; `None` where the items are
-    /// taken one by one instead.
-    fn skip(self: Pin<&mut Self>, n: u64) -> Option<bool> {
+    /// Drops the next `n` items, for a worker's one instance (`Iterator::nth`: O(1) for a
+    /// range or a `Vec`); `false` when there were fewer. A stream is never skipped (its
+    /// instances run where the run is decided, see `keep_streams_local`): it says it has
+    /// none.
+    fn skip(self: Pin<&mut Self>, n: u64) -> bool {
         let _ = n;
-        None
+        false
     }
 }
 
@@ -457,13 +458,18 @@ impl<I: Iterator> Items for FromIter<I> {
         self.0.size_hint().0
     }
 
-    fn skip(self: Pin<&mut Self>, n: u64) -> Option<bool> {
-        let Some(last) = n.checked_sub(1) else {
-            return Some(true);
-        };
-        let last = usize::try_from(last).ok()?;
+    fn skip(self: Pin<&mut Self>, n: u64) -> bool {
         // SAFETY: as in `poll_item`.
-        Some(unsafe { self.get_unchecked_mut() }.0.nth(last).is_some())
+        let items = &mut unsafe { self.get_unchecked_mut() }.0;
+        let mut left = n;
+        while left > 0 {
+            let step = usize::try_from(left).unwrap_or(usize::MAX);
+            if items.nth(step - 1).is_none() {
+                return false;
+            }
+            left -= step as u64;
+        }
+        true
     }
 }
 
@@ -839,16 +845,14 @@ where
                 return Poll::Ready(Ok(self.finish()));
             }
             let mut progress = false;
-            // A worker's one instance: the items before it are dropped at once where that is
-            // cheap.
+            // A worker's one instance: the items before it are dropped.
             if let Some(solo) = self.solo
                 && self.next < solo
-                && let Some(all) = items.as_mut().skip(solo - self.next)
             {
+                // Fewer items than that: the instance has none (the task fails so).
+                self.exhausted = !items.as_mut().skip(solo - self.next);
                 self.next = solo;
                 self.outputs.first = solo;
-                // Fewer items than that: the instance has none (the task fails so).
-                self.exhausted |= !all;
             }
             // Start instances while there are places and items.
             while !self.exhausted && !self.places.is_full() {
@@ -856,15 +860,8 @@ where
                     Poll::Ready(Some(item)) => {
                         let index = self.next;
                         self.next += 1;
-                        if let Some(solo) = self.solo {
-                            if index < solo {
-                                drop(item);
-                                self.outputs.first = self.next;
-                                continue;
-                            }
-                            // The one instance: no item after it is taken.
-                            self.exhausted = true;
-                        }
+                        // A worker's one instance: no item after it is taken.
+                        self.exhausted |= self.solo.is_some();
                         if !self.settled {
                             self.outputs.started();
                         }

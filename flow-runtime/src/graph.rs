@@ -547,8 +547,8 @@ impl Graph {
     /// Whether this graph (a nest's body) may run in any process: none of its steps, nor of
     /// the bodies nested in it, waits for a signal of the run, starts a child workflow, or
     /// is a `Cancel`, `Complete` (a [`NodeKind::Cancel`] node) or `Terminate` step (which may
-    /// reach outside the instance).
-    /// A distributed run executes the instances of such a nest as tasks.
+    /// reach outside the instance). A distributed run executes the instances of such a nest
+    /// as tasks.
     #[cfg(feature = "durable")]
     pub(crate) fn runs_anywhere(&self) -> bool {
         self.nodes

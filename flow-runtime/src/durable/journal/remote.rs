@@ -4,8 +4,9 @@
 //! The owner of a distributed run's lease decides it exactly as it decides any durable run:
 //! the same replay, the same write-ahead gate, the same settling. Only an operation's attempt
 //! is not run here (nor an instance of a nest whose body may run anywhere: its future waits
-//! for its task's outcome through the run's `Records`, see `durable/nested.rs`). The batch with its `Requested` opens a task
-//! ([`TaskChange::Open`]); its "future" is the task's outcome, which a worker stores
+//! for its task's outcome through the run's `Records`, see `durable/nested.rs`). The batch
+//! with its `Requested` opens a task ([`TaskChange::Open`]); its "future" is the task's
+//! outcome, which a worker stores
 //! (`Store::complete_task`) and the run takes from the store: loaded with the run
 //! (`Loaded::tasks`) or fetched every `signal_poll` while a task runs. A completed outcome is
 //! restored through the node's own future, as a replayed completion is (the output is in the
@@ -29,7 +30,7 @@ use std::time::Duration;
 use tokio::time::Sleep;
 
 use super::Journal;
-use crate::attempt::{Nested, Records};
+use crate::attempt::{Nested, Records, instance_index};
 use crate::durable::{JournalSetup, attempt_ctx, with_attempt};
 use crate::error::NodeError;
 use crate::events::{Event, EventKind};
@@ -96,8 +97,7 @@ impl Mailbox {
         std::mem::take(&mut state.delivered)
     }
 
-    /// The run's journal takes outcomes from now on.
-    /// A mailbox once closed stays closed: the next generation of a run that continued as new
+    /// The run's journal takes outcomes from now on. A mailbox once closed stays closed: the next generation of a run that continued as new
     /// takes no outcome in memory (one of the generation before, still executing, would
     /// otherwise reach it); the worker stores those, and the store fences them.
     fn attach(&self) {
@@ -595,9 +595,10 @@ pub(crate) struct TaskRun {
     outputs: HashMap<u32, Vec<u8>>,
     node: u32,
     attempt: u32,
-    /// A task of one instance of nest node `node`: the instance's record and index, and the
-    /// records its end goes to (loaded with the iteration before it, for a `Loop`).
-    instance: Option<(Arc<str>, u64, Arc<Records>)>,
+    /// A task of one instance of nest node `node`: the instance's record and index (`None`:
+    /// the record names none), and the records its end goes to (loaded with the iteration
+    /// before it, for a `Loop`).
+    instance: Option<(Arc<str>, Option<u64>, Arc<Records>)>,
     started: bool,
     outcome: Option<TaskOutcome>,
 }
@@ -621,7 +622,7 @@ impl TaskRun {
                 .collect();
             (
                 Arc::from(claim.instance.as_str()),
-                instance_index(&claim.instance).unwrap_or(u64::MAX),
+                instance_index(&claim.instance),
                 Arc::new(Records::loaded(loaded)),
             )
         });
@@ -635,15 +636,6 @@ impl TaskRun {
             outcome: None,
         })
     }
-}
-
-/// The index of an instance of a run's own nest, from its record: `ship[3]` → 3, `poll@7`
-/// → 7, `poll#2@7` → 7.
-pub(crate) fn instance_index(record: &str) -> Option<u64> {
-    if let Some(item) = record.strip_suffix(']') {
-        return item.rsplit_once('[')?.1.parse().ok();
-    }
-    record.rsplit_once('@')?.1.parse().ok()
 }
 
 /// The attempt of the nest node an instance belongs to, from its record: `ship#2[3]` → 2,
@@ -733,7 +725,7 @@ fn start_task_run(run: &mut Run<'_, '_>) -> bool {
         match (&instance, kind) {
             (None, Some(NodeKind::Operation)) => {}
             (Some((record, index, records)), Some(kind @ (NodeKind::ForEach | NodeKind::Loop))) => {
-                if *index == u64::MAX {
+                if index.is_none() {
                     break 'start format!("`{record}` names no instance of a nest");
                 }
                 if kind == NodeKind::Loop
@@ -806,7 +798,7 @@ fn poll_task_run(run: &mut Run<'_, '_>, cx: &mut Context<'_>) -> Poll<()> {
         ctx.nest = Some(Nested {
             records: Arc::clone(records),
             within: Arc::from(""),
-            solo: Some(*index),
+            solo: *index,
         });
         (Arc::clone(record), Arc::clone(records))
     });

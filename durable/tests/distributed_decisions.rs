@@ -1,16 +1,20 @@
 //! The decisions of a distributed run do not depend on where they are made: a property test
-//! runs one workflow (retries, a fan-out and its join, a `Conditional`, a failure that ends
-//! the run) whose attempts fail or succeed as a seed says, three ways:
+//! runs one workflow (retries, a fan-out and its join, a `Conditional`, a `Loop` whose
+//! iterations retry and may fail, a failure that ends the run) whose attempts fail or succeed
+//! as a seed says, four ways:
 //!
 //! - by one worker that keeps the run sticky: every decision from the state in memory, no
-//!   replay after the first load;
+//!   load after the first;
 //! - by one worker that keeps nothing sticky: the run is unloaded after each decision and
-//!   loaded (its journal replayed) for the next;
-//! - by two sticky workers sharing the tasks, each run taken over from the journal when its
-//!   worker lets it go;
+//!   taken over for the next from its decided state (the store loads the run's own events
+//!   and the ends a resume needs: a `Loop`'s last iteration, not those before it);
+//! - the same on a store that loads the whole history (`MemoryStore::loading_history`):
+//!   every event and every end, each decision replays everything from the first event;
+//! - by two sticky workers sharing the tasks, each run taken over when its worker lets it go;
 //!
-//! and checks that all three journal the same attempts of the same steps, with the same
-//! outcomes, and end with the same result as the run made in one process, without workers.
+//! and checks that all four journal the same attempts of the same steps, with the same
+//! outcomes, store the same instance ends, and end with the same result as the run made in
+//! one process, without workers.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -56,6 +60,16 @@ async fn flaky(seed: u64, step: &'static str, x: u64) -> Result<u64, Flaky> {
     }
 }
 
+/// A loop's round: its attempts fail as the seed and the round's input say; its output is
+/// even about half the time (which ends the loop).
+async fn round(seed: u64, x: u64) -> Result<u64, Flaky> {
+    let attempt = flowdag::attempt().map_or(1, |a| a.attempt());
+    match fails(seed ^ x.wrapping_mul(0x9e37_79b9), "h", attempt) {
+        true => Err(Flaky("h")),
+        false => Ok(x * 3 + u64::from(attempt)),
+    }
+}
+
 workflow! {
     #[flow(durable)]
     Mixed(seed: u64) -> u64 {
@@ -72,16 +86,22 @@ workflow! {
                 Operation(flaky(seed, "e", c + g), retries = 2, backoff = "0ms"),
             },
             f = Operation(flaky(seed, "f", b + c + g), retries = 1, backoff = "0ms"),
+            h = Loop(max = 6, prev = last, on_max = stop) {
+                y = Operation(round(seed, last.copied().unwrap_or(seed % 7)), retries = 2, backoff = "0ms")
+                => y
+            } until (y % 2 == 0),
         }
-        => f
+        => f + h
     }
 }
 
-/// What a run decided: for each step, its journal's events in order (kind and attempt), and
-/// how the run ended.
+/// What a run decided: for each of its own steps, its journal's events in order (kind and
+/// attempt), its nest instances' stored ends, and how the run ended. (The steps inside an
+/// instance that a worker executed as a task are not journaled one by one: the end is.)
 #[derive(Debug, PartialEq, Eq)]
 struct Decided {
     steps: BTreeMap<String, Vec<(String, u32)>>,
+    ends: BTreeMap<String, Vec<u8>>,
     result: Result<u64, String>,
 }
 
@@ -100,7 +120,7 @@ const DECISIONS: [&str; 7] = [
 async fn decided(store: &MemoryStore, run: &str) -> Decided {
     let events = store.events(run, 0).await.expect("the journal");
     let mut steps: BTreeMap<String, Vec<(String, u32)>> = BTreeMap::new();
-    for event in events {
+    for event in events.into_iter().filter(|e| e.path.is_none()) {
         let Some(name) = event.node_name else {
             continue;
         };
@@ -111,9 +131,17 @@ async fn decided(store: &MemoryStore, run: &str) -> Decided {
                 .push((event.kind, event.attempt));
         }
     }
+    let data = store.run_data(run).await.expect("the run's data");
+    let ends = data
+        .outputs
+        .into_iter()
+        .filter(|o| !o.instance.is_empty())
+        .map(|o| (o.instance, o.bytes))
+        .collect();
     let outcome = Mixed::resume(store, run).await.expect("a finished run");
     Decided {
         steps,
+        ends,
         result: outcome.result.map_err(|e| e.to_string()),
     }
 }
@@ -140,9 +168,9 @@ async fn until_finished(store: &MemoryStore, workers: Vec<Worker<MemoryStore>>) 
     }
 }
 
-/// Runs `seed`'s run distributed on `workers` (each keeping runs sticky for `sticky`).
-async fn distributed(seed: u64, workers: usize, sticky: Duration) -> Decided {
-    let store = MemoryStore::new();
+/// Runs `seed`'s run distributed on `workers` (each keeping runs sticky for `sticky`), on
+/// `store`.
+async fn distributed(store: MemoryStore, seed: u64, workers: usize, sticky: Duration) -> Decided {
     Mixed::runner()
         .durable(&store, "mixed")
         .distributed()
@@ -177,32 +205,37 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     #[test]
-    fn sticky_replayed_and_shared_deciders_decide_the_same(seed in any::<u64>()) {
+    fn sticky_taken_over_replayed_and_shared_deciders_decide_the_same(seed in any::<u64>()) {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
             .expect("a runtime");
-        let (reference, sticky, replayed, shared) = runtime.block_on(async {
+        let fresh = MemoryStore::new;
+        let (reference, sticky, taken_over, replayed, shared) = runtime.block_on(async {
             (
                 in_place(seed).await,
-                distributed(seed, 1, Duration::from_secs(60)).await,
-                distributed(seed, 1, Duration::ZERO).await,
-                distributed(seed, 2, Duration::from_millis(1)).await,
+                distributed(fresh(), seed, 1, Duration::from_secs(60)).await,
+                distributed(fresh(), seed, 1, Duration::ZERO).await,
+                distributed(fresh().loading_history(), seed, 1, Duration::ZERO).await,
+                distributed(fresh(), seed, 2, Duration::from_millis(1)).await,
             )
         });
         prop_assert_eq!(&sticky, &reference, "sticky worker");
-        prop_assert_eq!(&replayed, &reference, "replay per decision");
+        prop_assert_eq!(&taken_over, &reference, "taken over from the decided state per decision");
+        prop_assert_eq!(&replayed, &reference, "the whole history replayed per decision");
         prop_assert_eq!(&shared, &reference, "two workers");
     }
 }
 
-/// The seeds the property draws from cover both kinds of end: a run that succeeds after
-/// retries and one that fails for good.
+/// The seeds the property draws from cover both kinds of end (a run that succeeds after
+/// retries and one that fails for good) and loops of several rounds.
 #[tokio::test(flavor = "current_thread")]
 async fn the_seeds_reach_both_ends() {
     let mut ends = (false, false);
+    let mut rounds = 0;
     for seed in 0..64 {
         let run = in_place(seed).await;
+        rounds = rounds.max(run.ends.len());
         let retried = run.steps.values().any(|events| {
             events
                 .iter()
@@ -215,4 +248,5 @@ async fn the_seeds_reach_both_ends() {
         }
     }
     assert_eq!(ends, (true, true), "successes after retries, and failures");
+    assert!(rounds >= 3, "loops of several rounds: at most {rounds}");
 }

@@ -409,18 +409,20 @@ fn scenario(dir: &Path, input: Input, plans: &[Plan], by_worker: bool) -> Result
     }
     let summary = summary.ok_or("no child finished the run")?;
     let store = SqliteStore::open(dir.join("runs.db")).map_err(|e| e.to_string())?;
-    let (events, loaded, child_events, child_status) = futures::executor::block_on(async {
+    let (events, loaded, data, child_events, child_status) = futures::executor::block_on(async {
         let events = store.events(RUN, 0).await?;
         let loaded = store
             .load_run(RUN, &Owner::new("checker"), Duration::from_secs(1))
             .await?;
+        // Every stored end, those a load leaves out (superseded) included.
+        let data = store.run_data(RUN).await?;
         let child_events = store.events(CHILD, 0).await?;
         let filter = RunFilter {
             id: Some(CHILD.to_owned()),
             ..RunFilter::default()
         };
         let child_status = store.list_runs(&filter).await?.first().map(|r| r.status);
-        Ok::<_, flowdag::store::StoreError>((events, loaded, child_events, child_status))
+        Ok::<_, flowdag::store::StoreError>((events, loaded, data, child_events, child_status))
     })
     .map_err(|e| e.to_string())?;
     drop(store);
@@ -456,7 +458,7 @@ fn scenario(dir: &Path, input: Input, plans: &[Plan], by_worker: bool) -> Result
         child_events,
         child_status,
         end: loaded.end,
-        outputs: loaded
+        outputs: data
             .outputs
             .into_iter()
             .map(|output| ((output.node, output.instance), output.bytes))

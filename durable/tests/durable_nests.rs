@@ -2,7 +2,8 @@
 //! steps get keys of their own (`{run}/ship[3]/shipped/1`); each instance's end is stored; a
 //! run stopped midway and resumed does not run the instances that ended again (their ends come
 //! from the store), runs those in flight again with the same keys, and goes on with a loop from
-//! the iteration it was in; a source that yields other items after the stop is refused.
+//! the iteration it was in (a resume loads the loop's last ended iteration alone, not those
+//! before it); a source that yields other items after the stop is refused.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -168,15 +169,8 @@ async fn every_instance_and_iteration_has_its_own_key() {
         "the journal is numbered without a gap"
     );
     // Each instance's end is stored under its record.
-    let loaded = store
-        .load_run(
-            "order-1",
-            &flowdag::store::Owner::new("reader"),
-            Duration::from_secs(1),
-        )
-        .await
-        .expect("loads");
-    let mut instances: Vec<&str> = loaded
+    let data = store.run_data("order-1").await.expect("reads");
+    let mut instances: Vec<&str> = data
         .outputs
         .iter()
         .map(|o| o.instance.as_str())
@@ -344,4 +338,109 @@ async fn a_distributed_run_with_nests_finishes() {
         Some(&1),
         "{keys:?}"
     );
+}
+
+/// Round 4 of `Counter` waits for ever, once.
+static HANG_ROUND: AtomicBool = AtomicBool::new(false);
+
+async fn count(round: u32) -> Result<u32, Refused> {
+    seen();
+    if round == 4 && HANG_ROUND.swap(false, Ordering::SeqCst) {
+        std::future::pending::<()>().await;
+    }
+    Ok(round + 1)
+}
+
+workflow! {
+    /// Counts to seven, one round per iteration.
+    #[flow(durable)]
+    Counter(start: u32) -> u32 {
+        counted = Loop(max = 20, prev = last) {
+            round = Operation(count(last.copied().unwrap_or(start)))
+            => round
+        } until (round >= 7)
+        => counted
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_resumed_loop_loads_its_last_iteration_alone_and_goes_on_from_it() {
+    let _serial = SERIAL.lock().await;
+    keys();
+    let path = temp("counter.db");
+    let store = SqliteStore::open(&path).expect("opens");
+    // Rounds 0 to 3 end; round 4 runs when the process stops.
+    HANG_ROUND.store(true, Ordering::SeqCst);
+    let run = Counter::runner().durable(&store, "count-1").execute(0);
+    let stopped = tokio::time::timeout(Duration::from_millis(500), run).await;
+    assert!(stopped.is_err(), "the run was stopped in round 4");
+    drop(store);
+    let before = keys();
+    assert_eq!(before.get("count-1/counted@3/round/1"), Some(&1));
+    assert_eq!(before.get("count-1/counted@4/round/1"), Some(&1));
+
+    let store = SqliteStore::open(&path).expect("opens again");
+    // What a resume reads: the run's own events and the last iteration's end; every end
+    // stays stored for those who read the run.
+    let loaded = store
+        .load_run(
+            "count-1",
+            &flowdag::store::Owner::new("reader"),
+            Duration::from_millis(1),
+        )
+        .await
+        .expect("loads");
+    let ends: Vec<&str> = loaded
+        .outputs
+        .iter()
+        .map(|o| o.instance.as_str())
+        .collect();
+    assert_eq!(ends, ["counted@3"], "only the last iteration's end is loaded");
+    assert!(loaded.events.iter().all(|e| e.path.is_none()));
+    let journal = store.events("count-1", 0).await.expect("reads");
+    assert!(journal.iter().any(|e| e.path.is_some()));
+    assert_eq!(loaded.next_seq, journal.len() as u64);
+    let data = store.run_data("count-1").await.expect("reads");
+    let mut stored: Vec<&str> = data.outputs.iter().map(|o| o.instance.as_str()).collect();
+    stored.sort_unstable();
+    assert_eq!(
+        stored,
+        ["counted@0", "counted@1", "counted@2", "counted@3"]
+    );
+    tokio::time::sleep(Duration::from_millis(5)).await;
+
+    let outcome = Counter::resume(&store, "count-1").await.expect("resumes");
+    assert_eq!(outcome.result.expect("counts"), 7);
+    let after = keys();
+    // Rounds 0 to 3 are not run again; round 4 runs again with its key, then 5 and 6.
+    for round in 0..4 {
+        assert_eq!(after.get(&format!("count-1/counted@{round}/round/1")), None);
+    }
+    for round in 4..7 {
+        assert_eq!(
+            after.get(&format!("count-1/counted@{round}/round/1")),
+            Some(&1),
+            "{after:?}"
+        );
+    }
+    // The report counts every iteration, those of the earlier process included.
+    let nest = outcome
+        .report
+        .nests()
+        .iter()
+        .find(|n| n.node == "counted")
+        .expect("the loop's summary");
+    assert_eq!((nest.started, nest.completed, nest.failed), (7, 7, 0));
+
+    // The finished run replays the same way.
+    let replayed = Counter::resume(&store, "count-1").await.expect("replays");
+    assert_eq!(replayed.result.expect("counts"), 7);
+    let nest = replayed
+        .report
+        .nests()
+        .iter()
+        .find(|n| n.node == "counted")
+        .expect("the loop's summary");
+    assert_eq!((nest.started, nest.completed, nest.failed), (7, 7, 0));
+    assert!(keys().is_empty(), "a replay runs nothing");
 }

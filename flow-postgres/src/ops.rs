@@ -211,6 +211,19 @@ async fn read_events(tx: &mut Tx<'_>, run: &str, from: u64, to: u64) -> R<Vec<St
     let rows = tx
         .query("reading events", SQL, &[&run, &i(from), &i(to)])
         .await?;
+    events_of(run, &rows)
+}
+
+/// The events of `run` itself, in order: not those of its nest instances (`events_own`).
+async fn own_events(tx: &mut Tx<'_>, run: &str) -> R<Vec<StoredEvent>> {
+    const SQL: &str =
+        "SELECT seq, format, node, node_name, path, attempt, kind, data, at_us FROM events
+        WHERE run = $1 AND path IS NULL ORDER BY seq";
+    let rows = tx.query("reading events", SQL, &[&run]).await?;
+    events_of(run, &rows)
+}
+
+fn events_of(run: &str, rows: &[Row]) -> R<Vec<StoredEvent>> {
     rows.iter()
         .map(|row| {
             let seq = u(get(row, 0)?);
@@ -367,6 +380,18 @@ async fn outputs(tx: &mut Tx<'_>, run: &str) -> R<Vec<StoredOutput>> {
     const SQL: &str = "SELECT node, instance, type_name, bytes FROM outputs WHERE run = $1
         ORDER BY node, instance";
     let rows = tx.query("reading outputs", SQL, &[&run]).await?;
+    outputs_of(&rows)
+}
+
+/// The outputs of `run` that a load reads: not the superseded ends (`outputs_live`).
+async fn live_outputs(tx: &mut Tx<'_>, run: &str) -> R<Vec<StoredOutput>> {
+    const SQL: &str = "SELECT node, instance, type_name, bytes FROM outputs
+        WHERE run = $1 AND NOT superseded ORDER BY node, instance";
+    let rows = tx.query("reading outputs", SQL, &[&run]).await?;
+    outputs_of(&rows)
+}
+
+fn outputs_of(rows: &[Row]) -> R<Vec<StoredOutput>> {
     rows.iter()
         .map(|row| {
             Ok(StoredOutput {
@@ -542,8 +567,9 @@ pub(crate) async fn load_run(
         input,
         options,
         nodes,
-        events: read_events(tx, id, 0, run.next_seq).await?,
-        outputs: outputs(tx, id).await?,
+        events: own_events(tx, id).await?,
+        next_seq: run.next_seq,
+        outputs: live_outputs(tx, id).await?,
         timers,
         waits,
         signals: open_signals(tx, id, 0).await?,
@@ -800,8 +826,21 @@ pub(crate) async fn commit(tx: &mut Tx<'_>, batch: &Batch, channel: &str) -> R<C
              SELECT $1, node, instance, type_name, bytes
              FROM unnest($2::bigint[], $3::text[], $4::text[], $5::bytea[]) AS o (node, instance, type_name, bytes)
              ON CONFLICT (run, node, instance)
-             DO UPDATE SET type_name = EXCLUDED.type_name, bytes = EXCLUDED.bytes",
+             DO UPDATE SET type_name = EXCLUDED.type_name, bytes = EXCLUDED.bytes,
+               superseded = false",
             &[&batch.run, &nodes, &instances, &types, &bytes],
+        )
+        .await?;
+    }
+    if !batch.superseded.is_empty() {
+        let nodes: Vec<i64> = batch.superseded.iter().map(|(n, _)| i64::from(*n)).collect();
+        let instances: Vec<&str> = batch.superseded.iter().map(|(_, r)| r.as_str()).collect();
+        tx.execute(
+            "marking superseded outputs",
+            "UPDATE outputs SET superseded = true
+             FROM unnest($2::bigint[], $3::text[]) AS s (node, instance)
+             WHERE outputs.run = $1 AND outputs.node = s.node AND outputs.instance = s.instance",
+            &[&batch.run, &nodes, &instances],
         )
         .await?;
     }

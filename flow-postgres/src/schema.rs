@@ -9,7 +9,7 @@ use crate::pool::{Pooled, quote_ident};
 
 /// The schema version this crate writes and reads (the row of `schema_version`). A newer
 /// database is refused ([`StoreError::SchemaVersion`]).
-pub const SCHEMA_VERSION: u32 = 6;
+pub const SCHEMA_VERSION: u32 = 7;
 
 /// The migrations, in order: `MIGRATIONS[0]` makes version 1, `MIGRATIONS[1]` version 2, and so on. Each
 /// runs with `search_path` set to the store's schema, in the one transaction that migrates.
@@ -17,13 +17,14 @@ pub const SCHEMA_VERSION: u32 = 6;
 /// Integers that are `u64` in Rust (hashes, sequence numbers, times) are `bigint`, bit for bit;
 /// times are milliseconds since the Unix epoch by the server's clock. A run-level timer has
 /// node -1; the workflow's own nodes have instance ''.
-pub const MIGRATIONS: [&str; 6] = [
+pub const MIGRATIONS: [&str; 7] = [
     MIGRATION_1,
     MIGRATION_2,
     MIGRATION_3,
     MIGRATION_4,
     MIGRATION_5,
     MIGRATION_6,
+    MIGRATION_7,
 ];
 
 /// Version 1: the durable runs.
@@ -185,6 +186,16 @@ const MIGRATION_6: &str = "
 ALTER TABLE tasks ADD COLUMN instance text NOT NULL DEFAULT '';
 ALTER TABLE tasks DROP CONSTRAINT tasks_pkey;
 ALTER TABLE tasks ADD PRIMARY KEY (run, node, instance);
+";
+
+/// Version 7: loading a run reads its decided state, not its history. An output marked
+/// `superseded` (a `Loop` iteration's end once the next one ended, the ends nested in an
+/// ended instance) is left out of a load, and two partial indexes let a load read only the
+/// live outputs and the run's own events (not its nest instances').
+const MIGRATION_7: &str = "
+ALTER TABLE outputs ADD COLUMN superseded boolean NOT NULL DEFAULT false;
+CREATE INDEX outputs_live ON outputs (run, node, instance) WHERE NOT superseded;
+CREATE INDEX events_own ON events (run, seq) WHERE path IS NULL;
 ";
 
 /// The advisory lock every migrating process takes (with the schema's name): "flow" in ASCII.

@@ -1,4 +1,4 @@
-//! The schema: created on first use, migrated from older versions (1 to 2, 2 to 3, 3 to 4),
+//! The schema: created on first use, migrated from older versions (1 to 2, 2 to 3, 3 to 4, 6 to 7),
 //! migrated once by many stores starting together; a newer schema and a foreign one are refused
 //! and left as they were.
 
@@ -262,4 +262,46 @@ async fn a_version_3_schema_is_migrated_to_4_its_node_rows_without_kind_and_poli
         .expect("loads the new run");
     assert_eq!(data.nodes, run.nodes);
     testing::drop_schemas("migrate_nodes").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_6_schema_is_migrated_to_7_every_stored_end_still_loaded() {
+    let schema = testing::fresh_schema("migrate_superseded");
+    let client = testing::client().await;
+    // A database of a flow that knew version 6: a run stopped in a loop's third iteration,
+    // the two before it ended, each with an event of its own.
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA \"{schema}\"; SET search_path TO \"{schema}\"; {}
+             INSERT INTO schema_version (version) VALUES (6);
+             INSERT INTO runs (id, workflow, graph_hash, input, input_hash, options, status,
+                next_seq, version, created_ms, updated_ms)
+             VALUES ('old', 'W', 5, '', 0, '', 'running', 3, 1, 1, 1);
+             INSERT INTO events (run, seq, format, node, node_name, path, attempt, kind, data,
+                at_us, wall_ms)
+             VALUES ('old', 0, 1, NULL, NULL, NULL, 0, 'RunStarted', '', 0, 1),
+                    ('old', 1, 1, 0, 'round', 'polled@0', 1, 'Completed', '', 1, 1),
+                    ('old', 2, 1, 0, 'round', 'polled@1', 1, 'Completed', '', 2, 1);
+             INSERT INTO outputs (run, node, instance, type_name, bytes)
+             VALUES ('old', 0, 'polled@0', 'u32', '1'), ('old', 0, 'polled@1', 'u32', '2');",
+            MIGRATIONS[..6].join("\n")
+        ))
+        .await
+        .expect("a version 6 schema");
+    let store = store_in(&schema);
+    let loaded = store
+        .load_run("old", &Owner::new("a"), LEASE)
+        .await
+        .expect("loads the old run");
+    assert_eq!(version(&client, &schema).await, vec![SCHEMA_VERSION as i32]);
+    // Nothing was superseded before version 7: every end loads (the loop walks them all).
+    let ends: Vec<&str> = loaded
+        .outputs
+        .iter()
+        .map(|o| o.instance.as_str())
+        .collect();
+    assert_eq!(ends, ["polled@0", "polled@1"]);
+    assert_eq!(loaded.events.len(), 1, "the run's own events");
+    assert_eq!(loaded.next_seq, 3);
+    testing::drop_schemas("migrate_superseded").await;
 }

@@ -136,6 +136,10 @@ struct RecordsInner {
     dropped: Vec<(u32, String)>,
     /// Outcomes of remote instances' tasks handed over by the journal and not taken yet.
     outcomes: HashMap<(u32, String), Result<Vec<u8>, String>>,
+    /// The ends stored inside instances that have not ended yet, by the record of the
+    /// instance they are nested in (`poll@6` → `(node, poll@6/items[2])`): superseded with
+    /// the end of that instance ([`Records::supersede`]).
+    nested: HashMap<String, Vec<(u32, String)>>,
 }
 
 /// What the journal does with the remote instances since it last looked ([`Records::tasks`]).
@@ -165,9 +169,19 @@ pub(crate) struct InstanceEnd {
 impl Records {
     /// The records of a run loaded with these ends ((nest node, record) → bytes).
     pub(crate) fn loaded(loaded: HashMap<(u32, String), Vec<u8>>) -> Records {
+        let mut nested: HashMap<String, Vec<(u32, String)>> = HashMap::new();
+        for (node, record) in loaded.keys() {
+            if let Some((parent, _)) = record.rsplit_once('/') {
+                nested
+                    .entry(parent.to_owned())
+                    .or_default()
+                    .push((*node, record.clone()));
+            }
+        }
         Records {
             inner: Mutex::new(RecordsInner {
                 loaded,
+                nested,
                 ..RecordsInner::default()
             }),
             remote: AtomicBool::new(false),
@@ -304,6 +318,40 @@ impl Records {
 
     /// The stored end of instance `record` of nest node `node`, if the run had one when it
     /// was loaded.
+    /// The stored ends that the end of instance `record` of nest node `node` supersedes, as
+    /// (node, record), for the batch that stores it ([`flowdag_store::Batch::superseded`]):
+    /// the ends nested in it (its instance restores from its own end alone), and for a `Loop`
+    /// iteration after the first, the iteration before (the loop goes on from this one).
+    pub(crate) fn supersede(&self, node: u32, record: &str) -> Vec<(u32, String)> {
+        let mut inner = self.lock();
+        let mut superseded = inner.nested.remove(record).unwrap_or_default();
+        if let Some((parent, _)) = record.rsplit_once('/') {
+            inner
+                .nested
+                .entry(parent.to_owned())
+                .or_default()
+                .push((node, record.to_owned()));
+        }
+        if let Some((prefix, k)) = record.rsplit_once('@')
+            && let Ok(k) = k.parse::<u64>()
+            && k > 0
+        {
+            superseded.push((node, format!("{prefix}@{}", k - 1)));
+        }
+        superseded
+    }
+
+    /// The lowest iteration of the `Loop` node `node` whose end the run was loaded with,
+    /// among the records `prefix` + iteration (`poll@`).
+    fn lowest_loaded(&self, node: u32, prefix: &str) -> Option<u64> {
+        self.lock()
+            .loaded
+            .keys()
+            .filter(|(n, _)| *n == node)
+            .filter_map(|(_, record)| record.strip_prefix(prefix)?.parse::<u64>().ok())
+            .min()
+    }
+
     pub(crate) fn loaded_end(&self, node: u32, record: &str) -> Option<Vec<u8>> {
         self.lock().loaded.get(&(node, record.to_owned())).cloned()
     }
@@ -387,6 +435,24 @@ pub(crate) fn keep_local(node: u32) {
 pub(crate) fn solo() -> Option<u64> {
     CURRENT
         .try_with(|c| c.borrow().as_ref()?.nest.as_ref()?.solo)
+        .ok()
+        .flatten()
+}
+
+/// The iteration the `Loop` node being polled (`node` by name, `index` in its graph) goes on
+/// from in a resumed run: the lowest iteration whose end the run was loaded with. A store
+/// loads a loop's last ended iteration alone (the ends before it are superseded), so the
+/// loop restores that one and runs on from it; `None` when none was loaded (the loop starts
+/// at 0), and 0 for a run whose store kept them all.
+pub(crate) fn resumed_iteration(node: &str, index: u32) -> Option<u64> {
+    CURRENT
+        .try_with(|c| {
+            let c = c.borrow();
+            let ctx = c.as_ref()?;
+            let nested = ctx.nest.as_ref()?;
+            let prefix = record_of(&nested.within, node, "@", ctx.attempt.attempt);
+            nested.records.lowest_loaded(index, &prefix)
+        })
         .ok()
         .flatten()
 }

@@ -284,7 +284,8 @@ where
 {
     let mut prev = None;
     let solo = solo();
-    for iteration in first_iteration(solo)..u64::from(config.max) {
+    let (first, _) = first_iteration(&ctx, solo);
+    for iteration in first..u64::from(config.max) {
         let (output, done) = iteration_of(&ctx, iteration, body(prev, ctx.instance(iteration)))
             .await
             .map_err(|error| NodeError::Workflow(Box::new(error)))?;
@@ -320,11 +321,10 @@ where
 {
     let mut prev = None;
     let solo = solo();
-    let first = first_iteration(solo);
+    let (first, restored) = first_iteration(&ctx, solo);
     for iteration in first..u64::from(config.max) {
-        // A worker's iteration before its own is restored from the store, its test passed.
-        let restored = solo.is_some() && iteration == first && Some(iteration) != solo;
-        if !restored && !test(prev.as_ref()) {
+        // An iteration restored from the store passed its test when it ran.
+        if !(restored && iteration == first) && !test(prev.as_ref()) {
             return Ok(prev);
         }
         let output = iteration_of(&ctx, iteration, body(prev, ctx.instance(iteration)))
@@ -342,11 +342,35 @@ where
     }
 }
 
-/// The iteration a loop starts at: 0, or for a worker executing iteration `k` alone (a task
-/// of a distributed run), the one before it, whose end the store has (its instance future
-/// restores it without running its body) and whose output is `k`'s `prev`.
-fn first_iteration(solo: Option<u64>) -> u64 {
-    solo.map_or(0, |k| k.saturating_sub(1))
+/// The iteration a loop starts at, and whether its end is restored from the store (its
+/// instance future gives the stored end back without running the body):
+/// - for a worker executing iteration `k` alone (a task of a distributed run), the one
+///   before it, whose output is `k`'s `prev` (restored when `k > 0`);
+/// - for a resumed durable run, the last iteration that ended before it stopped: a loop's
+///   decided state is its last iteration's output, so the iterations before it are not
+///   walked through again (and a store does not load their ends);
+/// - else 0.
+fn first_iteration(ctx: &NestCtx, solo: Option<u64>) -> (u64, bool) {
+    match solo {
+        Some(k) => (k.saturating_sub(1), k > 0),
+        None => resumed_iteration(ctx).map_or((0, false), |k| (k, true)),
+    }
+}
+
+/// The iteration a resumed durable run's loop goes on from
+/// ([`crate::attempt::resumed_iteration`]); the iterations before it are counted in the
+/// node's report as they were: started and succeeded.
+#[cfg(feature = "durable")]
+fn resumed_iteration(ctx: &NestCtx) -> Option<u64> {
+    let k = crate::attempt::resumed_iteration(ctx.node, ctx.index)?;
+    ctx.restored_before(k);
+    Some(k)
+}
+
+/// Without durable runs, no loop is resumed.
+#[cfg(not(feature = "durable"))]
+fn resumed_iteration(_: &NestCtx) -> Option<u64> {
+    None
 }
 
 /// Runs one loop iteration to its end and hands its outcome to the ctx; dropped before then,

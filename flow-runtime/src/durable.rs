@@ -582,8 +582,10 @@ pub(crate) struct JournalSetup {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) lease: Lease,
     pub(crate) extend: Duration,
-    /// The journal to replay (empty for a new run).
+    /// The journal to replay: the run's own events (empty for a new run).
     pub(crate) events: Vec<StoredEvent>,
+    /// The run's next sequence number (0 for a new run).
+    pub(crate) next_seq: u64,
     /// Completed nodes' outputs, by node.
     pub(crate) outputs: HashMap<u32, Vec<u8>>,
     /// The ends of nest instances, by nest node and record (`ship[3]`; see
@@ -645,6 +647,7 @@ impl JournalSetup {
             lease,
             extend,
             events: Vec::new(),
+            next_seq: 0,
             outputs: HashMap::new(),
             instances: HashMap::new(),
             timers: Vec::new(),
@@ -1504,6 +1507,7 @@ fn check_loaded<W: DurableWorkflow>(
     let (outputs, instances) = split_outputs(loaded.outputs);
     let setup = JournalSetup {
         events: loaded.events,
+        next_seq: loaded.next_seq,
         outputs,
         instances,
         timers: loaded.timers,

@@ -181,6 +181,14 @@ impl NestCtx {
         lock(&self.shared.summary).restored(index, error);
     }
 
+    /// Counts the `count` instances before the one a resumed durable `Loop` goes on from as
+    /// started and succeeded in an earlier process (their ends are not loaded: the loop goes
+    /// on from its last iteration's).
+    #[cfg_attr(not(feature = "durable"), allow(dead_code))]
+    pub(crate) fn restored_before(&self, count: u64) {
+        lock(&self.shared.summary).restored_succeeded(count);
+    }
+
     /// Counts instance `index` as withdrawn: the driver dropped it while it ran (`min` with
     /// `rest = cancel`, the first failure with `on_failure = fail_fast`, a `Complete` step).
     pub fn withdrawn(&self, index: u64) {

@@ -135,14 +135,35 @@ impl Db<'_> {
     }
 
     fn read_events(&self, run: &str, from: u64, to: u64) -> Result<Vec<StoredEvent>, StoreError> {
+        self.select_events(
+            run,
+            "SELECT seq, format, node, node_name, path, attempt, kind, data, at_us FROM events
+             WHERE run = ?1 AND seq >= ?2 AND seq < ?3 ORDER BY seq",
+            params![run, i(from), i(to)],
+        )
+    }
+
+    /// The events of `run` itself, in order: not those of its nest instances.
+    fn own_events(&self, run: &str) -> Result<Vec<StoredEvent>, StoreError> {
+        self.select_events(
+            run,
+            "SELECT seq, format, node, node_name, path, attempt, kind, data, at_us FROM events
+             INDEXED BY events_own WHERE run = ?1 AND path IS NULL ORDER BY seq",
+            params![run],
+        )
+    }
+
+    fn select_events(
+        &self,
+        run: &str,
+        sql: &str,
+        params: impl rusqlite::Params,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
         let rows = self
             .conn
-            .prepare_cached(
-                "SELECT seq, format, node, node_name, path, attempt, kind, data, at_us FROM events
-                 WHERE run = ?1 AND seq >= ?2 AND seq < ?3 ORDER BY seq",
-            )
+            .prepare_cached(sql)
             .and_then(|mut stmt| {
-                stmt.query_map(params![run, i(from), i(to)], |row| {
+                stmt.query_map(params, |row| {
                     Ok((
                         StoredEvent {
                             format: row.get(1)?,
@@ -259,10 +280,24 @@ impl Db<'_> {
 impl Db<'_> {
     /// The outputs of `run`, by node, then instance.
     fn outputs(&self, run: &str) -> Result<Vec<StoredOutput>, StoreError> {
+        self.read_outputs(
+            run,
+            "SELECT node, instance, type_name, bytes FROM outputs WHERE run = ?1 ORDER BY node, instance",
+        )
+    }
+
+    /// The outputs of `run` that a load reads: not the superseded ends (`Batch::superseded`).
+    fn live_outputs(&self, run: &str) -> Result<Vec<StoredOutput>, StoreError> {
+        self.read_outputs(
+            run,
+            "SELECT node, instance, type_name, bytes FROM outputs INDEXED BY outputs_live
+             WHERE run = ?1 AND superseded = 0 ORDER BY node, instance",
+        )
+    }
+
+    fn read_outputs(&self, run: &str, sql: &str) -> Result<Vec<StoredOutput>, StoreError> {
         self.conn
-            .prepare_cached(
-                "SELECT node, instance, type_name, bytes FROM outputs WHERE run = ?1 ORDER BY node, instance",
-            )
+            .prepare_cached(sql)
             .and_then(|mut stmt| {
                 stmt.query_map([run], |row| {
                     Ok(StoredOutput {
@@ -418,7 +453,7 @@ pub(crate) fn load_run(
             Ok(node)
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
-    let outputs = db.outputs(id)?;
+    let outputs = db.live_outputs(id)?;
     let timers = db
         .conn
         .prepare_cached(
@@ -464,7 +499,8 @@ pub(crate) fn load_run(
         input,
         options,
         nodes,
-        events: db.read_events(id, 0, run.next_seq)?,
+        events: db.own_events(id)?,
+        next_seq: run.next_seq,
         outputs,
         timers,
         waits,
@@ -654,6 +690,14 @@ pub(crate) fn commit(db: &Db<'_>, batch: Batch) -> Result<Committed, StoreError>
                 ])
             })
             .map_err(db.err("writing outputs to"))?;
+    }
+    for (node, instance) in &batch.superseded {
+        db.conn
+            .prepare_cached(
+                "UPDATE outputs SET superseded = 1 WHERE run = ?1 AND node = ?2 AND instance = ?3",
+            )
+            .and_then(|mut stmt| stmt.execute(params![batch.run, node, instance]))
+            .map_err(db.err("marking superseded outputs in"))?;
     }
     db.apply_timers(&batch.run, &batch.timers, now)?;
     for change in &batch.waits {

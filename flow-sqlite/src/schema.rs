@@ -17,7 +17,7 @@ pub const APPLICATION_ID: i32 = 0x464C_4F57;
 /// refused ([`StoreError::SchemaVersion`]); an older one is migrated when a store opens it
 /// ([`SqliteStore::open`](crate::SqliteStore::open)), and read as it is by a client
 /// ([`SqliteStore::open_client`](crate::SqliteStore::open_client)), which writes nothing.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Schema version 1; [`MIGRATIONS`] take it to [`SCHEMA_VERSION`], and a new store is made
 /// the same way. Integers that are `u64` in Rust (hashes, times) are stored as SQLite's
@@ -113,7 +113,7 @@ CREATE TABLE waits (
 ";
 
 /// The migrations, in order: `MIGRATIONS[0]` takes version 1 to version 2, and so on.
-const MIGRATIONS: [&str; SCHEMA_VERSION as usize - 1] = [MIGRATION_2, MIGRATION_3];
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize - 1] = [MIGRATION_2, MIGRATION_3, MIGRATION_4];
 
 /// Version 2: a node's kind and resilience settings, to say what changed when they did. Rows
 /// written before have both empty (not stored).
@@ -153,6 +153,16 @@ DROP TABLE runs;
 ALTER TABLE runs_v3 RENAME TO runs;
 CREATE INDEX runs_created ON runs(created_ms, id);
 CREATE INDEX runs_wake ON runs(wake_at) WHERE wake_at IS NOT NULL;
+";
+
+/// Version 4: loading a run reads its decided state, not its history. An output row marked
+/// `superseded` (a `Loop` iteration's end once the next one ended, the ends nested in an
+/// ended instance) is left out of a load, and two partial indexes let a load read only the
+/// live outputs and the run's own events (not its nest instances').
+const MIGRATION_4: &str = "
+ALTER TABLE outputs ADD COLUMN superseded INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX outputs_live ON outputs(run, node, instance) WHERE superseded = 0;
+CREATE INDEX events_own ON events(run, seq) WHERE path IS NULL;
 ";
 
 /// The schema of `version` (1 to [`SCHEMA_VERSION`]): [`SCHEMA`] and the migrations up to it.

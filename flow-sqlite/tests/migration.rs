@@ -140,9 +140,16 @@ fn user_version(path: &Path) -> i64 {
 
 /// The columns of the table `nodes`.
 fn node_columns(path: &Path) -> Vec<String> {
+    columns(path, "nodes")
+}
+
+/// The columns of `table`.
+fn columns(path: &Path, table: &str) -> Vec<String> {
     let conn = Connection::open(path).expect("opens");
     let mut stmt = conn
-        .prepare("SELECT name FROM pragma_table_info('nodes') ORDER BY cid")
+        .prepare(&format!(
+            "SELECT name FROM pragma_table_info('{table}') ORDER BY cid"
+        ))
         .expect("prepares");
     stmt.query_map([], |row| row.get(0))
         .expect("queries")
@@ -152,12 +159,12 @@ fn node_columns(path: &Path) -> Vec<String> {
 
 #[tokio::test]
 async fn a_store_of_version_1_is_migrated_its_old_rows_without_kind_and_policy() {
-    assert_eq!(SCHEMA_VERSION, 3);
+    assert_eq!(SCHEMA_VERSION, 4);
     let dir = common::dir("migrate-1");
     let path = store_of_version_1(&dir);
 
     let store = SqliteStore::open(&path).expect("opens and migrates");
-    assert_eq!(user_version(&path), 3);
+    assert_eq!(user_version(&path), 4);
     assert_eq!(
         node_columns(&path),
         [
@@ -171,6 +178,11 @@ async fn a_store_of_version_1_is_migrated_its_old_rows_without_kind_and_policy()
             "kind",
             "policy"
         ]
+    );
+    // Version 4: an output can be superseded (left out of a load).
+    assert_eq!(
+        columns(&path, "outputs").last().map(String::as_str),
+        Some("superseded")
     );
     let me = Owner::new("me");
     let loaded = store
@@ -245,7 +257,7 @@ async fn a_store_of_version_1_is_migrated_its_old_rows_without_kind_and_policy()
     let store = SqliteStore::open(&path).expect("opens the migrated store");
     let loaded = store.load_run("new", &me, LEASE).await.expect("loads");
     assert_eq!(loaded.nodes, run.nodes);
-    assert_eq!(user_version(&path), 3);
+    assert_eq!(user_version(&path), 4);
 }
 
 #[tokio::test]

@@ -70,6 +70,7 @@ pub async fn all(make: impl Fn() -> Arc<dyn Store>) {
     graph_adopted(&*make()).await;
     graph_renumbered(&*make()).await;
     continued(&*make()).await;
+    load_reads_the_decided_state(&*make()).await;
 }
 
 fn event(seq: u64, kind: &str, node: Option<u32>) -> StoredEvent {
@@ -1376,7 +1377,11 @@ pub async fn graph_renumbered(store: &dyn Store) {
         .await
         .unwrap_or_else(|e| panic!("renumbered: load: {e}"));
     assert_eq!(loaded.nodes, rows, "renumbered: the new node rows");
-    let nodes: Vec<(u64, Option<u32>)> = loaded.events.iter().map(|e| (e.seq, e.node)).collect();
+    let journal = store
+        .events("r1", 0)
+        .await
+        .unwrap_or_else(|e| panic!("renumbered: events: {e}"));
+    let nodes: Vec<(u64, Option<u32>)> = journal.iter().map(|e| (e.seq, e.node)).collect();
     assert_eq!(
         nodes,
         vec![
@@ -1609,6 +1614,123 @@ pub async fn distributed(make: impl Fn() -> Arc<dyn Store>) {
     tasks_wake_the_run(&*make()).await;
     tasks_closed_and_reopened(&*make()).await;
     tasks_of_instances(&*make()).await;
+}
+
+/// A load reads a run's decided state, not its history: its own events (not its nest
+/// instances'), its next sequence number, and the outputs no later end superseded
+/// ([`Batch::superseded`]); [`Store::events`] and [`Store::run_data`] still read everything,
+/// and an end stored again is loaded again.
+pub async fn load_reads_the_decided_state(store: &dyn Store) {
+    let owner = Owner::new("a");
+    let lease = create(store, "r1", "wf", &owner).await;
+    let end = |instance: &str| StoredOutput {
+        node: 1,
+        instance: instance.to_owned(),
+        type_name: "u64".into(),
+        bytes: instance.as_bytes().to_vec(),
+    };
+    let in_instance = |seq: u64, kind: &str, record: &str| {
+        let mut e = event(seq, kind, Some(0));
+        e.path = Some(
+            record
+                .parse::<StoredPath>()
+                .unwrap_or_else(|e| panic!("load_reads_the_decided_state: path `{record}`: {e}")),
+        );
+        e
+    };
+    // Iteration 0 of loop `n1` ends, with an instance of a nest inside it.
+    let mut first = Batch::new(&lease, 2, LONG);
+    first.events = vec![
+        in_instance(2, "Requested", "n1@0"),
+        in_instance(3, "Completed", "n1@0"),
+        event(4, "Completed", Some(0)),
+    ];
+    first.outputs = vec![end("n1@0/n2[0]"), end("n1@0")];
+    first.superseded = vec![(1, "n1@0/n2[0]".to_owned())];
+    commit(store, first)
+        .await
+        .unwrap_or_else(|e| panic!("load_reads_the_decided_state: first batch: {e}"));
+    // Iteration 1 ends: iteration 0 and what was nested in it are superseded, and a record
+    // that has no end is named too.
+    let mut second = Batch::new(&lease, 5, LONG);
+    second.events = vec![
+        in_instance(5, "Requested", "n1@1"),
+        in_instance(6, "Completed", "n1@1"),
+    ];
+    second.outputs = vec![end("n1@1")];
+    second.superseded = vec![(1, "n1@0".to_owned()), (1, "n1@9".to_owned())];
+    commit(store, second)
+        .await
+        .unwrap_or_else(|e| panic!("load_reads_the_decided_state: second batch: {e}"));
+
+    let loaded = store
+        .load_run("r1", &owner, LONG)
+        .await
+        .unwrap_or_else(|e| panic!("load_reads_the_decided_state: load_run: {e}"));
+    let seqs: Vec<u64> = loaded.events.iter().map(|e| e.seq).collect();
+    assert_eq!(
+        seqs,
+        vec![0, 1, 4],
+        "load_reads_the_decided_state: a load reads the run's own events, not its instances'"
+    );
+    assert_eq!(
+        loaded.next_seq, 7,
+        "load_reads_the_decided_state: the next sequence number counts the instances' events"
+    );
+    let live: Vec<&str> = loaded.outputs.iter().map(|o| o.instance.as_str()).collect();
+    assert_eq!(
+        live,
+        vec!["n1@1"],
+        "load_reads_the_decided_state: superseded ends are not loaded"
+    );
+    assert_eq!(
+        loaded.outputs[0].bytes,
+        b"n1@1".to_vec(),
+        "load_reads_the_decided_state: the live end's bytes"
+    );
+    let all = store
+        .events("r1", 0)
+        .await
+        .unwrap_or_else(|e| panic!("load_reads_the_decided_state: events: {e}"));
+    assert_eq!(
+        all.len(),
+        7,
+        "load_reads_the_decided_state: `events` reads the whole journal"
+    );
+    let data = store
+        .run_data("r1")
+        .await
+        .unwrap_or_else(|e| panic!("load_reads_the_decided_state: run_data: {e}"));
+    let mut kept: Vec<&str> = data.outputs.iter().map(|o| o.instance.as_str()).collect();
+    kept.sort_unstable();
+    assert_eq!(
+        kept,
+        vec!["n1@0", "n1@0/n2[0]", "n1@1"],
+        "load_reads_the_decided_state: `run_data` reads superseded ends too"
+    );
+
+    // An end stored again is live again.
+    let mut again = Batch::new(&loaded.lease, 7, LONG);
+    again.events = vec![event(7, "Requested", Some(1))];
+    again.outputs = vec![end("n1@0")];
+    commit(store, again)
+        .await
+        .unwrap_or_else(|e| panic!("load_reads_the_decided_state: third batch: {e}"));
+    let reloaded = store
+        .load_run("r1", &owner, LONG)
+        .await
+        .unwrap_or_else(|e| panic!("load_reads_the_decided_state: load_run again: {e}"));
+    let mut live: Vec<&str> = reloaded
+        .outputs
+        .iter()
+        .map(|o| o.instance.as_str())
+        .collect();
+    live.sort_unstable();
+    assert_eq!(
+        live,
+        vec!["n1@0", "n1@1"],
+        "load_reads_the_decided_state: an end stored again is loaded again"
+    );
 }
 
 /// The graph every run of this suite is created with (`new_run`).

@@ -1102,6 +1102,13 @@ pub struct Batch {
     pub events: Vec<StoredEvent>,
     /// Outputs of nodes that completed (an output stored again for the same node replaces it).
     pub outputs: Vec<StoredOutput>,
+    /// Nest instance ends that later ends replace for resuming, as (node, instance record):
+    /// a `Loop`'s iteration once the next one ended (a loop goes on from its last iteration
+    /// alone), and the ends nested in an instance once the instance ended (`poll@6/items[2]`
+    /// once `poll@6` ended). From this batch on, [`Store::load_run`] leaves them out, so that
+    /// loading a run reads its decided state, not its history; [`Store::run_data`] and task
+    /// claims still read them. Naming an end that is not stored is not an error.
+    pub superseded: Vec<(u32, String)>,
     /// Timers set and cleared.
     pub timers: Vec<TimerChange>,
     /// Steps that start or stop waiting for a signal.
@@ -1156,6 +1163,7 @@ impl Batch {
             first_seq,
             events: Vec::new(),
             outputs: Vec::new(),
+            superseded: Vec::new(),
             timers: Vec::new(),
             waits: Vec::new(),
             consumed: Vec::new(),
@@ -1309,9 +1317,14 @@ pub struct Loaded {
     pub options: Vec<u8>,
     /// Its graph's nodes.
     pub nodes: Vec<NodeRow>,
-    /// Its whole journal.
+    /// Its own events, in order: the journal without the events of its nest instances
+    /// (their history: a resume does not replay them, it restores each ended instance from
+    /// its end; [`Store::events`] reads them).
     pub events: Vec<StoredEvent>,
-    /// The outputs of its completed nodes.
+    /// Its next sequence number: one past its last event, a nest instance's included.
+    pub next_seq: u64,
+    /// The outputs of its completed nodes, and the ends of its nest instances that a resume
+    /// needs: not those a later end superseded ([`Batch::superseded`]).
     pub outputs: Vec<StoredOutput>,
     /// Its open timers.
     pub timers: Vec<StoredTimer>,

@@ -1,7 +1,7 @@
 //! `MemoryStore`: a [`Store`] in this process's memory, for tests and for runs that need the
 //! journal's semantics without a disk.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -41,6 +41,8 @@ struct State {
     /// The last task version given: versions come from one counter, so a claim on a task
     /// that was closed and opened again never matches the new task.
     task_versions: u64,
+    /// Loads read the whole history ([`MemoryStore::loading_history`]).
+    history: bool,
 }
 
 /// A task's name: its run, its node, and the nest instance it runs (empty for the node's own).
@@ -69,6 +71,8 @@ struct RunRow {
     nodes: Vec<NodeRow>,
     events: Vec<StoredEvent>,
     outputs: BTreeMap<(u32, String), StoredOutput>,
+    /// Instance records whose ends a resume no longer reads ([`Batch::superseded`]).
+    superseded: BTreeSet<(u32, String)>,
     timers: BTreeMap<TimerKey, u64>,
     waits: BTreeMap<(u32, String), String>,
     end: Option<RunEnd>,
@@ -78,6 +82,16 @@ impl MemoryStore {
     /// An empty store.
     pub fn new() -> MemoryStore {
         MemoryStore::default()
+    }
+
+    /// A store whose [`Store::load_run`] reads a run's whole history, as a store that keeps no
+    /// decided state would: every event (its nest instances' too) and every stored end (the
+    /// superseded ones too, [`Batch::superseded`]). A resumed run then replays everything from
+    /// its first event and walks every `Loop` from its first iteration. For tests that check
+    /// that a resume from the decided state decides as a replay of the whole history does.
+    pub fn loading_history(self) -> MemoryStore {
+        self.state().history = true;
+        self
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -177,6 +191,7 @@ impl State {
             nodes: run.nodes,
             events: check.events,
             outputs: BTreeMap::new(),
+            superseded: BTreeSet::new(),
             timers: BTreeMap::new(),
             waits: BTreeMap::new(),
             end: None,
@@ -206,6 +221,7 @@ impl State {
         let now = now_ms();
         let signals = self.open_signals(run, 0);
         let tasks = self.results(run);
+        let history = self.history;
         let row = self.runs.get_mut(run).ok_or_else(|| not_found(run))?;
         // A finished run's lease guards nothing: its result is read whoever held it last.
         if let (Some(holder), Some(until)) = (&row.summary.owner, row.summary.lease_until_ms)
@@ -235,8 +251,20 @@ impl State {
             input: row.input.clone(),
             options: row.options.clone(),
             nodes: row.nodes.clone(),
-            events: row.events.clone(),
-            outputs: row.outputs.values().cloned().collect(),
+            events: row
+                .events
+                .iter()
+                .filter(|event| history || event.path.is_none())
+                .cloned()
+                .collect(),
+            next_seq: row.summary.next_seq,
+            outputs: row
+                .outputs
+                .iter()
+                .filter(|(key, _)| history || !row.superseded.contains(*key))
+                .map(|(_, output)| output)
+                .cloned()
+                .collect(),
             timers: row
                 .timers
                 .iter()
@@ -307,6 +335,13 @@ impl State {
                     ((output.node, output.instance.clone()), output)
                 })
                 .collect();
+            row.superseded = std::mem::take(&mut row.superseded)
+                .into_iter()
+                .map(|(node, instance)| match crate::own_output(&instance) {
+                    true => (map(node), instance),
+                    false => (node, instance),
+                })
+                .collect();
             row.timers = std::mem::take(&mut row.timers)
                 .into_iter()
                 .map(|(mut key, due)| {
@@ -335,9 +370,11 @@ impl State {
         };
         row.events.extend(batch.events);
         for output in batch.outputs {
+            row.superseded.remove(&(output.node, output.instance.clone()));
             row.outputs
                 .insert((output.node, output.instance.clone()), output);
         }
+        row.superseded.extend(batch.superseded);
         apply_timers(&mut row.timers, batch.timers, now);
         for change in batch.waits {
             match change {
@@ -490,6 +527,7 @@ impl State {
         };
         let events = std::mem::take(&mut row.events);
         let outputs = std::mem::take(&mut row.outputs);
+        let superseded = std::mem::take(&mut row.superseded);
         let input = std::mem::replace(&mut row.input, next.input);
         let options = std::mem::replace(&mut row.options, next.options);
         row.timers.clear();
@@ -531,6 +569,7 @@ impl State {
                     nodes,
                     events,
                     outputs,
+                    superseded,
                     timers: BTreeMap::new(),
                     waits: BTreeMap::new(),
                     end: Some(next.end),

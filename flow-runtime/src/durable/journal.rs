@@ -160,9 +160,9 @@ const MIN_RENEW: Duration = Duration::from_millis(10);
 impl Journal {
     /// The journal of a run set up as `setup` (its tasks are made when the run starts).
     pub(crate) fn new(mut setup: JournalSetup) -> Box<Journal> {
-        let next = setup.events.last().map_or(0, |event| event.seq + 1);
-        // The events of nest instances are not replayed (see `record_nested`), nor the events
-        // that a redrive cut off (`operations.rs`).
+        let next = setup.next_seq;
+        // The events of nest instances are not replayed (see `record_nested`; a store does not
+        // load them), nor the events that a redrive cut off (`operations.rs`).
         let replay = Replay::of_moved(std::mem::take(&mut setup.events), &setup.renumber);
         setup.events = replay.events;
         let requests = requests::Requests::new(&setup.signals, setup.request_poll);
@@ -498,6 +498,8 @@ impl Journal {
                     instance: end.record.clone(),
                 });
             }
+            let superseded = self.records.supersede(end.node, &end.record);
+            self.pending.superseded.extend(superseded);
             self.pending.outputs.push(StoredOutput {
                 node: end.node,
                 instance: end.record,

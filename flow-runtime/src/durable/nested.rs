@@ -507,7 +507,14 @@ pub fn restore_summary(nest: &NestCtx) {
         )
     });
     let body = nest.body();
-    for (index, bytes) in found.unwrap_or_default() {
+    let found = found.unwrap_or_default();
+    // A loop's iterations before the last one loaded succeeded (their ends were superseded).
+    if nest.kind() == crate::nest::NestKind::Loop
+        && let Some(&(first, _)) = found.iter().min_by_key(|(index, _)| *index)
+    {
+        nest.restored_before(first);
+    }
+    for (index, bytes) in found {
         let Ok(stored) = serde_json::from_slice::<StoredEnd<serde::de::IgnoredAny>>(&bytes) else {
             continue;
         };

@@ -75,6 +75,14 @@ impl Summary {
         }
     }
 
+    /// Folds `count` instances that succeeded in an earlier process of a durable run and whose
+    /// ends a resume did not load (a `Loop`'s iterations before the last one that ended).
+    #[cfg_attr(not(feature = "durable"), allow(dead_code))]
+    pub(crate) fn restored_succeeded(&mut self, count: u64) {
+        self.started += count;
+        self.completed += count;
+    }
+
     /// Folds instance `index`, which ended with `error` (or succeeded), and its report, kept
     /// whole when `keep` and it is the first instance or one of the first failed ones.
     pub(crate) fn ended(

@@ -390,12 +390,12 @@ async fn a_resumed_loop_loads_its_last_iteration_alone_and_goes_on_from_it() {
         )
         .await
         .expect("loads");
-    let ends: Vec<&str> = loaded
-        .outputs
-        .iter()
-        .map(|o| o.instance.as_str())
-        .collect();
-    assert_eq!(ends, ["counted@3"], "only the last iteration's end is loaded");
+    let ends: Vec<&str> = loaded.outputs.iter().map(|o| o.instance.as_str()).collect();
+    assert_eq!(
+        ends,
+        ["counted@3"],
+        "only the last iteration's end is loaded"
+    );
     assert!(loaded.events.iter().all(|e| e.path.is_none()));
     let journal = store.events("count-1", 0).await.expect("reads");
     assert!(journal.iter().any(|e| e.path.is_some()));
@@ -403,10 +403,7 @@ async fn a_resumed_loop_loads_its_last_iteration_alone_and_goes_on_from_it() {
     let data = store.run_data("count-1").await.expect("reads");
     let mut stored: Vec<&str> = data.outputs.iter().map(|o| o.instance.as_str()).collect();
     stored.sort_unstable();
-    assert_eq!(
-        stored,
-        ["counted@0", "counted@1", "counted@2", "counted@3"]
-    );
+    assert_eq!(stored, ["counted@0", "counted@1", "counted@2", "counted@3"]);
     tokio::time::sleep(Duration::from_millis(5)).await;
 
     let outcome = Counter::resume(&store, "count-1").await.expect("resumes");

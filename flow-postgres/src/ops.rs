@@ -833,7 +833,11 @@ pub(crate) async fn commit(tx: &mut Tx<'_>, batch: &Batch, channel: &str) -> R<C
         .await?;
     }
     if !batch.superseded.is_empty() {
-        let nodes: Vec<i64> = batch.superseded.iter().map(|(n, _)| i64::from(*n)).collect();
+        let nodes: Vec<i64> = batch
+            .superseded
+            .iter()
+            .map(|(n, _)| i64::from(*n))
+            .collect();
         let instances: Vec<&str> = batch.superseded.iter().map(|(_, r)| r.as_str()).collect();
         tx.execute(
             "marking superseded outputs",

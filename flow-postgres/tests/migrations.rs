@@ -295,11 +295,7 @@ async fn a_version_6_schema_is_migrated_to_7_every_stored_end_still_loaded() {
         .expect("loads the old run");
     assert_eq!(version(&client, &schema).await, vec![SCHEMA_VERSION as i32]);
     // Nothing was superseded before version 7: every end loads (the loop walks them all).
-    let ends: Vec<&str> = loaded
-        .outputs
-        .iter()
-        .map(|o| o.instance.as_str())
-        .collect();
+    let ends: Vec<&str> = loaded.outputs.iter().map(|o| o.instance.as_str()).collect();
     assert_eq!(ends, ["polled@0", "polled@1"]);
     assert_eq!(loaded.events.len(), 1, "the run's own events");
     assert_eq!(loaded.next_seq, 3);

@@ -71,11 +71,52 @@ struct RunRow {
     nodes: Vec<NodeRow>,
     events: Vec<StoredEvent>,
     outputs: BTreeMap<(u32, String), StoredOutput>,
-    /// Instance records whose ends a resume no longer reads ([`Batch::superseded`]).
-    superseded: BTreeSet<(u32, String)>,
+    /// The positions in `events` of the run's own events (not its nest instances'): what a
+    /// load reads, without going through the instances' events.
+    own: Vec<usize>,
+    /// The keys of the outputs a load reads: not those superseded ([`Batch::superseded`]).
+    live: BTreeSet<(u32, String)>,
     timers: BTreeMap<TimerKey, u64>,
     waits: BTreeMap<(u32, String), String>,
     end: Option<RunEnd>,
+}
+
+impl RunRow {
+    /// Appends events to the journal.
+    fn append(&mut self, events: impl IntoIterator<Item = StoredEvent>) {
+        for event in events {
+            if event.path.is_none() {
+                self.own.push(self.events.len());
+            }
+            self.events.push(event);
+        }
+    }
+
+    /// What executing the task of `node` (instance `instance`) reads, as PostgreSQL's claim
+    /// reads it: the run's input, the outputs of the node's predecessors, and for a `Loop`
+    /// iteration the end of the iteration before it ([`crate::previous_instance`]).
+    fn inputs_of(&self, node: u32, instance: &str) -> TaskInputs {
+        let preds = self
+            .nodes
+            .iter()
+            .find(|row| row.node == node)
+            .map_or(&[][..], |row| row.preds.as_slice());
+        let mut outputs: Vec<StoredOutput> = preds
+            .iter()
+            .filter_map(|&pred| self.outputs.get(&(pred, String::new())))
+            .cloned()
+            .collect();
+        if let Some(prev) = crate::previous_instance(instance)
+            && let Some(end) = self.outputs.get(&(node, prev))
+        {
+            outputs.push(end.clone());
+        }
+        TaskInputs {
+            graph_hash: self.summary.graph_hash,
+            input: self.input.clone(),
+            outputs,
+        }
+    }
 }
 
 impl MemoryStore {
@@ -189,13 +230,15 @@ impl State {
             input: run.input,
             options: run.options,
             nodes: run.nodes,
-            events: check.events,
+            events: Vec::new(),
+            own: Vec::new(),
             outputs: BTreeMap::new(),
-            superseded: BTreeSet::new(),
+            live: BTreeSet::new(),
             timers: BTreeMap::new(),
             waits: BTreeMap::new(),
             end: None,
         };
+        row.append(check.events);
         apply_timers(&mut row.timers, run.timers, now);
         self.runs.insert(run.id.clone(), row);
         self.set_wake(&run.id);
@@ -251,20 +294,25 @@ impl State {
             input: row.input.clone(),
             options: row.options.clone(),
             nodes: row.nodes.clone(),
-            events: row
-                .events
-                .iter()
-                .filter(|event| history || event.path.is_none())
-                .cloned()
-                .collect(),
+            events: match history {
+                true => row.events.clone(),
+                false => row
+                    .own
+                    .iter()
+                    .filter_map(|&at| row.events.get(at))
+                    .cloned()
+                    .collect(),
+            },
             next_seq: row.summary.next_seq,
-            outputs: row
-                .outputs
-                .iter()
-                .filter(|(key, _)| history || !row.superseded.contains(*key))
-                .map(|(_, output)| output)
-                .cloned()
-                .collect(),
+            outputs: match history {
+                true => row.outputs.values().cloned().collect(),
+                false => row
+                    .live
+                    .iter()
+                    .filter_map(|key| row.outputs.get(key))
+                    .cloned()
+                    .collect(),
+            },
             timers: row
                 .timers
                 .iter()
@@ -335,7 +383,7 @@ impl State {
                     ((output.node, output.instance.clone()), output)
                 })
                 .collect();
-            row.superseded = std::mem::take(&mut row.superseded)
+            row.live = std::mem::take(&mut row.live)
                 .into_iter()
                 .map(|(node, instance)| match crate::own_output(&instance) {
                     true => (map(node), instance),
@@ -368,13 +416,15 @@ impl State {
         let Some(row) = self.runs.get_mut(&run) else {
             return Err(not_found(&run));
         };
-        row.events.extend(batch.events);
+        row.append(batch.events);
         for output in batch.outputs {
-            row.superseded.remove(&(output.node, output.instance.clone()));
+            row.live.insert((output.node, output.instance.clone()));
             row.outputs
                 .insert((output.node, output.instance.clone()), output);
         }
-        row.superseded.extend(batch.superseded);
+        for key in &batch.superseded {
+            row.live.remove(key);
+        }
         apply_timers(&mut row.timers, batch.timers, now);
         for change in batch.waits {
             match change {
@@ -485,7 +535,7 @@ impl State {
         let Some(row) = self.runs.get_mut(run) else {
             return Err(not_found(run));
         };
-        row.events.push(marker);
+        row.append([marker]);
         row.end = None;
         let summary = &mut row.summary;
         summary.status = RunStatus::Running;
@@ -526,8 +576,9 @@ impl State {
             return Err(not_found(run));
         };
         let events = std::mem::take(&mut row.events);
+        let own = std::mem::take(&mut row.own);
         let outputs = std::mem::take(&mut row.outputs);
-        let superseded = std::mem::take(&mut row.superseded);
+        let live = std::mem::take(&mut row.live);
         let input = std::mem::replace(&mut row.input, next.input);
         let options = std::mem::replace(&mut row.options, next.options);
         row.timers.clear();
@@ -568,8 +619,9 @@ impl State {
                     options,
                     nodes,
                     events,
+                    own,
                     outputs,
-                    superseded,
+                    live,
                     timers: BTreeMap::new(),
                     waits: BTreeMap::new(),
                     end: Some(next.end),
@@ -690,6 +742,10 @@ impl State {
                 owner: owner.clone(),
                 until,
             };
+            let inputs = self
+                .runs
+                .get(&run)
+                .map(|row| row.inputs_of(node, &instance));
             claims.push(TaskClaim {
                 run,
                 workflow,
@@ -700,8 +756,7 @@ impl State {
                 version: task.version,
                 until_ms: until,
                 lapsed,
-                // Read by the worker when it executes the task (`task_inputs`).
-                inputs: None,
+                inputs,
             });
         }
         claims

@@ -441,6 +441,87 @@ async fn transactions(client: &Client) -> Result<i64, Error> {
     Ok(row.get(0))
 }
 
+/// CPU time of the whole machine (all cores, not idle or waiting for I/O) so far, from
+/// `/proc/stat`, in seconds; 0 where it cannot be read.
+fn machine_busy() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+        return 0.0;
+    };
+    let Some(line) = stat.lines().next() else {
+        return 0.0;
+    };
+    // user nice system idle iowait irq softirq steal ...
+    let ticks: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    let busy: f64 = ticks
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, t)| t)
+        .sum();
+    busy / 100.0
+}
+
+/// CPU time of this process's reaped children (the worker processes once they exited), in
+/// seconds, from `/proc/self/stat` (cutime + cstime); 0 where it cannot be read.
+fn children_cpu() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // The fields after the command's closing parenthesis: state is field 3, cutime 16.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let fields: Vec<f64> = rest
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0.0))
+        .collect();
+    (fields.get(13).copied().unwrap_or(0.0) + fields.get(14).copied().unwrap_or(0.0)) / 100.0
+}
+
+/// With `PROFILE` set: where a load's time went. The machine's CPU while the load was worked
+/// off, split into the worker processes' and the rest (the server, and this program's
+/// watching), and the statements the server ran most, with their total execution time.
+async fn print_profile(
+    client: &Client,
+    load: Load,
+    workers: usize,
+    took: Duration,
+    busy: f64,
+    workers_cpu: f64,
+) {
+    let secs = took.as_secs_f64();
+    println!(
+        "profile {} on {workers}: {secs:.2} s; machine busy {:.2} of {} cores; workers {:.2} cores, server and bench {:.2} cores",
+        load.name(),
+        busy / secs,
+        std::thread::available_parallelism().map_or(0, usize::from),
+        workers_cpu / secs,
+        (busy - workers_cpu) / secs,
+    );
+    let Ok(rows) = client
+        .query(
+            "SELECT calls, total_exec_time, regexp_replace(left(query, 90), '\\s+', ' ', 'g')
+             FROM pg_stat_statements
+             WHERE query NOT LIKE '%scale_bench_watch%' AND query NOT LIKE '%pg_stat%'
+             ORDER BY total_exec_time DESC LIMIT 8",
+            &[],
+        )
+        .await
+    else {
+        return;
+    };
+    for row in rows {
+        let calls: i64 = row.get(0);
+        let ms: f64 = row.get(1);
+        let query: String = row.get(2);
+        println!("  {calls:>7} calls {ms:>9.1} ms  {query}");
+    }
+}
+
 /// Statements run so far, where `pg_stat_statements` is loaded; those of the bench's own
 /// watching and counting left out.
 async fn statements(client: &Client) -> Option<i64> {
@@ -519,8 +600,15 @@ async fn fleet(url: &str, client: &Client, workers: usize, load: Load) -> Result
     let submit = start.elapsed();
     // The workers have connected (and, for flow, migrated) by now.
     tokio::time::sleep(Duration::from_millis(500)).await;
+    let profile = std::env::var("PROFILE").is_ok();
+    if profile {
+        let _ = client
+            .batch_execute("SELECT pg_stat_statements_reset()")
+            .await;
+    }
     let tx_before = transactions(client).await?;
     let st_before = statements(client).await;
+    let cpu_before = (machine_busy(), children_cpu());
     let start = Instant::now();
     fleet.go()?;
     let watch = match load {
@@ -544,7 +632,11 @@ async fn fleet(url: &str, client: &Client, workers: usize, load: Load) -> Result
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let total = start.elapsed();
+    let busy = machine_busy() - cpu_before.0;
     let executed = fleet.stop()?;
+    if profile {
+        print_profile(client, load, workers, total, busy, children_cpu() - cpu_before.1).await;
+    }
     let transactions = transactions(client).await? - tx_before;
     let statements = match (st_before, statements(client).await) {
         (Some(before), Some(after)) => Some(after - before),

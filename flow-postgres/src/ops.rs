@@ -1201,13 +1201,21 @@ async fn claim_inputs(tx: &mut Tx<'_>, claims: &mut [TaskClaim]) -> R<()> {
         .iter()
         .map(|c| previous_instance(&c.instance).unwrap_or_default())
         .collect();
+    // Each claim's outputs by the primary key: its predecessors' (`node = ANY (preds)`), and
+    // its previous iteration's end. (One join with an `OR` of both made the planner scan the
+    // whole `outputs` table for every claim.)
     const SQL: &str = "SELECT c.i, r.input, r.graph_hash, o.node, o.type_name, o.bytes, o.instance
         FROM unnest($1::text[], $2::bigint[], $3::text[]) WITH ORDINALITY AS c (run, node, prev, i)
         JOIN runs r ON r.id = c.run
-        LEFT JOIN nodes n ON n.run = c.run AND n.node = c.node
-        LEFT JOIN outputs o ON o.run = c.run AND (
-            (o.instance = '' AND o.node = ANY (n.preds))
-            OR (c.prev <> '' AND o.node = c.node AND o.instance = c.prev))
+        LEFT JOIN LATERAL (
+            SELECT o.node, o.type_name, o.bytes, o.instance
+            FROM nodes n JOIN outputs o
+              ON o.run = n.run AND o.node = ANY (n.preds) AND o.instance = ''
+            WHERE n.run = c.run AND n.node = c.node
+            UNION ALL
+            SELECT o.node, o.type_name, o.bytes, o.instance FROM outputs o
+            WHERE c.prev <> '' AND o.run = c.run AND o.node = c.node AND o.instance = c.prev
+        ) o ON true
         ORDER BY c.i, o.node, o.instance";
     let rows = tx
         .query(

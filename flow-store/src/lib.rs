@@ -160,8 +160,11 @@ pub trait Store: Send + Sync + 'static {
     fn create_run(&self, run: NewRun) -> StoreFuture<'_, Created>;
 
     /// Everything needed to resume a run, and its lease for `owner` (a new fencing version):
-    /// the run, its node rows, events, outputs, open timers, unconsumed signals and the store's
-    /// clock. Errors: [`StoreError::NotFound`]; [`StoreError::Busy`] while another owner's
+    /// the run, its node rows, its own events (not its nest instances': see
+    /// [`Loaded::events`]) and next sequence number, the outputs a resume needs (not the
+    /// superseded ones: [`Batch::superseded`]), open timers, unconsumed signals and the
+    /// store's clock: the run's decided state, whose size does not grow with a `Loop`'s
+    /// iterations. Errors: [`StoreError::NotFound`]; [`StoreError::Busy`] while another owner's
     /// lease has not expired (never for a finished run: its lease guards nothing).
     fn load_run<'a>(
         &'a self,

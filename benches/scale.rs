@@ -635,7 +635,15 @@ async fn fleet(url: &str, client: &Client, workers: usize, load: Load) -> Result
     let busy = machine_busy() - cpu_before.0;
     let executed = fleet.stop()?;
     if profile {
-        print_profile(client, load, workers, total, busy, children_cpu() - cpu_before.1).await;
+        print_profile(
+            client,
+            load,
+            workers,
+            total,
+            busy,
+            children_cpu() - cpu_before.1,
+        )
+        .await;
     }
     let transactions = transactions(client).await? - tx_before;
     let statements = match (st_before, statements(client).await) {

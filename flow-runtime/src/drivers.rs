@@ -324,7 +324,8 @@ where
     let (first, restored) = first_iteration(&ctx, solo);
     for iteration in first..u64::from(config.max) {
         // An iteration restored from the store passed its test when it ran.
-        if !(restored && iteration == first) && !test(prev.as_ref()) {
+        let tested = restored && iteration == first;
+        if !tested && !test(prev.as_ref()) {
             return Ok(prev);
         }
         let output = iteration_of(&ctx, iteration, body(prev, ctx.instance(iteration)))

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use flowdag::durable::DurableError;
@@ -340,15 +340,37 @@ async fn a_distributed_run_with_nests_finishes() {
     );
 }
 
-/// Round 4 of `Counter` waits for ever, once.
-static HANG_ROUND: AtomicBool = AtomicBool::new(false);
+/// The round of `Counter` that waits for ever, once (`u32::MAX`: none).
+static HANG_ROUND: AtomicU32 = AtomicU32::new(u32::MAX);
 
 async fn count(round: u32) -> Result<u32, Refused> {
     seen();
-    if round == 4 && HANG_ROUND.swap(false, Ordering::SeqCst) {
+    if HANG_ROUND
+        .compare_exchange(round, u32::MAX, Ordering::SeqCst, Ordering::SeqCst)
+        .is_ok()
+    {
         std::future::pending::<()>().await;
     }
     Ok(round + 1)
+}
+
+/// Runs `Counter` as run `id` of the store at `path` until it stops in round `hang`
+/// (resuming it when `resume`).
+async fn stop_counter(path: &std::path::Path, id: &str, hang: u32, resume: bool) {
+    let store = SqliteStore::open(path).expect("opens");
+    HANG_ROUND.store(hang, Ordering::SeqCst);
+    let stopped = match resume {
+        false => {
+            let run = Counter::runner().durable(&store, id).execute(0);
+            tokio::time::timeout(Duration::from_millis(500), run)
+                .await
+                .is_err()
+        }
+        true => tokio::time::timeout(Duration::from_millis(500), Counter::resume(&store, id))
+            .await
+            .is_err(),
+    };
+    assert!(stopped, "the run was stopped in round {hang}");
 }
 
 workflow! {
@@ -368,13 +390,8 @@ async fn a_resumed_loop_loads_its_last_iteration_alone_and_goes_on_from_it() {
     let _serial = SERIAL.lock().await;
     keys();
     let path = temp("counter.db");
-    let store = SqliteStore::open(&path).expect("opens");
     // Rounds 0 to 3 end; round 4 runs when the process stops.
-    HANG_ROUND.store(true, Ordering::SeqCst);
-    let run = Counter::runner().durable(&store, "count-1").execute(0);
-    let stopped = tokio::time::timeout(Duration::from_millis(500), run).await;
-    assert!(stopped.is_err(), "the run was stopped in round 4");
-    drop(store);
+    stop_counter(&path, "count-1", 4, false).await;
     let before = keys();
     assert_eq!(before.get("count-1/counted@3/round/1"), Some(&1));
     assert_eq!(before.get("count-1/counted@4/round/1"), Some(&1));
@@ -440,4 +457,56 @@ async fn a_resumed_loop_loads_its_last_iteration_alone_and_goes_on_from_it() {
         .expect("the loop's summary");
     assert_eq!((nest.started, nest.completed, nest.failed), (7, 7, 0));
     assert!(keys().is_empty(), "a replay runs nothing");
+}
+
+/// A run that was in a loop when its store was upgraded keeps every end it stored before (none
+/// was superseded then); the ends after are superseded one by one. A later resume goes on from
+/// the last iteration, not from the first: the iterations between are neither loaded nor run
+/// again.
+#[tokio::test(flavor = "current_thread")]
+async fn a_loop_begun_before_its_store_superseded_ends_resumes_from_its_last_iteration() {
+    let _serial = SERIAL.lock().await;
+    keys();
+    let path = temp("counter-upgraded.db");
+    // Rounds 0 to 2 end, round 3 runs when the process stops.
+    stop_counter(&path, "count-2", 3, false).await;
+    // As a store of the version before would have them: every end live.
+    let conn = rusqlite::Connection::open(&path).expect("opens the file");
+    conn.execute("UPDATE outputs SET superseded = 0", [])
+        .expect("unmarks");
+    drop(conn);
+    // Resumed: rounds 0 to 2 restored, 3 runs again and 4 runs; stopped in round 5. Ends
+    // live now: 0 and 1 (from before), 4 (2 and 3 superseded by 3 and 4).
+    stop_counter(&path, "count-2", 5, true).await;
+    keys();
+
+    let store = SqliteStore::open(&path).expect("opens again");
+    let outcome = Counter::resume(&store, "count-2").await.expect("resumes");
+    assert_eq!(outcome.result.expect("counts"), 7);
+    let after = keys();
+    for round in 0..5 {
+        assert_eq!(
+            after.get(&format!("count-2/counted@{round}/round/1")),
+            None,
+            "round {round} ran again: {after:?}"
+        );
+    }
+    assert_eq!(after.get("count-2/counted@5/round/1"), Some(&1));
+    assert_eq!(after.get("count-2/counted@6/round/1"), Some(&1));
+    let nest = outcome
+        .report
+        .nests()
+        .iter()
+        .find(|n| n.node == "counted")
+        .expect("the loop's summary");
+    assert_eq!((nest.started, nest.completed, nest.failed), (7, 7, 0));
+    // Replayed, the finished run counts the same.
+    let replayed = Counter::resume(&store, "count-2").await.expect("replays");
+    let nest = replayed
+        .report
+        .nests()
+        .iter()
+        .find(|n| n.node == "counted")
+        .expect("the loop's summary");
+    assert_eq!((nest.started, nest.completed, nest.failed), (7, 7, 0));
 }

@@ -316,8 +316,6 @@ impl Records {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The stored end of instance `record` of nest node `node`, if the run had one when it
-    /// was loaded.
     /// The stored ends that the end of instance `record` of nest node `node` supersedes, as
     /// (node, record), for the batch that stores it ([`flowdag_store::Batch::superseded`]):
     /// the ends nested in it (its instance restores from its own end alone), and for a `Loop`
@@ -336,22 +334,32 @@ impl Records {
             && let Ok(k) = k.parse::<u64>()
             && k > 0
         {
-            superseded.push((node, format!("{prefix}@{}", k - 1)));
+            let before = format!("{prefix}@{}", k - 1);
+            // The iteration before, once superseded, is no longer its parent's to supersede.
+            if let Some((parent, _)) = before.rsplit_once('/')
+                && let Some(ends) = inner.nested.get_mut(parent)
+            {
+                ends.retain(|(n, r)| !(*n == node && *r == before));
+            }
+            superseded.push((node, before));
         }
         superseded
     }
 
-    /// The lowest iteration of the `Loop` node `node` whose end the run was loaded with,
-    /// among the records `prefix` + iteration (`poll@`).
-    fn lowest_loaded(&self, node: u32, prefix: &str) -> Option<u64> {
-        self.lock()
+    /// The iteration of the `Loop` node `node` that a resumed loop goes on from, among the
+    /// loaded records `prefix` + iteration (`poll@`): see [`loop_start`].
+    fn loop_start(&self, node: u32, prefix: &str) -> Option<u64> {
+        let inner = self.lock();
+        let loaded = inner
             .loaded
             .keys()
             .filter(|(n, _)| *n == node)
-            .filter_map(|(_, record)| record.strip_prefix(prefix)?.parse::<u64>().ok())
-            .min()
+            .filter_map(|(_, record)| record.strip_prefix(prefix)?.parse::<u64>().ok());
+        loop_start(loaded)
     }
 
+    /// The stored end of instance `record` of nest node `node`, if the run had one when it
+    /// was loaded.
     pub(crate) fn loaded_end(&self, node: u32, record: &str) -> Option<Vec<u8>> {
         self.lock().loaded.get(&(node, record.to_owned())).cloned()
     }
@@ -439,11 +447,29 @@ pub(crate) fn solo() -> Option<u64> {
         .flatten()
 }
 
+/// Where a resumed `Loop` goes on from, given the iterations whose ends were loaded: the first
+/// of the unbroken run of iterations that ends with the last one loaded. A store loads a loop's
+/// last ended iteration alone (the ends before it are superseded), so the loop restores that
+/// one and runs on from it. A store that kept them all (`MemoryStore::loading_history`) gives
+/// 0, and the loop walks them all. A run that was in a loop when its store was upgraded to
+/// superseding ends keeps the ends from before the upgrade (`0..5`) beside the last one (`7`,
+/// the ones between superseded since): the loop goes on from 7. `None` when none was loaded.
+pub(crate) fn loop_start(loaded: impl Iterator<Item = u64>) -> Option<u64> {
+    let mut loaded: Vec<u64> = loaded.collect();
+    loaded.sort_unstable();
+    let mut start = *loaded.last()?;
+    for &k in loaded.iter().rev().skip(1) {
+        if k + 1 != start {
+            break;
+        }
+        start = k;
+    }
+    Some(start)
+}
+
 /// The iteration the `Loop` node being polled (`node` by name, `index` in its graph) goes on
-/// from in a resumed run: the lowest iteration whose end the run was loaded with. A store
-/// loads a loop's last ended iteration alone (the ends before it are superseded), so the
-/// loop restores that one and runs on from it; `None` when none was loaded (the loop starts
-/// at 0), and 0 for a run whose store kept them all.
+/// from in a resumed run ([`loop_start`] of the iterations whose ends the run was loaded
+/// with); `None` when none was loaded (the loop starts at 0).
 pub(crate) fn resumed_iteration(node: &str, index: u32) -> Option<u64> {
     CURRENT
         .try_with(|c| {
@@ -451,7 +477,7 @@ pub(crate) fn resumed_iteration(node: &str, index: u32) -> Option<u64> {
             let ctx = c.as_ref()?;
             let nested = ctx.nest.as_ref()?;
             let prefix = record_of(&nested.within, node, "@", ctx.attempt.attempt);
-            nested.records.lowest_loaded(index, &prefix)
+            nested.records.loop_start(index, &prefix)
         })
         .ok()
         .flatten()
@@ -638,4 +664,57 @@ fn record_of(within: &str, node: &str, instance: &str, attempt: u32) -> String {
     }
     record.push_str(instance);
     record
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_loop_goes_on_from_the_unbroken_iterations_ending_with_its_last() {
+        let start = |loaded: &[u64]| loop_start(loaded.iter().copied());
+        assert_eq!(start(&[]), None);
+        assert_eq!(start(&[7]), Some(7));
+        // Every end kept (a store that loads the history): walk them all.
+        assert_eq!(start(&[3, 0, 2, 1]), Some(0));
+        // Ends from before the store superseded any (0 to 4) beside the last one.
+        assert_eq!(start(&[0, 1, 2, 3, 4, 7]), Some(7));
+        assert_eq!(start(&[0, 1, 2, 6, 7]), Some(6));
+    }
+
+    #[test]
+    fn an_end_supersedes_the_iteration_before_and_what_ended_inside_it() {
+        let records = Records::loaded(HashMap::from([
+            ((1, "poll@3".to_owned()), b"3".to_vec()),
+            ((2, "poll@4/items[0]".to_owned()), b"0".to_vec()),
+        ]));
+        assert_eq!(records.supersede(0, "poll@0"), vec![]);
+        // An inner end is kept until its instance ends.
+        assert_eq!(records.supersede(2, "poll@4/items[1]"), vec![]);
+        let mut ended = records.supersede(1, "poll@4");
+        ended.sort();
+        assert_eq!(
+            ended,
+            vec![
+                (1, "poll@3".to_owned()),
+                (2, "poll@4/items[0]".to_owned()),
+                (2, "poll@4/items[1]".to_owned()),
+            ]
+        );
+        // A loop inside an instance: each iteration supersedes the one before, and the
+        // instance's end supersedes only the last one.
+        assert_eq!(records.supersede(3, "ship[2]/poll@0"), vec![]);
+        assert_eq!(
+            records.supersede(3, "ship[2]/poll@1"),
+            vec![(3, "ship[2]/poll@0".to_owned())]
+        );
+        assert_eq!(
+            records.supersede(3, "ship[2]/poll@2"),
+            vec![(3, "ship[2]/poll@1".to_owned())]
+        );
+        assert_eq!(
+            records.supersede(4, "ship[2]"),
+            vec![(3, "ship[2]/poll@2".to_owned())]
+        );
+    }
 }

@@ -507,11 +507,13 @@ pub fn restore_summary(nest: &NestCtx) {
         )
     });
     let body = nest.body();
-    let found = found.unwrap_or_default();
-    // A loop's iterations before the last one loaded succeeded (their ends were superseded).
+    let mut found = found.unwrap_or_default();
+    // A loop's iterations before the ones it goes on from succeeded (their ends were
+    // superseded; see `attempt::loop_start`).
     if nest.kind() == crate::nest::NestKind::Loop
-        && let Some(&(first, _)) = found.iter().min_by_key(|(index, _)| *index)
+        && let Some(first) = crate::attempt::loop_start(found.iter().map(|(index, _)| *index))
     {
+        found.retain(|(index, _)| *index >= first);
         nest.restored_before(first);
     }
     for (index, bytes) in found {

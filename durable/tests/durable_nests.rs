@@ -340,6 +340,16 @@ async fn a_distributed_run_with_nests_finishes() {
     );
 }
 
+/// The started, completed and failed iterations in the report of `Counter`'s loop.
+fn counted(report: &flowdag::Report) -> (u64, u64, u64) {
+    let nest = report
+        .nests()
+        .iter()
+        .find(|n| n.node == "counted")
+        .expect("the loop's summary");
+    (nest.started, nest.completed, nest.failed)
+}
+
 /// The round of `Counter` that waits for ever, once (`u32::MAX`: none).
 static HANG_ROUND: AtomicU32 = AtomicU32::new(u32::MAX);
 
@@ -438,24 +448,12 @@ async fn a_resumed_loop_loads_its_last_iteration_alone_and_goes_on_from_it() {
         );
     }
     // The report counts every iteration, those of the earlier process included.
-    let nest = outcome
-        .report
-        .nests()
-        .iter()
-        .find(|n| n.node == "counted")
-        .expect("the loop's summary");
-    assert_eq!((nest.started, nest.completed, nest.failed), (7, 7, 0));
+    assert_eq!(counted(&outcome.report), (7, 7, 0));
 
     // The finished run replays the same way.
     let replayed = Counter::resume(&store, "count-1").await.expect("replays");
     assert_eq!(replayed.result.expect("counts"), 7);
-    let nest = replayed
-        .report
-        .nests()
-        .iter()
-        .find(|n| n.node == "counted")
-        .expect("the loop's summary");
-    assert_eq!((nest.started, nest.completed, nest.failed), (7, 7, 0));
+    assert_eq!(counted(&replayed.report), (7, 7, 0));
     assert!(keys().is_empty(), "a replay runs nothing");
 }
 
@@ -493,20 +491,8 @@ async fn a_loop_begun_before_its_store_superseded_ends_resumes_from_its_last_ite
     }
     assert_eq!(after.get("count-2/counted@5/round/1"), Some(&1));
     assert_eq!(after.get("count-2/counted@6/round/1"), Some(&1));
-    let nest = outcome
-        .report
-        .nests()
-        .iter()
-        .find(|n| n.node == "counted")
-        .expect("the loop's summary");
-    assert_eq!((nest.started, nest.completed, nest.failed), (7, 7, 0));
+    assert_eq!(counted(&outcome.report), (7, 7, 0));
     // Replayed, the finished run counts the same.
     let replayed = Counter::resume(&store, "count-2").await.expect("replays");
-    let nest = replayed
-        .report
-        .nests()
-        .iter()
-        .find(|n| n.node == "counted")
-        .expect("the loop's summary");
-    assert_eq!((nest.started, nest.completed, nest.failed), (7, 7, 0));
+    assert_eq!(counted(&replayed.report), (7, 7, 0));
 }

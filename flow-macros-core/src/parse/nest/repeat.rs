@@ -33,15 +33,16 @@ pub fn repeat(
         );
         return None;
     };
-    let options = match parse_within(
+    // Options that do not parse are one error; a `max` missing from them is not another.
+    let (options, parsed) = match parse_within(
         syn::punctuated::Punctuated::<Opt, Token![,]>::parse_terminated,
         head.stream(),
         head.span_close(),
     ) {
-        Ok(options) => options.into_iter().collect::<Vec<_>>(),
+        Ok(options) => (options.into_iter().collect::<Vec<_>>(), true),
         Err(e) => {
             cx.push(e);
-            Vec::new()
+            (Vec::new(), false)
         }
     };
     // `{ body } until (test)` or `while (test) { body }`.
@@ -171,7 +172,7 @@ pub fn repeat(
             ),
         }
     }
-    if !has_max {
+    if !has_max && parsed {
         cx.error(
             keyword.span(),
             "a `Loop` needs `max = N`, the most iterations it may run, as in `Loop(max = 10)`",

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! flow runs   <db> [--status S,..] [--workflow W] [--id-contains TEXT] [--from TIME]
-//!                  [--until TIME] [--after RUN] [--limit N] [--json]
+//!                  [--until TIME] [--newest] [--after RUN] [--limit N] [--json]
 //!                                  # one line per run: id, workflow, status, events, times
 //! flow show   <db> <run> [--json] [--full] [--follow [--interval MS]]
 //!                                  # the run, its error, its input and result, its steps'
@@ -590,6 +590,12 @@ fn command() -> Command {
                         .help("Only runs created before TIME (as --from)"),
                 )
                 .arg(
+                    Arg::new("newest")
+                        .long("newest")
+                        .action(ArgAction::SetTrue)
+                        .help("The newest runs first (--after then pages towards older ones)"),
+                )
+                .arg(
                     Arg::new("after")
                         .long("after")
                         .value_name("RUN")
@@ -600,7 +606,7 @@ fn command() -> Command {
                         .long("limit")
                         .value_name("N")
                         .value_parser(clap::value_parser!(u32))
-                        .help("At most N runs (the oldest): a page"),
+                        .help("At most N runs (the oldest, or the newest with --newest): a page"),
                 )
                 .arg(json()),
         )
@@ -691,6 +697,7 @@ fn filter(matches: &ArgMatches) -> RunFilter {
         created_from_ms: matches.get_one::<u64>("from").copied(),
         created_before_ms: matches.get_one::<u64>("until").copied(),
         limit: matches.get_one::<u32>("limit").copied(),
+        newest_first: matches.get_flag("newest"),
         ..RunFilter::default()
     }
 }
@@ -786,8 +793,9 @@ fn open(path: &Path) -> Result<SqliteStore, CliError> {
     Ok(SqliteStore::open(path)?)
 }
 
-/// The runs that pass `filter`, oldest first, in the store's order (the order `--after`
-/// continues in: a PostgreSQL store orders ids by the database's collation).
+/// The runs that pass `filter`, oldest first (newest first with `--newest`), in the store's
+/// order (the order `--after` continues in: a PostgreSQL store orders ids by the database's
+/// collation).
 async fn list(store: &dyn Store, filter: &RunFilter) -> Result<Vec<RunSummary>, CliError> {
     Ok(store.list_runs(filter).await?)
 }
@@ -855,7 +863,8 @@ async fn runs(
     {
         writeln!(
             out,
-            "(a page of {limit}: the next with `--after {}`)",
+            "(a page of {limit}: the next with `{}--after {}`)",
+            if filter.newest_first { "--newest " } else { "" },
             printable(&last.id)
         )?;
     }

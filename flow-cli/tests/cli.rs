@@ -272,6 +272,12 @@ fn runs_filters_by_id_text_and_time_and_pages() {
     assert_eq!(ids(&["--limit", "2"]), ["eu-1", "us-1"]);
     assert_eq!(ids(&["--limit", "2", "--after", "us-1"]), ["eu-2", "eu-3"]);
     assert_eq!(ids(&["--limit", "2", "--after", "eu-3"]), ["us-2"]);
+    // Newest first, and pages towards older runs.
+    assert_eq!(ids(&["--newest", "--limit", "2"]), ["us-2", "eu-3"]);
+    assert_eq!(
+        ids(&["--newest", "--limit", "2", "--after", "eu-3"]),
+        ["eu-2", "us-1"]
+    );
     assert_eq!(
         ids(&["--id-contains", "us", "--after", "eu-1"]),
         ["us-1", "us-2"]

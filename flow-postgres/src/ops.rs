@@ -581,17 +581,33 @@ pub(crate) async fn load_run(
 }
 
 pub(crate) async fn list_runs(tx: &mut Tx<'_>, filter: &RunFilter) -> R<Vec<RunSummary>> {
-    const SQL: &str =
-        "SELECT id, workflow, graph_hash, input_hash, status, next_seq, version, owner,
-        lease_until, wake_at, created_ms, updated_ms FROM runs
-        WHERE ($1::text IS NULL OR workflow = $1)
-          AND (cardinality($2::text[]) = 0 OR status = ANY($2))
-          AND ($4::text IS NULL OR id = $4)
-          AND ($5::text IS NULL OR strpos(id, $5) > 0)
-          AND ($6::bigint IS NULL OR created_ms >= $6)
-          AND ($7::bigint IS NULL OR created_ms < $7)
-          AND ($8::bigint IS NULL OR (created_ms, id) > ($8, $9::text))
-        ORDER BY created_ms, id LIMIT $3";
+    /// The list's statement, oldest first (`>`, ascending) or newest first (`<`, descending).
+    macro_rules! list {
+        ($after:literal, $order:literal) => {
+            concat!(
+                "SELECT id, workflow, graph_hash, input_hash, status, next_seq, version, owner,
+                lease_until, wake_at, created_ms, updated_ms FROM runs
+                WHERE ($1::text IS NULL OR workflow = $1)
+                  AND (cardinality($2::text[]) = 0 OR status = ANY($2))
+                  AND ($4::text IS NULL OR id = $4)
+                  AND ($5::text IS NULL OR strpos(id, $5) > 0)
+                  AND ($6::bigint IS NULL OR created_ms >= $6)
+                  AND ($7::bigint IS NULL OR created_ms < $7)
+                  AND ($8::bigint IS NULL OR (created_ms, id) ",
+                $after,
+                " ($8, $9::text))
+                ORDER BY ",
+                $order,
+                " LIMIT $3"
+            )
+        };
+    }
+    const OLDEST_FIRST: &str = list!(">", "created_ms, id");
+    const NEWEST_FIRST: &str = list!("<", "created_ms DESC, id DESC");
+    let sql = match filter.newest_first {
+        false => OLDEST_FIRST,
+        true => NEWEST_FIRST,
+    };
     let statuses: Vec<&str> = filter.statuses.iter().map(|s| s.as_str()).collect();
     let limit: Option<i64> = filter.limit.map(i64::from);
     let ms = |at: Option<u64>| at.map(|ms| i64::try_from(ms).unwrap_or(i64::MAX));
@@ -609,7 +625,7 @@ pub(crate) async fn list_runs(tx: &mut Tx<'_>, filter: &RunFilter) -> R<Vec<RunS
         &after_ms,
         &after_id,
     ];
-    let rows = tx.query("listing runs", SQL, &params).await?;
+    let rows = tx.query("listing runs", sql, &params).await?;
     rows.iter().map(summary).collect()
 }
 

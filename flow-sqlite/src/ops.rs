@@ -527,7 +527,11 @@ pub(crate) fn list_runs(db: &Db<'_>, filter: &RunFilter) -> Result<Vec<RunSummar
         "{SUMMARY} WHERE (?1 IS NULL OR workflow = ?1) AND (?3 IS NULL OR id = ?3)
            AND (?4 IS NULL OR instr(id, ?4) > 0)
            AND (?5 IS NULL OR created_ms >= ?5) AND (?6 IS NULL OR created_ms < ?6)
-           AND (?7 IS NULL OR created_ms > ?7 OR (created_ms = ?7 AND id > ?8))"
+           AND (?7 IS NULL OR {after})",
+        after = match filter.newest_first {
+            false => "created_ms > ?7 OR (created_ms = ?7 AND id > ?8)",
+            true => "created_ms < ?7 OR (created_ms = ?7 AND id < ?8)",
+        }
     );
     if !filter.statuses.is_empty() {
         let names: Vec<String> = filter
@@ -537,7 +541,10 @@ pub(crate) fn list_runs(db: &Db<'_>, filter: &RunFilter) -> Result<Vec<RunSummar
             .collect();
         sql.push_str(&format!(" AND status IN ({})", names.join(",")));
     }
-    sql.push_str(" ORDER BY created_ms, id LIMIT ?2");
+    sql.push_str(match filter.newest_first {
+        false => " ORDER BY created_ms, id LIMIT ?2",
+        true => " ORDER BY created_ms DESC, id DESC LIMIT ?2",
+    });
     let limit = filter.limit.map_or(-1, i64::from);
     let rows = db
         .conn

@@ -1548,6 +1548,36 @@ pub async fn list_and_filter(store: &dyn Store) {
         Ok(vec![]),
         "list_and_filter: nothing after the last run"
     );
+    let newest = RunFilter {
+        newest_first: true,
+        ..RunFilter::default()
+    };
+    assert_eq!(
+        ids(newest).await,
+        Ok(vec!["r3".into(), "r2".into(), "r1".into()]),
+        "list_and_filter: the newest first"
+    );
+    let older_page = RunFilter {
+        newest_first: true,
+        after: Some(RunCursor::of(&last)),
+        limit: Some(1),
+        ..RunFilter::default()
+    };
+    assert_eq!(
+        ids(older_page).await,
+        Ok(vec!["r2".into()]),
+        "list_and_filter: newest first, the page after the newest run"
+    );
+    let past_the_oldest = RunFilter {
+        newest_first: true,
+        after: Some(RunCursor::of(&first)),
+        ..RunFilter::default()
+    };
+    assert_eq!(
+        ids(past_the_oldest).await,
+        Ok(vec![]),
+        "list_and_filter: newest first, nothing after the oldest run"
+    );
     let in_time = RunFilter {
         created_from_ms: Some(first.created_ms),
         created_before_ms: Some(last.created_ms + 1),

@@ -822,6 +822,9 @@ pub struct RunFilter {
     pub after: Option<RunCursor>,
     /// At most this many.
     pub limit: Option<u32>,
+    /// The newest runs first (creation time, then id, both descending), and `after` pages
+    /// towards older runs; `false`: the oldest first.
+    pub newest_first: bool,
 }
 
 /// A place in the list of runs ([`RunFilter::after`]): a run's creation time and id.
@@ -860,7 +863,12 @@ impl RunFilter {
                 .created_before_ms
                 .is_none_or(|before| run.created_ms < before)
             && self.after.as_ref().is_none_or(|after| {
-                (run.created_ms, run.id.as_str()) > (after.created_ms, after.id.as_str())
+                let place = (run.created_ms, run.id.as_str());
+                let cursor = (after.created_ms, after.id.as_str());
+                match self.newest_first {
+                    false => place > cursor,
+                    true => place < cursor,
+                }
             })
     }
 }

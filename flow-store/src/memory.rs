@@ -876,6 +876,9 @@ impl Store for MemoryStore {
             .cloned()
             .collect();
         runs.sort_by(|a, b| (a.created_ms, &a.id).cmp(&(b.created_ms, &b.id)));
+        if filter.newest_first {
+            runs.reverse();
+        }
         if let Some(limit) = filter.limit {
             runs.truncate(limit as usize);
         }

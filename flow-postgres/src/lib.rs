@@ -138,10 +138,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flowdag_store::{
-    Batch, Committed, ContinueRun, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Notified,
-    Owner, RunData, RunFilter, RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent,
-    StoredSignal, TaskClaim, TaskCommitted, TaskInputs, TaskOutcome, TaskResult, Watch,
-    WorkflowVersion,
+    Batch, Committed, ContinueRun, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow,
+    Notified, Owner, RunData, RunFilter, RunSummary, SignalSent, Store, StoreError, StoreFuture,
+    StoredEvent, StoredSignal, TaskClaim, TaskCommitted, TaskInputs, TaskOutcome, TaskResult,
+    Watch, WorkflowVersion,
 };
 use tokio::sync::OnceCell;
 
@@ -438,6 +438,13 @@ impl Store for PostgresStore {
         Box::pin(async move {
             let doing = format!("reading the data of run `{run}`");
             transact!(self, doing, |tx| ops::run_data(&mut tx, run))
+        })
+    }
+
+    fn nodes<'a>(&'a self, run: &'a str) -> StoreFuture<'a, Vec<NodeRow>> {
+        Box::pin(async move {
+            let doing = format!("reading the nodes of run `{run}`");
+            transact!(self, doing, |tx| ops::nodes(&mut tx, run))
         })
     }
 

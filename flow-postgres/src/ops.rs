@@ -506,31 +506,7 @@ pub(crate) async fn load_run(
             })
         })
         .transpose()?;
-    let nodes = tx
-        .query(
-            "reading the nodes of a run",
-            "SELECT node, name, label, fingerprint, preds, compensate, kind, policy FROM nodes WHERE run = $1 ORDER BY node",
-            &[&id],
-        )
-        .await?
-        .iter()
-        .map(|row| {
-            let preds: Vec<i64> = get(row, 4)?;
-            Ok(NodeRow {
-                node: u32_of(get(row, 0)?, "node")?,
-                name: get(row, 1)?,
-                label: get(row, 2)?,
-                fingerprint: u(get(row, 3)?),
-                preds: preds
-                    .into_iter()
-                    .map(|p| u32_of(p, "predecessor"))
-                    .collect::<R<_>>()?,
-                compensate: get(row, 5)?,
-                kind: get(row, 6)?,
-                policy: get(row, 7)?,
-            })
-        })
-        .collect::<R<Vec<_>>>()?;
+    let nodes = read_nodes(tx, id).await?;
     let timers = tx
         .query(
             "reading the timers of a run",
@@ -578,6 +554,41 @@ pub(crate) async fn load_run(
         now_ms: now,
         run,
     })
+}
+
+/// The node rows of `run`, read without its lease; [`StoreError::NotFound`] when it does not
+/// exist.
+pub(crate) async fn nodes(tx: &mut Tx<'_>, run: &str) -> R<Vec<NodeRow>> {
+    existing(tx, run).await?;
+    read_nodes(tx, run).await
+}
+
+/// The node rows of `run`, in order.
+async fn read_nodes(tx: &mut Tx<'_>, id: &str) -> R<Vec<NodeRow>> {
+    tx.query(
+        "reading the nodes of a run",
+        "SELECT node, name, label, fingerprint, preds, compensate, kind, policy FROM nodes WHERE run = $1 ORDER BY node",
+        &[&id],
+    )
+    .await?
+    .iter()
+    .map(|row| {
+        let preds: Vec<i64> = get(row, 4)?;
+        Ok(NodeRow {
+            node: u32_of(get(row, 0)?, "node")?,
+            name: get(row, 1)?,
+            label: get(row, 2)?,
+            fingerprint: u(get(row, 3)?),
+            preds: preds
+                .into_iter()
+                .map(|p| u32_of(p, "predecessor"))
+                .collect::<R<_>>()?,
+            compensate: get(row, 5)?,
+            kind: get(row, 6)?,
+            policy: get(row, 7)?,
+        })
+    })
+    .collect()
 }
 
 pub(crate) async fn list_runs(tx: &mut Tx<'_>, filter: &RunFilter) -> R<Vec<RunSummary>> {

@@ -71,8 +71,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use flowdag_store::{
-    Batch, Committed, ContinueRun, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, Owner,
-    RunData, RunFilter, RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent,
+    Batch, Committed, ContinueRun, Created, DueTimer, Lease, Loaded, NewRun, NewSignal, NodeRow,
+    Owner, RunData, RunFilter, RunSummary, SignalSent, Store, StoreError, StoreFuture, StoredEvent,
     StoredSignal,
 };
 use tokio::sync::oneshot;
@@ -470,6 +470,11 @@ impl Store for SqliteStore {
     fn run_data<'a>(&'a self, run: &'a str) -> StoreFuture<'a, RunData> {
         let run = run.to_owned();
         self.call(move |db| ops::run_data(db, &run))
+    }
+
+    fn nodes<'a>(&'a self, run: &'a str) -> StoreFuture<'a, Vec<NodeRow>> {
+        let run = run.to_owned();
+        self.call(move |db| ops::nodes(db, &run))
     }
 
     fn commit(&self, batch: Batch) -> StoreFuture<'_, Committed> {

@@ -415,44 +415,7 @@ pub(crate) fn load_run(
             },
         )
         .map_err(db.err("loading a run from"))?;
-    // (Only an owner loads a run, and an owner's store is of this crate's schema version.)
-    let nodes = db
-        .conn
-        .prepare_cached(
-            "SELECT node, name, label, fingerprint, preds, compensate, kind, policy FROM nodes WHERE run = ?1 ORDER BY node",
-        )
-        .and_then(|mut stmt| {
-            stmt.query_map([id], |row| {
-                Ok((
-                    NodeRow {
-                        node: row.get(0)?,
-                        name: row.get(1)?,
-                        label: row.get(2)?,
-                        fingerprint: u(row.get(3)?),
-                        preds: Vec::new(),
-                        compensate: row.get(5)?,
-                        kind: row.get(6)?,
-                        policy: row.get(7)?,
-                    },
-                    row.get::<_, String>(4)?,
-                ))
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()
-        })
-        .map_err(db.err("loading the nodes of a run from"))?
-        .into_iter()
-        .map(|(mut node, preds)| {
-            node.preds = preds
-                .split(',')
-                .filter(|p| !p.is_empty())
-                .map(|p| {
-                    p.parse::<u32>()
-                        .map_err(|_| db.corrupt(format!("run `{id}`: predecessors `{preds}`")))
-                })
-                .collect::<Result<_, _>>()?;
-            Ok(node)
-        })
-        .collect::<Result<Vec<_>, StoreError>>()?;
+    let nodes = read_nodes(db, id)?;
     let outputs = db.live_outputs(id)?;
     let timers = db
         .conn
@@ -569,6 +532,66 @@ pub(crate) fn list_runs(db: &Db<'_>, filter: &RunFilter) -> Result<Vec<RunSummar
         })
         .map_err(db.err("listing the runs of"))?;
     rows.into_iter().map(|row| db.with_status(row)).collect()
+}
+
+/// The node rows of `run`, read without its lease; [`StoreError::NotFound`] when it does not
+/// exist.
+pub(crate) fn nodes(db: &Db<'_>, run: &str) -> Result<Vec<NodeRow>, StoreError> {
+    db.existing(run)?;
+    read_nodes(db, run)
+}
+
+/// The node rows of `run`, in order. A client may read a store of an older schema version,
+/// whose rows have no kind and policy (version 1): those are then empty, as the migration
+/// makes them.
+fn read_nodes(db: &Db<'_>, id: &str) -> Result<Vec<NodeRow>, StoreError> {
+    db.conn
+        .prepare_cached("SELECT * FROM nodes WHERE run = ?1 ORDER BY node")
+        .and_then(|mut stmt| {
+            let at = |name: &str| stmt.column_index(name);
+            let (node, name, label, fingerprint, preds, compensate) = (
+                at("node")?,
+                at("name")?,
+                at("label")?,
+                at("fingerprint")?,
+                at("preds")?,
+                at("compensate")?,
+            );
+            let (kind, policy) = (at("kind").ok(), at("policy").ok());
+            stmt.query_map([id], |row| {
+                let text = |column: Option<usize>| -> rusqlite::Result<String> {
+                    column.map_or(Ok(String::new()), |c| row.get(c))
+                };
+                Ok((
+                    NodeRow {
+                        node: row.get(node)?,
+                        name: row.get(name)?,
+                        label: row.get(label)?,
+                        fingerprint: u(row.get(fingerprint)?),
+                        preds: Vec::new(),
+                        compensate: row.get(compensate)?,
+                        kind: text(kind)?,
+                        policy: text(policy)?,
+                    },
+                    row.get::<_, String>(preds)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(db.err("loading the nodes of a run from"))?
+        .into_iter()
+        .map(|(mut node, preds)| {
+            node.preds = preds
+                .split(',')
+                .filter(|p| !p.is_empty())
+                .map(|p| {
+                    p.parse::<u32>()
+                        .map_err(|_| db.corrupt(format!("run `{id}`: predecessors `{preds}`")))
+                })
+                .collect::<Result<_, _>>()?;
+            Ok(node)
+        })
+        .collect()
 }
 
 pub(crate) fn events(db: &Db<'_>, run: &str, from: u64) -> Result<Vec<StoredEvent>, StoreError> {

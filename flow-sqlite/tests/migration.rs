@@ -279,6 +279,15 @@ async fn a_client_reads_a_store_of_version_1_and_leaves_it_as_it_was() {
     );
     assert_eq!(client.events("old", 0).await.expect("reads").len(), 1);
     assert_eq!(client.run_data("old").await.expect("reads").input, b"");
+    // Its node rows, without the kind and policy version 1 did not store.
+    let nodes = client.nodes("old").await.expect("reads the nodes");
+    assert_eq!(
+        nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.preds.clone(), n.kind.as_str()))
+            .collect::<Vec<_>>(),
+        vec![("fetch", vec![], ""), ("charge", vec![0], "")]
+    );
     drop(client);
 
     assert_eq!(user_version(&path), 1, "not migrated");

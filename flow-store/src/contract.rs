@@ -71,6 +71,7 @@ pub async fn all(make: impl Fn() -> Arc<dyn Store>) {
     graph_renumbered(&*make()).await;
     continued(&*make()).await;
     load_reads_the_decided_state(&*make()).await;
+    nodes_without_a_lease(&*make()).await;
 }
 
 fn event(seq: u64, kind: &str, node: Option<u32>) -> StoredEvent {
@@ -1644,6 +1645,42 @@ pub async fn distributed(make: impl Fn() -> Arc<dyn Store>) {
     tasks_wake_the_run(&*make()).await;
     tasks_closed_and_reopened(&*make()).await;
     tasks_of_instances(&*make()).await;
+}
+
+/// [`Store::nodes`] reads a run's node rows without its lease (its holder commits on), the
+/// rows of a graph it adopted once it did, and says [`StoreError::NotFound`] for no run.
+pub async fn nodes_without_a_lease(store: &dyn Store) {
+    let owner = Owner::new("a");
+    let lease = create(store, "r1", "wf", &owner).await;
+    let read = |what: &'static str| async move {
+        store
+            .nodes("r1")
+            .await
+            .unwrap_or_else(|e| panic!("nodes_without_a_lease: {what}: {e}"))
+    };
+    let stored = new_run("r1", "wf", &owner, LONG).nodes;
+    assert_eq!(
+        read("a new run").await,
+        stored,
+        "nodes_without_a_lease: the rows"
+    );
+    let mut rows = stored.clone();
+    rows[1].label = "charge(&fetch, 2)".into();
+    let mut adopt = completion(&lease, 2);
+    adopt.graph = Some((GRAPH + 1, rows.clone()));
+    assert!(
+        commit(store, adopt).await.is_ok(),
+        "nodes_without_a_lease: the holder commits after the read"
+    );
+    assert_eq!(
+        read("after a graph was adopted").await,
+        rows,
+        "nodes_without_a_lease: the adopted graph's rows"
+    );
+    assert!(
+        matches!(store.nodes("nope").await, Err(StoreError::NotFound { .. })),
+        "nodes_without_a_lease: no run"
+    );
 }
 
 /// A load reads a run's decided state, not its history: its own events (not its nest

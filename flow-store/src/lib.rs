@@ -188,6 +188,19 @@ pub trait Store: Send + Sync + 'static {
     /// exist.
     fn run_data<'a>(&'a self, run: &'a str) -> StoreFuture<'a, RunData>;
 
+    /// The node rows of `run`: its graph as the run stores it (each step's name, label,
+    /// predecessors, kind and policy; the graph it adopted, if it changed compatibly), read
+    /// without its lease, as [`Store::run_data`] is: for those who draw a run without its
+    /// workflow's code (a dashboard). [`StoreError::NotFound`] when the run does not exist.
+    ///
+    /// The default is [`StoreError::Unsupported`].
+    fn nodes<'a>(&'a self, run: &'a str) -> StoreFuture<'a, Vec<NodeRow>> {
+        let _ = run;
+        Box::pin(std::future::ready(Err(StoreError::Unsupported {
+            what: "nodes",
+        })))
+    }
+
     /// Appends a batch in one transaction, after checking, in this order:
     ///
     /// 1. the run exists ([`StoreError::NotFound`]);

@@ -896,6 +896,11 @@ impl Store for MemoryStore {
         }))
     }
 
+    fn nodes<'a>(&'a self, run: &'a str) -> StoreFuture<'a, Vec<NodeRow>> {
+        let state = self.state();
+        ready(state.row(run).map(|row| row.nodes.clone()))
+    }
+
     fn run_data<'a>(&'a self, run: &'a str) -> StoreFuture<'a, RunData> {
         let state = self.state();
         ready(state.row(run).map(|row| RunData {

@@ -169,14 +169,9 @@ pub(crate) struct InstanceEnd {
 impl Records {
     /// The records of a run loaded with these ends ((nest node, record) → bytes).
     pub(crate) fn loaded(loaded: HashMap<(u32, String), Vec<u8>>) -> Records {
-        let mut nested: HashMap<String, Vec<(u32, String)>> = HashMap::new();
+        let mut nested = HashMap::new();
         for (node, record) in loaded.keys() {
-            if let Some((parent, _)) = record.rsplit_once('/') {
-                nested
-                    .entry(parent.to_owned())
-                    .or_default()
-                    .push((*node, record.clone()));
-            }
+            nest_under_parent(&mut nested, *node, record);
         }
         Records {
             inner: Mutex::new(RecordsInner {
@@ -323,18 +318,8 @@ impl Records {
     pub(crate) fn supersede(&self, node: u32, record: &str) -> Vec<(u32, String)> {
         let mut inner = self.lock();
         let mut superseded = inner.nested.remove(record).unwrap_or_default();
-        if let Some((parent, _)) = record.rsplit_once('/') {
-            inner
-                .nested
-                .entry(parent.to_owned())
-                .or_default()
-                .push((node, record.to_owned()));
-        }
-        if let Some((prefix, k)) = record.rsplit_once('@')
-            && let Ok(k) = k.parse::<u64>()
-            && k > 0
-        {
-            let before = format!("{prefix}@{}", k - 1);
+        nest_under_parent(&mut inner.nested, node, record);
+        if let Some(before) = flowdag_store::previous_instance(record) {
             // The iteration before, once superseded, is no longer its parent's to supersede.
             if let Some((parent, _)) = before.rsplit_once('/')
                 && let Some(ends) = inner.nested.get_mut(parent)
@@ -445,6 +430,17 @@ pub(crate) fn solo() -> Option<u64> {
         .try_with(|c| c.borrow().as_ref()?.nest.as_ref()?.solo)
         .ok()
         .flatten()
+}
+
+/// Notes the end of `record` (of nest node `node`) under the instance it is nested in, if it
+/// is (`poll@6/items[2]` under `poll@6`): that instance's end supersedes it.
+fn nest_under_parent(nested: &mut HashMap<String, Vec<(u32, String)>>, node: u32, record: &str) {
+    if let Some((parent, _)) = record.rsplit_once('/') {
+        nested
+            .entry(parent.to_owned())
+            .or_default()
+            .push((node, record.to_owned()));
+    }
 }
 
 /// Where a resumed `Loop` goes on from, given the iterations whose ends were loaded: the first

@@ -131,22 +131,25 @@ pub struct TaskInputs {
 }
 
 /// The instance whose stored end an instance task reads besides its node's predecessors'
-/// outputs: for a `Loop` iteration (`poll@7`), the iteration before it (`poll@6`), whose
-/// output is the `prev` it starts with. `None` for a `ForEach` instance, a first iteration, or
-/// a node's own task.
+/// outputs: for a `Loop` iteration (`poll@7`, or `ship[3]/poll@7` inside an instance), the
+/// iteration before it (`poll@6`), whose output is the `prev` it starts with; the journal
+/// also supersedes that end with the iteration's own. `None` for a `ForEach` instance, a first
+/// iteration, or a node's own task.
 ///
 /// ```
 /// use flowdag_store::previous_instance;
 ///
 /// assert_eq!(previous_instance("poll@7").as_deref(), Some("poll@6"));
 /// assert_eq!(previous_instance("poll#2@1").as_deref(), Some("poll#2@0"));
+/// assert_eq!(previous_instance("ship[3]/poll@2").as_deref(), Some("ship[3]/poll@1"));
+/// assert_eq!(previous_instance("poll@2/ship[3]"), None);
 /// assert_eq!(previous_instance("poll@0"), None);
 /// assert_eq!(previous_instance("ship[3]"), None);
 /// assert_eq!(previous_instance(""), None);
 /// ```
 pub fn previous_instance(instance: &str) -> Option<String> {
     let (head, index) = instance.rsplit_once('@')?;
-    if head.is_empty() || head.contains(['/', '[']) {
+    if head.is_empty() || head.ends_with('/') {
         return None;
     }
     let index: u64 = index.parse().ok()?;

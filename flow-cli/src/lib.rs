@@ -91,6 +91,8 @@ use serde_json::{Value, json};
 
 mod operate;
 mod table;
+#[cfg(feature = "serve")]
+pub mod web;
 
 use table::{Table, printable, utc};
 
@@ -140,6 +142,9 @@ struct Registered {
     resume: ResumeFn,
     /// Checks a signal for a run of it (`DurableWorkflow::__check_signal`): `Ok(transient)`.
     check: fn(&str, &[u8]) -> Result<bool, String>,
+    /// What the web view knows of it: its graph and signals.
+    #[cfg(feature = "serve")]
+    known: fn() -> web::Known,
 }
 
 /// Why a command failed. [`CliError::exit_code`] is the process's exit code.
@@ -213,6 +218,9 @@ pub enum CliError {
     },
     /// Resuming the run failed.
     Resume(DurableError),
+    /// `flow serve` could not serve (the address cannot be bound, or the feature `serve` is
+    /// off in this build).
+    Serve(String),
     /// Writing the output failed.
     Output(io::Error),
 }
@@ -296,6 +304,7 @@ impl fmt::Display for CliError {
             }
             CliError::Refused { run, why } => write!(f, "run `{run}` refused: {why}"),
             CliError::Resume(error) => write!(f, "{error}"),
+            CliError::Serve(why) => write!(f, "cannot serve the view: {why}"),
             CliError::Output(error) => write!(f, "cannot write the output: {error}"),
         }
     }
@@ -338,6 +347,8 @@ impl Cli {
             Registered {
                 resume: resume_erased::<W>,
                 check: W::__check_signal,
+                #[cfg(feature = "serve")]
+                known: web::Known::of::<W>,
             },
         );
         self
@@ -387,6 +398,14 @@ impl Cli {
             ))
         })?;
         let db = string(sub, "db");
+        if name == "serve" {
+            #[cfg(feature = "serve")]
+            return runtime.block_on(self.serve(sub, &db, out));
+            #[cfg(not(feature = "serve"))]
+            return Err(CliError::Serve(
+                "this `flow` was built without its feature `serve`".to_owned(),
+            ));
+        }
         // `runs`, `show` and `signal` open a SQLite store as a client: they work while the
         // application or a worker owns the store, never create one, and write no lock file.
         let (opened, path) = if is_postgres(&db) {
@@ -461,6 +480,96 @@ impl Cli {
                 _ => self.resume(&opened, &path, &string(sub, "run"), out).await,
             }
         })
+    }
+
+    /// `flow serve`: the web view of the store, until the process is stopped. A store that
+    /// cannot be opened (missing, corrupt, of another version, a server that does not answer)
+    /// is served as an error page on every path, so whoever looks sees why.
+    #[cfg(feature = "serve")]
+    async fn serve(&self, sub: &ArgMatches, db: &str, out: &mut dyn Write) -> Result<(), CliError> {
+        let addr = sub
+            .get_one::<std::net::SocketAddr>("addr")
+            .copied()
+            .unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 7070)));
+        let actions = sub.get_flag("allow-actions");
+        let opened: Result<(std::sync::Arc<dyn Store>, String), CliError> = async {
+            if is_postgres(db) {
+                let options = PostgresOptions {
+                    schema: string(sub, "schema"),
+                    password: password(sub.get_one::<PathBuf>("password-file"))?,
+                    ..PostgresOptions::default()
+                };
+                let store = PostgresStore::connect_with(db, options)?;
+                let at = store.at().to_owned();
+                Ok((std::sync::Arc::new(store) as std::sync::Arc<dyn Store>, at))
+            } else {
+                let path = PathBuf::from(db);
+                // Without its actions the view never writes: a read-only open.
+                let store = match actions {
+                    true => open_client(&path)?,
+                    false => open_read_only(&path)?,
+                };
+                Ok((
+                    std::sync::Arc::new(store) as std::sync::Arc<dyn Store>,
+                    path.display().to_string(),
+                ))
+            }
+        }
+        .await;
+        let router = match opened {
+            Ok((store, name)) => {
+                // A store that cannot be read is said at once, and on every page.
+                let read = store
+                    .list_runs(&RunFilter {
+                        limit: Some(1),
+                        ..RunFilter::default()
+                    })
+                    .await;
+                match read {
+                    Ok(_) => {
+                        let mut view = web::View::from_arc(store)
+                            .name(&name)
+                            .allow_actions(actions);
+                        for (workflow, registered) in &self.workflows {
+                            view = view.known(workflow.clone(), (registered.known)());
+                        }
+                        view.router()
+                    }
+                    Err(error) => {
+                        let error = CliError::Store(error);
+                        writeln!(out, "error: {error}")?;
+                        web::unavailable(&name, &error.to_string())
+                    }
+                }
+            }
+            Err(error @ CliError::PasswordFile { .. }) => return Err(error),
+            Err(error) => {
+                writeln!(out, "error: {error}")?;
+                web::unavailable(db, &error.to_string())
+            }
+        };
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| CliError::Serve(format!("cannot listen on {addr}: {e}")))?;
+        let bound = listener
+            .local_addr()
+            .map_err(|e| CliError::Serve(e.to_string()))?;
+        let mode = if actions {
+            "actions on: signal, cancel, redrive"
+        } else {
+            "read-only"
+        };
+        writeln!(out, "serving http://{bound}/runs ({mode}); Ctrl-C stops it")?;
+        if !bound.ip().is_loopback() {
+            writeln!(
+                out,
+                "warning: {bound} is reachable from other machines, and the view has no authentication"
+            )?;
+        }
+        out.flush()?;
+        axum::serve(listener, router)
+            .await
+            .map_err(|e| CliError::Serve(e.to_string()))
     }
 
     async fn resume(
@@ -671,10 +780,34 @@ fn command() -> Command {
                 .arg(password_file())
                 .arg(run()),
         )
+        .subcommand(serve_command(db(), schema(), password_file()))
         .subcommands(operate::commands(
             |command| command.arg(db()).arg(schema()).arg(password_file()),
             run,
         ))
+}
+
+/// `flow serve`'s arguments (the command is there without the feature `serve`, to say so).
+fn serve_command(db: Arg, schema: Arg, password_file: Arg) -> Command {
+    Command::new("serve")
+        .about("Serve the web view of the store's runs (read-only unless --allow-actions)")
+        .arg(db)
+        .arg(schema)
+        .arg(password_file)
+        .arg(
+            Arg::new("addr")
+                .long("addr")
+                .value_name("IP:PORT")
+                .value_parser(clap::value_parser!(std::net::SocketAddr))
+                .default_value("127.0.0.1:7070")
+                .help("Listen on this address (loopback by default; port 0 picks a free one)"),
+        )
+        .arg(
+            Arg::new("allow-actions")
+                .long("allow-actions")
+                .action(ArgAction::SetTrue)
+                .help("Let the pages send signals, cancel and redrive runs (the view writes to the store only with it)"),
+        )
 }
 
 /// A required string argument (clap has checked it is there).
@@ -1559,6 +1692,18 @@ fn signal_json(signal: &StoredSignal) -> Value {
         "mode": signal.mode.as_str(),
         "sent_ms": signal.sent_ms,
     })
+}
+
+/// Opens the store at `path`, which must exist, read-only: as a client that cannot write
+/// ([`SqliteStore::open_read_only`]).
+#[cfg(feature = "serve")]
+fn open_read_only(path: &Path) -> Result<SqliteStore, CliError> {
+    if !path.is_file() {
+        return Err(CliError::NoStore {
+            path: path.to_owned(),
+        });
+    }
+    Ok(SqliteStore::open_read_only(path)?)
 }
 
 /// Opens the store at `path`, which must exist, as a client: no file lock (it works while

@@ -195,7 +195,7 @@ impl SqliteStore {
             "UPDATE runs SET owner = NULL, lease_until = NULL WHERE owner IS NOT NULL",
             [],
         );
-        SqliteStore::start(path, conn, &options, Some(lock))
+        SqliteStore::start(path, conn, &options, Some(lock), false)
     }
 
     /// Opens the existing store in the file `path` as a *client*: without the file's lock, so
@@ -254,7 +254,35 @@ impl SqliteStore {
         }
         let options = SqliteOptions::default();
         let conn = schema::open(&path, &options, false)?;
-        SqliteStore::start(path, conn, &options, None)
+        SqliteStore::start(path, conn, &options, None, false)
+    }
+
+    /// Opens the existing store in the file `path` as a client ([`SqliteStore::open_client`])
+    /// that never writes: its connection is `query_only`, so [`Store::send_signal`] and every
+    /// other write is refused by SQLite itself ([`StoreError::Io`]-like errors naming the
+    /// read-only database), and nothing, not even a lock file, is written beside the store.
+    /// For those who only look, beside the process that owns the store: `flow serve` without
+    /// `--allow-actions`.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`SqliteStore::open_client`].
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        let path = path.as_ref().to_owned();
+        if !path.is_file() {
+            return Err(StoreError::io(
+                format!(
+                    "opening `{}` read-only (a reader never creates a store)",
+                    path.display()
+                ),
+                std::io::Error::from(std::io::ErrorKind::NotFound),
+            ));
+        }
+        let options = SqliteOptions::default();
+        let conn = schema::open(&path, &options, false)?;
+        conn.pragma_update(None, "query_only", true)
+            .map_err(|e| StoreError::io(format!("making `{}` read-only", path.display()), e))?;
+        SqliteStore::start(path, conn, &options, None, true)
     }
 
     /// Whether this store was opened as a client ([`SqliteStore::open_client`]).
@@ -268,6 +296,7 @@ impl SqliteStore {
         conn: rusqlite::Connection,
         options: &SqliteOptions,
         lock: Option<File>,
+        read_only: bool,
     ) -> Result<SqliteStore, StoreError> {
         let (jobs, receiver) = mpsc::channel::<Job>();
         let counters = Arc::new(Counters::default());
@@ -277,7 +306,7 @@ impl SqliteStore {
             let max_group = options.max_group.max(1);
             std::thread::Builder::new()
                 .name("flow-sqlite-writer".into())
-                .spawn(move || writer::run(conn, path, receiver, max_group, counters))
+                .spawn(move || writer::run(conn, path, receiver, max_group, counters, read_only))
                 .map_err(|e| StoreError::io("starting the writer thread", e))?
         };
         Ok(SqliteStore {

@@ -37,14 +37,22 @@ pub(crate) struct Counters {
     pub(crate) requests: AtomicU64,
 }
 
-/// Runs until every sender is gone, then closes the connection.
+/// Runs until every sender is gone, then closes the connection. A `read_only` store's
+/// transactions are deferred: a `query_only` connection may not begin an immediate one, and
+/// it never writes.
 pub(crate) fn run(
     conn: Connection,
     path: PathBuf,
     jobs: Receiver<Job>,
     max_group: usize,
     counters: Arc<Counters>,
+    read_only: bool,
 ) {
+    let begin = if read_only {
+        "BEGIN DEFERRED"
+    } else {
+        "BEGIN IMMEDIATE"
+    };
     let db = Db {
         conn: &conn,
         path: &path,
@@ -64,7 +72,7 @@ pub(crate) fn run(
             .requests
             .fetch_add(group.len() as u64, Ordering::Relaxed);
         let begun = conn
-            .execute_batch("BEGIN IMMEDIATE")
+            .execute_batch(begin)
             .map_err(|e| sql_error(&path, "beginning a transaction on", e));
         if let Err(error) = begun {
             for job in group.drain(..) {

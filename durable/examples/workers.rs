@@ -5,7 +5,8 @@
 //! per run, whoever completed the last branch.
 //!
 //! ```text
-//! cargo run -p flow-durable --example workers
+//! cargo run -p flow-durable --example workers            # prints the web view's address
+//! cargo run -p flow-durable --example workers -- --serve # keeps the view after the runs end
 //! ```
 //!
 //! The program finds a PostgreSQL server as the store's tests do: `FLOW_PG_URL`, else the
@@ -15,7 +16,10 @@
 //! workers (this program again, as `workers --worker SCHEMA`), submits the runs, waits until
 //! they have all finished (at most two minutes), prints each run's result with the worker that
 //! executed each of its operations (every operation returns its process id), then stops the
-//! workers, drops the schema and exits. The workers are killed however the program ends; a
+//! workers, drops the schema and exits. While the runs go, the web view of the store
+//! (`flowdag_cli::web::View`, what `flow serve` serves) is up on a free port of 127.0.0.1, and
+//! the program prints its address first: open it to watch the runs; with `--serve` the view
+//! stays up after the runs end, until Enter is pressed (then the schema is dropped). The workers are killed however the program ends; a
 //! worker whose parent is gone (its standard input closed) stops by itself.
 //!
 //! In your own crate these items are `flowdag::Worker`, `flowdag::attempt`, `flowdag::store` (feature
@@ -30,6 +34,7 @@ use flowdag::Worker;
 use flowdag::durable::attempt;
 use flowdag::prelude::*;
 use flowdag::store::{RunFilter, Store};
+use flowdag_cli::web::View;
 use flowdag_postgres::{PostgresOptions, PostgresStore, testing};
 use serde::{Deserialize, Serialize};
 
@@ -144,8 +149,11 @@ fn main() -> ExitCode {
     };
     let result = match args.as_slice() {
         [flag, schema] if flag == "--worker" => runtime.block_on(worker(schema)),
-        [] => runtime.block_on(coordinate()),
-        _ => Err("usage: workers (the worker processes are `workers --worker SCHEMA`)".into()),
+        [] => runtime.block_on(coordinate(false)),
+        [flag] if flag == "--serve" => runtime.block_on(coordinate(true)),
+        _ => Err(
+            "usage: workers [--serve] (the worker processes are `workers --worker SCHEMA`)".into(),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -257,13 +265,36 @@ impl Fleet {
     }
 }
 
-async fn coordinate() -> Result<(), Error> {
+async fn coordinate(keep_serving: bool) -> Result<(), Error> {
     let url = testing::server();
     let schema = format!("flow_example_workers_{}", std::process::id());
     let store = store(&url, &schema)?;
     // The first call creates the schema, before the workers race to.
     store.list_runs(&RunFilter::default()).await?;
-    let result = submit_and_watch(&store, &url, &schema).await;
+    // The web view of the store, read-only, on a port the system picks.
+    let view = View::new(store.clone())
+        .name(&format!("{} (schema {schema})", store.at()))
+        .register::<Order>()
+        .serve("127.0.0.1:0".parse()?)
+        .await?;
+    println!("view: http://{}/runs", view.addr());
+    let mut result = submit_and_watch(&store, &url, &schema).await;
+    if keep_serving && result.is_ok() {
+        println!(
+            "the view stays up at http://{}/runs: press Enter to stop",
+            view.addr()
+        );
+        // The view runs on this thread's runtime: wait for Enter on another thread.
+        let (entered, enter) = tokio::sync::oneshot::channel::<()>();
+        std::thread::spawn(move || {
+            let _ = std::io::stdin().read_line(&mut String::new());
+            let _ = entered.send(());
+        });
+        if enter.await.is_err() {
+            result = Err("standard input closed".into());
+        }
+    }
+    drop(view);
     let client = testing::client().await;
     client
         .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))

@@ -497,6 +497,8 @@ impl Cli {
                 let options = PostgresOptions {
                     schema: string(sub, "schema"),
                     password: password(sub.get_one::<PathBuf>("password-file"))?,
+                    // Without its actions the view never writes: not even a migration.
+                    read_only: !actions,
                     ..PostgresOptions::default()
                 };
                 let store = PostgresStore::connect_with(db, options)?;

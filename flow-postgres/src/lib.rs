@@ -172,6 +172,11 @@ pub struct PostgresOptions {
     /// a URL that shows in process lists and logs (read it from a file or the environment).
     /// A password in the connection string wins. Never shown by `Debug`.
     pub password: Option<String>,
+    /// Never create or migrate the schema: a schema without a store, or with a store of an
+    /// older version, is an error instead ([`StoreError::Foreign`], [`StoreError::Invalid`]).
+    /// For those who only look (`flow serve` without `--allow-actions`): the schema's owner,
+    /// the application or its workers, creates and migrates it. `false` by default.
+    pub read_only: bool,
 }
 
 impl Default for PostgresOptions {
@@ -182,6 +187,7 @@ impl Default for PostgresOptions {
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(30),
             password: None,
+            read_only: false,
         }
     }
 }
@@ -194,6 +200,7 @@ impl std::fmt::Debug for PostgresOptions {
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .field("password", &self.password.as_ref().map(|_| "…"))
+            .field("read_only", &self.read_only)
             .finish()
     }
 }
@@ -209,6 +216,8 @@ struct Inner {
     pool: Arc<Pool>,
     schema: String,
     request_timeout: Duration,
+    /// [`PostgresOptions::read_only`].
+    read_only: bool,
     /// Set once the schema is known to be at [`SCHEMA_VERSION`].
     migrated: OnceCell<()>,
     /// The store's notifications (`LISTEN/NOTIFY`), listened to from the first watch.
@@ -311,6 +320,7 @@ impl PostgresStore {
                 pool: Arc::new(pool),
                 schema: options.schema,
                 request_timeout: options.request_timeout,
+                read_only: options.read_only,
                 migrated: OnceCell::new(),
                 listener,
             }),
@@ -353,8 +363,13 @@ impl PostgresStore {
                 let mut tries = 0u32;
                 loop {
                     tries += 1;
-                    let done =
-                        schema::migrate(&mut conn, &self.inner.schema, &self.inner.pool.at).await;
+                    let done = schema::migrate(
+                        &mut conn,
+                        &self.inner.schema,
+                        &self.inner.pool.at,
+                        self.inner.read_only,
+                    )
+                    .await;
                     match done {
                         Ok(()) => return Ok(()),
                         Err(fail) => {

@@ -202,8 +202,14 @@ CREATE INDEX events_own ON events (run, seq) WHERE path IS NULL;
 const LOCK_KEY: i32 = 0x666C_6F77;
 
 /// Brings the schema `schema` to [`SCHEMA_VERSION`], in one transaction under an advisory
-/// lock: of N processes starting together, one migrates and the others find it done.
-pub(crate) async fn migrate(conn: &mut Pooled, schema: &str, place: &str) -> Result<(), Fail> {
+/// lock: of N processes starting together, one migrates and the others find it done. A
+/// `read_only` store only checks: a schema that is not at [`SCHEMA_VERSION`] is an error.
+pub(crate) async fn migrate(
+    conn: &mut Pooled,
+    schema: &str,
+    place: &str,
+    read_only: bool,
+) -> Result<(), Fail> {
     let store = || PathBuf::from(format!("{place} (schema {schema})"));
     let tx = conn.begin().await?;
     tx.tx
@@ -272,6 +278,21 @@ pub(crate) async fn migrate(conn: &mut Pooled, schema: &str, place: &str) -> Res
     }
     if found == SCHEMA_VERSION {
         return tx.commit().await;
+    }
+    if read_only {
+        return Err(Fail::Store(match found {
+            0 => StoreError::Foreign {
+                path: store(),
+                why: "the schema holds no store of flow (a read-only store creates none)"
+                    .to_owned(),
+            },
+            _ => StoreError::Invalid {
+                why: format!(
+                    "{} holds a store of schema version {found}, older than this flow's {SCHEMA_VERSION}: a read-only store does not migrate it (its owner, a worker or the application, does when it starts)",
+                    store().display()
+                ),
+            },
+        }));
     }
     let mut sql = format!(
         "CREATE SCHEMA IF NOT EXISTS {0}; SET LOCAL search_path TO {0};",

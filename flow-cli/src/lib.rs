@@ -22,6 +22,9 @@
 //!                                  # sets a failed or cancelled run going again
 //! flow delete    <db> <run>.. | [--status S] [--workflow W] [--until TIME] [--id-contains T]
 //!                                  # deletes finished runs
+//! flow serve     <db> [--addr IP:PORT] [--allow-actions]
+//!                                  # the web view of the store's runs (read-only unless
+//!                                  # --allow-actions): see the module `web`
 //! ```
 //!
 //! `docs/operations.md` says what each operation does and guarantees.

@@ -485,15 +485,20 @@ fn timer_key(db: &Db<'_>, node: i64, instance: String, kind: &str) -> Result<Tim
     })
 }
 
-pub(crate) fn list_runs(db: &Db<'_>, filter: &RunFilter) -> Result<Vec<RunSummary>, StoreError> {
+/// The query of [`list_runs`] for `filter` (its parameters: `?1` workflow, `?2` limit, `?3`
+/// id, `?4` id text, `?5`/`?6` creation times, `?7`/`?8` the cursor).
+fn list_sql(filter: &RunFilter) -> String {
     let mut sql = format!(
         "{SUMMARY} WHERE (?1 IS NULL OR workflow = ?1) AND (?3 IS NULL OR id = ?3)
            AND (?4 IS NULL OR instr(id, ?4) > 0)
            AND (?5 IS NULL OR created_ms >= ?5) AND (?6 IS NULL OR created_ms < ?6)
-           AND (?7 IS NULL OR {after})",
-        after = match filter.newest_first {
-            false => "created_ms > ?7 OR (created_ms = ?7 AND id > ?8)",
-            true => "created_ms < ?7 OR (created_ms = ?7 AND id < ?8)",
+           {after}",
+        // A row value, and only when there is a cursor: the index `runs_created` is then
+        // searched from the cursor on, where `?7 IS NULL OR ..` would scan it from its end.
+        after = match (filter.after.is_some(), filter.newest_first) {
+            (false, _) => "AND ?7 IS NULL AND ?8 IS NULL",
+            (true, false) => "AND (created_ms, id) > (?7, ?8)",
+            (true, true) => "AND (created_ms, id) < (?7, ?8)",
         }
     );
     if !filter.statuses.is_empty() {
@@ -508,6 +513,11 @@ pub(crate) fn list_runs(db: &Db<'_>, filter: &RunFilter) -> Result<Vec<RunSummar
         false => " ORDER BY created_ms, id LIMIT ?2",
         true => " ORDER BY created_ms DESC, id DESC LIMIT ?2",
     });
+    sql
+}
+
+pub(crate) fn list_runs(db: &Db<'_>, filter: &RunFilter) -> Result<Vec<RunSummary>, StoreError> {
+    let sql = list_sql(filter);
     let limit = filter.limit.map_or(-1, i64::from);
     let rows = db
         .conn
@@ -1139,4 +1149,62 @@ fn insert_nodes(db: &Db<'_>, run: &str, nodes: &[NodeRow]) -> Result<(), StoreEr
             .map_err(db.err("writing the nodes of a run in"))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flowdag_store::RunCursor;
+
+    /// Every page of the list, in both orders, with a cursor or without, is read from the
+    /// index `runs_created` (searched from the cursor, never scanned from its end): a page
+    /// deep in 100,000 runs costs what the first does.
+    #[test]
+    fn a_page_of_runs_is_read_from_its_cursor_in_the_index() {
+        let conn = rusqlite::Connection::open_in_memory().expect("a database");
+        conn.execute_batch(crate::schema::SCHEMA)
+            .expect("the schema");
+        for newest_first in [false, true] {
+            for after in [
+                None,
+                Some(RunCursor {
+                    created_ms: 5,
+                    id: "r".into(),
+                }),
+            ] {
+                let filter = RunFilter {
+                    newest_first,
+                    after: after.clone(),
+                    limit: Some(50),
+                    ..RunFilter::default()
+                };
+                let sql = format!("EXPLAIN QUERY PLAN {}", list_sql(&filter));
+                let plan: Vec<String> = conn
+                    .prepare(&sql)
+                    .and_then(|mut stmt| {
+                        stmt.query_map(
+                            rusqlite::params![
+                                None::<String>,
+                                50,
+                                None::<String>,
+                                None::<String>,
+                                None::<i64>,
+                                None::<i64>,
+                                after.as_ref().map(|a| a.created_ms as i64),
+                                after.as_ref().map(|a| a.id.clone())
+                            ],
+                            |row| row.get::<_, String>(3),
+                        )?
+                        .collect()
+                    })
+                    .expect("a plan");
+                let plan = plan.join("; ");
+                assert!(plan.contains("runs_created"), "{plan}");
+                assert!(!plan.contains("TEMP B-TREE"), "no sort: {plan}");
+                if after.is_some() {
+                    assert!(plan.starts_with("SEARCH"), "from the cursor: {plan}");
+                }
+            }
+        }
+    }
 }

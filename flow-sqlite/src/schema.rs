@@ -23,7 +23,7 @@ pub const SCHEMA_VERSION: u32 = 4;
 /// the same way. Integers that are `u64` in Rust (hashes, times) are stored as SQLite's
 /// signed 64-bit integers, bit for bit. A run-level timer has node -1; the workflow's own nodes
 /// have instance ''.
-const SCHEMA: &str = "
+pub(crate) const SCHEMA: &str = "
 CREATE TABLE runs (
   id TEXT PRIMARY KEY,
   workflow TEXT NOT NULL,

@@ -537,3 +537,49 @@ fn the_list_pages_by_its_cursor_newest_first() {
     let half = request(addr, "GET", "/runs?limit=1", &[], "");
     assert_eq!(half.status, 200);
 }
+
+async fn pack(line: u64) -> Result<u64, Never> {
+    Ok(line)
+}
+
+workflow! {
+    /// Packs every line.
+    #[flow(durable)]
+    Packing(lines: u64) -> usize {
+        packed = ForEach(line in 0..lines) {
+            parcel = Operation(pack(line))
+            => parcel
+        }
+        => packed.len()
+    }
+}
+
+/// A run of 700 nest instances: its page lists 500 of their steps and instances and says how
+/// many more there are, and its timeline draws 300 lines.
+#[test]
+fn a_run_of_many_instances_has_a_page_of_bounded_size() {
+    let path = fresh_store("many", |store| async move {
+        let outcome = Packing::runner()
+            .durable(&store, "big")
+            .execute(700)
+            .await
+            .expect("runs");
+        assert_eq!(outcome.result.expect("succeeds"), 700);
+    });
+    let store = SqliteStore::open_read_only(&path).expect("opens");
+    let addr = serve(View::new(store));
+    let page = get(addr, "/runs/big");
+    assert_eq!(page.status, 200);
+    assert_eq!(page.body.matches(r#"<tr data-step="packed["#).count(), 500);
+    assert!(
+        page.body
+            .contains("200 more steps of nest instances are not listed")
+    );
+    assert_eq!(page.body.matches("<tr data-instance=").count(), 500);
+    assert!(page.body.contains("200 more instances are not listed"));
+    assert_eq!(page.body.matches(r#"<g class="line""#).count(), 300);
+    assert!(
+        page.body.contains("401 more lines not drawn"),
+        "the run's own step, 700 instances' steps"
+    );
+}

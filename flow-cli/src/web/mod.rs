@@ -64,6 +64,8 @@ const MAX_QUERY: usize = 4096;
 const MAX_FORM: usize = 64 * 1024;
 /// How many of a run's events its page lists (the newest; the rest are counted).
 const EVENTS_SHOWN: usize = 1000;
+/// How many steps of nest instances, and how many instances, a run's page lists.
+const ROWS: usize = 500;
 
 /// The web view of a store: build it, then [`View::router`] or [`View::serve`].
 pub struct View {
@@ -971,7 +973,16 @@ async fn live_html(shared: &Shared, run: &RunSummary) -> Result<String, Failure>
         }
     }
     out.push_str(r#"<section id="steps"><h2>Steps</h2><table class="steps"><thead><tr><th>step</th><th>status</th><th>attempts</th><th>error</th><th>output</th></tr></thead><tbody>"#);
+    let nested_rows = steps.iter().filter(|s| s.nested).count();
+    let mut nested_shown = 0;
     for step in &steps {
+        // The run's own steps all; of the steps of nest instances, the first [`ROWS`].
+        if step.nested {
+            nested_shown += 1;
+            if nested_shown > ROWS {
+                continue;
+            }
+        }
         out.push_str(&step_row(
             shared,
             run,
@@ -980,11 +991,19 @@ async fn live_html(shared: &Shared, run: &RunSummary) -> Result<String, Failure>
             output_of.get(&step.name),
         ));
     }
-    out.push_str("</tbody></table></section>");
+    out.push_str("</tbody></table>");
+    if nested_rows > ROWS {
+        let _ = write!(
+            out,
+            r#"<p class="note">{} more steps of nest instances are not listed (<code>flow show --json</code> prints them all).</p>"#,
+            thousands(nested_rows - ROWS)
+        );
+    }
+    out.push_str("</section>");
 
     if !instances.is_empty() {
         out.push_str(r#"<section id="instances"><h2>Nest instances</h2><table><thead><tr><th>instance</th><th>end</th></tr></thead><tbody>"#);
-        for (name, value) in &instances {
+        for (name, value) in instances.iter().take(ROWS) {
             let _ = write!(
                 out,
                 r#"<tr data-instance="{}"><td><code>{}</code></td><td>{}</td></tr>"#,
@@ -993,7 +1012,15 @@ async fn live_html(shared: &Shared, run: &RunSummary) -> Result<String, Failure>
                 shown_value(value, None)
             );
         }
-        out.push_str("</tbody></table></section>");
+        out.push_str("</tbody></table>");
+        if instances.len() > ROWS {
+            let _ = write!(
+                out,
+                r#"<p class="note">{} more instances are not listed.</p>"#,
+                thousands(instances.len() - ROWS)
+            );
+        }
+        out.push_str("</section>");
     }
 
     if !undo.is_empty() {

@@ -170,6 +170,9 @@ pub(crate) fn graph(nodes: &[NodeRow], status: &HashMap<&str, &'static str>) -> 
     svg
 }
 
+/// The most lines a timeline draws.
+pub(crate) const TIMELINE_LINES: usize = 300;
+
 /// One line of the timeline: a step (of the run, or of a nest instance, indented), a
 /// compensation, or a child run.
 struct Line {
@@ -285,6 +288,14 @@ pub(crate) fn timeline(
             }],
         });
     }
+    // A run of many nest instances has a line for each of their steps: the picture keeps the
+    // first [`TIMELINE_LINES`] and says how many it left out.
+    let hidden = lines.len().saturating_sub(TIMELINE_LINES);
+    if hidden > 0 {
+        // The run's own steps and its child runs first: an instance's steps are the ones cut.
+        lines.sort_by_key(|line| line.depth.min(1));
+        lines.truncate(TIMELINE_LINES);
+    }
     let total_us = lines
         .iter()
         .flat_map(|l| l.spans.iter().map(|s| s.to_us))
@@ -329,6 +340,12 @@ pub(crate) fn timeline(
         svg.push_str("</g>");
     }
     let axis_y = MARGIN + lines.len() as u32 * line_h + 14;
+    if hidden > 0 {
+        let _ = write!(
+            svg,
+            r#"<text class="axis more" x="6" y="{axis_y}">{hidden} more lines not drawn</text>"#
+        );
+    }
     let _ = write!(
         svg,
         r#"<text class="axis" x="{x0}" y="{axis_y}">0</text><text class="axis" x="{x1}" y="{axis_y}" text-anchor="end">{total:.1} ms</text></svg>"#,

@@ -535,6 +535,15 @@ impl Cli {
                         let mut view = web::View::from_arc(store)
                             .name(&name)
                             .allow_actions(actions);
+                        for host in sub.get_many::<String>("allow-host").into_iter().flatten() {
+                            view = view.allow_host(host);
+                        }
+                        // Reached at a non-loopback address it listens on, by that address.
+                        if !addr.ip().is_loopback() && !addr.ip().is_unspecified() {
+                            view = view
+                                .allow_host(&addr.to_string())
+                                .allow_host(&addr.ip().to_string());
+                        }
                         for (workflow, registered) in &self.workflows {
                             view = view.known(workflow.clone(), (registered.known)());
                         }
@@ -550,7 +559,12 @@ impl Cli {
             Err(error @ CliError::PasswordFile { .. }) => return Err(error),
             Err(error) => {
                 writeln!(out, "error: {error}")?;
-                web::unavailable(db, &error.to_string())
+                // Never the URL on a page: it may hold a password.
+                let name = match is_postgres(db) {
+                    true => "the PostgreSQL store",
+                    false => db,
+                };
+                web::unavailable(name, &error.to_string())
             }
         };
         let listener = tokio::net::TcpListener::bind(addr)
@@ -806,6 +820,13 @@ fn serve_command(db: Arg, schema: Arg, password_file: Arg) -> Command {
                 .value_parser(clap::value_parser!(std::net::SocketAddr))
                 .default_value("127.0.0.1:7070")
                 .help("Listen on this address (loopback by default; port 0 picks a free one)"),
+        )
+        .arg(
+            Arg::new("allow-host")
+                .long("allow-host")
+                .value_name("HOST")
+                .action(ArgAction::Append)
+                .help("Answer requests for this host name too (the name users type, or a proxy sends); by default only loopback names, against DNS rebinding"),
         )
         .arg(
             Arg::new("allow-actions")

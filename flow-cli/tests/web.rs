@@ -417,6 +417,39 @@ fn actions_need_the_flag_the_token_and_the_same_origin() {
         assert_eq!(answer.status, 400, "{bad}: {}", answer.body);
     }
     assert!(signals().is_empty());
+    // A form over 64 KiB: 413 before it is read.
+    let huge = format!(
+        "token={token}&name=confirm&input=json&value={}",
+        "1".repeat(70 * 1024)
+    );
+    assert_eq!(post(addr, "/runs/waiting/signal", &huge, &[]).status, 413);
+    // A name too long for a signal: 400 before anything is stored.
+    let long = format!("token={token}&name={}&input=json&value=1", "n".repeat(300));
+    assert_eq!(post(addr, "/runs/waiting/signal", &long, &[]).status, 400);
+    // Another site's name for this machine (DNS rebinding): refused, pages and actions alike.
+    for (method, path, body) in [
+        ("GET", "/runs/waiting", ""),
+        ("POST", "/runs/waiting/signal", good.as_str()),
+    ] {
+        let rebound = request(
+            addr,
+            method,
+            path,
+            &[
+                ("Host", "evil.example:80"),
+                ("Content-Type", "application/x-www-form-urlencoded"),
+            ],
+            body,
+        );
+        assert_eq!(rebound.status, 421, "{method} {path}: {}", rebound.body);
+    }
+    for host in ["localhost", "127.0.0.1", "[::1]:8080", "LOCALHOST:1"] {
+        assert_eq!(
+            request(addr, "GET", "/runs", &[("Host", host)], "").status,
+            200,
+            "{host}"
+        );
+    }
     // The real thing: stored, and the browser is sent back to the run with a notice.
     let origin = format!("http://{addr}");
     let sent = post(addr, "/runs/waiting/signal", &good, &[("Origin", &origin)]);
@@ -481,6 +514,29 @@ fn actions_need_the_flag_the_token_and_the_same_origin() {
         }))
         .expect("reads");
     assert_eq!(run[0].status.as_str(), "running");
+}
+
+/// A view told its public name answers to it.
+#[test]
+fn a_view_answers_to_the_names_it_is_given() {
+    let path = fresh_store("hosts", |store| async move {
+        let done = Order::runner()
+            .durable(&store, "done")
+            .execute(1)
+            .await
+            .expect("runs");
+        assert!(done.result.is_ok());
+    });
+    let named = serve(
+        View::new(SqliteStore::open_read_only(&path).expect("opens"))
+            .allow_host("flow.example.com"),
+    );
+    let get_as = |addr, host| request(addr, "GET", "/runs", &[("Host", host)], "").status;
+    assert_eq!(get_as(named, "flow.example.com"), 200);
+    assert_eq!(get_as(named, "flow.example.com:443"), 200);
+    assert_eq!(get_as(named, "other.example.com"), 421);
+    let any = serve(View::new(SqliteStore::open_read_only(&path).expect("opens")).allow_any_host());
+    assert_eq!(get_as(any, "other.example.com"), 200);
 }
 
 #[test]

@@ -169,7 +169,7 @@ impl SqliteStore {
     ) -> Result<SqliteStore, StoreError> {
         let path = path.as_ref().to_owned();
         let (lock, made) = lock(&path)?;
-        let conn = match schema::open(&path, &options, true) {
+        let conn = match schema::open(&path, &options, true, false) {
             Ok(conn) => conn,
             Err(error) => {
                 // A file refused for what it holds (not a store of flow, damaged, of a newer
@@ -253,14 +253,16 @@ impl SqliteStore {
             ));
         }
         let options = SqliteOptions::default();
-        let conn = schema::open(&path, &options, false)?;
+        let conn = schema::open(&path, &options, false, false)?;
         SqliteStore::start(path, conn, &options, None, false)
     }
 
     /// Opens the existing store in the file `path` as a client ([`SqliteStore::open_client`])
-    /// that never writes: its connection is `query_only`, so [`Store::send_signal`] and every
-    /// other write is refused by SQLite itself ([`StoreError::Io`]-like errors naming the
-    /// read-only database), and nothing, not even a lock file, is written beside the store.
+    /// that never writes: its connection is opened read-only (`SQLITE_OPEN_READ_ONLY`), so
+    /// [`Store::send_signal`] and every other write is refused by SQLite itself (an error
+    /// naming the read-only database), the store's journal mode is left as it is, and closing
+    /// it checkpoints nothing. No lock file is made; SQLite may make the `-wal` and `-shm`
+    /// files of a store in WAL mode when its owner has closed (they hold no data).
     /// For those who only look, beside the process that owns the store: `flow serve` without
     /// `--allow-actions`.
     ///
@@ -279,9 +281,7 @@ impl SqliteStore {
             ));
         }
         let options = SqliteOptions::default();
-        let conn = schema::open(&path, &options, false)?;
-        conn.pragma_update(None, "query_only", true)
-            .map_err(|e| StoreError::io(format!("making `{}` read-only", path.display()), e))?;
+        let conn = schema::open(&path, &options, false, true)?;
         SqliteStore::start(path, conn, &options, None, true)
     }
 

@@ -489,10 +489,15 @@ fn timer_key(db: &Db<'_>, node: i64, instance: String, kind: &str) -> Result<Tim
 /// id, `?4` id text, `?5`/`?6` creation times, `?7`/`?8` the cursor).
 fn list_sql(filter: &RunFilter) -> String {
     let mut sql = format!(
-        "{SUMMARY} WHERE (?1 IS NULL OR workflow = ?1) AND (?3 IS NULL OR id = ?3)
+        "{SUMMARY} WHERE (?1 IS NULL OR workflow = ?1) {id}
            AND (?4 IS NULL OR instr(id, ?4) > 0)
            AND (?5 IS NULL OR created_ms >= ?5) AND (?6 IS NULL OR created_ms < ?6)
            {after}",
+        // One run by its id: the primary key, where `?3 IS NULL OR ..` would scan.
+        id = match filter.id {
+            Some(_) => "AND id = ?3",
+            None => "AND ?3 IS NULL",
+        },
         // A row value, and only when there is a cursor: the index `runs_created` is then
         // searched from the cursor on, where `?7 IS NULL OR ..` would scan it from its end.
         after = match (filter.after.is_some(), filter.newest_first) {
@@ -1200,6 +1205,31 @@ mod tests {
                     .expect("a plan");
                 let plan = plan.join("; ");
                 assert!(plan.contains("runs_created"), "{plan}");
+                let one = RunFilter {
+                    id: Some("r".into()),
+                    ..RunFilter::default()
+                };
+                let by_id = format!("EXPLAIN QUERY PLAN {}", list_sql(&one));
+                let by_id: String = conn
+                    .query_row(
+                        &by_id,
+                        rusqlite::params![
+                            None::<String>,
+                            -1,
+                            "r",
+                            None::<String>,
+                            None::<i64>,
+                            None::<i64>,
+                            None::<i64>,
+                            None::<String>
+                        ],
+                        |row| row.get(3),
+                    )
+                    .expect("a plan");
+                assert!(
+                    by_id.contains("PRIMARY KEY") || by_id.contains("autoindex"),
+                    "one run by its key: {by_id}"
+                );
                 assert!(!plan.contains("TEMP B-TREE"), "no sort: {plan}");
                 if after.is_some() {
                     assert!(plan.starts_with("SEARCH"), "from the cursor: {plan}");

@@ -178,12 +178,24 @@ fn schema(version: u32) -> String {
 /// new one and migrates an older one (when `create`: a store's owner; a client refuses an
 /// empty file and reads an older one as it is), and applies the settings. Writes nothing to a
 /// file it refuses.
+///
+/// A `read_only` connection is opened with `SQLITE_OPEN_READ_ONLY`: it reads the store as it
+/// is, leaves its journal mode alone and can write nothing, not even a checkpoint when it
+/// closes.
 pub(crate) fn open(
     path: &Path,
     options: &SqliteOptions,
     create: bool,
+    read_only: bool,
 ) -> Result<Connection, StoreError> {
-    let conn = Connection::open(path).map_err(|e| sql_error(path, "opening", e))?;
+    let conn = match read_only {
+        false => Connection::open(path),
+        true => Connection::open_with_flags(
+            path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        ),
+    }
+    .map_err(|e| sql_error(path, "opening", e))?;
     conn.busy_timeout(options.busy_timeout)
         .map_err(|e| sql_error(path, "setting the busy timeout", e))?;
     // The first read of the header: a file that is not a database fails here.
@@ -249,6 +261,9 @@ pub(crate) fn open(
                 ),
             });
         }
+    }
+    if read_only {
+        return Ok(conn);
     }
     let mode: String = conn
         .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))

@@ -38,8 +38,8 @@ pub(crate) struct Counters {
 }
 
 /// Runs until every sender is gone, then closes the connection. A `read_only` store's
-/// transactions are deferred: a `query_only` connection may not begin an immediate one, and
-/// it never writes.
+/// transactions are deferred: a read-only connection may not begin an immediate one, and it
+/// never writes.
 pub(crate) fn run(
     conn: Connection,
     path: PathBuf,

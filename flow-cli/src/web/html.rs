@@ -117,6 +117,28 @@ pub(crate) fn value(text: &str, whole: Option<&str>) -> String {
     )
 }
 
+/// Text (an error) as a page shows it: as [`value`] does, in the page's font rather than as
+/// code.
+pub(crate) fn text(text: &str, whole: Option<&str>) -> String {
+    if text.chars().count() <= SHORT {
+        return esc(text);
+    }
+    value(text, whole)
+}
+
+/// At most [`SHORT`] characters of `text`, escaped, with the count of the rest: an event's
+/// fields in the journal's table.
+pub(crate) fn short(text: &str) -> String {
+    match text.char_indices().nth(SHORT) {
+        Some((cut, _)) => format!(
+            "<code>{}</code>… ({} characters)",
+            esc(&text[..cut]),
+            super::thousands(text.chars().count())
+        ),
+        None => format!("<code>{}</code>", esc(text)),
+    }
+}
+
 /// How many characters of a value a table shows before it folds the rest away.
 pub(crate) const SHORT: usize = 200;
 /// How many characters of a value a page holds at most (the rest is a link away).

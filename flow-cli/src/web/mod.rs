@@ -21,9 +21,10 @@
 //!
 //! The view only reads unless [`View::allow_actions`] is on: then a run's page has forms to
 //! send a signal (checked against the workflow's declared signals when it is
-//! [registered](View::register)), cancel and redrive, through the same functions as the
-//! command line ([`send_signal`](flowdag_runtime::durable::send_signal),
-//! [`cancel_run`], [`redrive_run`]). A form carries a token of this process and a request
+//! [registered](View::register)), cancel and redrive, as the command line does: the signal
+//! checked against the workflow's declaration (its name declared, its payload of its type, not
+//! an operator's reserved name) and stored with [`Store::send_signal`], [`cancel_run`],
+//! [`redrive_run`]. A form carries a token of this process and a request
 //! from another origin is refused. Every value from the store is escaped; every page is
 //! sent with a strict Content-Security-Policy (no inline script, nothing from elsewhere).
 
@@ -60,10 +61,16 @@ const PAGE: u32 = 50;
 const MAX_PAGE: u32 = 500;
 /// The longest query string taken (longer: 400).
 const MAX_QUERY: usize = 4096;
+/// The longest signal name an action takes.
+const MAX_NAME: usize = 256;
 /// The largest form taken (larger: 413).
 const MAX_FORM: usize = 64 * 1024;
 /// How many of a run's events its page lists (the newest; the rest are counted).
 const EVENTS_SHOWN: usize = 1000;
+/// How many of a run's signals its page lists (the newest).
+const SIGNALS_SHOWN: usize = 200;
+/// How many child runs a run's page draws.
+const CHILDREN_SHOWN: u32 = 100;
 /// How many steps of nest instances, and how many instances, a run's page lists.
 const ROWS: usize = 500;
 
@@ -83,6 +90,8 @@ struct Shared {
     /// The token every action's form carries: a page of this process made it.
     token: String,
     metrics: Option<Arc<dyn Fn() -> String + Send + Sync>>,
+    /// The names a request's `Host` may give besides loopback ones; `None`: any.
+    hosts: Option<Vec<String>>,
 }
 
 /// A workflow of this binary's: its graph and its signals.
@@ -215,6 +224,7 @@ impl View {
                 actions: false,
                 token: token(),
                 metrics: None,
+                hosts: Some(Vec::new()),
             },
         }
     }
@@ -254,6 +264,25 @@ impl View {
         self
     }
 
+    /// Lets requests whose `Host` is `host` (a name or an address, with or without its port:
+    /// `flow.example.com`, `10.0.0.5:7070`) through. By default only loopback names and
+    /// addresses are (`localhost`, `127.0.0.1`, `[::1]`): a page of another site that makes
+    /// its own name point at this machine (DNS rebinding) is refused (421), so it can read
+    /// nothing and send nothing.
+    pub fn allow_host(mut self, host: &str) -> View {
+        if let Some(hosts) = &mut self.shared.hosts {
+            hosts.push(host.to_ascii_lowercase());
+        }
+        self
+    }
+
+    /// Lets requests of any `Host` through: for a view behind a proxy that authenticates
+    /// and sets `Host` itself.
+    pub fn allow_any_host(mut self) -> View {
+        self.shared.hosts = None;
+        self
+    }
+
     /// Serves `render()` (the Prometheus text of the process's metrics) at `/metrics`.
     pub fn metrics(mut self, render: impl Fn() -> String + Send + Sync + 'static) -> View {
         self.shared.metrics = Some(Arc::new(render));
@@ -289,6 +318,10 @@ impl View {
         router
             .fallback(not_found)
             .layer(DefaultBodyLimit::max(MAX_FORM))
+            .layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&shared),
+                check_host,
+            ))
             .layer(axum::middleware::map_response(secure))
             .with_state(shared)
     }
@@ -353,6 +386,7 @@ pub(crate) fn unavailable(name: &str, why: &str) -> Router {
         actions: false,
         token: String::new(),
         metrics: None,
+        hosts: None,
     });
     let why = why.to_owned();
     Router::new()
@@ -438,15 +472,7 @@ fn failure(shared: &Shared, failure: Failure) -> Response {
         Failure::Missing(why) => (StatusCode::NOT_FOUND, "Not found", why),
         Failure::Refused(why) => (StatusCode::CONFLICT, "Refused", why),
         Failure::Forbidden(why) => (StatusCode::FORBIDDEN, "Forbidden", why),
-        Failure::Store(error) => {
-            let status = match error {
-                StoreError::Corrupt { .. }
-                | StoreError::Foreign { .. }
-                | StoreError::SchemaVersion { .. } => StatusCode::INTERNAL_SERVER_ERROR,
-                _ => StatusCode::SERVICE_UNAVAILABLE,
-            };
-            (status, "The store failed", error.to_string())
-        }
+        Failure::Store(error) => (store_status(&error), "The store failed", error.to_string()),
     };
     let body = format!(
         r#"<section class="error" id="failure"><h1>{title}</h1><p>{}</p><p><a href="{}/runs">all runs</a></p></section>"#,
@@ -454,6 +480,17 @@ fn failure(shared: &Shared, failure: Failure) -> Response {
         shared.base
     );
     (status, html_page(shared, title, &body)).into_response()
+}
+
+/// The status of a store's failure: 500 for a store that cannot be read as it is, 503 for one
+/// that may answer later.
+fn store_status(error: &StoreError) -> StatusCode {
+    match error {
+        StoreError::Corrupt { .. }
+        | StoreError::Foreign { .. }
+        | StoreError::SchemaVersion { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        _ => StatusCode::SERVICE_UNAVAILABLE,
+    }
 }
 
 fn frame(shared: &Shared) -> Frame<'_> {
@@ -539,6 +576,54 @@ fn params(uri: &Uri, known: &[&str]) -> Result<HashMap<String, String>, Failure>
     Ok(out)
 }
 
+/// Whether `host` (a `Host` header: a name or an address, maybe with a port) is a loopback
+/// one or one of `allowed`.
+fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    let host = host.to_ascii_lowercase();
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host.as_str(), |(name, port)| {
+            if port.bytes().all(|b| b.is_ascii_digit()) {
+                name
+            } else {
+                host.as_str()
+            }
+        }),
+    };
+    let loopback = name == "localhost"
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    loopback || allowed.iter().any(|a| *a == host || *a == name)
+}
+
+/// Refuses a request whose `Host` the view does not answer to (421): see [`View::allow_host`].
+async fn check_host(
+    State(shared): State<Arc<Shared>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if let Some(allowed) = &shared.hosts {
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .or_else(|| request.uri().authority().map(|a| a.as_str()))
+            .unwrap_or("");
+        if !host_allowed(host, allowed) {
+            let mut response = failure(
+                &shared,
+                Failure::Forbidden(format!(
+                    "this view answers to loopback names only, not to `{host}`: start it with `--allow-host {host}` (`View::allow_host`) to be reached by that name"
+                )),
+            );
+            *response.status_mut() = StatusCode::MISDIRECTED_REQUEST;
+            return response;
+        }
+    }
+    next.run(request).await
+}
+
 /// An action asked of a read-only view: 405, nothing read or written.
 async fn read_only(State(shared): State<Arc<Shared>>) -> Response {
     let mut response = failure(
@@ -551,7 +636,7 @@ async fn read_only(State(shared): State<Arc<Shared>>) -> Response {
     *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
     response
         .headers_mut()
-        .insert(header::ALLOW, HeaderValue::from_static("GET"));
+        .insert(header::ALLOW, HeaderValue::from_static(""));
     response
 }
 
@@ -694,6 +779,14 @@ fn list_query(query: &HashMap<String, String>, after: Option<&RunCursor>) -> Str
     out.join("&amp;")
 }
 
+/// Now, in ms since the Unix epoch (this process's clock): how long an unfinished run has
+/// taken so far.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 fn duration_text(ms: u64) -> String {
     match ms {
         0..1_000 => format!("{ms} ms"),
@@ -750,9 +843,7 @@ async fn runs_body(shared: &Shared, uri: &Uri) -> Result<String, Failure> {
     body.push_str(r#"<table id="runs"><thead><tr><th>run</th><th>workflow</th><th>status</th><th>started</th><th>ended</th><th>duration</th><th>events</th></tr></thead><tbody>"#);
     for run in &runs {
         let ended = run.status.is_finished().then_some(run.updated_ms);
-        let took = ended
-            .unwrap_or(run.updated_ms)
-            .saturating_sub(run.created_ms);
+        let took = ended.unwrap_or_else(now_ms).saturating_sub(run.created_ms);
         let _ = write!(
             body,
             r#"<tr data-run="{id}" data-status="{status}"><td><a href="{base}/runs/{link}">{id}</a></td><td><a href="{base}/workflows/{wlink}">{workflow}</a></td><td><span class="status s-{slug}">{status}</span></td><td>{started}</td><td>{ended}</td><td>{took}</td><td>{events}</td></tr>"#,
@@ -834,23 +925,21 @@ async fn run_page(
 }
 
 async fn run_body(shared: &Shared, id: &str, uri: &Uri) -> Result<String, Failure> {
-    let query = params(uri, &["notice", "error"])?;
+    let query = params(uri, &["notice"])?;
     check_id(id)?;
     let run = find(shared, id).await?;
     let live = live_html(shared, &run).await?;
     let mut body = String::new();
-    for (key, class) in [("notice", "notice"), ("error", "error")] {
-        if let Some(text) = query.get(key) {
-            let _ = write!(body, r#"<p class="{class}" id="{class}">{}</p>"#, esc(text));
-        }
+    if let Some(text) = query.get("notice") {
+        let _ = write!(body, r#"<p class="notice" id="notice">{}</p>"#, esc(text));
     }
     let _ = write!(
         body,
-        r#"<h1>Run <code>{}</code></h1><div id="live" data-run="{}" data-next="{}" data-status="{}" data-finished="{}">{live}</div>"#,
+        r#"<h1>Run <code>{}</code></h1><div id="live" data-run="{}" data-next="{}" data-key="{}" data-finished="{}">{live}</div>"#,
         esc(id),
         esc(&format!("{}/runs/{}/live", shared.base, url(id))),
         run.next_seq,
-        run.status.as_str(),
+        esc(&live_key(shared, &run).await?),
         run.status.is_finished(),
     );
     body.push_str(&actions_html(shared, &run));
@@ -864,7 +953,9 @@ async fn live_html(shared: &Shared, run: &RunSummary) -> Result<String, Failure>
     let store = &*shared.store;
     let events = store.events(id, 0).await?;
     let run_data = store.run_data(id).await?;
-    let signals = store.signals(id, 0).await?;
+    let mut signals = store.signals(id, 0).await?;
+    let signals_hidden = signals.len().saturating_sub(SIGNALS_SHOWN);
+    signals.drain(..signals_hidden);
     let nodes = match store.nodes(id).await {
         Ok(rows) if !rows.is_empty() => Some(rows),
         Ok(_) | Err(StoreError::Unsupported { .. }) => shared
@@ -876,6 +967,9 @@ async fn live_html(shared: &Shared, run: &RunSummary) -> Result<String, Failure>
     let children: Vec<RunSummary> = store
         .list_runs(&RunFilter {
             id_contains: Some(format!("{id}/")),
+            // A child is created after its parent: the index from there on.
+            created_from_ms: Some(run.created_ms),
+            limit: Some(CHILDREN_SHOWN),
             ..RunFilter::default()
         })
         .await?
@@ -906,7 +1000,7 @@ async fn live_html(shared: &Shared, run: &RunSummary) -> Result<String, Failure>
         started = utc(run.created_ms),
         updated_name = if ended.is_some() { "ended" } else { "updated" },
         updated = utc(run.updated_ms),
-        took = duration_text(run.updated_ms.saturating_sub(run.created_ms)),
+        took = duration_text(ended.unwrap_or_else(now_ms).saturating_sub(run.created_ms)),
         events = run.next_seq,
     );
     if let Some(owner) = &run.owner {
@@ -928,7 +1022,11 @@ async fn live_html(shared: &Shared, run: &RunSummary) -> Result<String, Failure>
     }
     out.push_str("</dl>");
     if let Some(error) = &error {
-        let _ = write!(out, r#"<p class="error" id="run-error">{}</p>"#, esc(error));
+        let _ = write!(
+            out,
+            r#"<div class="error" id="run-error">{}</div>"#,
+            html::text(error, None)
+        );
     }
 
     // The graph.
@@ -1032,7 +1130,9 @@ async fn live_html(shared: &Shared, run: &RunSummary) -> Result<String, Failure>
                 esc(&u.step),
                 u.status,
                 u.attempts,
-                u.error.as_deref().map_or_else(String::new, esc),
+                u.error
+                    .as_deref()
+                    .map_or_else(String::new, |e| html::text(e, None)),
                 slug = svg::slug(u.status),
             );
         }
@@ -1062,6 +1162,13 @@ async fn live_html(shared: &Shared, run: &RunSummary) -> Result<String, Failure>
             out.push_str(&signal_row(shared, run, signal));
         }
         out.push_str("</tbody></table>");
+        if signals_hidden > 0 {
+            let _ = write!(
+                out,
+                r#"<p class="note">{} older signals are not listed.</p>"#,
+                thousands(signals_hidden)
+            );
+        }
     }
     out.push_str("</section>");
 
@@ -1167,7 +1274,10 @@ fn step_row(
         name = esc(&step.name),
         nested = if step.nested { "nested" } else { "" },
         attempts = step.attempts,
-        error = step.error.as_deref().map_or_else(String::new, esc),
+        error = step
+            .error
+            .as_deref()
+            .map_or_else(String::new, |e| html::text(e, None)),
         output = output.map_or_else(String::new, |bytes| shown_value(
             bytes,
             Some(&value_href(shared, run, &format!("step:{}", step.name)))
@@ -1186,7 +1296,7 @@ fn signal_row(shared: &Shared, run: &RunSummary, signal: &StoredSignal) -> Strin
         r#"<tr data-signal="{name}"><td>{id}</td><td><code>{name}</code></td><td>{payload}</td><td>{mode}</td><td>{sent}</td><td>{note}</td></tr>"#,
         id = signal.id,
         name = esc(&signal.name),
-        payload = shown_value(&signal.payload, None),
+        payload = html::short(&String::from_utf8_lossy(&signal.payload)),
         mode = signal.mode.as_str(),
         sent = utc(signal.sent_ms),
         note = note.as_deref().map_or_else(String::new, esc),
@@ -1206,7 +1316,7 @@ fn event_row(event: &StoredEvent) -> String {
         } else {
             String::new()
         },
-        detail = html::value(&detail(event), None),
+        detail = html::short(&detail(event)),
     )
 }
 
@@ -1268,16 +1378,35 @@ fn actions_html(shared: &Shared, run: &RunSummary) -> String {
     out
 }
 
-/// `GET /runs/{id}/live?since=SEQ&status=S`: `{"unchanged":true}` while the run's journal
-/// has no event from `since` on and its status is `status`, else its new state: `next`,
-/// `status`, `finished` and the HTML of its page's changing part.
+/// What a run's page shows besides its journal, as one string: its status, when it was last
+/// updated, who holds it, when it is due, and its newest signal. A page whose key and event
+/// count are the run's is up to date.
+async fn live_key(shared: &Shared, run: &RunSummary) -> Result<String, Failure> {
+    let newest_signal = shared
+        .store
+        .signals(&run.id, 0)
+        .await?
+        .last()
+        .map_or(0, |s| s.id);
+    Ok(format!(
+        "{}.{}.{}.{}.{newest_signal}",
+        run.status.as_str(),
+        run.updated_ms,
+        run.owner.as_deref().unwrap_or(""),
+        run.wake_at_ms.unwrap_or(0),
+    ))
+}
+
+/// `GET /runs/{id}/live?since=SEQ&key=KEY`: `{"unchanged":true}` while the run's journal
+/// has no event from `since` on and its [`live_key`] is `key`, else its new state: `next`,
+/// `key`, `status`, `finished` and the HTML of its page's changing part.
 async fn live(
     State(shared): State<Arc<Shared>>,
     UrlPath(id): UrlPath<String>,
     uri: Uri,
 ) -> Response {
     let answer = async {
-        let query = params(&uri, &["since", "status"])?;
+        let query = params(&uri, &["since", "key"])?;
         check_id(&id)?;
         let since = match query.get("since") {
             Some(text) => text
@@ -1287,12 +1416,14 @@ async fn live(
         };
         let run = find(&shared, &id).await?;
         let status = run.status.as_str();
-        if run.next_seq == since && query.get("status").map(String::as_str) == Some(status) {
+        let key = live_key(&shared, &run).await?;
+        if run.next_seq == since && query.get("key") == Some(&key) {
             return Ok(json!({ "unchanged": true, "finished": run.status.is_finished() }));
         }
         let html = live_html(&shared, &run).await?;
         Ok::<_, Failure>(json!({
             "next": run.next_seq,
+            "key": key,
             "status": status,
             "finished": run.status.is_finished(),
             "html": html,
@@ -1308,7 +1439,7 @@ async fn live(
             let (status, why) = match error {
                 Failure::Bad(why) => (StatusCode::BAD_REQUEST, why),
                 Failure::Missing(why) => (StatusCode::NOT_FOUND, why),
-                Failure::Store(error) => (StatusCode::SERVICE_UNAVAILABLE, error.to_string()),
+                Failure::Store(error) => (store_status(&error), error.to_string()),
                 Failure::Refused(why) | Failure::Forbidden(why) => (StatusCode::CONFLICT, why),
             };
             (
@@ -1457,7 +1588,14 @@ fn allowed(
     headers: &HeaderMap,
     form: &HashMap<String, String>,
 ) -> Result<(), Failure> {
-    if form.get("token") != Some(&shared.token) {
+    let given = form.get("token").map_or(&[][..], |t| t.as_bytes());
+    let same = given.len() == shared.token.len()
+        && given
+            .iter()
+            .zip(shared.token.as_bytes())
+            .fold(0u8, |diff, (a, b)| diff | (a ^ b))
+            == 0;
+    if !same {
         return Err(Failure::Forbidden(
             "the form does not carry this view's token: reload the run's page and send it again"
                 .to_owned(),
@@ -1483,13 +1621,8 @@ fn allowed(
 
 /// The fields of a posted form, refusing a repeated or unknown field.
 fn form(body: &[u8], known: &[&str]) -> Result<HashMap<String, String>, Failure> {
-    let pairs: Vec<(String, String)> = axum::extract::Query::<Vec<(String, String)>>::try_from_uri(
-        &format!("/?{}", String::from_utf8_lossy(body))
-            .parse::<Uri>()
-            .map_err(|_| Failure::Bad("the form cannot be read".to_owned()))?,
-    )
-    .map_err(|error| Failure::Bad(format!("the form cannot be read: {error}")))?
-    .0;
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_bytes(body)
+        .map_err(|error| Failure::Bad(format!("the form cannot be read: {error}")))?;
     let mut out = HashMap::new();
     for (key, value) in pairs {
         if !known.contains(&key.as_str()) {
@@ -1504,11 +1637,16 @@ fn form(body: &[u8], known: &[&str]) -> Result<HashMap<String, String>, Failure>
 
 /// Where an action sends the browser: back to the run's page, with a notice.
 fn back(shared: &Shared, id: &str, notice: &str) -> Response {
+    // Short enough for the run's page to take it back (its query is at most `MAX_QUERY`).
+    let notice = match notice.char_indices().nth(300) {
+        Some((cut, _)) => format!("{}…", &notice[..cut]),
+        None => notice.to_owned(),
+    };
     Redirect::to(&format!(
         "{}/runs/{}?notice={}",
         shared.base,
         url(id),
-        url(notice)
+        url(&notice)
     ))
     .into_response()
 }
@@ -1529,6 +1667,12 @@ async fn signal(
             .get("name")
             .filter(|n| !n.is_empty())
             .ok_or_else(|| Failure::Bad("the signal's `name` is missing".to_owned()))?;
+        if name.len() > MAX_NAME {
+            return Err(Failure::Bad(format!(
+                "a signal's name has at most {MAX_NAME} bytes, not {}",
+                name.len()
+            )));
+        }
         let input = form
             .get("input")
             .and_then(|i| Input::parse(i))
@@ -1616,6 +1760,7 @@ async fn cancel(
                 format!("cancel requested: `{holder}`, which holds the run, cancels it")
             }
             Stop::Requested { holder: None } => "cancel requested: nobody holds the run; the next worker that loads it cancels it and runs its compensations".to_owned(),
+            Stop::Ended => "the run is cancelled".to_owned(),
             _ => "cancel requested".to_owned(),
         })
     };

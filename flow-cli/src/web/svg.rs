@@ -35,6 +35,8 @@ pub(crate) fn fill(slug: &str) -> &'static str {
         "aborted" | "cancelled" => "#f9d29d",
         "skipped" => "#e0e0e0",
         "withdrawn" => "#d9c8f0",
+        "stuck" => "#e7b3e0",
+        "compensating" => "#fcd9b6",
         "running" => "#a9d6f5",
         "waiting" | "backoff" => "#fff1a8",
         _ => "#ffffff",
@@ -178,6 +180,8 @@ pub(crate) const TIMELINE_LINES: usize = 300;
 struct Line {
     label: String,
     depth: usize,
+    /// A child run's line (kept before the steps of nest instances when lines are cut).
+    child: bool,
     spans: Vec<Span>,
 }
 
@@ -243,6 +247,7 @@ pub(crate) fn timeline(
             lines.push(Line {
                 label: key,
                 depth,
+                child: false,
                 spans: Vec::new(),
             });
             lines.len() - 1
@@ -280,6 +285,7 @@ pub(crate) fn timeline(
         lines.push(Line {
             label: format!("child run {}", child.id),
             depth: 1,
+            child: true,
             spans: vec![Span {
                 from_us: ms(child.created_ms),
                 to_us: ms(child.updated_ms),
@@ -293,7 +299,7 @@ pub(crate) fn timeline(
     let hidden = lines.len().saturating_sub(TIMELINE_LINES);
     if hidden > 0 {
         // The run's own steps and its child runs first: an instance's steps are the ones cut.
-        lines.sort_by_key(|line| line.depth.min(1));
+        lines.sort_by_key(|line| usize::from(line.depth > 0 && !line.child));
         lines.truncate(TIMELINE_LINES);
     }
     let total_us = lines
@@ -360,8 +366,10 @@ pub(crate) fn timeline(
 pub(crate) fn run_slug(status: &str) -> &'static str {
     match status {
         "succeeded" | "continued" => "succeeded",
-        "failed" | "stuck" => "failed",
-        "cancelled" | "compensating" => "cancelled",
+        "failed" => "failed",
+        "stuck" => "stuck",
+        "cancelled" => "cancelled",
+        "compensating" => "compensating",
         "running" => "running",
         "waiting" => "waiting",
         _ => "pending",

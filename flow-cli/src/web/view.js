@@ -9,7 +9,7 @@
   }
   const url = live.dataset.run;
   let next = live.dataset.next;
-  let status = live.dataset.status;
+  let key = live.dataset.key;
   let finished = live.dataset.finished === "true";
   const actions = document.getElementById("actions");
   const keepOpen = function () {
@@ -22,9 +22,15 @@
     if (finished) {
       return;
     }
-    const query = "?since=" + encodeURIComponent(next) + "&status=" + encodeURIComponent(status);
+    const query = "?since=" + encodeURIComponent(next) + "&key=" + encodeURIComponent(key);
     fetch(url + query, { headers: { Accept: "application/json" } })
-      .then(function (response) { return response.json(); })
+      .then(function (response) {
+        // A request the view refuses (the run deleted, say) will be refused again: stop.
+        if (response.status >= 400 && response.status < 500) {
+          finished = true;
+        }
+        return response.json();
+      })
       .then(function (state) {
         if (state.error) {
           live.dataset.error = state.error;
@@ -39,9 +45,9 @@
             if (details) { details.open = true; }
           });
           next = String(state.next);
-          status = state.status;
+          key = state.key;
           live.dataset.next = next;
-          live.dataset.status = status;
+          live.dataset.key = key;
         }
         finished = state.finished;
         live.dataset.finished = String(finished);

@@ -399,6 +399,19 @@ mod tests {
     }
 
     #[test]
+    fn another_recorder_installed_first_is_a_typed_error() {
+        // The only test of this binary that installs a global recorder, or asks for one.
+        let other = metrics_util::debugging::DebuggingRecorder::new();
+        assert!(metrics::set_global_recorder(other).is_ok());
+        for _ in 0..2 {
+            assert_eq!(
+                Prometheus::install().err(),
+                Some(MetricsError::OtherRecorder)
+            );
+        }
+    }
+
+    #[test]
     fn an_endpoint_answers_over_tcp_and_refuses_a_huge_request() {
         let (_recorder, prometheus) = Prometheus::local();
         let runtime = tokio::runtime::Builder::new_current_thread()

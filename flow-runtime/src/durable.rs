@@ -983,7 +983,7 @@ impl<W: DurableWorkflow> DurableRunner<W> {
         }
         match self.store.create_run(run).await? {
             Created::New { lease, next_seq } => {
-                crate::metrics::run_started(&W::durable_name());
+                crate::metrics::run_started(W::durable_name);
                 let setup = JournalSetup {
                     signal_poll: self.signal_poll,
                     request_poll: self.request_poll,
@@ -1869,7 +1869,7 @@ fn start<W: DurableWorkflow>(
 ) -> impl Future<Output = Outcome<W::Output>> {
     options.record = true;
     options.report = true;
-    let meter = crate::metrics::RunMeter::new(&W::durable_name());
+    let meter = crate::metrics::RunMeter::new(W::durable_name);
     let journal = journal::Journal::new(setup, meter);
     let setup = RunSetup::hooked(options, journal as Box<dyn Hook>);
     W::__execute::<'static>(setup, W::__input::<'static>(input))
@@ -1986,7 +1986,7 @@ impl<W: DurableWorkflow, F: Future<Output = Outcome<W::Output>>, R: Shape<W::Out
             let outcome = result.map(|result| Outcome { result, report });
             *this.settling = Some(match again {
                 None => {
-                    let workflow = crate::metrics::Workflow::new(&W::durable_name());
+                    let workflow = crate::metrics::Workflow::of(W::durable_name);
                     (succeeded(store, settle, workflow), outcome, None)
                 }
                 Some((input, keep)) => {

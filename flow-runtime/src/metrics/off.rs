@@ -1,5 +1,7 @@
 //! The recording calls of the runtime without feature `metrics`: empty, and inlined away.
 
+use std::borrow::Cow;
+
 use crate::events::Event;
 
 /// A workflow's name as a label value: nothing without the feature.
@@ -8,13 +10,13 @@ pub(crate) struct Workflow;
 
 impl Workflow {
     #[inline(always)]
-    pub(crate) fn new(_name: &str) -> Workflow {
+    pub(crate) fn of(_name: fn() -> Cow<'static, str>) -> Workflow {
         Workflow
     }
 }
 
 #[inline(always)]
-pub(crate) fn run_started(_workflow: &str) {}
+pub(crate) fn run_started(_name: fn() -> Cow<'static, str>) {}
 
 #[inline(always)]
 pub(crate) fn run_finished(_workflow: &Workflow, _status: &'static str) {}
@@ -46,7 +48,7 @@ pub(crate) struct RunMeter;
 
 impl RunMeter {
     #[inline(always)]
-    pub(crate) fn new(_workflow: &str) -> RunMeter {
+    pub(crate) fn new(_name: fn() -> Cow<'static, str>) -> RunMeter {
         RunMeter
     }
 

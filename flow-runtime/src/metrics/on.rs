@@ -1,6 +1,7 @@
 //! The recording calls of the runtime, with feature `metrics`: each goes to the recorder the
 //! application installed (the `metrics` facade's no-op recorder when there is none).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,9 +20,10 @@ use crate::path::NodePath;
 pub(crate) struct Workflow(Arc<str>);
 
 impl Workflow {
-    /// The label of workflow `name`.
-    pub(crate) fn new(name: &str) -> Workflow {
-        Workflow(Arc::from(name))
+    /// The label of the workflow `name` gives the name of (`DurableWorkflow::durable_name`,
+    /// called only with the feature: a generic workflow's name is made at each call).
+    pub(crate) fn of(name: fn() -> Cow<'static, str>) -> Workflow {
+        Workflow(Arc::from(name().as_ref()))
     }
 
     fn label(&self) -> SharedString {
@@ -29,9 +31,9 @@ impl Workflow {
     }
 }
 
-/// A run was created in the store.
-pub(crate) fn run_started(workflow: &str) {
-    counter!(RUNS_STARTED, "workflow" => workflow.to_owned()).increment(1);
+/// A run of the workflow `name` names was created in the store.
+pub(crate) fn run_started(name: fn() -> Cow<'static, str>) {
+    counter!(RUNS_STARTED, "workflow" => SharedString::from(name())).increment(1);
 }
 
 /// A run's end (`status`) was committed.
@@ -102,9 +104,9 @@ pub(crate) struct RunMeter {
 }
 
 impl RunMeter {
-    /// The meter of a run of `workflow`, in flight until it is dropped.
-    pub(crate) fn new(workflow: &str) -> RunMeter {
-        let workflow = Workflow::new(workflow);
+    /// The meter of a run of the workflow `name` names, in flight until it is dropped.
+    pub(crate) fn new(name: fn() -> Cow<'static, str>) -> RunMeter {
+        let workflow = Workflow::of(name);
         RunMeter {
             _in_flight: InFlight::new(RUNS_IN_FLIGHT, workflow.label()),
             workflow,

@@ -145,3 +145,24 @@ fn a_worker_serves_its_metrics_to_prometheus() {
         other => panic!("a taken address is refused: {other:?}"),
     }
 }
+
+#[test]
+fn a_worker_without_io_runs_without_its_endpoint() {
+    // A runtime with the timer alone: the endpoint cannot be served, the worker still runs.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime");
+    let worker = Worker::new(MemoryStore::new())
+        .poll_interval(Duration::from_millis(5))
+        .prometheus(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .expect("the endpoint is bound");
+    let report = runtime
+        .block_on(async {
+            worker
+                .run(tokio::time::sleep(Duration::from_millis(20)))
+                .await
+        })
+        .expect("the worker runs");
+    assert!(report.polls >= 1, "{report:?}");
+}

@@ -21,6 +21,10 @@
 //! (`flowdag-postgres`, through `LISTEN/NOTIFY`), the worker looks as soon as there is new
 //! work rather than at its next poll. See `docs/scale-out.md`.
 //!
+//! With the feature `metrics`, the runs a worker drives and the tasks it executes are counted
+//! through the `metrics` facade ([`crate::metrics`]); with `prometheus`, [`Worker::prometheus`]
+//! serves them at `GET /metrics` while the worker runs.
+//!
 //! The worker drives the runs it resumes and the tasks it executes on its own task,
 //! concurrently, up to [`Worker::max_runs`] and [`Worker::max_tasks`] at a time: it spawns
 //! nothing, so it needs no `Send` workflow and no tokio runtime beyond the timer.
@@ -247,7 +251,8 @@ impl<S: Store + Clone> Worker<S> {
     /// `tokio::net`, polled by the worker's loop (it spawns nothing): one request per
     /// connection, 16 connections at once, requests up to 8 KiB; anything but `GET` or `HEAD
     /// /metrics` gets `400`, `404` or `405`. [`Worker::run`] then needs a tokio runtime with
-    /// I/O enabled.
+    /// I/O enabled (without one it runs without the endpoint); [`Worker::resume_due`] serves
+    /// nothing.
     ///
     /// # Errors
     ///

@@ -198,7 +198,14 @@ impl Listener {
     pub(crate) fn serve(&self) -> Option<Endpoint> {
         let (listener, prometheus) = self.0.as_ref()?;
         let listener = listener.try_clone().ok()?;
-        let listener = tokio::net::TcpListener::from_std(listener).ok()?;
+        // Outside a tokio runtime with I/O enabled, registering the socket panics: the worker
+        // then goes on without its endpoint (the panic's message says why).
+        let registered = std::panic::catch_unwind(|| tokio::net::TcpListener::from_std(listener));
+        let Ok(Ok(listener)) = registered else {
+            #[cfg(feature = "tracing")]
+            tracing::warn!("the metrics endpoint is not served: no tokio runtime with I/O enabled");
+            return None;
+        };
         #[cfg(feature = "tracing")]
         if let Ok(addr) = listener.local_addr() {
             tracing::info!(%addr, "serving metrics at http://{addr}/metrics");

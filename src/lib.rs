@@ -415,6 +415,12 @@ pub use flowdag_runtime::store;
 #[cfg(feature = "durable")]
 pub use flowdag_runtime::durable::attempt;
 
+/// Metrics of durable runs and workers through the `metrics` facade crate (feature `metrics`;
+/// `Prometheus` with feature `prometheus`): their names here, what they measure in
+/// `docs/observability.md`.
+#[cfg(feature = "durable")]
+pub use flowdag_runtime::metrics;
+
 /// The worker that resumes the unfinished runs of a store (feature `durable`).
 #[cfg(feature = "durable")]
 pub use flowdag_runtime::worker::{Resumed, Unloaded, Worker, WorkerReport};

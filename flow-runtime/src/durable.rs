@@ -983,6 +983,7 @@ impl<W: DurableWorkflow> DurableRunner<W> {
         }
         match self.store.create_run(run).await? {
             Created::New { lease, next_seq } => {
+                crate::metrics::run_started(W::durable_name);
                 let setup = JournalSetup {
                     signal_poll: self.signal_poll,
                     request_poll: self.request_poll,
@@ -1868,7 +1869,9 @@ fn start<W: DurableWorkflow>(
 ) -> impl Future<Output = Outcome<W::Output>> {
     options.record = true;
     options.report = true;
-    let setup = RunSetup::hooked(options, journal::Journal::new(setup) as Box<dyn Hook>);
+    let meter = crate::metrics::RunMeter::new(W::durable_name);
+    let journal = journal::Journal::new(setup, meter);
+    let setup = RunSetup::hooked(options, journal as Box<dyn Hook>);
     W::__execute::<'static>(setup, W::__input::<'static>(input))
 }
 
@@ -1982,7 +1985,10 @@ impl<W: DurableWorkflow, F: Future<Output = Outcome<W::Output>>, R: Shape<W::Out
             };
             let outcome = result.map(|result| Outcome { result, report });
             *this.settling = Some(match again {
-                None => (succeeded(store, settle), outcome, None),
+                None => {
+                    let workflow = crate::metrics::Workflow::of(W::durable_name);
+                    (succeeded(store, settle, workflow), outcome, None)
+                }
                 Some((input, keep)) => {
                     let next = &*this.next;
                     let generation = next.generation;
@@ -2048,7 +2054,11 @@ impl<W: DurableWorkflow, F: Future<Output = Outcome<W::Output>>, R: Shape<W::Out
 
 /// Commits the success of a generation that does not continue, and gives the run's lease
 /// back.
-fn succeeded(store: Arc<dyn Store>, settle: journal::Settle) -> Settling {
+fn succeeded(
+    store: Arc<dyn Store>,
+    settle: journal::Settle,
+    workflow: crate::metrics::Workflow,
+) -> Settling {
     Box::pin(async move {
         let mut batch = Batch::new(&settle.lease, settle.next_seq, Duration::ZERO);
         batch.status = Some(RunStatus::Succeeded);
@@ -2057,6 +2067,9 @@ fn succeeded(store: Arc<dyn Store>, settle: journal::Settle) -> Settling {
             error: None,
         });
         let committed = store.commit(batch).await;
+        if committed.is_ok() {
+            crate::metrics::run_finished(&workflow, RunStatus::Succeeded.as_str());
+        }
         release(&*store, &settle.lease).await;
         committed.map(|_| None)
     })

@@ -31,8 +31,10 @@
 //   runner                              `Workflow` and `Runner`: the public entry points
 //   nest                                nest nodes, the sub-workflow driver (runs `Workflow`s)
 //   drivers                             the drivers of `ForEach` and `Loop` nodes
-//   store, durable, worker              durable runs (feature `durable`): storage, the journal
-//                                       (the scheduler's hook) and the user's side, the worker
+//   store, metrics                      durable runs (feature `durable`): storage; the metrics
+//                                       of durable runs and workers (no-op without `metrics`)
+//   durable, worker                     the journal (the scheduler's hook) and the user's side,
+//                                       the worker
 //   lib                                 re-exports and `__private`
 //
 // A run is recursive (a nest node's driver runs nested `execute`s, whose nodes may be nest
@@ -49,6 +51,8 @@ mod error;
 mod events;
 mod exclusion;
 mod graph;
+#[cfg(feature = "durable")]
+pub mod metrics;
 mod nest;
 mod nest_ctx;
 mod nodes;

@@ -21,6 +21,10 @@
 //! (`flowdag-postgres`, through `LISTEN/NOTIFY`), the worker looks as soon as there is new
 //! work rather than at its next poll. See `docs/scale-out.md`.
 //!
+//! With the feature `metrics`, the runs a worker drives and the tasks it executes are counted
+//! through the `metrics` facade ([`crate::metrics`]); with `prometheus`, [`Worker::prometheus`]
+//! serves them at `GET /metrics` while the worker runs.
+//!
 //! The worker drives the runs it resumes and the tasks it executes on its own task,
 //! concurrently, up to [`Worker::max_runs`] and [`Worker::max_tasks`] at a time: it spawns
 //! nothing, so it needs no `Send` workflow and no tokio runtime beyond the timer.
@@ -128,6 +132,8 @@ pub struct Worker<S> {
     adoptees: Mutex<std::collections::HashSet<String>>,
     /// The runs of another graph the worker found it cannot go on with: not taken again.
     foreign: Mutex<std::collections::HashSet<String>>,
+    /// Where it serves its metrics while it runs ([`Worker::prometheus`]); nowhere by default.
+    endpoint: crate::metrics::Listener,
 }
 
 /// A run the worker resumed, and how it ended.
@@ -194,6 +200,7 @@ impl<S: Store + Clone> Worker<S> {
             looks: std::sync::atomic::AtomicU64::new(0),
             adoptees: Mutex::new(std::collections::HashSet::new()),
             foreign: Mutex::new(std::collections::HashSet::new()),
+            endpoint: crate::metrics::Listener::default(),
         }
     }
 
@@ -234,6 +241,38 @@ impl<S: Store + Clone> Worker<S> {
     pub fn run_lease(mut self, lease: Duration) -> Worker<S> {
         self.run_lease = lease.max(Duration::from_millis(30));
         self
+    }
+
+    /// Serves the process's metrics in Prometheus's text format at `GET /metrics` on `addr`
+    /// while [`Worker::run`] runs (feature `prometheus`): installs the Prometheus recorder
+    /// ([`Prometheus::install`](crate::metrics::Prometheus::install)) and binds `addr` now, so
+    /// that a taken address is an error here; `127.0.0.1:0` binds a free port, which
+    /// [`Worker::metrics_addr`] tells. The endpoint is a small HTTP/1.1 responder on
+    /// `tokio::net`, polled by the worker's loop (it spawns nothing): one request per
+    /// connection, 16 connections at once, requests up to 8 KiB; anything but `GET` or `HEAD
+    /// /metrics` gets `400`, `404` or `405`. [`Worker::run`] then needs a tokio runtime with
+    /// I/O enabled (without one it runs without the endpoint); [`Worker::resume_due`] serves
+    /// nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`MetricsError::OtherRecorder`](crate::metrics::MetricsError::OtherRecorder): another
+    /// `metrics` recorder is installed; [`MetricsError::Bind`](crate::metrics::MetricsError::Bind):
+    /// `addr` cannot be bound.
+    #[cfg(feature = "prometheus")]
+    pub fn prometheus(
+        mut self,
+        addr: std::net::SocketAddr,
+    ) -> Result<Worker<S>, crate::metrics::MetricsError> {
+        self.endpoint = crate::metrics::Listener::bind(addr)?;
+        Ok(self)
+    }
+
+    /// The address the worker serves its metrics on ([`Worker::prometheus`]), if it does
+    /// (feature `prometheus`).
+    #[cfg(feature = "prometheus")]
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.endpoint.local_addr()
     }
 
     /// The name the worker claims runs and tasks under (`"{host}:{pid}:{random}"` by default).
@@ -410,7 +449,13 @@ impl<S: Store + Clone> Worker<S> {
                     self.task_lease,
                     Arc::clone(&self.mailboxes),
                 );
-                Some(Executing { claim, future })
+                crate::metrics::task_claimed(&claim.workflow);
+                let _in_flight = crate::metrics::InFlight::task(&claim.workflow);
+                Some(Executing {
+                    claim,
+                    future,
+                    _in_flight,
+                })
             })
             .collect()
     }
@@ -418,6 +463,7 @@ impl<S: Store + Clone> Worker<S> {
     /// Starts resuming `run`, if its workflow is registered.
     fn start(&self, run: &RunSummary) -> Option<InFlight> {
         let registered = self.workflows.get(run.workflow.as_str())?;
+        crate::metrics::run_queue_lag(&run.workflow, due_ms(run), crate::store::now_ms());
         let mailbox = Arc::new(Mailbox::default());
         let posted = Posted::new(&self.mailboxes, &run.id, &mailbox);
         Some(InFlight {
@@ -541,8 +587,12 @@ impl<S: Store + Clone> Worker<S> {
         let mut wake_tasks: Option<Notified> = None;
         let mut next_look = pin!(tokio::time::sleep(Duration::ZERO));
         let mut next_beat = pin!(tokio::time::sleep(renew_every));
+        let mut endpoint = self.endpoint.serve();
         poll_fn(|cx| {
             loop {
+                if let Some(endpoint) = endpoint.as_mut() {
+                    endpoint.poll(cx);
+                }
                 let (resumed, unloaded) = (report.resumed.len(), report.unloaded.len());
                 poll_all(&mut flying, &mut report.resumed, &mut report.unloaded, cx);
                 // (Only the runs that ended now can be taken out: the others were seen.)
@@ -624,7 +674,10 @@ impl<S: Store + Clone> Worker<S> {
                     let mut retry = false;
                     match found.runs {
                         Ok(runs) => flying.extend(runs.iter().filter_map(|run| self.start(run))),
-                        Err(DurableError::Store(error)) if error.is_retryable() => retry = true,
+                        Err(DurableError::Store(error)) if error.is_retryable() => {
+                            crate::metrics::store_retry("due_runs");
+                            retry = true;
+                        }
                         Err(error) => {
                             failed = Some(error);
                             stopping = true;
@@ -634,7 +687,10 @@ impl<S: Store + Clone> Worker<S> {
                         Ok(claims) => executing.extend(self.execute(claims)),
                         // A store of one process: this worker only resumes runs.
                         Err(StoreError::Unsupported { .. }) => tasks = false,
-                        Err(error) if error.is_retryable() => retry = true,
+                        Err(error) if error.is_retryable() => {
+                            crate::metrics::store_retry("claim_tasks");
+                            retry = true;
+                        }
                         Err(error) => {
                             failed = Some(DurableError::Store(error));
                             stopping = true;
@@ -670,11 +726,17 @@ impl<S: Store + Clone> Worker<S> {
                     let again = match lost {
                         Ok(lost) => {
                             let before = executing.len();
+                            for claim in &lost {
+                                crate::metrics::task_lost(&claim.workflow);
+                            }
                             executing.retain(|e| !lost.contains(&e.claim));
                             report.tasks_lost += (before - executing.len()) as u64;
                             renew_every
                         }
-                        Err(_) => MIN_BACKOFF.min(renew_every),
+                        Err(_) => {
+                            crate::metrics::store_retry("heartbeat_tasks");
+                            MIN_BACKOFF.min(renew_every)
+                        }
                     };
                     next_beat
                         .as_mut()
@@ -850,6 +912,8 @@ type Beat = Result<Vec<TaskClaim>, StoreError>;
 struct Executing {
     claim: TaskClaim,
     future: Pin<Box<dyn Future<Output = TaskEnd>>>,
+    /// The task is in the gauge of tasks in flight while it is here.
+    _in_flight: crate::metrics::InFlight,
 }
 
 /// How a task's execution ended on this worker.
@@ -875,7 +939,10 @@ fn poll_tasks(
         Poll::Ready(end) => {
             match end {
                 TaskEnd::Completed => report.tasks_completed += 1,
-                TaskEnd::Lost => report.tasks_lost += 1,
+                TaskEnd::Lost => {
+                    crate::metrics::task_lost(&task.claim.workflow);
+                    report.tasks_lost += 1;
+                }
                 TaskEnd::Left => {}
             }
             false
@@ -930,6 +997,7 @@ fn execute_and_complete<S: Store + Clone>(
                 Ok(TaskCommitted::Applied) => return TaskEnd::Completed,
                 Ok(TaskCommitted::Stale) => return TaskEnd::Lost,
                 Err(error) if error.is_retryable() && tokio::time::Instant::now() < give_up => {
+                    crate::metrics::store_retry("complete_task");
                     warn_retry(backoff);
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -938,6 +1006,17 @@ fn execute_and_complete<S: Store + Clone>(
             }
         }
     })
+}
+
+/// When `run` was due, in ms since the Unix epoch, as its summary tells: a waiting run's
+/// wake-up time; else the end of the lease it was left with (a lapsed lease, or one its owner
+/// gave back at its release); else its last update.
+fn due_ms(run: &RunSummary) -> u64 {
+    match (run.status, run.wake_at_ms, run.lease_until_ms) {
+        (crate::store::RunStatus::Waiting, Some(wake), _) => wake,
+        (_, _, Some(until)) => until,
+        _ => run.updated_ms,
+    }
 }
 
 /// Says that the worker waits before asking the store again.

@@ -45,8 +45,10 @@ const LAYERS: &[&[&str]] = &[
     &["nest"],
     // The drivers of `ForEach` and `Loop` nodes.
     &["drivers"],
-    // Durable runs (feature `durable`): storage, the journal and its user's side, the worker.
-    &["store"],
+    // Durable runs (feature `durable`): storage and metrics (recorded by durable runs and
+    // workers alone; empty calls without feature `metrics`), the journal and its user's side,
+    // the worker.
+    &["store", "metrics"],
     &["durable"],
     &["worker"],
     // The crate root: re-exports and `__private`.

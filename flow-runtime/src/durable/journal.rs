@@ -152,6 +152,9 @@ pub(crate) struct Journal {
     moving: bool,
     /// The commit in flight carries the moves.
     moving_in_flight: bool,
+    /// The run's metrics (nothing without feature `metrics`): in flight while the journal
+    /// lives; the attempts it journals live; the latency of its commits.
+    meter: crate::metrics::RunMeter,
 }
 
 /// The shortest time between two renewals of a lease.
@@ -159,7 +162,7 @@ const MIN_RENEW: Duration = Duration::from_millis(10);
 
 impl Journal {
     /// The journal of a run set up as `setup` (its tasks are made when the run starts).
-    pub(crate) fn new(mut setup: JournalSetup) -> Box<Journal> {
+    pub(crate) fn new(mut setup: JournalSetup, meter: crate::metrics::RunMeter) -> Box<Journal> {
         let next = setup.next_seq;
         // The events of nest instances are not replayed (see `record_nested`; a store does not
         // load them), nor the events that a redrive cut off (`operations.rs`).
@@ -201,6 +204,7 @@ impl Journal {
             old_paths: Vec::new(),
             moving: false,
             moving_in_flight: false,
+            meter,
             renew_every: renew_every(&setup),
             setup,
         })
@@ -285,6 +289,7 @@ impl Journal {
             Err(error) => return self.fail(DurableError::Store(error)),
         };
         if let Some(journal) = self.setup.events.get(self.cursor) {
+            self.meter.replayed(event);
             self.last_replayed = true;
             if same(journal, &stored) {
                 self.cursor += 1;
@@ -342,6 +347,7 @@ impl Journal {
         let mut stored = stored;
         stored.seq = self.pending.end_seq();
         self.pending.events.push(stored);
+        self.meter.recorded(event);
     }
 
     /// Takes an event of a nest instance (it has a path): added to the pending batch. The
@@ -355,6 +361,7 @@ impl Journal {
             Ok(mut stored) => {
                 stored.seq = self.pending.end_seq();
                 self.pending.events.push(stored);
+                self.meter.recorded(event);
             }
             Err(error) => self.fail(DurableError::Store(error)),
         }
@@ -557,6 +564,7 @@ impl Journal {
                             self.moving = false;
                         }
                         self.renewed = tokio::time::Instant::now();
+                        self.meter.committed();
                         Poll::Ready(true)
                     }
                     Poll::Ready(Err(error)) => {
@@ -585,6 +593,7 @@ impl Journal {
             );
             self.note_timers(&batch.timers);
             self.moving_in_flight = !batch.renumber.is_empty();
+            self.meter.committing();
             let store = Arc::clone(&self.setup.store);
             self.commit = Some((Box::pin(async move { store.commit(batch).await }), end));
         }
@@ -651,6 +660,7 @@ impl Journal {
         match self.setup.store.commit(batch).await {
             Ok(_) => {
                 self.durable_seq = end;
+                self.meter.finished(RunStatus::Cancelled.as_str());
                 self.cancel_children().await;
                 let run = self.run.to_string();
                 self.fail_over(requests::terminated_error(&run, reason));
@@ -709,6 +719,9 @@ impl Journal {
             Ok(_) => {
                 self.durable_seq = end;
                 self.settle = defer;
+                if !defer {
+                    self.meter.finished(status.as_str());
+                }
                 self.cancel_children().await;
             }
             Err(error) => self.fail(DurableError::Store(error)),

@@ -535,6 +535,9 @@ impl Cli {
                         let mut view = web::View::from_arc(store)
                             .name(&name)
                             .allow_actions(actions);
+                        if sub.get_flag("metrics") {
+                            view = view.store_metrics();
+                        }
                         for host in sub.get_many::<String>("allow-host").into_iter().flatten() {
                             view = view.allow_host(host);
                         }
@@ -820,6 +823,12 @@ fn serve_command(db: Arg, schema: Arg, password_file: Arg) -> Command {
                 .value_parser(clap::value_parser!(std::net::SocketAddr))
                 .default_value("127.0.0.1:7070")
                 .help("Listen on this address (loopback by default; port 0 picks a free one)"),
+        )
+        .arg(
+            Arg::new("metrics")
+                .long("metrics")
+                .action(ArgAction::SetTrue)
+                .help("Serve the store's gauges at /metrics for Prometheus: unfinished runs by workflow and status, runs due that no worker has taken, how long the oldest has waited"),
         )
         .arg(
             Arg::new("allow-host")

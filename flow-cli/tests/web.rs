@@ -639,3 +639,70 @@ fn a_run_of_many_instances_has_a_page_of_bounded_size() {
         "the run's own step, 700 instances' steps"
     );
 }
+
+/// `/metrics`: the process's text and the store's gauges, the runs due that no worker took
+/// among them.
+#[test]
+fn metrics_report_the_stores_unfinished_and_due_runs() {
+    let path = fresh_store("metrics", |store| async move {
+        let done = Order::runner()
+            .durable(&store, "done")
+            .execute(1)
+            .await
+            .expect("runs");
+        assert!(done.result.is_ok());
+        for id in ["w1", "w2"] {
+            let waiting = Confirming::runner()
+                .durable(&store, id)
+                .unload_when_waiting(Duration::ZERO)
+                .execute(1)
+                .await
+                .expect("runs");
+            assert!(waiting.is_unloaded());
+        }
+        // A signal its step waits for makes `w2` due: work for a worker, that none has taken.
+        store
+            .send_signal(NewSignal {
+                run: "w2".into(),
+                name: "confirm".into(),
+                payload: b"true".to_vec(),
+                mode: SignalMode::Kept,
+            })
+            .await
+            .expect("stored");
+    });
+    let plain = serve(View::new(
+        SqliteStore::open_read_only(&path).expect("opens"),
+    ));
+    assert_eq!(
+        get(plain, "/metrics").status,
+        404,
+        "no metrics unless asked for"
+    );
+    let addr = serve(
+        View::new(SqliteStore::open_read_only(&path).expect("opens"))
+            .metrics(|| "# the process's own\n".to_owned())
+            .store_metrics(),
+    );
+    let scrape = get(addr, "/metrics");
+    assert_eq!(scrape.status, 200, "{}", scrape.body);
+    assert!(scrape.headers["content-type"].starts_with("text/plain; version=0.0.4"));
+    let body = scrape.body;
+    assert!(body.starts_with("# the process's own\n"), "{body}");
+    assert!(
+        body.contains("flow_store_runs{workflow=\"Confirming\",status=\"waiting\"} 2\n"),
+        "{body}"
+    );
+    assert!(
+        !body.contains("status=\"succeeded\""),
+        "finished runs are not gauged: {body}"
+    );
+    assert!(
+        body.contains("flow_store_runs_due{workflow=\"Confirming\"} 1\n"),
+        "{body}"
+    );
+    assert!(
+        body.contains("flow_store_due_lag_seconds{workflow=\"Confirming\"} "),
+        "{body}"
+    );
+}

@@ -92,6 +92,8 @@ struct Shared {
     metrics: Option<Arc<dyn Fn() -> String + Send + Sync>>,
     /// The names a request's `Host` may give besides loopback ones; `None`: any.
     hosts: Option<Vec<String>>,
+    /// Whether `/metrics` reports the store's gauges ([`View::store_metrics`]).
+    store_metrics: bool,
 }
 
 /// A workflow of this binary's: its graph and its signals.
@@ -225,6 +227,7 @@ impl View {
                 token: token(),
                 metrics: None,
                 hosts: Some(Vec::new()),
+                store_metrics: false,
             },
         }
     }
@@ -286,6 +289,23 @@ impl View {
     /// Serves `render()` (the Prometheus text of the process's metrics) at `/metrics`.
     pub fn metrics(mut self, render: impl Fn() -> String + Send + Sync + 'static) -> View {
         self.shared.metrics = Some(Arc::new(render));
+        self
+    }
+
+    /// Reports the store's own gauges at `/metrics`, read from the store at each scrape (its
+    /// unfinished runs: at most 100,000 are read), in Prometheus's text format:
+    ///
+    /// | name | labels | what |
+    /// |---|---|---|
+    /// | `flow_store_runs` | workflow, status | unfinished runs (`running`, `waiting`, `compensating`, `stuck`) |
+    /// | `flow_store_runs_due` | workflow | runs whose wake time has passed and that no live lease holds: work no worker has taken yet |
+    /// | `flow_store_due_lag_seconds` | workflow | how long the oldest of those has been due |
+    ///
+    /// What the fleet's processes record themselves (runs finished, attempts, step durations)
+    /// is each process's own endpoint's (`Worker::prometheus`, [`View::metrics`]); these
+    /// gauges are what only the store knows, and what `flow serve --metrics` reports.
+    pub fn store_metrics(mut self) -> View {
+        self.shared.store_metrics = true;
         self
     }
 
@@ -387,6 +407,7 @@ pub(crate) fn unavailable(name: &str, why: &str) -> Router {
         token: String::new(),
         metrics: None,
         hosts: None,
+        store_metrics: false,
     });
     let why = why.to_owned();
     Router::new()
@@ -674,20 +695,109 @@ async fn js() -> Response {
 }
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
-    match &shared.metrics {
-        Some(render) => (
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-            render(),
-        )
-            .into_response(),
-        None => failure(
+    if shared.metrics.is_none() && !shared.store_metrics {
+        return failure(
             &shared,
             Failure::Missing(
-                "no metrics here: start the view with metrics on (`flow serve --metrics`, `View::metrics`)"
+                "no metrics here: start the view with metrics on (`flow serve --metrics`, `View::metrics`, `View::store_metrics`)"
                     .to_owned(),
             ),
-        ),
+        );
     }
+    let mut text = shared
+        .metrics
+        .as_ref()
+        .map_or_else(String::new, |render| render());
+    if shared.store_metrics {
+        match store_gauges(&shared).await {
+            Ok(gauges) => text.push_str(&gauges),
+            Err(error) => {
+                return (
+                    store_status(&error),
+                    [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+                    format!("the store failed: {error}\n"),
+                )
+                    .into_response();
+            }
+        }
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+/// A label value in Prometheus's text format: `\`, `"` and line breaks escaped.
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The store's gauges ([`View::store_metrics`]).
+async fn store_gauges(shared: &Shared) -> Result<String, StoreError> {
+    let unfinished: Vec<RunStatus> = RunStatus::ALL
+        .into_iter()
+        .filter(|s| !s.is_finished())
+        .collect();
+    let runs = shared
+        .store
+        .list_runs(&RunFilter {
+            statuses: unfinished,
+            limit: Some(100_000),
+            ..RunFilter::default()
+        })
+        .await?;
+    let now = now_ms();
+    let mut by_status: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+    let mut due: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for run in &runs {
+        *by_status
+            .entry((run.workflow.as_str(), run.status.as_str()))
+            .or_default() += 1;
+        let held = run.lease_until_ms.is_some_and(|until| until > now);
+        if let Some(wake) = run.wake_at_ms
+            && wake <= now
+            && !held
+        {
+            let entry = due.entry(run.workflow.as_str()).or_default();
+            entry.0 += 1;
+            entry.1 = entry.1.max(now - wake);
+        }
+    }
+    let mut out = String::from(
+        "# HELP flow_store_runs Unfinished runs in the store, by workflow and status.\n# TYPE flow_store_runs gauge\n",
+    );
+    for ((workflow, status), n) in &by_status {
+        let _ = writeln!(
+            out,
+            "flow_store_runs{{workflow=\"{}\",status=\"{status}\"}} {n}",
+            label(workflow)
+        );
+    }
+    out.push_str("# HELP flow_store_runs_due Runs due that no live lease holds: work no worker has taken yet.\n# TYPE flow_store_runs_due gauge\n");
+    for (workflow, (n, _)) in &due {
+        let _ = writeln!(
+            out,
+            "flow_store_runs_due{{workflow=\"{}\"}} {n}",
+            label(workflow)
+        );
+    }
+    out.push_str("# HELP flow_store_due_lag_seconds How long the oldest due run no lease holds has been due.\n# TYPE flow_store_due_lag_seconds gauge\n");
+    for (workflow, (_, lag)) in &due {
+        let _ = writeln!(
+            out,
+            "flow_store_due_lag_seconds{{workflow=\"{}\"}} {:.3}",
+            label(workflow),
+            *lag as f64 / 1000.0
+        );
+    }
+    Ok(out)
 }
 
 // ---------------------------------------------------------------------------------------

@@ -290,4 +290,11 @@ fn a_distributed_run_records_the_tasks_a_worker_claims() {
         Some(&0.0),
         "{seen:#?}"
     );
+    // Each claim's wait in the queue, from the task's readiness to its claim.
+    let lags = seen
+        .histograms
+        .get(&at(metrics::QUEUE_LAG, &format!("kind=task,{w}")))
+        .unwrap_or_else(|| panic!("task queue lag: {seen:#?}"));
+    assert_eq!(lags.len(), 3, "one per claim: {lags:?}");
+    assert!(lags.iter().all(|lag| *lag >= 0.0), "{lags:?}");
 }

@@ -954,14 +954,16 @@ pub(crate) async fn commit(tx: &mut Tx<'_>, batch: &Batch, channel: &str) -> R<C
             tx.query(
                 "opening tasks",
                 "WITH opened AS (
-                    INSERT INTO tasks (run, node, instance, attempt, version, opened, status, workflow, graph_hash)
+                    INSERT INTO tasks (run, node, instance, attempt, version, opened, status, workflow, graph_hash, ready_ms)
                     SELECT $1, o.node, o.instance, o.attempt, nextval('task_versions'),
-                        nextval('task_order'), 'ready', $4, $5
+                        nextval('task_order'), 'ready', $4, $5,
+                        (extract(epoch FROM clock_timestamp()) * 1000)::bigint
                     FROM unnest($2::bigint[], $7::text[], $3::bigint[]) WITH ORDINALITY
                         AS o (node, instance, attempt, n)
                     ORDER BY o.n
                     ON CONFLICT (run, node, instance) DO UPDATE SET attempt = EXCLUDED.attempt,
                         version = EXCLUDED.version, opened = EXCLUDED.opened, status = 'ready',
+                        ready_ms = EXCLUDED.ready_ms,
                         owner = NULL, lease_until = NULL, outcome = NULL, type_name = NULL,
                         bytes = NULL, error = NULL, done_at = NULL
                     WHERE tasks.attempt <> EXCLUDED.attempt
@@ -1155,12 +1157,14 @@ pub(crate) async fn claim_tasks(
         v AS (SELECT * FROM unnest($2::text[], $5::bigint[]) AS v (workflow, graph_hash)),
         free AS (
             SELECT c.* FROM v CROSS JOIN LATERAL (
-                SELECT t.run, t.node, t.instance, t.version, t.status AS was, t.opened FROM tasks t
+                SELECT t.run, t.node, t.instance, t.version, t.status AS was, t.opened,
+                    t.ready_ms AS ready FROM tasks t
                 WHERE t.workflow = v.workflow AND t.graph_hash = v.graph_hash AND t.status = 'ready'
                 ORDER BY t.opened LIMIT $4 FOR UPDATE SKIP LOCKED) c
             UNION ALL
             SELECT c.* FROM v CROSS JOIN LATERAL (
-                SELECT t.run, t.node, t.instance, t.version, t.status AS was, t.opened FROM tasks t
+                SELECT t.run, t.node, t.instance, t.version, t.status AS was, t.opened,
+                    t.lease_until AS ready FROM tasks t
                 WHERE t.workflow = v.workflow AND t.graph_hash = v.graph_hash
                   AND t.status = 'running' AND t.lease_until <= (SELECT ms FROM now)
                 ORDER BY t.lease_until LIMIT $4 FOR UPDATE SKIP LOCKED) c),
@@ -1171,7 +1175,7 @@ pub(crate) async fn claim_tasks(
         WHERE t.run = picked.run AND t.node = picked.node AND t.instance = picked.instance
           AND t.version = picked.version
         RETURNING t.run, t.workflow, t.node, t.attempt, t.version, picked.was, t.opened, t.lease_until,
-            t.instance";
+            t.instance, picked.ready";
     let rows = tx
         .query(
             "claiming tasks",
@@ -1203,6 +1207,7 @@ pub(crate) async fn claim_tasks(
                     until_ms: u(get(row, 7)?),
                     lapsed: was == "running",
                     inputs: None,
+                    ready_ms: get::<Option<i64>>(row, 9)?.map(u),
                 },
             ))
         })

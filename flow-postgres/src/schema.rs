@@ -9,7 +9,7 @@ use crate::pool::{Pooled, quote_ident};
 
 /// The schema version this crate writes and reads (the row of `schema_version`). A newer
 /// database is refused ([`StoreError::SchemaVersion`]).
-pub const SCHEMA_VERSION: u32 = 7;
+pub const SCHEMA_VERSION: u32 = 8;
 
 /// The migrations, in order: `MIGRATIONS[0]` makes version 1, `MIGRATIONS[1]` version 2, and so on. Each
 /// runs with `search_path` set to the store's schema, in the one transaction that migrates.
@@ -17,7 +17,7 @@ pub const SCHEMA_VERSION: u32 = 7;
 /// Integers that are `u64` in Rust (hashes, sequence numbers, times) are `bigint`, bit for bit;
 /// times are milliseconds since the Unix epoch by the server's clock. A run-level timer has
 /// node -1; the workflow's own nodes have instance ''.
-pub const MIGRATIONS: [&str; 7] = [
+pub const MIGRATIONS: [&str; 8] = [
     MIGRATION_1,
     MIGRATION_2,
     MIGRATION_3,
@@ -25,6 +25,7 @@ pub const MIGRATIONS: [&str; 7] = [
     MIGRATION_5,
     MIGRATION_6,
     MIGRATION_7,
+    MIGRATION_8,
 ];
 
 /// Version 1: the durable runs.
@@ -196,6 +197,12 @@ const MIGRATION_7: &str = "
 ALTER TABLE outputs ADD COLUMN superseded boolean NOT NULL DEFAULT false;
 CREATE INDEX outputs_live ON outputs (run, node, instance) WHERE NOT superseded;
 CREATE INDEX events_own ON events (run, seq) WHERE path IS NULL;
+";
+
+/// Version 8: when a task became ready to claim (the server's clock), so that a worker can
+/// measure how long it waited in the queue. Tasks opened before it have none.
+const MIGRATION_8: &str = "
+ALTER TABLE tasks ADD COLUMN ready_ms bigint;
 ";
 
 /// The advisory lock every migrating process takes (with the schema's name): "flow" in ASCII.

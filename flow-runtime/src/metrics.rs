@@ -18,7 +18,7 @@
 //! | `flow_store_retries_total` | counter | `operation` (`due_runs`, `claim_tasks`, `complete_task`, `heartbeat_tasks`) |
 //! | `flow_step_duration_seconds` | histogram | `workflow`, `step` |
 //! | `flow_decision_latency_seconds` | histogram | `workflow` |
-//! | `flow_queue_lag_seconds` | histogram | `workflow`, `kind` (`run`) |
+//! | `flow_queue_lag_seconds` | histogram | `workflow`, `kind` (`run`, `task`) |
 //! | `flow_runs_in_flight` | gauge | `workflow` |
 //! | `flow_tasks_in_flight` | gauge | `workflow` |
 //!

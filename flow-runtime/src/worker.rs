@@ -450,6 +450,12 @@ impl<S: Store + Clone> Worker<S> {
                     Arc::clone(&self.mailboxes),
                 );
                 crate::metrics::task_claimed(&claim.workflow);
+                if let Some(ready_ms) = claim.ready_ms {
+                    // The store's clock at the claim: the lease it gave, less its length.
+                    let lease_ms = u64::try_from(self.task_lease.as_millis()).unwrap_or(u64::MAX);
+                    let claimed_ms = claim.until_ms.saturating_sub(lease_ms);
+                    crate::metrics::task_queue_lag(&claim.workflow, ready_ms, claimed_ms);
+                }
                 let _in_flight = crate::metrics::InFlight::task(&claim.workflow);
                 Some(Executing {
                     claim,

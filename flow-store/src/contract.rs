@@ -1882,6 +1882,14 @@ pub async fn tasks_claim_and_complete(store: &dyn Store) {
     );
     assert_eq!(task.owner, b, "tasks: the claim is the claimer's");
     assert!(!task.lapsed, "tasks: a first claim is not a lapsed one");
+    let ready = task
+        .ready_ms
+        .unwrap_or_else(|| panic!("tasks: a claim says when its task became ready"));
+    assert!(
+        ready <= task.until_ms,
+        "tasks: a task is ready before its claim's lease ends: {ready} > {}",
+        task.until_ms
+    );
     assert_eq!(
         claim(store, &a, &["W"], 10).await,
         vec![],
@@ -2023,6 +2031,11 @@ pub async fn tasks_lapse_and_fence(store: &dyn Store) {
     let second = claim(store, &b, &["W"], 1).await;
     assert_eq!(second.len(), 1, "tasks: a lapsed claim is claimed again");
     assert!(second[0].lapsed, "tasks: the new claim says it lapsed");
+    assert_eq!(
+        second[0].ready_ms,
+        Some(first[0].until_ms),
+        "tasks: a lapsed claim's task was ready again when that claim's lease ended"
+    );
     assert_eq!(
         second[0].attempt, first[0].attempt,
         "tasks: the same attempt (the same idempotency key)"

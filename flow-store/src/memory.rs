@@ -53,6 +53,8 @@ struct TaskRow {
     attempt: u32,
     version: u64,
     opened: u64,
+    /// When it was opened (the store's clock).
+    opened_ms: u64,
     state: TaskState,
 }
 
@@ -487,6 +489,7 @@ impl State {
                         attempt,
                         version: self.task_versions,
                         opened: self.next_task,
+                        opened_ms: now_ms(),
                         state: TaskState::Ready,
                     };
                     self.tasks.insert(key, task);
@@ -735,7 +738,10 @@ impl State {
                 continue;
             };
             let (run, node, instance) = key;
-            let lapsed = matches!(task.state, TaskState::Running { .. });
+            let (lapsed, ready_ms) = match &task.state {
+                TaskState::Running { until, .. } => (true, *until),
+                _ => (false, task.opened_ms),
+            };
             self.task_versions += 1;
             task.version = self.task_versions;
             task.state = TaskState::Running {
@@ -757,6 +763,7 @@ impl State {
                 until_ms: until,
                 lapsed,
                 inputs,
+                ready_ms: Some(ready_ms),
             });
         }
         claims

@@ -76,6 +76,11 @@ pub struct TaskClaim {
     /// worker then asks nothing more before it executes. `None`: the worker asks
     /// [`Store::task_inputs`](crate::Store::task_inputs).
     pub inputs: Option<TaskInputs>,
+    /// When the task could first be claimed, in ms since the Unix epoch (the store's clock):
+    /// when it was opened, or, for a lapsed claim taken over, when that claim's lease ended.
+    /// The time from it to the claim is the task's wait in the queue. `None`: the store does
+    /// not record it.
+    pub ready_ms: Option<u64>,
 }
 
 /// How an executed attempt ended.

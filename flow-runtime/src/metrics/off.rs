@@ -33,6 +33,9 @@ pub(crate) fn store_retry(_operation: &'static str) {}
 #[inline(always)]
 pub(crate) fn run_queue_lag(_workflow: &str, _due_ms: u64, _now_ms: u64) {}
 
+#[inline(always)]
+pub(crate) fn task_queue_lag(_workflow: &str, _ready_ms: u64, _claimed_ms: u64) {}
+
 /// Nothing in flight is counted without the feature.
 pub(crate) struct InFlight;
 

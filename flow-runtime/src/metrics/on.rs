@@ -64,6 +64,14 @@ pub(crate) fn run_queue_lag(workflow: &str, due_ms: u64, now_ms: u64) {
         .record(lag.as_secs_f64());
 }
 
+/// A worker claimed a task of `workflow` at `claimed_ms` that could be claimed from
+/// `ready_ms` (both in ms since the Unix epoch, the store's clock).
+pub(crate) fn task_queue_lag(workflow: &str, ready_ms: u64, claimed_ms: u64) {
+    let lag = Duration::from_millis(claimed_ms.saturating_sub(ready_ms));
+    histogram!(QUEUE_LAG, "workflow" => workflow.to_owned(), "kind" => "task")
+        .record(lag.as_secs_f64());
+}
+
 /// One in a gauge of things in flight while it lives: incremented when made, decremented when
 /// dropped.
 pub(crate) struct InFlight {

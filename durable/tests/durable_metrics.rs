@@ -298,3 +298,40 @@ fn a_distributed_run_records_the_tasks_a_worker_claims() {
     assert_eq!(lags.len(), 3, "one per claim: {lags:?}");
     assert!(lags.iter().all(|lag| *lag >= 0.0), "{lags:?}");
 }
+
+#[test]
+fn a_run_an_operator_terminates_is_counted_as_finished() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    ::metrics::with_local_recorder(&recorder, || {
+        runtime().block_on(async {
+            let store = MemoryStore::new();
+            let ended = Fanout::runner()
+                .durable(&store, "fanout-2")
+                .distributed()
+                .submit(2)
+                .await
+                .expect("submitted");
+            assert!(matches!(ended, Ended::Unloaded { .. }), "{ended:?}");
+            // Nobody holds it: the operator's process ends it itself.
+            let stop = flowdag::durable::terminate_run(
+                &store,
+                "fanout-2",
+                Some("by hand"),
+                &flowdag::store::Owner::new("operator"),
+            )
+            .await
+            .expect("terminated");
+            assert_eq!(stop, flowdag::durable::Stop::Ended);
+        })
+    });
+    let seen = seen(&snapshotter);
+    assert_eq!(
+        seen.counters.get(&at(
+            metrics::RUNS_FINISHED,
+            "status=cancelled,workflow=Fanout"
+        )),
+        Some(&1),
+        "{seen:#?}"
+    );
+}

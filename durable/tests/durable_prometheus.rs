@@ -147,8 +147,9 @@ fn a_worker_serves_its_metrics_to_prometheus() {
 }
 
 #[test]
-fn a_worker_without_io_runs_without_its_endpoint() {
-    // A runtime with the timer alone: the endpoint cannot be served, the worker still runs.
+fn a_worker_on_a_runtime_without_io_serves_its_endpoint_all_the_same() {
+    // A runtime with the timer alone: the endpoint is a thread of its own, which needs none
+    // of the runtime's I/O; it stops with the worker's `run`.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
@@ -157,12 +158,29 @@ fn a_worker_without_io_runs_without_its_endpoint() {
         .poll_interval(Duration::from_millis(5))
         .prometheus(SocketAddr::from(([127, 0, 0, 1], 0)))
         .expect("the endpoint is bound");
+    let addr = worker.metrics_addr().expect("its address");
+    let (scraped, answer) = std::sync::mpsc::channel();
+    let mut got = None;
     let report = runtime
         .block_on(async {
             worker
-                .run(tokio::time::sleep(Duration::from_millis(20)))
+                .run(async {
+                    // Scrape from another thread while the worker runs, then stop it.
+                    std::thread::spawn(move || {
+                        let _ = scraped.send(request(addr, "GET /metrics HTTP/1.1\r\n\r\n"));
+                    });
+                    for _ in 0..2_000 {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        if let Ok(answer) = answer.try_recv() {
+                            got = Some(answer);
+                            return;
+                        }
+                    }
+                })
                 .await
         })
         .expect("the worker runs");
     assert!(report.polls >= 1, "{report:?}");
+    let got = got.expect("the endpoint answered within 10 s");
+    assert!(got.starts_with("HTTP/1.1 200 OK"), "{got}");
 }

@@ -98,11 +98,3 @@ impl Listener {
 /// Without feature `prometheus`: no endpoint is ever served.
 #[cfg(not(feature = "prometheus"))]
 pub(crate) enum Endpoint {}
-
-#[cfg(not(feature = "prometheus"))]
-impl Endpoint {
-    /// Never called: there is no endpoint.
-    pub(crate) fn poll(&mut self, _cx: &mut std::task::Context<'_>) {
-        match *self {}
-    }
-}

@@ -247,12 +247,12 @@ impl<S: Store + Clone> Worker<S> {
     /// while [`Worker::run`] runs (feature `prometheus`): installs the Prometheus recorder
     /// ([`Prometheus::install`](crate::metrics::Prometheus::install)) and binds `addr` now, so
     /// that a taken address is an error here; `127.0.0.1:0` binds a free port, which
-    /// [`Worker::metrics_addr`] tells. The endpoint is a small HTTP/1.1 responder on
-    /// `tokio::net`, polled by the worker's loop (it spawns nothing): one request per
-    /// connection, 16 connections at once, requests up to 8 KiB; anything but `GET` or `HEAD
-    /// /metrics` gets `400`, `404` or `405`. [`Worker::run`] then needs a tokio runtime with
-    /// I/O enabled (without one it runs without the endpoint); [`Worker::resume_due`] serves
-    /// nothing.
+    /// [`Worker::metrics_addr`] tells. The endpoint is a small HTTP/1.1 responder on a thread
+    /// of its own while [`Worker::run`] runs (a scrape never wakes the worker's runs, and it
+    /// needs nothing of the tokio runtime): one request at a time, each read and write given
+    /// 2 s, requests up to 8 KiB; anything but `GET` or `HEAD /metrics` gets `400`, `404` or
+    /// `405`. Between runs, and in [`Worker::resume_due`], the address stays bound but
+    /// nothing answers.
     ///
     /// # Errors
     ///
@@ -593,12 +593,10 @@ impl<S: Store + Clone> Worker<S> {
         let mut wake_tasks: Option<Notified> = None;
         let mut next_look = pin!(tokio::time::sleep(Duration::ZERO));
         let mut next_beat = pin!(tokio::time::sleep(renew_every));
-        let mut endpoint = self.endpoint.serve();
+        // Served on a thread of its own while this runs.
+        let _endpoint = self.endpoint.serve();
         poll_fn(|cx| {
             loop {
-                if let Some(endpoint) = endpoint.as_mut() {
-                    endpoint.poll(cx);
-                }
                 let (resumed, unloaded) = (report.resumed.len(), report.unloaded.len());
                 poll_all(&mut flying, &mut report.resumed, &mut report.unloaded, cx);
                 // (Only the runs that ended now can be taken out: the others were seen.)
@@ -731,12 +729,16 @@ impl<S: Store + Clone> Worker<S> {
                     // A failed heartbeat is tried again soon; a claim not renewed lapses.
                     let again = match lost {
                         Ok(lost) => {
-                            let before = executing.len();
-                            for claim in &lost {
-                                crate::metrics::task_lost(&claim.workflow);
-                            }
-                            executing.retain(|e| !lost.contains(&e.claim));
-                            report.tasks_lost += (before - executing.len()) as u64;
+                            // Only the tasks still executing are lost: one that ended while
+                            // the heartbeat was on its way was counted as it ended.
+                            executing.retain(|e| {
+                                let gone = lost.contains(&e.claim);
+                                if gone {
+                                    crate::metrics::task_lost(&e.claim.workflow);
+                                    report.tasks_lost += 1;
+                                }
+                                !gone
+                            });
                             renew_every
                         }
                         Err(_) => {

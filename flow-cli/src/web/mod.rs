@@ -309,7 +309,7 @@ impl View {
         self
     }
 
-    /// The routes of the view, for [`axum::serve`] or to nest in an application's router.
+    /// The routes of the view, for [`axum::serve()`] or to nest in an application's router.
     pub fn router(self) -> Router {
         let actions = self.shared.actions;
         let shared = Arc::new(self.shared);

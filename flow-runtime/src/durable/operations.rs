@@ -145,6 +145,7 @@ pub async fn terminate_run<S: Store + ?Sized>(
     // Best effort: a lease that is not released expires by itself.
     let _ = store.release(owner, std::slice::from_ref(&lease)).await;
     committed?;
+    crate::metrics::run_terminated(&loaded.run.workflow);
     // Its child runs that have not ended are asked to cancel (a run that does not continue as
     // new: one that does names its children after its generation, which only its code knows;
     // they cancel themselves when next loaded).

@@ -22,6 +22,9 @@ pub(crate) fn run_started(_name: fn() -> Cow<'static, str>) {}
 pub(crate) fn run_finished(_workflow: &Workflow, _status: &'static str) {}
 
 #[inline(always)]
+pub(crate) fn run_terminated(_workflow: &str) {}
+
+#[inline(always)]
 pub(crate) fn task_claimed(_workflow: &str) {}
 
 #[inline(always)]

@@ -41,6 +41,13 @@ pub(crate) fn run_finished(workflow: &Workflow, status: &'static str) {
     counter!(RUNS_FINISHED, "workflow" => workflow.label(), "status" => status).increment(1);
 }
 
+/// A run of `workflow` that no process held was ended by an operator's `terminate_run`
+/// (`cancelled`).
+pub(crate) fn run_terminated(workflow: &str) {
+    counter!(RUNS_FINISHED, "workflow" => workflow.to_owned(), "status" => "cancelled")
+        .increment(1);
+}
+
 /// A worker claimed a task of a run of `workflow`.
 pub(crate) fn task_claimed(workflow: &str) {
     counter!(TASKS_CLAIMED, "workflow" => workflow.to_owned()).increment(1);
@@ -103,8 +110,9 @@ pub(crate) struct RunMeter {
     workflow: Workflow,
     _in_flight: InFlight,
     /// When each attempt in flight was requested (on the run's clock), by nest instance and
-    /// node.
-    started: HashMap<(Option<NodePath>, u32), Duration>,
+    /// node; `None` for an attempt requested before this process loaded the run (the run's
+    /// clock starts again at each load, so its duration is not known here).
+    started: HashMap<(Option<NodePath>, u32), Option<Duration>>,
     /// When the first event of the pending batch was recorded.
     pending: Option<Instant>,
     /// The same, of the batch being committed.
@@ -133,7 +141,7 @@ impl RunMeter {
         let key = (event.path.clone(), node);
         match attempt_end(&event.kind) {
             Start::Requested => {
-                self.started.insert(key, event.at);
+                self.started.insert(key, None);
             }
             Start::Ended(_) => {
                 self.started.remove(&key);
@@ -154,7 +162,7 @@ impl RunMeter {
         let key = (event.path.clone(), node);
         let outcome = match attempt_end(&event.kind) {
             Start::Requested => {
-                self.started.insert(key, event.at);
+                self.started.insert(key, Some(event.at));
                 return;
             }
             Start::Ended(outcome) => outcome,
@@ -168,9 +176,12 @@ impl RunMeter {
         };
         let workflow = self.workflow.label();
         counter!(ATTEMPTS, "workflow" => workflow.clone(), "outcome" => outcome).increment(1);
-        let step = event.node_name.unwrap_or("");
-        histogram!(STEP_DURATION, "workflow" => workflow, "step" => step)
-            .record(event.at.saturating_sub(at).as_secs_f64());
+        // An attempt started before this load is counted, but its duration is unknown.
+        if let Some(at) = at {
+            let step = event.node_name.unwrap_or("");
+            histogram!(STEP_DURATION, "workflow" => workflow, "step" => step)
+                .record(event.at.saturating_sub(at).as_secs_f64());
+        }
     }
 
     /// The pending batch was handed to the store.

@@ -1,17 +1,14 @@
 //! The Prometheus recorder (feature `prometheus`), and the `GET /metrics` endpoint a worker
-//! serves: a small HTTP/1.1 responder on `tokio::net`, one request per connection.
+//! serves: a small HTTP/1.1 responder on a thread of its own, one request per connection.
 
 use std::fmt;
-use std::future::Future;
+use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::pin::Pin;
-use std::sync::OnceLock;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use super::{
     ATTEMPTS, DECISION_LATENCY, QUEUE_LAG, RUNS_FINISHED, RUNS_IN_FLIGHT, RUNS_STARTED,
@@ -89,6 +86,18 @@ impl Prometheus {
                 let handle = recorder.handle();
                 metrics::set_global_recorder(recorder).map_err(|_| MetricsError::OtherRecorder)?;
                 describe();
+                // The recorder keeps a histogram's samples until its upkeep drains them: run it
+                // every few seconds, so a process nobody scrapes does not grow. (Best effort: a
+                // process that cannot start a thread drains at each render.)
+                let upkeep = handle.clone();
+                let _ = std::thread::Builder::new()
+                    .name("flow-metrics-upkeep".into())
+                    .spawn(move || {
+                        loop {
+                            std::thread::sleep(UPKEEP_EVERY);
+                            upkeep.run_upkeep();
+                        }
+                    });
                 Ok(Prometheus { handle })
             })
             .clone()
@@ -115,6 +124,9 @@ impl fmt::Debug for Prometheus {
         f.debug_struct("Prometheus").finish_non_exhaustive()
     }
 }
+
+/// How often the installed recorder's upkeep runs.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 
 fn builder() -> PrometheusBuilder {
     // `BUCKETS` is not empty: the only error `set_buckets` has.
@@ -174,12 +186,7 @@ impl Listener {
     /// Installs the recorder and binds `addr`.
     pub(crate) fn bind(addr: SocketAddr) -> Result<Listener, MetricsError> {
         let prometheus = Prometheus::install()?;
-        let bind = |addr| {
-            let listener = std::net::TcpListener::bind(addr)?;
-            listener.set_nonblocking(true)?;
-            Ok::<_, std::io::Error>(listener)
-        };
-        let listener = bind(addr).map_err(|error| MetricsError::Bind {
+        let listener = std::net::TcpListener::bind(addr).map_err(|error| MetricsError::Bind {
             addr,
             why: error.to_string(),
         })?;
@@ -193,84 +200,87 @@ impl Listener {
             .and_then(|(listener, _)| listener.local_addr().ok())
     }
 
-    /// The endpoint to poll while the worker runs (in a tokio runtime with I/O enabled);
-    /// `None` without an address, or when the socket cannot be registered.
+    /// Serves the endpoint on a thread of its own until the returned guard is dropped (when
+    /// the worker's `run` ends); `None` without an address, or when the thread cannot start.
+    /// A thread, not a task of the worker's runtime: a scrape never wakes the worker's runs,
+    /// and the endpoint needs nothing of the runtime.
     pub(crate) fn serve(&self) -> Option<Endpoint> {
         let (listener, prometheus) = self.0.as_ref()?;
         let listener = listener.try_clone().ok()?;
-        // Outside a tokio runtime with I/O enabled, registering the socket panics: the worker
-        // then goes on without its endpoint (the panic's message says why).
-        let registered = std::panic::catch_unwind(|| tokio::net::TcpListener::from_std(listener));
-        let Ok(Ok(listener)) = registered else {
-            #[cfg(feature = "tracing")]
-            tracing::warn!("the metrics endpoint is not served: no tokio runtime with I/O enabled");
-            return None;
+        let addr = listener.local_addr().ok()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (stop, prometheus) = (Arc::clone(&stop), prometheus.clone());
+            std::thread::Builder::new()
+                .name("flow-metrics".into())
+                .spawn(move || accept(&listener, &prometheus, &stop))
+                .ok()?
         };
         #[cfg(feature = "tracing")]
-        if let Ok(addr) = listener.local_addr() {
-            tracing::info!(%addr, "serving metrics at http://{addr}/metrics");
-        }
+        tracing::info!(%addr, "serving metrics at http://{addr}/metrics");
         Some(Endpoint {
-            listener,
-            prometheus: prometheus.clone(),
-            connections: Vec::new(),
+            addr,
+            stop,
+            thread: Some(thread),
         })
     }
 }
 
-/// The most connections an endpoint answers at once; more wait to be accepted.
-const MAX_CONNECTIONS: usize = 16;
+/// How long an endpoint waits for a request's head, and for its answer to be taken.
+const IO_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The largest request head an endpoint reads; a longer one gets `400`.
 const MAX_REQUEST: usize = 8 * 1024;
 
-/// How long an endpoint waits for a request's head, and for its answer to be taken.
-const IO_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// A worker's `GET /metrics` endpoint: polled by the worker's loop beside its runs, it spawns
-/// nothing.
+/// A worker's `GET /metrics` endpoint being served: dropping it stops the thread.
 pub(crate) struct Endpoint {
-    listener: tokio::net::TcpListener,
-    prometheus: Prometheus,
-    connections: Vec<Pin<Box<dyn Future<Output = ()>>>>,
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl Endpoint {
-    /// Answers what can be answered now, accepts new connections; registers `cx` for more.
-    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) {
-        self.connections
-            .retain_mut(|connection| connection.as_mut().poll(cx).is_pending());
-        while self.connections.len() < MAX_CONNECTIONS {
-            match self.listener.poll_accept(cx) {
-                Poll::Ready(Ok((stream, _))) => {
-                    let mut connection: Pin<Box<dyn Future<Output = ()>>> =
-                        Box::pin(answer(stream, self.prometheus.clone()));
-                    if connection.as_mut().poll(cx).is_pending() {
-                        self.connections.push(connection);
-                    }
-                }
-                // A failed accept (out of file descriptors, a connection reset before it was
-                // taken) is tried again at the next poll.
-                Poll::Ready(Err(_)) | Poll::Pending => break,
-            }
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wakes the thread blocked in `accept`; it sees `stop` and returns.
+        let _ = std::net::TcpStream::connect_timeout(&self.addr, IO_TIMEOUT);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
     }
 }
 
-/// Reads one request from `stream` and answers it; the connection is then closed.
-async fn answer(mut stream: TcpStream, prometheus: Prometheus) {
-    let head = tokio::time::timeout(IO_TIMEOUT, read_head(&mut stream)).await;
-    let response = match head {
-        Ok(Ok(head)) => respond(&head, &prometheus),
-        Ok(Err(Refused::TooLarge)) => plain(400, "Bad Request", "request too large\n"),
+/// Accepts connections one at a time and answers each, until `stop`.
+fn accept(listener: &std::net::TcpListener, prometheus: &Prometheus, stop: &AtomicBool) {
+    for stream in listener.incoming() {
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        // A failed accept (out of file descriptors, a connection reset before it was taken)
+        // is left behind; the next one is tried.
+        if let Ok(stream) = stream {
+            answer(stream, prometheus);
+        }
+    }
+}
+
+/// Reads one request from `stream` and answers it; the connection is then closed. Every read
+/// and write waits at most [`IO_TIMEOUT`], so a client that sends nothing holds the endpoint
+/// that long at most.
+fn answer(mut stream: std::net::TcpStream, prometheus: &Prometheus) {
+    if stream.set_read_timeout(Some(IO_TIMEOUT)).is_err()
+        || stream.set_write_timeout(Some(IO_TIMEOUT)).is_err()
+    {
+        return;
+    }
+    let response = match read_head(&mut stream) {
+        Ok(head) => respond(&head, prometheus),
+        Err(Refused::TooLarge) => plain(400, "Bad Request", "request too large\n"),
         // The client went away, or never sent a whole head: nothing to answer.
-        Ok(Err(Refused::Closed)) | Err(_) => return,
+        Err(Refused::Closed) => return,
     };
-    let write = async {
-        stream.write_all(&response).await?;
-        stream.shutdown().await
-    };
-    let _ = tokio::time::timeout(IO_TIMEOUT, write).await;
+    let _ = stream.write_all(&response);
+    let _ = stream.shutdown(std::net::Shutdown::Write);
 }
 
 /// Why a request's head was not read.
@@ -280,11 +290,15 @@ enum Refused {
 }
 
 /// Reads a request's head: up to and with the empty line that ends it.
-async fn read_head(stream: &mut TcpStream) -> Result<Vec<u8>, Refused> {
+fn read_head(stream: &mut std::net::TcpStream) -> Result<Vec<u8>, Refused> {
+    let deadline = std::time::Instant::now() + IO_TIMEOUT;
     let mut head = Vec::with_capacity(512);
     let mut chunk = [0u8; 1024];
     loop {
-        let read = stream.read(&mut chunk).await.map_err(|_| Refused::Closed)?;
+        if std::time::Instant::now() > deadline {
+            return Err(Refused::Closed);
+        }
+        let read = stream.read(&mut chunk).map_err(|_| Refused::Closed)?;
         if read == 0 {
             return Err(Refused::Closed);
         }
@@ -421,52 +435,34 @@ mod tests {
     #[test]
     fn an_endpoint_answers_over_tcp_and_refuses_a_huge_request() {
         let (_recorder, prometheus) = Prometheus::local();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        runtime.block_on(async {
-            let std = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-            std.set_nonblocking(true).expect("nonblocking");
-            let addr = std.local_addr().expect("addr");
-            let mut endpoint = Endpoint {
-                listener: tokio::net::TcpListener::from_std(std).expect("listener"),
-                prometheus,
-                connections: Vec::new(),
-            };
-            let serve = std::future::poll_fn(|cx| {
-                endpoint.poll(cx);
-                Poll::<()>::Pending
-            });
-            let client = async {
-                let mut answers = Vec::new();
-                // One byte more than an endpoint reads, without the head's end: read whole, refused.
-                let huge = format!("GET /{}", "a".repeat(MAX_REQUEST - 4));
-                for request in [
-                    "GET /metrics HTTP/1.1\r\n\r\n",
-                    "GET /nope HTTP/1.1\r\n\r\n",
-                    &huge,
-                ] {
-                    let mut stream = TcpStream::connect(addr).await.expect("connect");
-                    let _ = stream.write_all(request.as_bytes()).await;
-                    let mut answer = Vec::new();
-                    let _ = stream.read_to_end(&mut answer).await;
-                    answers.push(status(&answer));
-                }
-                answers
-            };
-            let answers = tokio::select! {
-                answers = client => answers,
-                () = serve => unreachable!(),
-            };
-            assert_eq!(
-                answers,
-                [
-                    "HTTP/1.1 200 OK",
-                    "HTTP/1.1 404 Not Found",
-                    "HTTP/1.1 400 Bad Request"
-                ]
-            );
-        });
+        let std = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = std.local_addr().expect("addr");
+        let listener = Listener(Some((std, prometheus)));
+        let endpoint = listener.serve().expect("served");
+        let ask = |request: &str| {
+            let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+            let _ = stream.write_all(request.as_bytes());
+            let mut answer = Vec::new();
+            let _ = stream.read_to_end(&mut answer);
+            status(&answer)
+        };
+        // One byte more than an endpoint reads, without the head's end: read whole, refused.
+        let huge = format!("GET /{}", "a".repeat(MAX_REQUEST - 4));
+        assert_eq!(ask("GET /metrics HTTP/1.1\r\n\r\n"), "HTTP/1.1 200 OK");
+        assert_eq!(ask("GET /nope HTTP/1.1\r\n\r\n"), "HTTP/1.1 404 Not Found");
+        assert_eq!(ask(&huge), "HTTP/1.1 400 Bad Request");
+        // A client that sends nothing is dropped after the timeout; the next one is answered.
+        let silent = std::net::TcpStream::connect(addr).expect("connect");
+        assert_eq!(ask("GET /metrics HTTP/1.1\r\n\r\n"), "HTTP/1.1 200 OK");
+        drop(silent);
+        // Dropping the endpoint stops its thread: nothing answers any more.
+        drop(endpoint);
+        let mut late = std::net::TcpStream::connect(addr).expect("the socket is still bound");
+        let _ = late.write_all(b"GET /metrics HTTP/1.1\r\n\r\n");
+        late.set_read_timeout(Some(Duration::from_secs(1)))
+            .expect("a timeout");
+        let mut answer = Vec::new();
+        let _ = late.read_to_end(&mut answer);
+        assert!(answer.is_empty(), "{}", String::from_utf8_lossy(&answer));
     }
 }

@@ -356,11 +356,15 @@ fn a_person_watches_a_run_and_approves_it_from_the_page() {
         .contains("order 7 shipped")
     );
     browser
-        .wait_for(
-            "document.querySelector('form.signal').hidden === true",
-            wait,
-        )
+        .wait_for("document.querySelector('form.signal') === null", wait)
         .expect("the forms of a finished run are put away");
+    assert!(
+        text(
+            &mut browser,
+            "document.querySelector('#actions').textContent"
+        )
+        .contains("The run has ended")
+    );
     shot(&mut browser, "run-done");
 
     // The workflow's graph.

@@ -1509,7 +1509,8 @@ async fn live_key(shared: &Shared, run: &RunSummary) -> Result<String, Failure> 
 
 /// `GET /runs/{id}/live?since=SEQ&key=KEY`: `{"unchanged":true}` while the run's journal
 /// has no event from `since` on and its [`live_key`] is `key`, else its new state: `next`,
-/// `key`, `status`, `finished` and the HTML of its page's changing part.
+/// `key`, `status`, `finished`, the HTML of its page's changing part, and that of its actions
+/// (which the page swaps in only when the status changed: a form being filled in stays).
 async fn live(
     State(shared): State<Arc<Shared>>,
     UrlPath(id): UrlPath<String>,
@@ -1537,6 +1538,7 @@ async fn live(
             "status": status,
             "finished": run.status.is_finished(),
             "html": html,
+            "actions": actions_html(&shared, &run),
         }))
     };
     match answer.await {

@@ -10,13 +10,13 @@
   const url = live.dataset.run;
   let next = live.dataset.next;
   let key = live.dataset.key;
+  let status = (document.getElementById("status") || {}).textContent;
   let finished = live.dataset.finished === "true";
-  const actions = document.getElementById("actions");
-  const keepOpen = function () {
-    // The details a reader opened stay open across updates.
-    return Array.from(live.querySelectorAll("details[open]")).map(function (d) {
-      return d.closest("section") ? d.closest("section").id : "";
-    });
+  let actions = document.getElementById("actions");
+  // The folded values a reader opened or closed stay so across updates (the page's parts
+  // come back in the same order).
+  const folds = function () {
+    return Array.from(live.querySelectorAll("details")).map(function (d) { return d.open; });
   };
   const poll = function () {
     if (finished) {
@@ -37,13 +37,18 @@
           return;
         }
         if (!state.unchanged) {
-          const open = keepOpen();
+          const open = folds();
           live.innerHTML = state.html;
-          open.forEach(function (id) {
-            const section = id && document.getElementById(id);
-            const details = section && section.querySelector("details");
-            if (details) { details.open = true; }
+          live.querySelectorAll("details").forEach(function (d, i) {
+            if (i < open.length) { d.open = open[i]; }
           });
+          // The forms follow the run's status (a failed run gets its redrive button), and
+          // only then: a form being filled in stays as it is.
+          if (actions && state.status !== status) {
+            actions.outerHTML = state.actions;
+            actions = document.getElementById("actions");
+          }
+          status = state.status;
           next = String(state.next);
           key = state.key;
           live.dataset.next = next;
@@ -51,9 +56,6 @@
         }
         finished = state.finished;
         live.dataset.finished = String(finished);
-        if (finished && actions) {
-          actions.querySelectorAll("form.signal, form.cancel").forEach(function (f) { f.hidden = true; });
-        }
       })
       .catch(function () { /* the view is away for a moment: try again at the next tick */ })
       .finally(function () {

@@ -1747,6 +1747,31 @@ fn form(body: &[u8], known: &[&str]) -> Result<HashMap<String, String>, Failure>
     Ok(out)
 }
 
+/// The form of an action on run `id`: its `fields` (and the token), from this view's pages
+/// ([`allowed`]).
+fn action_form(
+    shared: &Shared,
+    id: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+    fields: &[&str],
+) -> Result<HashMap<String, String>, Failure> {
+    check_id(id)?;
+    let mut known = vec!["token"];
+    known.extend_from_slice(fields);
+    let form = form(body, &known)?;
+    allowed(shared, headers, &form)?;
+    Ok(form)
+}
+
+/// The answer to an action: back to the run's page with its notice, or the failure's page.
+fn answered(shared: &Shared, id: &str, answer: Result<String, Failure>) -> Response {
+    match answer {
+        Ok(notice) => back(shared, id, &notice),
+        Err(error) => failure(shared, error),
+    }
+}
+
 /// Where an action sends the browser: back to the run's page, with a notice.
 fn back(shared: &Shared, id: &str, notice: &str) -> Response {
     // Short enough for the run's page to take it back (its query is at most `MAX_QUERY`).
@@ -1772,9 +1797,7 @@ async fn signal(
     body: axum::body::Bytes,
 ) -> Response {
     let answer = async {
-        check_id(&id)?;
-        let form = form(&body, &["token", "name", "input", "value"])?;
-        allowed(&shared, &headers, &form)?;
+        let form = action_form(&shared, &id, &headers, &body, &["name", "input", "value"])?;
         let name = form
             .get("name")
             .filter(|n| !n.is_empty())
@@ -1844,10 +1867,7 @@ async fn signal(
         }
         Ok::<_, Failure>(notice)
     };
-    match answer.await {
-        Ok(notice) => back(&shared, &id, &notice),
-        Err(error) => failure(&shared, error),
-    }
+    answered(&shared, &id, answer.await)
 }
 
 /// `POST /runs/{id}/cancel`: `reason`; as `flow cancel`, through [`cancel_run`].
@@ -1858,9 +1878,7 @@ async fn cancel(
     body: axum::body::Bytes,
 ) -> Response {
     let answer = async {
-        check_id(&id)?;
-        let form = form(&body, &["token", "reason"])?;
-        allowed(&shared, &headers, &form)?;
+        let form = action_form(&shared, &id, &headers, &body, &["reason"])?;
         find(&shared, &id).await?;
         let reason = form
             .get("reason")
@@ -1876,10 +1894,7 @@ async fn cancel(
             _ => "cancel requested".to_owned(),
         })
     };
-    match answer.await {
-        Ok(notice) => back(&shared, &id, &notice),
-        Err(error) => failure(&shared, error),
-    }
+    answered(&shared, &id, answer.await)
 }
 
 /// `POST /runs/{id}/redrive`: as `flow redrive`, through [`redrive_run`].
@@ -1890,9 +1905,7 @@ async fn redrive(
     body: axum::body::Bytes,
 ) -> Response {
     let answer = async {
-        check_id(&id)?;
-        let form = form(&body, &["token"])?;
-        allowed(&shared, &headers, &form)?;
+        action_form(&shared, &id, &headers, &body, &[])?;
         find(&shared, &id).await?;
         let redriven = redrive_run(&*shared.store, &id).await?;
         Ok::<_, Failure>(format!(
@@ -1901,8 +1914,5 @@ async fn redrive(
             redriven.failed.len()
         ))
     };
-    match answer.await {
-        Ok(notice) => back(&shared, &id, &notice),
-        Err(error) => failure(&shared, error),
-    }
+    answered(&shared, &id, answer.await)
 }

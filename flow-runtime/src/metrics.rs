@@ -84,11 +84,15 @@ pub use prometheus::{MetricsError, Prometheus};
 
 /// Without feature `prometheus`: a worker serves no endpoint.
 #[cfg(not(feature = "prometheus"))]
-#[derive(Default)]
 pub(crate) struct Listener;
 
 #[cfg(not(feature = "prometheus"))]
 impl Listener {
+    /// No address.
+    pub(crate) fn none() -> Listener {
+        Listener
+    }
+
     /// No endpoint to serve.
     pub(crate) fn serve(&self) -> Option<Endpoint> {
         None

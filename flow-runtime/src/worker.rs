@@ -200,7 +200,7 @@ impl<S: Store + Clone> Worker<S> {
             looks: std::sync::atomic::AtomicU64::new(0),
             adoptees: Mutex::new(std::collections::HashSet::new()),
             foreign: Mutex::new(std::collections::HashSet::new()),
-            endpoint: crate::metrics::Listener::default(),
+            endpoint: crate::metrics::Listener::none(),
         }
     }
 

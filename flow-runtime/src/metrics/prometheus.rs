@@ -179,10 +179,14 @@ fn describe() {
 
 /// The address a worker serves its metrics on: bound when it is set, served while the worker
 /// runs.
-#[derive(Default)]
 pub(crate) struct Listener(Option<(std::net::TcpListener, Prometheus)>);
 
 impl Listener {
+    /// No address: nothing served.
+    pub(crate) fn none() -> Listener {
+        Listener(None)
+    }
+
     /// Installs the recorder and binds `addr`.
     pub(crate) fn bind(addr: SocketAddr) -> Result<Listener, MetricsError> {
         let prometheus = Prometheus::install()?;

@@ -456,7 +456,9 @@ trait Items {
     fn poll_item(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>>;
     /// A lower bound of the items left.
     fn at_least(&self) -> usize;
-    /// The items come from a stream (read once, in the process that drives the nest).
+    /// The items come from a stream (read once, in the process that drives the nest). Read
+    /// by durable runs alone.
+    #[cfg_attr(not(feature = "durable"), allow(dead_code))]
     const STREAM: bool = false;
     /// Drops the next `n` items, for a worker's one instance (`Iterator::nth`: O(1) for a
     /// range or a `Vec`); `false` when there were fewer. A stream is never skipped (its

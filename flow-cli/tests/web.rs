@@ -706,3 +706,78 @@ fn metrics_report_the_stores_unfinished_and_due_runs() {
         "{body}"
     );
 }
+
+async fn parcel(order: u64) -> Result<u64, Never> {
+    Ok(order * 2)
+}
+
+workflow! {
+    /// Packs one parcel: the child run.
+    #[flow(durable)]
+    Parcel(order: u64) -> u64 {
+        packed = Operation(parcel(order))
+        => packed
+    }
+}
+
+workflow! {
+    /// Ships its order as a child run.
+    #[flow(durable)]
+    Shipping(order: u64) -> u64 {
+        Sequential {
+            Operation(fetch(order)),
+            shipped = Workflow(Parcel(order)),
+        }
+        => shipped
+    }
+}
+
+/// A run's child runs are lines of its timeline, after its steps, and link back to it; a run
+/// whose graph cannot start one has no such line.
+#[test]
+fn child_runs_are_in_their_parents_timeline() {
+    let path = fresh_store("children", |store| async move {
+        let outcome = Shipping::runner()
+            .durable(&store, "parent")
+            .execute(4)
+            .await
+            .expect("runs");
+        assert_eq!(outcome.result.expect("succeeds"), 8);
+        let plain = Order::runner()
+            .durable(&store, "plain")
+            .execute(1)
+            .await
+            .expect("runs");
+        assert!(plain.result.is_ok());
+    });
+    let store = SqliteStore::open_read_only(&path).expect("opens");
+    let runs = runtime()
+        .block_on(store.list_runs(&RunFilter::default()))
+        .expect("lists");
+    let child = runs
+        .iter()
+        .find(|r| r.id.starts_with("parent/"))
+        .unwrap_or_else(|| panic!("a child run: {runs:?}"))
+        .id
+        .clone();
+    let addr = serve(View::new(store));
+    let page = get(addr, "/runs/parent");
+    assert_eq!(page.status, 200);
+    let line = format!(r#"<g class="line" data-line="child run {child}">"#);
+    assert!(page.body.contains(&line), "{}", page.body);
+    assert!(
+        page.body
+            .contains(r#"<rect class="span" data-status="succeeded""#),
+        "the child's bar in its status"
+    );
+    let child_page = get(addr, &format!("/runs/{}", enc(&child)));
+    assert!(
+        child_page
+            .body
+            .contains(r#"<dt>parent</dt><dd><a href="/runs/parent">parent</a></dd>"#),
+        "{}",
+        child_page.body
+    );
+    let plain = get(addr, "/runs/plain");
+    assert!(!plain.body.contains("child run"));
+}

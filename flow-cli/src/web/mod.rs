@@ -1074,18 +1074,28 @@ async fn live_html(shared: &Shared, run: &RunSummary) -> Result<String, Failure>
             .map(|k| k.rows.clone()),
         Err(error) => return Err(error.into()),
     };
-    let children: Vec<RunSummary> = store
-        .list_runs(&RunFilter {
-            id_contains: Some(format!("{id}/")),
-            // A child is created after its parent: the index from there on.
-            created_from_ms: Some(run.created_ms),
-            limit: Some(CHILDREN_SHOWN),
-            ..RunFilter::default()
-        })
-        .await?
-        .into_iter()
-        .filter(|child| child.id.starts_with(&format!("{id}/")))
-        .collect();
+    // Child runs are started by `Workflow` steps, at the top or in a nest's body: a run whose
+    // graph has neither has none, and its page does not look for them.
+    let may_have_children = nodes.as_ref().is_none_or(|rows| {
+        rows.iter()
+            .any(|n| matches!(n.kind.as_str(), "" | "workflow" | "foreach" | "loop"))
+    });
+    let children: Vec<RunSummary> = if !may_have_children {
+        Vec::new()
+    } else {
+        store
+            .list_runs(&RunFilter {
+                id_contains: Some(format!("{id}/")),
+                // A child is created after its parent: the index from there on.
+                created_from_ms: Some(run.created_ms),
+                limit: Some(CHILDREN_SHOWN),
+                ..RunFilter::default()
+            })
+            .await?
+            .into_iter()
+            .filter(|child| child.id.starts_with(&format!("{id}/")))
+            .collect()
+    };
     let (parent, generation) = lineage(&run_data.options);
     let Projected {
         input,

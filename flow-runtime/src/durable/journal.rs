@@ -637,7 +637,10 @@ impl Journal {
     async fn commit_terminated(&mut self, reason: Option<String>) {
         if let Some((commit, end)) = self.commit.take() {
             match commit.await {
-                Ok(_) => self.durable_seq = end,
+                Ok(_) => {
+                    self.durable_seq = end;
+                    self.meter.committed();
+                }
                 Err(error) => return self.fail_over(DurableError::Store(error)),
             }
         }
@@ -681,7 +684,10 @@ impl Journal {
         }
         if let Some((commit, end)) = self.commit.take() {
             match commit.await {
-                Ok(_) => self.durable_seq = end,
+                Ok(_) => {
+                    self.durable_seq = end;
+                    self.meter.committed();
+                }
                 Err(error) => return self.fail(DurableError::Store(error)),
             }
         }

@@ -354,12 +354,21 @@ pub(crate) fn timeline(
     }
     let _ = write!(
         svg,
-        r#"<text class="axis" x="{x0}" y="{axis_y}">0</text><text class="axis" x="{x1}" y="{axis_y}" text-anchor="end">{total:.1} ms</text></svg>"#,
+        r#"<text class="axis" x="{x0}" y="{axis_y}">0</text><text class="axis" x="{x1}" y="{axis_y}" text-anchor="end">{total}</text></svg>"#,
         x0 = label_w + MARGIN,
         x1 = label_w + MARGIN + chart_w,
-        total = total_us as f64 / 1000.0,
+        total = span_text(total_us),
     );
     svg
+}
+
+/// A length of time on the timeline's axis: in ms up to 10 s, then in s, then in min.
+fn span_text(us: u64) -> String {
+    match us {
+        0..10_000_000 => format!("{:.1} ms", us as f64 / 1000.0),
+        10_000_000..600_000_000 => format!("{:.1} s", us as f64 / 1_000_000.0),
+        _ => format!("{:.1} min", us as f64 / 60_000_000.0),
+    }
 }
 
 /// A run's status as a [`fill`] name.
@@ -412,6 +421,13 @@ mod tests {
         );
         // Three columns: a, then b and c, then d.
         assert!(svg.contains(r#"width="634""#), "{svg}");
+    }
+
+    #[test]
+    fn the_axis_says_its_length_in_a_readable_unit() {
+        assert_eq!(span_text(1_500), "1.5 ms");
+        assert_eq!(span_text(12_000_000), "12.0 s");
+        assert_eq!(span_text(3_600_000_000), "60.0 min");
     }
 
     #[test]

@@ -144,7 +144,7 @@ struct Registered {
     /// Resumes a run of it.
     resume: ResumeFn,
     /// Checks a signal for a run of it (`DurableWorkflow::__check_signal`): `Ok(transient)`.
-    check: fn(&str, &[u8]) -> Result<bool, String>,
+    check: CheckFn,
     /// What the web view knows of it: its graph and signals.
     #[cfg(feature = "serve")]
     known: fn() -> web::Known,
@@ -968,17 +968,19 @@ async fn list(store: &dyn Store, filter: &RunFilter) -> Result<Vec<RunSummary>, 
     Ok(store.list_runs(filter).await?)
 }
 
-/// The run `id`, or [`CliError::RunNotFound`].
-async fn find(store: &dyn Store, path: &Path, id: &str) -> Result<RunSummary, CliError> {
+/// The summary of run `id`, if the store has it.
+async fn summary(store: &dyn Store, id: &str) -> Result<Option<RunSummary>, StoreError> {
     let one = RunFilter {
         id: Some(id.to_owned()),
         ..RunFilter::default()
     };
-    store
-        .list_runs(&one)
+    Ok(store.list_runs(&one).await?.into_iter().next())
+}
+
+/// The run `id`, or [`CliError::RunNotFound`].
+async fn find(store: &dyn Store, path: &Path, id: &str) -> Result<RunSummary, CliError> {
+    summary(store, id)
         .await?
-        .into_iter()
-        .next()
         .ok_or_else(|| CliError::RunNotFound {
             run: id.to_owned(),
             path: path.to_owned(),
@@ -1259,21 +1261,53 @@ struct ShowArgs<'a> {
 /// What `show` says of an unconsumed signal: `None` while a step of the run may still take
 /// it; else why nothing will (the run ended; the run's workflow, registered in this binary,
 /// does not take it) or that it is an operator's request the run has not carried out yet.
-fn signal_note(
-    run: &RunSummary,
-    signal: &StoredSignal,
-    workflows: &BTreeMap<String, Registered>,
-) -> Option<String> {
+fn signal_note(run: &RunSummary, signal: &StoredSignal, check: Option<CheckFn>) -> Option<String> {
     if run.status.is_finished() {
         return Some("expired: the run ended without taking it".to_owned());
     }
     if flowdag_runtime::store::requests::is_request(&signal.name) {
         return Some("an operator's request, not carried out yet".to_owned());
     }
-    let registered = workflows.get(run.workflow.as_str())?;
-    (registered.check)(&signal.name, &signal.payload)
+    check?(&signal.name, &signal.payload)
         .err()
         .map(|why| format!("no step will take it: {why}"))
+}
+
+/// A workflow's check of a signal for a run of it (`DurableWorkflow::__check_signal`):
+/// `Ok(transient)`, or why it does not take it.
+type CheckFn = fn(&str, &[u8]) -> Result<bool, String>;
+
+/// Why a signal is not stored ([`signal_mode`]).
+enum SignalRefusal {
+    /// The run has ended: no step will take it.
+    Ended,
+    /// The name is an operator's request (`flow.cancel`): not a signal one sends.
+    Reserved,
+    /// The run's workflow does not take it: why.
+    Refused(String),
+}
+
+/// How a signal `name` with `payload` is stored for `run`, as `flow signal` and the web view
+/// check it: the run has not ended, the name is not an operator's request, and, when the run's
+/// workflow is known (`check`), it declares the signal and the payload reads as its type (it
+/// then says whether the signal is transient); an unknown workflow's signal is kept.
+fn signal_mode(
+    run: &RunSummary,
+    name: &str,
+    payload: &[u8],
+    check: Option<CheckFn>,
+) -> Result<SignalMode, SignalRefusal> {
+    if run.status.is_finished() {
+        return Err(SignalRefusal::Ended);
+    }
+    if flowdag_runtime::store::requests::is_request(name) {
+        return Err(SignalRefusal::Reserved);
+    }
+    match check.map(|check| check(name, payload)) {
+        Some(Ok(true)) => Ok(SignalMode::Transient),
+        Some(Ok(false)) | None => Ok(SignalMode::Kept),
+        Some(Err(why)) => Err(SignalRefusal::Refused(why)),
+    }
 }
 
 /// How many characters of a value (an input, an output, a result, a signal's payload) `show`
@@ -1428,7 +1462,8 @@ async fn show(
         .await?
         .into_iter()
         .map(|signal| {
-            let note = signal_note(&run, &signal, workflows);
+            let check = workflows.get(run.workflow.as_str()).map(|w| w.check);
+            let note = signal_note(&run, &signal, check);
             (signal, note)
         })
         .collect();
@@ -1774,37 +1809,30 @@ async fn send(
         why: error.to_string(),
     })?;
     let run = find(store, path, id).await?;
-    if run.status.is_finished() {
-        return Err(CliError::RunEnded {
-            run: run.id,
-            status: run.status.to_string(),
-        });
-    }
-    if flowdag_runtime::store::requests::is_request(name) {
-        return Err(CliError::SignalRefused {
-            run: run.id,
-            signal: name.to_owned(),
-            why: format!(
+    let bytes = value.to_string().into_bytes();
+    let check = workflows.get(run.workflow.as_str()).map(|w| w.check);
+    let refused = |why: String| CliError::SignalRefused {
+        run: run.id.clone(),
+        signal: name.to_owned(),
+        why,
+    };
+    let mode = match signal_mode(&run, name, &bytes, check) {
+        Ok(mode) => mode,
+        Err(SignalRefusal::Ended) => {
+            return Err(CliError::RunEnded {
+                run: run.id,
+                status: run.status.to_string(),
+            });
+        }
+        Err(SignalRefusal::Reserved) => {
+            return Err(refused(format!(
                 "names that start with `{}` are an operator's requests: use `flow cancel` or `flow terminate`",
                 flowdag_runtime::store::requests::PREFIX
-            ),
-        });
-    }
-    let bytes = value.to_string().into_bytes();
-    let (mode, unchecked) = match workflows.get(run.workflow.as_str()) {
-        Some(registered) => match (registered.check)(name, &bytes) {
-            Ok(true) => (SignalMode::Transient, None),
-            Ok(false) => (SignalMode::Kept, None),
-            Err(why) => {
-                return Err(CliError::SignalRefused {
-                    run: run.id,
-                    signal: name.to_owned(),
-                    why,
-                });
-            }
-        },
-        None => (SignalMode::Kept, Some(run.workflow.clone())),
+            )));
+        }
+        Err(SignalRefusal::Refused(why)) => return Err(refused(why)),
     };
+    let unchecked = check.is_none().then(|| run.workflow.clone());
     let sent = store
         .send_signal(NewSignal {
             run: id.to_owned(),

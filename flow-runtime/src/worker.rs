@@ -469,7 +469,7 @@ impl<S: Store + Clone> Worker<S> {
     /// Starts resuming `run`, if its workflow is registered.
     fn start(&self, run: &RunSummary) -> Option<InFlight> {
         let registered = self.workflows.get(run.workflow.as_str())?;
-        crate::metrics::run_queue_lag(&run.workflow, due_ms(run), crate::store::now_ms());
+        crate::metrics::run_queue_lag(&run.workflow, run.due_since_ms(), crate::store::now_ms());
         let mailbox = Arc::new(Mailbox::default());
         let posted = Posted::new(&self.mailboxes, &run.id, &mailbox);
         Some(InFlight {
@@ -1014,17 +1014,6 @@ fn execute_and_complete<S: Store + Clone>(
             }
         }
     })
-}
-
-/// When `run` was due, in ms since the Unix epoch, as its summary tells: a waiting run's
-/// wake-up time; else the end of the lease it was left with (a lapsed lease, or one its owner
-/// gave back at its release); else its last update.
-fn due_ms(run: &RunSummary) -> u64 {
-    match (run.status, run.wake_at_ms, run.lease_until_ms) {
-        (crate::store::RunStatus::Waiting, Some(wake), _) => wake,
-        (_, _, Some(until)) => until,
-        _ => run.updated_ms,
-    }
 }
 
 /// Says that the worker waits before asking the store again.

@@ -801,6 +801,18 @@ impl RunSummary {
         self.due(Some(owner), now)
     }
 
+    /// When the run became due, in ms since the Unix epoch, as its summary tells: a waiting
+    /// run's wake-up time; else the end of the lease it was left with (a lapsed lease, or one
+    /// its owner gave back at its release); else its last update. How long a due run has
+    /// waited for a worker is `now` less this.
+    pub fn due_since_ms(&self) -> u64 {
+        match (self.status, self.wake_at_ms, self.lease_until_ms) {
+            (RunStatus::Waiting, Some(wake), _) => wake,
+            (_, _, Some(until)) => until,
+            _ => self.updated_ms,
+        }
+    }
+
     fn due(&self, asking: Option<&Owner>, now: u64) -> bool {
         let awake =
             self.status != RunStatus::Waiting || self.wake_at_ms.is_some_and(|at| at <= now);

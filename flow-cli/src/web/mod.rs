@@ -16,8 +16,8 @@
 //! a page at a time by a keyset cursor, newest first), one run (`/runs/{id}`: its graph with
 //! each step in its status's colour, the timeline of its attempts, its steps with their
 //! attempts, errors and outputs, its nest instances, compensations, signals and events, kept
-//! up to date by polling while it runs), a workflow's graph (`/workflows/{name}`), and the
-//! Prometheus text of [`View::metrics`] at `/metrics`.
+//! up to date by polling while it runs), a workflow's graph (`/workflows/{name}`), and, at
+//! `/metrics`, the Prometheus text of [`View::metrics`] and [`View::store_metrics`].
 //!
 //! The view only reads unless [`View::allow_actions`] is on: then a run's page has forms to
 //! send a signal (checked against the workflow's declared signals when it is
@@ -46,14 +46,15 @@ use flowdag_runtime::durable::{
     DurableError, DurableWorkflow, Stop, cancel_run, graph_rows, redrive_run,
 };
 use flowdag_runtime::store::{
-    NewSignal, NodeRow, RunCursor, RunFilter, RunStatus, RunSummary, SignalMode, SignalSent, Store,
-    StoreError, StoredEvent, StoredSignal,
+    NewSignal, NodeRow, RunCursor, RunFilter, RunStatus, RunSummary, SignalSent, Store, StoreError,
+    StoredEvent, StoredSignal,
 };
 use serde_json::{Value, json};
 
 use self::html::{Frame, esc, page, url};
 use crate::{
-    Projected, Step, detail, lineage, parse_time, project, signal_note, step_name, thousands, utc,
+    CheckFn, Projected, SignalRefusal, Step, detail, lineage, parse_time, project, signal_mode,
+    signal_note, step_name, summary, thousands, utc,
 };
 
 /// How many runs a page of the list shows unless `limit` says otherwise, and at most.
@@ -101,8 +102,8 @@ struct Shared {
 pub(crate) struct Known {
     /// Its node rows (as a run of it stores them).
     pub(crate) rows: Vec<NodeRow>,
-    /// Checks a signal for a run of it (`DurableWorkflow::__check_signal`): `Ok(transient)`.
-    pub(crate) check: fn(&str, &[u8]) -> Result<bool, String>,
+    /// Checks a signal for a run of it.
+    pub(crate) check: CheckFn,
     /// Its declared signals: name and the input of its payload.
     pub(crate) signals: Vec<(String, Input)>,
 }
@@ -110,22 +111,13 @@ pub(crate) struct Known {
 impl Known {
     pub(crate) fn of<W: DurableWorkflow>() -> Known {
         let graph = &W::GRAPH;
-        let signals = graph
-            .__plan()
-            .control
-            .signals
-            .iter()
-            .map(|s| (s.name.to_owned(), Input::of((s.payload)())))
-            .collect::<Vec<_>>();
-        let mut seen = Vec::new();
-        let signals = signals
-            .into_iter()
-            .filter(|(name, _)| {
-                let new = !seen.contains(name);
-                seen.push(name.clone());
-                new
-            })
-            .collect();
+        // One form per signal name, however many steps wait for it.
+        let mut signals: Vec<(String, Input)> = Vec::new();
+        for info in graph.__plan().control.signals {
+            if !signals.iter().any(|(name, _)| name == info.name) {
+                signals.push((info.name.to_owned(), Input::of((info.payload)())));
+            }
+        }
         Known {
             rows: graph_rows(graph).1,
             check: W::__check_signal,
@@ -298,8 +290,8 @@ impl View {
     /// | name | labels | what |
     /// |---|---|---|
     /// | `flow_store_runs` | workflow, status | unfinished runs (`running`, `waiting`, `compensating`, `stuck`) |
-    /// | `flow_store_runs_due` | workflow | runs whose wake time has passed and that no live lease holds: work no worker has taken yet |
-    /// | `flow_store_due_lag_seconds` | workflow | how long the oldest of those has been due |
+    /// | `flow_store_runs_due` | workflow | runs a worker may pick up now ([`RunSummary::is_due`]: awake, and no live lease holds them): work no worker has taken yet |
+    /// | `flow_store_due_lag_seconds` | workflow | how long the oldest of those has been due ([`RunSummary::due_since_ms`]) |
     ///
     /// What the fleet's processes record themselves (runs finished, attempts, step durations)
     /// is each process's own endpoint's (`Worker::prometheus`, [`View::metrics`]); these
@@ -398,17 +390,12 @@ impl Drop for Serving {
 /// A router that answers every request with an error page saying `why` the store `name`
 /// cannot be served (500): what `flow serve` serves when the store cannot be opened.
 pub(crate) fn unavailable(name: &str, why: &str) -> Router {
-    let shared = Arc::new(Shared {
-        store: Arc::new(flowdag_runtime::store::MemoryStore::new()),
-        name: name.to_owned(),
-        base: String::new(),
-        workflows: BTreeMap::new(),
-        actions: false,
-        token: String::new(),
-        metrics: None,
-        hosts: None,
-        store_metrics: false,
-    });
+    let shared = Arc::new(
+        View::new(flowdag_runtime::store::MemoryStore::new())
+            .name(name)
+            .allow_any_host()
+            .shared,
+    );
     let why = why.to_owned();
     Router::new()
         .route("/static/view.css", get(css))
@@ -448,8 +435,8 @@ enum Failure {
     Bad(String),
     /// No such run, workflow or value: 404.
     Missing(String),
-    /// The store refused or failed: an error page (503 when it could not be reached or read,
-    /// 409 when the run's state refused the action).
+    /// The store failed: an error page ([`store_status`]: 500 for a store that cannot be
+    /// read as it is, 503 otherwise).
     Store(StoreError),
     /// The run's state refuses the action: 409.
     Refused(String),
@@ -570,7 +557,7 @@ fn params(uri: &Uri, known: &[&str]) -> Result<HashMap<String, String>, Failure>
     let pairs = axum::extract::Query::<Vec<(String, String)>>::try_from_uri(uri)
         .map_err(|error| Failure::Bad(format!("the query cannot be read: {error}")))?
         .0;
-    let mut out = HashMap::new();
+    let mut out: HashMap<String, String> = HashMap::new();
     for (key, value) in pairs {
         if !known.contains(&key.as_str()) {
             return Err(Failure::Bad(format!(
@@ -584,7 +571,6 @@ fn params(uri: &Uri, known: &[&str]) -> Result<HashMap<String, String>, Failure>
         }
         if key == "status" {
             if let Some(before) = out.get_mut("status") {
-                let before: &mut String = before;
                 before.push(',');
                 before.push_str(&value);
                 continue;
@@ -672,26 +658,24 @@ async fn not_found(State(shared): State<Arc<Shared>>, uri: Uri) -> Response {
     )
 }
 
-async fn css() -> Response {
+/// A file of the view's own, cached for five minutes.
+fn asset(content_type: &'static str, body: &'static str) -> Response {
     (
         [
-            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CONTENT_TYPE, content_type),
             (header::CACHE_CONTROL, "max-age=300"),
         ],
-        include_str!("view.css"),
+        body,
     )
         .into_response()
 }
 
+async fn css() -> Response {
+    asset("text/css; charset=utf-8", include_str!("view.css"))
+}
+
 async fn js() -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
-            (header::CACHE_CONTROL, "max-age=300"),
-        ],
-        include_str!("view.js"),
-    )
-        .into_response()
+    asset("text/javascript; charset=utf-8", include_str!("view.js"))
 }
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
@@ -760,14 +744,11 @@ async fn store_gauges(shared: &Shared) -> Result<String, StoreError> {
         *by_status
             .entry((run.workflow.as_str(), run.status.as_str()))
             .or_default() += 1;
-        let held = run.lease_until_ms.is_some_and(|until| until > now);
-        if let Some(wake) = run.wake_at_ms
-            && wake <= now
-            && !held
-        {
+        // Due as a worker judges it: free of any live lease, and awake.
+        if run.is_due(now) {
             let entry = due.entry(run.workflow.as_str()).or_default();
             entry.0 += 1;
-            entry.1 = entry.1.max(now - wake);
+            entry.1 = entry.1.max(now.saturating_sub(run.due_since_ms()));
         }
     }
     let mut out = String::from(
@@ -780,7 +761,7 @@ async fn store_gauges(shared: &Shared) -> Result<String, StoreError> {
             label(workflow)
         );
     }
-    out.push_str("# HELP flow_store_runs_due Runs due that no live lease holds: work no worker has taken yet.\n# TYPE flow_store_runs_due gauge\n");
+    out.push_str("# HELP flow_store_runs_due Runs a worker may pick up now: work no worker has taken yet.\n# TYPE flow_store_runs_due gauge\n");
     for (workflow, (n, _)) in &due {
         let _ = writeln!(
             out,
@@ -788,7 +769,7 @@ async fn store_gauges(shared: &Shared) -> Result<String, StoreError> {
             label(workflow)
         );
     }
-    out.push_str("# HELP flow_store_due_lag_seconds How long the oldest due run no lease holds has been due.\n# TYPE flow_store_due_lag_seconds gauge\n");
+    out.push_str("# HELP flow_store_due_lag_seconds How long the oldest of those has been due.\n# TYPE flow_store_due_lag_seconds gauge\n");
     for (workflow, (_, lag)) in &due {
         let _ = writeln!(
             out,
@@ -999,16 +980,8 @@ async fn runs_body(shared: &Shared, uri: &Uri) -> Result<String, Failure> {
 
 /// The run `id`, or 404.
 async fn find(shared: &Shared, id: &str) -> Result<RunSummary, Failure> {
-    let one = RunFilter {
-        id: Some(id.to_owned()),
-        ..RunFilter::default()
-    };
-    shared
-        .store
-        .list_runs(&one)
+    summary(&*shared.store, id)
         .await?
-        .into_iter()
-        .next()
         .ok_or_else(|| Failure::Missing(format!("no run `{id}` in this store")))
 }
 
@@ -1406,12 +1379,8 @@ fn step_row(
 }
 
 fn signal_row(shared: &Shared, run: &RunSummary, signal: &StoredSignal) -> String {
-    let note = signal_note(run, signal, &BTreeMap::new()).or_else(|| {
-        let known = shared.workflows.get(run.workflow.as_str())?;
-        (known.check)(&signal.name, &signal.payload)
-            .err()
-            .map(|why| format!("no step will take it: {why}"))
-    });
+    let check = shared.workflows.get(run.workflow.as_str()).map(|k| k.check);
+    let note = signal_note(run, signal, check);
     format!(
         r#"<tr data-signal="{name}"><td>{id}</td><td><code>{name}</code></td><td>{payload}</td><td>{mode}</td><td>{sent}</td><td>{note}</td></tr>"#,
         id = signal.id,
@@ -1834,31 +1803,22 @@ async fn signal(
             }
         };
         let run = find(&shared, &id).await?;
-        if run.status.is_finished() {
-            return Err(Failure::Refused(format!(
+        let bytes = payload.to_string().into_bytes();
+        let check = shared.workflows.get(run.workflow.as_str()).map(|k| k.check);
+        let mode = signal_mode(&run, name, &bytes, check).map_err(|refusal| match refusal {
+            SignalRefusal::Ended => Failure::Refused(format!(
                 "run `{id}` has ended ({}): no step will take a signal",
                 run.status
-            )));
-        }
-        if flowdag_runtime::store::requests::is_request(name) {
-            return Err(Failure::Bad(format!(
+            )),
+            SignalRefusal::Reserved => Failure::Bad(format!(
                 "names that start with `{}` are an operator's requests: use the cancel button",
                 flowdag_runtime::store::requests::PREFIX
-            )));
-        }
-        let bytes = payload.to_string().into_bytes();
-        let (mode, checked) = match shared.workflows.get(run.workflow.as_str()) {
-            Some(known) => match (known.check)(name, &bytes) {
-                Ok(true) => (SignalMode::Transient, true),
-                Ok(false) => (SignalMode::Kept, true),
-                Err(why) => {
-                    return Err(Failure::Bad(format!(
-                        "signal `{name}` refused, nothing stored: {why}"
-                    )));
-                }
-            },
-            None => (SignalMode::Kept, false),
-        };
+            )),
+            SignalRefusal::Refused(why) => {
+                Failure::Bad(format!("signal `{name}` refused, nothing stored: {why}"))
+            }
+        })?;
+        let checked = check.is_some();
         let sent = shared
             .store
             .send_signal(NewSignal {

@@ -245,6 +245,7 @@ fn bad_requests_get_400_and_a_read_only_view_writes_nothing() {
         ("/runs?from=yesterday", "`from`"),
         ("/runs?until=2026-13-01", "`until`"),
         ("/runs?after=nocolon", "`after`"),
+        ("/runs?before=soon:order-1", "`before`"),
         ("/runs?order=sideways", "`order`"),
         ("/runs?colour=red", "unknown parameter `colour`"),
         ("/runs?workflow=a&workflow=b", "given twice"),
@@ -559,33 +560,71 @@ fn the_list_pages_by_its_cursor_newest_first() {
             .map(|row| row.split('"').next().unwrap_or_default().to_owned())
             .collect()
     };
-    let next = |body: &str| -> Option<String> {
-        let at = body.find(r#"<a id="next" href=""#)? + 19;
+    let link = |body: &str, name: &str| -> Option<String> {
+        let tag = format!(r#"<a id="{name}" href=""#);
+        let at = body.find(&tag)? + tag.len();
         Some(body[at..].split('"').next()?.replace("&amp;", "&"))
     };
     for (order, first) in [("newest", "order-119"), ("oldest", "order-000")] {
         let mut page = format!("/runs?order={order}&workflow=Order");
-        let mut seen: Vec<String> = Vec::new();
-        let mut pages = 0;
-        loop {
+        let mut pages: Vec<Vec<String>> = Vec::new();
+        let last = loop {
             let answer = get(addr, &page);
             assert_eq!(answer.status, 200, "{page}: {}", answer.body);
-            seen.extend(ids(&answer.body));
-            pages += 1;
-            match next(&answer.body) {
+            pages.push(ids(&answer.body));
+            assert_eq!(
+                link(&answer.body, "previous").is_some(),
+                pages.len() > 1,
+                "{page}: a previous page from the second on"
+            );
+            match link(&answer.body, "next") {
                 Some(link) => page = link,
-                None => break,
+                None => break answer.body,
             }
-            assert!(pages < 10, "the pages end");
-        }
-        assert_eq!(pages, 3, "50 + 50 + 20");
-        assert_eq!(seen.len(), 120);
+            assert!(pages.len() < 10, "the pages end");
+        };
+        let sizes: Vec<usize> = pages.iter().map(Vec::len).collect();
+        assert_eq!(sizes, [50, 50, 20]);
+        let seen = pages.concat();
         assert_eq!(seen[0], first);
         let mut sorted = seen.clone();
         sorted.sort();
         sorted.dedup();
         assert_eq!(sorted.len(), 120, "no run twice");
+        // Back from the last page: the same pages, in the same order within each, and the
+        // first page has no page before it.
+        let mut back = vec![pages[2].clone()];
+        let mut body = last;
+        while let Some(previous) = link(&body, "previous") {
+            let answer = get(addr, &previous);
+            assert_eq!(answer.status, 200, "{previous}: {}", answer.body);
+            back.push(ids(&answer.body));
+            assert!(
+                link(&answer.body, "next").is_some(),
+                "{previous}: a next page"
+            );
+            body = answer.body;
+            assert!(back.len() < 10, "the pages end");
+        }
+        back.reverse();
+        assert_eq!(back, pages, "{order}: paged back");
+        assert!(
+            link(&body, "first").is_none(),
+            "the first page links to no first page"
+        );
     }
+    // Before the newest run there is nothing (here: before a run made in the year 2286): an
+    // empty page that links to the first.
+    let newest = "/runs?workflow=Order&limit=10&before=9999999999999:x";
+    let empty = get(addr, newest);
+    assert_eq!(empty.status, 200, "{newest}: {}", empty.body);
+    assert!(empty.body.contains("No run matches."), "{}", empty.body);
+    assert!(link(&empty.body, "first").is_some());
+    assert!(link(&empty.body, "next").is_none() && link(&empty.body, "previous").is_none());
+    // A page is after one run or before one.
+    let both = get(addr, "/runs?after=1:a&before=2:b");
+    assert_eq!(both.status, 400);
+    assert!(both.body.contains("not both"), "{}", both.body);
     // A filter that matches nothing says so.
     let none = get(addr, "/runs?id=zzz");
     assert!(none.body.contains("No run matches."));

@@ -787,8 +787,12 @@ async fn store_gauges(shared: &Shared) -> Result<String, StoreError> {
 /// The filter of the list's query: `workflow`, `status` (comma-separated or repeated),
 /// `from` and `until` (creation times, as `flow runs` takes them), `id` (text in the id),
 /// `order` (`newest`, the default, or `oldest`), `after` (the cursor `MS:ID` of the last run
-/// of the page before), `limit` (1 to 500).
-fn list_filter(query: &HashMap<String, String>) -> Result<RunFilter, Failure> {
+/// of the page before) or `before` (that of the first run of the page after), `limit` (1 to
+/// 500).
+///
+/// A page `before` a cursor is read as the store reads every page: in the opposite order,
+/// from the cursor on. [`Listing::backwards`] says so, and the page is turned round after.
+fn list_filter(query: &HashMap<String, String>) -> Result<Listing, Failure> {
     let mut filter = RunFilter {
         workflow: query.get("workflow").cloned(),
         id_contains: query.get("id").cloned(),
@@ -836,37 +840,82 @@ fn list_filter(query: &HashMap<String, String>) -> Result<RunFilter, Failure> {
             }
         }
     }
-    if let Some(after) = query.get("after") {
-        let cursor = after
-            .split_once(':')
-            .and_then(|(ms, id)| Some((ms.parse::<u64>().ok()?, id)))
+    let cursor = |key: &str, which: &str| -> Result<Option<RunCursor>, Failure> {
+        let Some(text) = query.get(key) else {
+            return Ok(None);
+        };
+        text.split_once(':')
+            .and_then(|(ms, id)| {
+                Some(RunCursor {
+                    created_ms: ms.parse::<u64>().ok()?,
+                    id: id.to_owned(),
+                })
+            })
+            .map(Some)
             .ok_or_else(|| {
                 Failure::Bad(format!(
-                    "`after` is the place `MS:ID` of the last run of a page, not `{after}`"
+                    "`{key}` is the place `MS:ID` of the {which} run of a page, not `{text}`"
                 ))
-            })?;
-        filter.after = Some(RunCursor {
-            created_ms: cursor.0,
-            id: cursor.1.to_owned(),
-        });
-    }
-    Ok(filter)
+            })
+    };
+    let backwards = match (cursor("after", "last")?, cursor("before", "first")?) {
+        (Some(_), Some(_)) => {
+            return Err(Failure::Bad(
+                "a page is `after` one run or `before` one, not both".to_owned(),
+            ));
+        }
+        (after, None) => {
+            filter.after = after;
+            false
+        }
+        (None, Some(before)) => {
+            filter.after = Some(before);
+            filter.newest_first = !filter.newest_first;
+            true
+        }
+    };
+    Ok(Listing { filter, backwards })
 }
 
-/// The query string of `filter`'s parameters, with `after` set to `cursor`.
-fn list_query(query: &HashMap<String, String>, after: Option<&RunCursor>) -> String {
-    let mut keys: Vec<&String> = query.keys().filter(|k| *k != "after").collect();
+/// The store's query for a page of the list, and which way it reads.
+struct Listing {
+    /// What the store is asked for: the page's filter, with the order turned round when the
+    /// page is `before` a cursor.
+    filter: RunFilter,
+    /// The page is `before` a cursor: the store reads it from there towards the list's start.
+    backwards: bool,
+}
+
+/// Where a link of the list's navigation goes: the same filter, from `cursor` on.
+enum Turn<'a> {
+    /// The first page.
+    First,
+    /// The page after this run.
+    After(&'a RunCursor),
+    /// The page before this run.
+    Before(&'a RunCursor),
+}
+
+/// The query string of the list's parameters, with the cursor that `turn` names.
+fn list_query(query: &HashMap<String, String>, turn: Turn<'_>) -> String {
+    let mut keys: Vec<&String> = query
+        .keys()
+        .filter(|k| *k != "after" && *k != "before")
+        .collect();
     keys.sort();
     let mut out: Vec<String> = keys
         .into_iter()
         .map(|k| format!("{}={}", url(k), url(&query[k])))
         .collect();
-    if let Some(cursor) = after {
-        out.push(format!(
-            "after={}",
-            url(&format!("{}:{}", cursor.created_ms, cursor.id))
-        ));
-    }
+    let (key, cursor) = match turn {
+        Turn::First => return out.join("&amp;"),
+        Turn::After(cursor) => ("after", cursor),
+        Turn::Before(cursor) => ("before", cursor),
+    };
+    out.push(format!(
+        "{key}={}",
+        url(&format!("{}:{}", cursor.created_ms, cursor.id))
+    ));
     out.join("&amp;")
 }
 
@@ -898,11 +947,29 @@ async fn runs_body(shared: &Shared, uri: &Uri) -> Result<String, Failure> {
     let query = params(
         uri,
         &[
-            "workflow", "status", "from", "until", "id", "order", "after", "limit",
+            "workflow", "status", "from", "until", "id", "order", "after", "before", "limit",
         ],
     )?;
-    let filter = list_filter(&query)?;
-    let runs = shared.store.list_runs(&filter).await?;
+    let Listing {
+        mut filter,
+        backwards,
+    } = list_filter(&query)?;
+    // One run more than the page shows: whether there is a page beyond it.
+    let limit = filter.limit.unwrap_or(PAGE) as usize;
+    filter.limit = Some(filter.limit.unwrap_or(PAGE) + 1);
+    let mut runs = shared.store.list_runs(&filter).await?;
+    let beyond = runs.len() > limit;
+    runs.truncate(limit);
+    if backwards {
+        runs.reverse();
+        filter.newest_first = !filter.newest_first;
+    }
+    // A page `after` a run has that run before it; one `before` a run has it after.
+    let (earlier, later) = if backwards {
+        (beyond, true)
+    } else {
+        (filter.after.is_some(), beyond)
+    };
     let base = &shared.base;
     let q = |key: &str| query.get(key).map_or_else(String::new, |v| esc(v));
     let mut body = String::from(r#"<h1>Runs</h1><form class="filter" method="get" action="">"#);
@@ -955,20 +1022,30 @@ async fn runs_body(shared: &Shared, uri: &Uri) -> Result<String, Failure> {
         body.push_str(r#"<p class="empty">No run matches.</p>"#);
     }
     body.push_str(r#"<nav class="pages">"#);
-    if filter.after.is_some() {
+    let (first, last) = (
+        runs.first().map(RunCursor::of),
+        runs.last().map(RunCursor::of),
+    );
+    // An empty page before a run: the run was the list's first, which the first page shows.
+    if earlier || (backwards && runs.is_empty()) {
         let _ = write!(
             body,
             r#"<a id="first" href="{base}/runs?{}">first page</a> "#,
-            list_query(&query, None)
+            list_query(&query, Turn::First)
         );
     }
-    if let (Some(limit), Some(last)) = (filter.limit, runs.last())
-        && runs.len() == limit as usize
-    {
+    if earlier && let Some(first) = &first {
+        let _ = write!(
+            body,
+            r#"<a id="previous" href="{base}/runs?{}">previous page</a> "#,
+            list_query(&query, Turn::Before(first))
+        );
+    }
+    if later && let Some(last) = &last {
         let _ = write!(
             body,
             r#"<a id="next" href="{base}/runs?{}">next page</a>"#,
-            list_query(&query, Some(&RunCursor::of(last)))
+            list_query(&query, Turn::After(last))
         );
     }
     body.push_str("</nav>");

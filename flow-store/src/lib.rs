@@ -828,7 +828,9 @@ impl RunSummary {
 /// Which runs [`Store::list_runs`] answers, oldest first (by creation time, then id).
 ///
 /// Pages: ask for `limit` runs, then for the next page with `after` set to the last run of
-/// the page ([`RunCursor::of`]); a run created meanwhile never shifts a page.
+/// the page ([`RunCursor::of`]); a run created meanwhile never shifts a page. For the page
+/// before a page, turn the order round (`newest_first`), set `after` to the page's first run,
+/// and reverse what comes back. Asking for `limit + 1` runs tells whether another page follows.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunFilter {
     /// Only the run with this id: one run looked up, without listing the others.

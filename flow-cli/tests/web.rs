@@ -565,6 +565,8 @@ fn the_list_pages_by_its_cursor_newest_first() {
         let at = body.find(&tag)? + tag.len();
         Some(body[at..].split('"').next()?.replace("&amp;", "&"))
     };
+    // The filter form shows the page's order, whichever way the store read the page.
+    let shows_oldest = |body: &str| body.contains(r#"<option value="oldest" selected>"#);
     for (order, first) in [("newest", "order-119"), ("oldest", "order-000")] {
         let mut page = format!("/runs?order={order}&workflow=Order");
         let mut pages: Vec<Vec<String>> = Vec::new();
@@ -594,7 +596,7 @@ fn the_list_pages_by_its_cursor_newest_first() {
         // Back from the last page: the same pages, in the same order within each, and the
         // first page has no page before it.
         let mut back = vec![pages[2].clone()];
-        let mut body = last;
+        let mut body = last.clone();
         while let Some(previous) = link(&body, "previous") {
             let answer = get(addr, &previous);
             assert_eq!(answer.status, 200, "{previous}: {}", answer.body);
@@ -603,6 +605,7 @@ fn the_list_pages_by_its_cursor_newest_first() {
                 link(&answer.body, "next").is_some(),
                 "{previous}: a next page"
             );
+            assert_eq!(shows_oldest(&answer.body), order == "oldest", "{previous}");
             body = answer.body;
             assert!(back.len() < 10, "the pages end");
         }
@@ -612,7 +615,38 @@ fn the_list_pages_by_its_cursor_newest_first() {
             link(&body, "first").is_none(),
             "the first page links to no first page"
         );
+        // The last page's link to the first page leads there.
+        let start = link(&last, "first").expect("the last page links to the first");
+        assert_eq!(ids(&get(addr, &start).body), pages[0], "{start}");
     }
+    // Pages that end the list exactly: the last one has no next page.
+    let first = get(addr, "/runs?workflow=Order&limit=60");
+    let second = get(addr, &link(&first.body, "next").expect("a second page"));
+    assert_eq!((ids(&first.body).len(), ids(&second.body).len()), (60, 60));
+    assert!(link(&second.body, "next").is_none(), "{}", second.body);
+    // A page before a run that is not in the list (made in 1970, say) links on only where runs
+    // are: the 50 oldest, newest first, with newer runs before them and none after.
+    let stray = get(addr, "/runs?workflow=Order&before=0:a");
+    assert_eq!(
+        ids(&stray.body).first().map(String::as_str),
+        Some("order-049")
+    );
+    assert_eq!(
+        ids(&stray.body).last().map(String::as_str),
+        Some("order-000")
+    );
+    assert!(link(&stray.body, "previous").is_some());
+    assert!(link(&stray.body, "next").is_none(), "{}", stray.body);
+    // After a run that is not in the list (made in 2286): an empty page that links to the
+    // first page only.
+    let past = get(
+        addr,
+        "/runs?workflow=Order&order=oldest&after=9999999999999:x",
+    );
+    assert!(past.body.contains("No run matches."), "{}", past.body);
+    assert!(link(&past.body, "first").is_some());
+    assert!(link(&past.body, "previous").is_none() && link(&past.body, "next").is_none());
+    assert!(!shows_oldest(&stray.body) && shows_oldest(&past.body));
     // Before the newest run there is nothing (here: before a run made in the year 2286): an
     // empty page that links to the first.
     let newest = "/runs?workflow=Order&limit=10&before=9999999999999:x";

@@ -964,11 +964,15 @@ async fn runs_body(shared: &Shared, uri: &Uri) -> Result<String, Failure> {
         runs.reverse();
         filter.newest_first = !filter.newest_first;
     }
-    // A page `after` a run has that run before it; one `before` a run has it after.
-    let (earlier, later) = if backwards {
-        (beyond, true)
-    } else {
-        (filter.after.is_some(), beyond)
+    // Whether a page lies on the other side of the page from the cursor is asked of the store:
+    // the cursor's run may have been deleted, or may no longer match the filter.
+    let cursor = filter.after.is_some();
+    let (earlier, later) = match (backwards, runs.first(), runs.last()) {
+        (true, _, Some(last)) => (beyond, any_beyond(shared, &filter, last, true).await?),
+        (false, Some(first), _) if cursor => {
+            (any_beyond(shared, &filter, first, false).await?, beyond)
+        }
+        _ => (false, beyond),
     };
     let base = &shared.base;
     let q = |key: &str| query.get(key).map_or_else(String::new, |v| esc(v));
@@ -1026,8 +1030,8 @@ async fn runs_body(shared: &Shared, uri: &Uri) -> Result<String, Failure> {
         runs.first().map(RunCursor::of),
         runs.last().map(RunCursor::of),
     );
-    // An empty page before a run: the run was the list's first, which the first page shows.
-    if earlier || (backwards && runs.is_empty()) {
+    // An empty page beside a run: whatever the list holds, the first page shows it.
+    if earlier || (cursor && runs.is_empty()) {
         let _ = write!(
             body,
             r#"<a id="first" href="{base}/runs?{}">first page</a> "#,
@@ -1050,6 +1054,23 @@ async fn runs_body(shared: &Shared, uri: &Uri) -> Result<String, Failure> {
     }
     body.push_str("</nav>");
     Ok(body)
+}
+
+/// Whether a run of `filter` lies beyond `run`: after it in the list's order when `onwards`,
+/// else before it.
+async fn any_beyond(
+    shared: &Shared,
+    filter: &RunFilter,
+    run: &RunSummary,
+    onwards: bool,
+) -> Result<bool, Failure> {
+    let beyond = RunFilter {
+        after: Some(RunCursor::of(run)),
+        limit: Some(1),
+        newest_first: filter.newest_first == onwards,
+        ..filter.clone()
+    };
+    Ok(!shared.store.list_runs(&beyond).await?.is_empty())
 }
 
 // ---------------------------------------------------------------------------------------

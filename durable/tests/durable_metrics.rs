@@ -232,6 +232,17 @@ fn a_run_resumed_by_a_worker_records_its_runs_attempts_and_steps() {
     );
 }
 
+/// Submits a distributed `Fanout` run `id` to `store`, for a worker to run.
+async fn submitted(store: &MemoryStore, id: &str) {
+    let ended = Fanout::runner()
+        .durable(store, id)
+        .distributed()
+        .submit(2)
+        .await
+        .expect("submitted");
+    assert!(matches!(ended, Ended::Unloaded { .. }), "{ended:?}");
+}
+
 #[test]
 fn a_distributed_run_records_the_tasks_a_worker_claims() {
     let recorder = DebuggingRecorder::new();
@@ -239,13 +250,7 @@ fn a_distributed_run_records_the_tasks_a_worker_claims() {
     ::metrics::with_local_recorder(&recorder, || {
         runtime().block_on(async {
             let store = MemoryStore::new();
-            let ended = Fanout::runner()
-                .durable(&store, "fanout-1")
-                .distributed()
-                .submit(2)
-                .await
-                .expect("submitted");
-            assert!(matches!(ended, Ended::Unloaded { .. }), "{ended:?}");
+            submitted(&store, "fanout-1").await;
             let worker = Worker::new(store.clone())
                 .register::<Fanout>()
                 .poll_interval(Duration::from_millis(5));
@@ -306,13 +311,7 @@ fn a_run_an_operator_terminates_is_counted_as_finished() {
     ::metrics::with_local_recorder(&recorder, || {
         runtime().block_on(async {
             let store = MemoryStore::new();
-            let ended = Fanout::runner()
-                .durable(&store, "fanout-2")
-                .distributed()
-                .submit(2)
-                .await
-                .expect("submitted");
-            assert!(matches!(ended, Ended::Unloaded { .. }), "{ended:?}");
+            submitted(&store, "fanout-2").await;
             // Nobody holds it: the operator's process ends it itself.
             let stop = flowdag::durable::terminate_run(
                 &store,

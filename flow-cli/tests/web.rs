@@ -75,6 +75,16 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// A fresh store file for test `name`, filled by `fill`; closed when this returns.
+/// Runs `Order` in `store` as the run `id`, to its success.
+async fn ordered(store: &SqliteStore, id: impl Into<String>, order: u64) {
+    let outcome = Order::runner()
+        .durable(store, id)
+        .execute(order)
+        .await
+        .expect("runs");
+    assert!(outcome.result.is_ok(), "{:?}", outcome.result);
+}
+
 fn fresh_store<F: std::future::Future<Output = ()>>(
     name: &str,
     fill: impl FnOnce(SqliteStore) -> F,
@@ -219,12 +229,7 @@ fn values_from_the_store_are_text_on_every_page() {
 #[test]
 fn bad_requests_get_400_and_a_read_only_view_writes_nothing() {
     let path = fresh_store("bad-input", |store| async move {
-        let done = Order::runner()
-            .durable(&store, "done")
-            .execute(1)
-            .await
-            .expect("runs");
-        assert!(done.result.is_ok());
+        ordered(&store, "done", 1).await;
         let waiting = Confirming::runner()
             .durable(&store, "waiting")
             .unload_when_waiting(Duration::ZERO)
@@ -521,12 +526,7 @@ fn actions_need_the_flag_the_token_and_the_same_origin() {
 #[test]
 fn a_view_answers_to_the_names_it_is_given() {
     let path = fresh_store("hosts", |store| async move {
-        let done = Order::runner()
-            .durable(&store, "done")
-            .execute(1)
-            .await
-            .expect("runs");
-        assert!(done.result.is_ok());
+        ordered(&store, "done", 1).await;
     });
     let named = serve(
         View::new(SqliteStore::open_read_only(&path).expect("opens"))
@@ -544,12 +544,7 @@ fn a_view_answers_to_the_names_it_is_given() {
 fn the_list_pages_by_its_cursor_newest_first() {
     let path = fresh_store("pages", |store| async move {
         for n in 0..120 {
-            let outcome = Order::runner()
-                .durable(&store, format!("order-{n:03}"))
-                .execute(n)
-                .await
-                .expect("runs");
-            assert!(outcome.result.is_ok());
+            ordered(&store, format!("order-{n:03}"), n).await;
         }
     });
     let store = SqliteStore::open_read_only(&path).expect("opens");
@@ -718,12 +713,7 @@ fn a_run_of_many_instances_has_a_page_of_bounded_size() {
 #[test]
 fn metrics_report_the_stores_unfinished_and_due_runs() {
     let path = fresh_store("metrics", |store| async move {
-        let done = Order::runner()
-            .durable(&store, "done")
-            .execute(1)
-            .await
-            .expect("runs");
-        assert!(done.result.is_ok());
+        ordered(&store, "done", 1).await;
         for id in ["w1", "w2"] {
             let waiting = Confirming::runner()
                 .durable(&store, id)
@@ -816,12 +806,7 @@ fn child_runs_are_in_their_parents_timeline() {
             .await
             .expect("runs");
         assert_eq!(outcome.result.expect("succeeds"), 8);
-        let plain = Order::runner()
-            .durable(&store, "plain")
-            .execute(1)
-            .await
-            .expect("runs");
-        assert!(plain.result.is_ok());
+        ordered(&store, "plain", 1).await;
     });
     let store = SqliteStore::open_read_only(&path).expect("opens");
     let runs = runtime()

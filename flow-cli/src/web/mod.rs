@@ -751,34 +751,50 @@ async fn store_gauges(shared: &Shared) -> Result<String, StoreError> {
             entry.1 = entry.1.max(now.saturating_sub(run.due_since_ms()));
         }
     }
-    let mut out = String::from(
-        "# HELP flow_store_runs Unfinished runs in the store, by workflow and status.\n# TYPE flow_store_runs gauge\n",
+    let mut out = String::new();
+    gauge(
+        &mut out,
+        "flow_store_runs",
+        "Unfinished runs in the store, by workflow and status.",
+        by_status.iter().map(|((workflow, status), n)| {
+            let labels = format!("workflow=\"{}\",status=\"{status}\"", label(workflow));
+            (labels, n.to_string())
+        }),
     );
-    for ((workflow, status), n) in &by_status {
-        let _ = writeln!(
-            out,
-            "flow_store_runs{{workflow=\"{}\",status=\"{status}\"}} {n}",
-            label(workflow)
-        );
-    }
-    out.push_str("# HELP flow_store_runs_due Runs a worker may pick up now: work no worker has taken yet.\n# TYPE flow_store_runs_due gauge\n");
-    for (workflow, (n, _)) in &due {
-        let _ = writeln!(
-            out,
-            "flow_store_runs_due{{workflow=\"{}\"}} {n}",
-            label(workflow)
-        );
-    }
-    out.push_str("# HELP flow_store_due_lag_seconds How long the oldest of those has been due.\n# TYPE flow_store_due_lag_seconds gauge\n");
-    for (workflow, (_, lag)) in &due {
-        let _ = writeln!(
-            out,
-            "flow_store_due_lag_seconds{{workflow=\"{}\"}} {:.3}",
-            label(workflow),
-            *lag as f64 / 1000.0
-        );
-    }
+    let by_workflow = |workflow: &str| format!("workflow=\"{}\"", label(workflow));
+    gauge(
+        &mut out,
+        "flow_store_runs_due",
+        "Runs a worker may pick up now: work no worker has taken yet.",
+        due.iter()
+            .map(|(workflow, (n, _))| (by_workflow(workflow), n.to_string())),
+    );
+    gauge(
+        &mut out,
+        "flow_store_due_lag_seconds",
+        "How long the oldest of those has been due.",
+        due.iter().map(|(workflow, (_, lag))| {
+            (
+                by_workflow(workflow),
+                format!("{:.3}", *lag as f64 / 1000.0),
+            )
+        }),
+    );
     Ok(out)
+}
+
+/// Writes one gauge in Prometheus's text format: its help and type, then a sample for each
+/// pair of labels (`key="value",…`) and value.
+fn gauge(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (String, String)>,
+) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+    for (labels, value) in samples {
+        let _ = writeln!(out, "{name}{{{labels}}} {value}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------
